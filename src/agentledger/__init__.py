@@ -1,0 +1,100 @@
+"""agentledger: an LLM agent loop whose memory is a relational ledger.
+
+The conversation (user messages and final answers) and the execution trace (tool calls, tool
+results, reasoning, errors) are kept apart. This module is the public door: everything listed
+in ``__all__`` is public API.
+"""
+
+from importlib.metadata import PackageNotFoundError, version
+
+from .agent import Agent, AgentConfig, FinalResponse
+from .builder import AgentBuilder
+from .continuation import (
+    ContinuationDecision,
+    ContinuationOutcome,
+    ExecutionBudget,
+    StopReason,
+    Verdict,
+)
+from .criteria import Criterion, FinishReasonCriterion, StopWhen, stop_when
+from .drivers import Driver, StepRequest, ToolCallingDriver
+from .errors import (
+    AgentLedgerError,
+    ConfigurationError,
+    LLMError,
+    ProcessorError,
+    RunError,
+    ScriptExhaustedError,
+    ToolDefinitionError,
+    UsageError,
+)
+from .executor import ToolExecutor
+from .messages import Message, Messages, MessageStore, Role, Section, ToolCall
+from .processors import (
+    AppendStepMessages,
+    AppendToolTraceToBuffer,
+    ClearExecutionBuffer,
+    StateProcessor,
+)
+from .state import AgentState, AgentStatus
+from .steps import AgentStep, StepExecution, StepType, ToolExecution
+from .tools import FunctionTool, Tool, ToolContext, ToolOutput, ToolSchema, ToolSet, tool
+from .usage import Usage
+
+try:
+    __version__ = version("agentledger")
+except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = "0.0.0"
+
+__all__ = [
+    "Agent",
+    "AgentBuilder",
+    "AgentConfig",
+    "AgentLedgerError",
+    "AgentState",
+    "AgentStatus",
+    "AgentStep",
+    "AppendStepMessages",
+    "AppendToolTraceToBuffer",
+    "ClearExecutionBuffer",
+    "ConfigurationError",
+    "ContinuationDecision",
+    "ContinuationOutcome",
+    "Criterion",
+    "Driver",
+    "ExecutionBudget",
+    "FinalResponse",
+    "FinishReasonCriterion",
+    "FunctionTool",
+    "LLMError",
+    "Message",
+    "MessageStore",
+    "Messages",
+    "ProcessorError",
+    "Role",
+    "RunError",
+    "ScriptExhaustedError",
+    "Section",
+    "StateProcessor",
+    "StepExecution",
+    "StepRequest",
+    "StepType",
+    "StopReason",
+    "StopWhen",
+    "Tool",
+    "ToolCall",
+    "ToolCallingDriver",
+    "ToolContext",
+    "ToolDefinitionError",
+    "ToolExecution",
+    "ToolExecutor",
+    "ToolOutput",
+    "ToolSchema",
+    "ToolSet",
+    "Usage",
+    "UsageError",
+    "Verdict",
+    "__version__",
+    "stop_when",
+    "tool",
+]

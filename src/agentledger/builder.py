@@ -1,0 +1,166 @@
+"""``AgentBuilder``: the one place an agent is put together."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from ._ids import Clock, utc_now
+from .agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
+from .continuation import ExecutionBudget
+from .criteria import DEFAULT_STOP_FINISH_REASONS, Criterion, default_criteria
+from .drivers import Driver, ToolCallingDriver
+from .errors import ConfigurationError
+from .llm import LLM, ModelSettings
+from .processors import (
+    AppendStepMessages,
+    AppendToolTraceToBuffer,
+    ClearExecutionBuffer,
+    StateProcessor,
+)
+from .tools import Tool, ToolSet
+
+DEFAULT_MAX_STEPS = 20
+
+
+@dataclass(frozen=True)
+class AgentBuilder:
+    """Builds an :class:`Agent`, fluently. Every ``with_*`` returns a new builder, so a
+    builder can be shared as a base and specialised.
+
+    >>> agent = AgentBuilder().with_llm(llm).with_tools([get_weather]).build()  # doctest: +SKIP
+    """
+
+    llm: LLM | None = None
+    driver: Driver | None = None
+    tools: tuple[Tool | Callable[..., object], ...] = ()
+    system_prompt: str | None = None
+    separated_tool_trace: bool = True
+    budget: ExecutionBudget = ExecutionBudget(max_steps=DEFAULT_MAX_STEPS)
+    processors: tuple[StateProcessor, ...] = ()
+    criteria: tuple[Criterion, ...] = ()
+    stop_finish_reasons: frozenset[str] = DEFAULT_STOP_FINISH_REASONS
+    final_response: FinalResponse = FinalResponse.GENERATE
+    final_instruction: str = DEFAULT_FINAL_INSTRUCTION
+    model: str | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+    name: str = "agent"
+    clock: Clock = utc_now
+    max_parallel_tools: int = 1
+
+    def _with(self, **changes: object) -> AgentBuilder:
+        return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
+
+    def with_llm(self, llm: LLM, *, model: str | None = None) -> AgentBuilder:
+        """The model the agent calls; ``model`` names it in every request."""
+        return self._with(llm=llm, model=model if model is not None else self.model)
+
+    def with_driver(self, driver: Driver) -> AgentBuilder:
+        """Replace the default :class:`ToolCallingDriver` (built from ``with_llm``)."""
+        return self._with(driver=driver)
+
+    def with_tools(self, tools: Iterable[Tool | Callable[..., object]]) -> AgentBuilder:
+        """Add tools: ``@tool`` functions, plain typed functions or any :class:`Tool`."""
+        return self._with(tools=(*self.tools, *tools))
+
+    def with_system_prompt(self, prompt: str) -> AgentBuilder:
+        return self._with(system_prompt=prompt)
+
+    def with_separated_tool_trace(self, enabled: bool = True) -> AgentBuilder:
+        """``True`` (the default): only user messages and answers reach the conversation.
+        ``False``: every step's output is appended to it (inline)."""
+        return self._with(separated_tool_trace=enabled)
+
+    def with_max_steps(self, max_steps: int | None) -> AgentBuilder:
+        """At most ``max_steps`` steps per run (default 20), plus a final-response step;
+        ``None`` removes the limit."""
+        return self._with(budget=self.budget.model_copy(update={"max_steps": max_steps}))
+
+    def with_budget(self, budget: ExecutionBudget) -> AgentBuilder:
+        """Limits per run; a limit left ``None`` in ``budget`` keeps the builder's."""
+        merged = {**self.budget.model_dump(), **budget.model_dump(exclude_none=True)}
+        return self._with(budget=ExecutionBudget.model_validate(merged))
+
+    def with_processors(
+        self, *processors: StateProcessor | Iterable[StateProcessor]
+    ) -> AgentBuilder:
+        """Add state processors; they run outside the built-in ones, first listed outermost."""
+        flat: list[StateProcessor] = []
+        for item in processors:
+            flat.extend([item] if isinstance(item, StateProcessor) else item)
+        return self._with(processors=(*self.processors, *flat))
+
+    def with_continuation_criteria(self, *criteria: Criterion) -> AgentBuilder:
+        """Add criteria ``(state) -> ContinuationDecision``, judged after the built-in ones."""
+        return self._with(criteria=(*self.criteria, *criteria))
+
+    def with_stop_finish_reasons(self, *reasons: str) -> AgentBuilder:
+        """Provider finish reasons that stop the run (default: content_filter, refusal)."""
+        return self._with(stop_finish_reasons=frozenset(reasons))
+
+    def with_final_response(
+        self, policy: FinalResponse | Literal["generate", "none"], *, instruction: str | None = None
+    ) -> AgentBuilder:
+        """``"generate"`` (the default) or ``"none"``: whether a run stopped by a limit before
+        the model answered makes one more inference, with no tools, to get the answer."""
+        return self._with(
+            final_response=FinalResponse(policy),
+            final_instruction=instruction if instruction is not None else self.final_instruction,
+        )
+
+    def with_model_settings(self, settings: ModelSettings) -> AgentBuilder:
+        return self._with(settings=settings)
+
+    def with_name(self, name: str) -> AgentBuilder:
+        return self._with(name=name)
+
+    def with_clock(self, clock: Clock) -> AgentBuilder:
+        """The time source for timestamps and time limits (timezone-aware UTC datetimes)."""
+        return self._with(clock=clock)
+
+    def with_parallel_tools(self, max_parallel: int) -> AgentBuilder:
+        """Run up to ``max_parallel`` tool calls of one step at once; results keep call order."""
+        if max_parallel < 1:
+            raise ConfigurationError(f"with_parallel_tools needs at least 1, got {max_parallel}")
+        return self._with(max_parallel_tools=max_parallel)
+
+    def build(self) -> Agent:
+        return Agent(
+            AgentConfig(
+                driver=self._driver(),
+                tools=ToolSet(self.tools),
+                processors=(*self.processors, *self._builtin_processors()),
+                criteria=(*default_criteria(self.stop_finish_reasons), *self.criteria),
+                budget=self.budget,
+                clock=self.clock,
+                name=self.name,
+                system_prompt=self.system_prompt,
+                final_response=self.final_response,
+                final_instruction=self.final_instruction,
+                max_parallel_tools=self.max_parallel_tools,
+            )
+        )
+
+    def _driver(self) -> Driver:
+        if self.driver is not None:
+            return self.driver
+        if self.llm is None:
+            raise ConfigurationError(
+                "AgentBuilder.build(): the agent has no model. Call .with_llm(...) with an object "
+                "that has complete(InferenceRequest) -> InferenceResponse (ScriptedLLM in tests), "
+                "or .with_driver(...)."
+            )
+        return ToolCallingDriver(llm=self.llm, model=self.model, settings=self.settings)
+
+    def _builtin_processors(self) -> tuple[StateProcessor, ...]:
+        # Outermost first: post-step work runs innermost first, so the trace reaches the
+        # buffer, then the answer reaches the conversation, then the buffer is cleared.
+        if self.separated_tool_trace:
+            return (
+                ClearExecutionBuffer(),
+                AppendStepMessages(separate_tool_trace=True),
+                AppendToolTraceToBuffer(),
+            )
+        return (AppendStepMessages(separate_tool_trace=False),)

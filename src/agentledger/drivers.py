@@ -1,0 +1,129 @@
+"""Drivers turn a state into a step: ask the model, run the tools it called, file the output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+from ._ids import Clock
+from .executor import ToolExecutor
+from .llm import LLM, InferenceRequest, InferenceResponse, ModelSettings
+from .messages import Message, Messages, Role
+from .state import AgentState
+from .steps import AgentStep, StepType, ToolExecution
+from .tools import ToolSet
+
+
+@dataclass(frozen=True)
+class StepRequest:
+    """What the loop asks of a driver for one step."""
+
+    step_index: int
+    tools: ToolSet
+    executor: ToolExecutor
+    clock: Clock
+    system_prompt: str | None = None
+    final_instruction: str | None = None
+    """Set for a final-response step: no tools are offered and this closes the messages."""
+
+    @property
+    def is_final_response(self) -> bool:
+        return self.final_instruction is not None
+
+
+class Driver(Protocol):
+    """Performs one step of a run."""
+
+    def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep: ...
+
+
+@dataclass(frozen=True)
+class ToolCallingDriver:
+    """Native tool calling: the model is offered the tools' schemas and returns tool calls.
+
+    A failed model call does not raise: it becomes a step of type ``error`` whose ``error``
+    says what happened, and the run stops as ``failed``.
+    """
+
+    llm: LLM
+    model: str | None = None
+    settings: ModelSettings = ModelSettings()
+
+    def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep:
+        started_at = request.clock()
+        messages = inference_messages(state, request)
+        inference = InferenceRequest(
+            messages=messages,
+            tools=() if request.is_final_response else request.tools.schemas(),
+            model=self.model,
+            settings=self.settings,
+        )
+        try:
+            response = self.llm.complete(inference)
+        except Exception as exc:  # the run fails and keeps its buffer; it can be continued
+            return AgentStep(
+                step_type=StepType.ERROR,
+                input_messages=messages,
+                started_at=started_at,
+                finished_at=request.clock(),
+                error=f"{type(exc).__name__}: {exc}",
+            )
+        executions = request.executor.execute(response.tool_calls, state, request.step_index)
+        return step_from_response(
+            response, executions, messages, request, started_at, request.clock()
+        )
+
+
+def inference_messages(state: AgentState, request: StepRequest) -> Messages:
+    """The system prompt, the state's inference messages and, for a final-response step,
+    the instruction that asks for the answer."""
+    messages = state.messages_for_inference()
+    if request.system_prompt:
+        messages = Messages.of(Message.system(request.system_prompt)).append_messages(messages)
+    if request.final_instruction:
+        messages = messages.append(Message.user(request.final_instruction))
+    return messages
+
+
+def step_from_response(
+    response: InferenceResponse,
+    executions: tuple[ToolExecution, ...],
+    input_messages: Messages,
+    request: StepRequest,
+    started_at: datetime,
+    finished_at: datetime,
+) -> AgentStep:
+    """File a model response and its tool executions as trace or response messages."""
+    assistant = Message(
+        role=Role.ASSISTANT,
+        content=response.content,
+        tool_calls=response.tool_calls,
+        reasoning=response.reasoning,
+        metadata=response.metadata,
+        created_at=finished_at,
+    )
+    if response.tool_calls:
+        trace = Messages.of(assistant, *(e.to_message() for e in executions))
+        answer = Messages()
+    else:
+        trace = Messages()
+        answer = Messages.of(assistant.model_copy(update={"reasoning": None, "metadata": {}}))
+        answer = answer if response.content else Messages()
+    return AgentStep(
+        step_type=_step_type(response, request),
+        input_messages=input_messages,
+        trace_messages=trace,
+        response_messages=answer,
+        inference_response=response,
+        assistant_message=assistant,
+        tool_executions=executions,
+        started_at=started_at,
+        finished_at=finished_at,
+    )
+
+
+def _step_type(response: InferenceResponse, request: StepRequest) -> StepType:
+    if request.is_final_response:
+        return StepType.FINAL_RESPONSE
+    return StepType.TOOL_USE if response.tool_calls else StepType.RESPONSE

@@ -1,0 +1,52 @@
+"""The one error root of agentledger, and its tree.
+
+::
+
+    AgentLedgerError                  everything agentledger raises on purpose
+    ├── UsageError                    you used the library wrong: fix the calling code
+    │   ├── ConfigurationError        an agent cannot be built as configured
+    │   └── ToolDefinitionError       a function cannot be turned into a tool
+    └── RunError                      a run could not go on: the state says how far it got
+        ├── LLMError                  the model call failed
+        │   └── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
+        └── ProcessorError            a state processor broke the step contract
+
+Errors raised while a run is in progress by the model or by a tool do not escape the loop:
+a tool error becomes an error tool result the model sees, and a model error ends the run with
+status ``failed`` (the state keeps its execution buffer, so the run can be continued). Every
+message says what happened and what to do next.
+"""
+
+from __future__ import annotations
+
+
+class AgentLedgerError(Exception):
+    """Root of every error agentledger raises on purpose."""
+
+
+class UsageError(AgentLedgerError):
+    """The library was called in a way it does not support; the calling code must change."""
+
+
+class ConfigurationError(UsageError):
+    """An agent cannot be built or run as configured."""
+
+
+class ToolDefinitionError(UsageError):
+    """A Python function cannot be described to a model as a tool."""
+
+
+class RunError(AgentLedgerError):
+    """A run could not go on."""
+
+
+class LLMError(RunError):
+    """A call to the model failed."""
+
+
+class ScriptExhaustedError(LLMError):
+    """A :class:`~agentledger.llm.ScriptedLLM` ran out of scripted responses."""
+
+
+class ProcessorError(RunError):
+    """A state processor did not keep the processor contract."""

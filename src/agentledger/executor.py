@@ -1,0 +1,126 @@
+"""Running the tools a model asked for: validate, invoke, and turn every failure into a result.
+
+An unknown tool, arguments that do not validate, an exception raised by the tool or a result
+that cannot be encoded all become an error tool result (``is_error``) that the model sees, so
+it can correct itself; the run goes on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+from typing import TYPE_CHECKING
+
+import pydantic_core
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from ._ids import Clock, utc_now
+from .messages import ToolCall
+from .steps import ToolExecution
+from .tools import EMPTY_TOOLS, ToolContext, ToolOutput, ToolSet
+
+if TYPE_CHECKING:
+    from .state import AgentState
+
+
+class ToolExecutor:
+    """Runs tool calls against a :class:`ToolSet`, up to ``max_parallel`` at a time.
+
+    Results keep the order of the calls whatever order they finish in.
+    """
+
+    def __init__(
+        self, tools: ToolSet = EMPTY_TOOLS, *, clock: Clock = utc_now, max_parallel: int = 1
+    ) -> None:
+        self.tools = tools
+        self.clock = clock
+        self.max_parallel = max(1, max_parallel)
+
+    def execute(
+        self, calls: Sequence[ToolCall], state: AgentState, step_index: int
+    ) -> tuple[ToolExecution, ...]:
+        contexts = [ToolContext(state=state, tool_call=c, step_index=step_index) for c in calls]
+        if self.max_parallel == 1 or len(contexts) < 2:
+            return tuple(self.execute_one(c) for c in contexts)
+        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(contexts))) as pool:
+            return tuple(pool.map(self.execute_one, contexts))
+
+    def execute_one(self, context: ToolContext) -> ToolExecution:
+        started_at = self.clock()
+        call = context.tool_call
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return self._failed(context, started_at, _unknown_tool(call, self.tools))
+        try:
+            arguments = tool.arguments_model.model_validate(call.arguments)
+        except ValidationError as exc:
+            return self._failed(context, started_at, _invalid_arguments(call, exc))
+        try:
+            output = _as_output(tool.invoke(arguments, context))
+        except Exception as exc:  # a tool's failure is a result for the model, not a crash
+            detail = f"{type(exc).__name__}: {exc}"
+            return self._failed(
+                context, started_at, f"Tool {call.name!r} raised {detail}", arguments
+            )
+        return ToolExecution(
+            tool_call=call,
+            arguments=_dumped(arguments),
+            result=output.content,
+            is_error=output.is_error,
+            error=output.content if output.is_error else None,
+            started_at=started_at,
+            finished_at=self.clock(),
+            child_run_id=output.child_run_id,
+            metadata=output.metadata,
+        )
+
+    def _failed(
+        self,
+        context: ToolContext,
+        started_at: datetime,
+        message: str,
+        arguments: BaseModel | None = None,
+    ) -> ToolExecution:
+        return ToolExecution(
+            tool_call=context.tool_call,
+            arguments=_dumped(arguments) if arguments is not None else None,
+            result=f"Error: {message}",
+            is_error=True,
+            error=message,
+            started_at=started_at,
+            finished_at=self.clock(),
+        )
+
+
+def _dumped(arguments: BaseModel) -> dict[str, JsonValue]:
+    return arguments.model_dump(mode="json")
+
+
+def _as_output(value: object) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput(content=value)
+    try:
+        return ToolOutput(content=pydantic_core.to_json(value).decode())
+    except pydantic_core.PydanticSerializationError as exc:
+        raise TypeError(
+            f"the tool returned a {type(value).__name__}, which cannot be JSON-encoded ({exc}); "
+            "return a string, a JSON-compatible value or a pydantic model"
+        ) from exc
+
+
+def _unknown_tool(call: ToolCall, tools: ToolSet) -> str:
+    available = ", ".join(tools.names()) or "none"
+    return f"unknown tool {call.name!r}. Available tools: {available}."
+
+
+def _invalid_arguments(call: ToolCall, exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'arguments'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
+    return (
+        f"invalid arguments for tool {call.name!r}: {problems}. Call it again with valid arguments."
+    )

@@ -1,0 +1,227 @@
+"""Messages, ordered collections of them, and the sectioned message store.
+
+Everything here is an immutable value: "changing" a collection or a store returns a new one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Annotated, Any, overload
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    JsonValue,
+    RootModel,
+    model_validator,
+)
+
+from ._ids import new_id, utc_now
+
+
+class Role(StrEnum):
+    """Who a message is from. A ``StrEnum``: ``Role.USER == "user"``."""
+
+    SYSTEM = "system"
+    USER = "user"
+    ASSISTANT = "assistant"
+    TOOL = "tool"
+
+
+class ToolCall(BaseModel):
+    """A model's request to call one tool: ``arguments`` as the model sent them."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str
+    name: str
+    arguments: dict[str, Any] = Field(default_factory=dict)
+
+
+def _none_as_empty(value: object) -> object:
+    return "" if value is None else value
+
+
+class Message(BaseModel):
+    """One message of a conversation or of an execution trace.
+
+    Tool calls are a field of their own (``tool_calls``), never hidden in ``metadata``; a tool
+    result is a ``tool`` message whose ``tool_call_id`` names the call it answers.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    role: Role
+    content: Annotated[str, BeforeValidator(_none_as_empty)] = ""
+    name: str | None = None
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_call_id: str | None = None
+    reasoning: str | None = None
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    id: str = Field(default_factory=new_id)
+    created_at: datetime = Field(default_factory=utc_now)
+
+    @model_validator(mode="after")
+    def _check_shape(self) -> Message:
+        if self.role is Role.TOOL and not self.tool_call_id:
+            raise ValueError("a tool message needs the tool_call_id of the call it answers")
+        if self.tool_calls and self.role is not Role.ASSISTANT:
+            raise ValueError(f"only assistant messages carry tool_calls, not {self.role} ones")
+        return self
+
+    @classmethod
+    def system(cls, content: str) -> Message:
+        return cls(role=Role.SYSTEM, content=content)
+
+    @classmethod
+    def user(cls, content: str) -> Message:
+        return cls(role=Role.USER, content=content)
+
+    @classmethod
+    def assistant(cls, content: str = "", *, tool_calls: Iterable[ToolCall] = ()) -> Message:
+        return cls(role=Role.ASSISTANT, content=content, tool_calls=tuple(tool_calls))
+
+    @classmethod
+    def tool(cls, content: str, *, tool_call_id: str, name: str | None = None) -> Message:
+        return cls(role=Role.TOOL, content=content, tool_call_id=tool_call_id, name=name)
+
+    def has_tool_calls(self) -> bool:
+        return bool(self.tool_calls)
+
+    def is_tool_trace(self) -> bool:
+        """True for a tool result or an assistant message that calls tools."""
+        return self.role is Role.TOOL or bool(self.tool_calls)
+
+
+MessageLike = Message | Iterable[Message]
+
+
+class Messages(RootModel[tuple[Message, ...]]):
+    """An immutable, ordered collection of messages."""
+
+    model_config = ConfigDict(frozen=True)
+
+    root: tuple[Message, ...] = ()
+
+    @classmethod
+    def of(cls, *messages: Message) -> Messages:
+        return cls._wrap(messages)
+
+    @classmethod
+    def from_string(cls, text: str, role: Role | str = Role.USER) -> Messages:
+        """One message of ``role`` holding ``text``."""
+        return cls._wrap((Message(role=Role(role), content=text),))
+
+    @classmethod
+    def _wrap(cls, messages: tuple[Message, ...]) -> Messages:
+        return cls.model_construct(root=messages)
+
+    def append(self, message: Message) -> Messages:
+        return self._wrap((*self.root, message))
+
+    def append_messages(self, messages: MessageLike) -> Messages:
+        if isinstance(messages, Message):
+            return self.append(messages)
+        added = messages.root if isinstance(messages, Messages) else tuple(messages)
+        return self._wrap(self.root + added) if added else self
+
+    def filter(self, predicate: Callable[[Message], bool]) -> Messages:
+        return self._wrap(tuple(m for m in self.root if predicate(m)))
+
+    def is_empty(self) -> bool:
+        return not self.root
+
+    def first(self) -> Message | None:
+        return self.root[0] if self.root else None
+
+    def last(self) -> Message | None:
+        return self.root[-1] if self.root else None
+
+    def to_string(self, separator: str = "\n") -> str:
+        """The non-empty contents, joined: readable text, not a wire format."""
+        return separator.join(m.content for m in self.root if m.content)
+
+    def __iter__(self) -> Iterator[Message]:  # type: ignore[override]
+        return iter(self.root)
+
+    def __len__(self) -> int:
+        return len(self.root)
+
+    @overload
+    def __getitem__(self, index: int) -> Message: ...
+    @overload
+    def __getitem__(self, index: slice) -> Messages: ...
+    def __getitem__(self, index: int | slice) -> Message | Messages:
+        if isinstance(index, slice):
+            return self._wrap(self.root[index])
+        return self.root[index]
+
+    def __add__(self, other: Messages) -> Messages:
+        return self.append_messages(other)
+
+
+EMPTY_MESSAGES = Messages()
+
+
+class MessageStore(BaseModel):
+    """An immutable map of named sections, each a :class:`Messages`.
+
+    The agent uses four: ``summary`` and ``buffer`` (context compaction), ``messages`` (the
+    conversation) and ``execution_buffer`` (the trace of the run in progress). Any other name
+    is a section too.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    sections: dict[str, Messages] = Field(default_factory=dict)
+
+    def section(self, name: str) -> Section:
+        return Section(self, name)
+
+    def with_section(self, name: str, messages: MessageLike) -> MessageStore:
+        if not isinstance(messages, Messages):
+            messages = EMPTY_MESSAGES.append_messages(messages)
+        return MessageStore.model_construct(sections={**self.sections, name: messages})
+
+    def select(self, *names: str) -> Messages:
+        """The sections named, concatenated in the order given; missing ones are empty."""
+        selected: tuple[Message, ...] = ()
+        for name in names:
+            section = self.sections.get(name)
+            if section is not None:
+                selected += section.root
+        return Messages._wrap(selected)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self.sections)
+
+
+@dataclass(frozen=True, slots=True)
+class Section:
+    """A view of one section of a store. Changes return a new :class:`MessageStore`."""
+
+    store: MessageStore
+    name: str
+
+    def messages(self) -> Messages:
+        return self.store.sections.get(self.name, EMPTY_MESSAGES)
+
+    def is_empty(self) -> bool:
+        return self.messages().is_empty()
+
+    def append_messages(self, messages: MessageLike) -> MessageStore:
+        return self.store.with_section(self.name, self.messages().append_messages(messages))
+
+    def append_message(self, message: Message) -> MessageStore:
+        return self.append_messages(message)
+
+    def set_messages(self, messages: MessageLike) -> MessageStore:
+        return self.store.with_section(self.name, messages)
+
+    def clear(self) -> MessageStore:
+        return self.store.with_section(self.name, EMPTY_MESSAGES)
