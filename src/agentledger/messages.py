@@ -5,13 +5,14 @@ Everything here is an immutable value: "changing" a collection or a store return
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import Annotated, Any, overload
 
 from pydantic import (
+    AfterValidator,
     BaseModel,
     BeforeValidator,
     ConfigDict,
@@ -47,6 +48,14 @@ def _none_as_empty(value: object) -> object:
     return "" if value is None else value
 
 
+def _as_tuple(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
+    return tuple(calls)
+
+
+ToolCalls = Annotated[Sequence[ToolCall], AfterValidator(_as_tuple)]
+"""Tool calls as any sequence going in (a list is fine), stored as a tuple."""
+
+
 class Message(BaseModel):
     """One message of a conversation or of an execution trace.
 
@@ -59,7 +68,7 @@ class Message(BaseModel):
     role: Role
     content: Annotated[str, BeforeValidator(_none_as_empty)] = ""
     name: str | None = None
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: ToolCalls = ()
     tool_call_id: str | None = None
     reasoning: str | None = None
     metadata: dict[str, JsonValue] = Field(default_factory=dict)

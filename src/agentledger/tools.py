@@ -253,7 +253,7 @@ def _model_name(tool_name: str) -> str:
 class ToolSet:
     """An immutable set of tools with unique names, in the order given."""
 
-    __slots__ = ("_tools",)
+    __slots__ = ("_schemas", "_tools")
 
     def __init__(self, tools: Iterable[Tool | Callable[..., object]] = ()) -> None:
         by_name: dict[str, Tool] = {}
@@ -266,6 +266,7 @@ class ToolSet:
                 )
             by_name[resolved.name] = resolved
         self._tools: Mapping[str, Tool] = by_name
+        self._schemas = tuple(tool_schema(t) for t in by_name.values())  # built once, sent often
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
@@ -274,7 +275,7 @@ class ToolSet:
         return tuple(self._tools)
 
     def schemas(self) -> tuple[ToolSchema, ...]:
-        return tuple(tool_schema(t) for t in self._tools.values())
+        return self._schemas
 
     def __iter__(self) -> Iterator[Tool]:
         return iter(self._tools.values())

@@ -6,7 +6,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ..messages import EMPTY_MESSAGES, Message, Messages, Role, ToolCall
+from ..messages import EMPTY_MESSAGES, Message, Messages, Role, ToolCalls
 from ..tools import ToolSchema
 from ..usage import Usage
 
@@ -59,7 +59,7 @@ class InferenceResponse(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     content: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
+    tool_calls: ToolCalls = ()
     reasoning: str | None = None
     usage: Usage = Usage()
     finish_reason: str | None = None

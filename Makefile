@@ -1,0 +1,38 @@
+# The README's two commands are `make demo` and `make test`; each sets up what it needs.
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+
+.PHONY: demo test lint typecheck bench clean
+
+$(BIN)/python:
+	$(PYTHON) -m venv $(VENV)
+
+# One stamp per extra: re-installed whenever pyproject.toml changes.
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+	$(PIP) -e .
+	touch $@
+
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[dev]'
+	touch $@
+
+demo: $(VENV)/.installed-run
+	$(BIN)/agentledger demo
+
+lint: $(VENV)/.installed-dev
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+
+typecheck: $(VENV)/.installed-dev
+	$(BIN)/mypy --strict src
+
+test: lint typecheck
+	$(BIN)/pytest
+
+bench: $(VENV)/.installed-dev
+	$(BIN)/python -m bench $(BENCH_ARGS)
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

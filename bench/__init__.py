@@ -1,0 +1,1 @@
+"""agentledger's benchmarks: ``make bench`` (``python -m bench``)."""

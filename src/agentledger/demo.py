@@ -1,0 +1,296 @@
+"""The offline demo: a travel assistant with three tools, over two turns of one conversation.
+
+The model is scripted (no network), but it reads what the tools returned: each scripted step is
+a function of the request, so the answers are built from the real tool results. The demo shows
+the clean conversation beside the execution trace of every step, with its tokens.
+"""
+
+from __future__ import annotations
+
+import json
+
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from . import Agent, AgentBuilder, AgentState, Role, StepExecution, ToolCall, Usage, tool
+from .llm import InferenceRequest, InferenceResponse, ScriptedLLM, ScriptItem
+
+SYSTEM_PROMPT = "You are a travel assistant. Use the tools; quote prices in euros."
+
+_WEATHER = {"lisbon": "24°C, sunny, light wind from the Atlantic"}
+_HOTELS = {
+    "lisbon": [
+        {"name": "Casa do Largo", "tier": "mid-range", "usd_per_night": 142},
+        {"name": "Hotel Miradouro", "tier": "mid-range", "usd_per_night": 128},
+        {"name": "Palácio Sol", "tier": "luxury", "usd_per_night": 390},
+    ]
+}
+_USD_TO_EUR = 0.92
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city.
+
+    Args:
+        city: The city name, in English.
+    """
+    return _WEATHER.get(city.lower(), "no forecast available")
+
+
+@tool
+def search_hotels(city: str, nights: int, tier: str = "mid-range") -> list[dict[str, object]]:
+    """Hotels in a city with their price per night in US dollars.
+
+    Args:
+        city: The city name, in English.
+        nights: How many nights the stay lasts.
+        tier: "budget", "mid-range" or "luxury".
+    """
+    found = [h for h in _HOTELS.get(city.lower(), []) if h["tier"] == tier]
+    return [
+        {**h, "nights": nights, "usd_total": int(str(h["usd_per_night"])) * nights} for h in found
+    ]
+
+
+@tool
+def convert_currency(amount: float, from_currency: str, to_currency: str) -> str:
+    """Convert an amount of money between USD and EUR.
+
+    Args:
+        amount: How much money.
+        from_currency: ISO code of the currency of ``amount``.
+        to_currency: ISO code of the currency wanted.
+    """
+    pair = (from_currency.upper(), to_currency.upper())
+    if pair == ("USD", "EUR"):
+        return f"{amount * _USD_TO_EUR:.2f} EUR"
+    if pair == ("EUR", "USD"):
+        return f"{amount / _USD_TO_EUR:.2f} USD"
+    raise ValueError(f"no exchange rate for {pair[0]} to {pair[1]}")
+
+
+def _tool_result(request: InferenceRequest, tool_name: str) -> str:
+    """The most recent result of ``tool_name`` among the messages the model was sent."""
+    for message in reversed(tuple(request.messages)):
+        if message.role is Role.TOOL and message.name == tool_name:
+            return message.content
+    raise LookupError(f"the model was not shown a result of {tool_name}")
+
+
+def _usage(request: InferenceRequest, output_tokens: int) -> Usage:
+    """Plausible token counts: about four characters a token for what the model was sent."""
+    sent = sum(
+        len(m.content) + len(json.dumps([c.arguments for c in m.tool_calls]))
+        for m in request.messages
+    )
+    sent += sum(len(t.model_dump_json()) for t in request.tools)
+    return Usage(input_tokens=sent // 4 + 12, output_tokens=output_tokens)
+
+
+def _call(
+    request: InferenceRequest, text: str, calls: list[ToolCall], output_tokens: int
+) -> InferenceResponse:
+    return InferenceResponse(
+        content=text,
+        tool_calls=calls,
+        usage=_usage(request, output_tokens),
+        finish_reason="tool_calls",
+    )
+
+
+def _cheapest(request: InferenceRequest) -> dict[str, object]:
+    hotels: list[dict[str, object]] = json.loads(_tool_result(request, "search_hotels"))
+    return min(hotels, key=lambda h: int(str(h["usd_total"])))
+
+
+def _script() -> list[ScriptItem]:
+    """Two turns. Turn 1: weather and hotels in parallel, a conversion, the answer.
+    Turn 2: a new search, a conversion with a malformed argument (fed back as an error), the
+    corrected call, the answer."""
+
+    def t1_search(r: InferenceRequest) -> InferenceResponse:
+        return _call(
+            r,
+            "I'll check the weather and mid-range hotels in Lisbon.",
+            [
+                ToolCall(id="call_w1", name="get_weather", arguments={"city": "Lisbon"}),
+                ToolCall(
+                    id="call_h1", name="search_hotels", arguments={"city": "Lisbon", "nights": 2}
+                ),
+            ],
+            46,
+        )
+
+    def t1_convert(r: InferenceRequest) -> InferenceResponse:
+        best = _cheapest(r)
+        args = {"amount": best["usd_total"], "from_currency": "USD", "to_currency": "EUR"}
+        return _call(r, "", [ToolCall(id="call_c1", name="convert_currency", arguments=args)], 28)
+
+    def t1_answer(r: InferenceRequest) -> InferenceResponse:
+        best, eur = _cheapest(r), _tool_result(r, "convert_currency")
+        text = (
+            f"Lisbon next Friday: {_tool_result(r, 'get_weather')}. The best mid-range option is "
+            f"{best['name']}: two nights for about {eur} (${best['usd_total']})."
+        )
+        reasoning = "Two hotels match; the cheaper total wins. Converted at the tool's rate."
+        return InferenceResponse(
+            content=text, reasoning=reasoning, usage=_usage(r, 58), finish_reason="stop"
+        )
+
+    def t2_search(r: InferenceRequest) -> InferenceResponse:
+        args = {"city": "Lisbon", "nights": 3}
+        return _call(r, "", [ToolCall(id="call_h2", name="search_hotels", arguments=args)], 24)
+
+    def t2_bad_convert(r: InferenceRequest) -> InferenceResponse:
+        args = {"amount": "three nights' worth", "from_currency": "USD", "to_currency": "EUR"}
+        return _call(r, "", [ToolCall(id="call_c2", name="convert_currency", arguments=args)], 27)
+
+    def t2_convert(r: InferenceRequest) -> InferenceResponse:
+        args = {"amount": _cheapest(r)["usd_total"], "from_currency": "USD", "to_currency": "EUR"}
+        return _call(
+            r,
+            "The amount must be a number; retrying.",
+            [ToolCall(id="call_c3", name="convert_currency", arguments=args)],
+            31,
+        )
+
+    def t2_answer(r: InferenceRequest) -> InferenceResponse:
+        best, eur = _cheapest(r), _tool_result(r, "convert_currency")
+        text = f"Three nights at {best['name']} come to about {eur} (${best['usd_total']})."
+        return InferenceResponse(content=text, usage=_usage(r, 22), finish_reason="stop")
+
+    return [t1_search, t1_convert, t1_answer, t2_search, t2_bad_convert, t2_convert, t2_answer]
+
+
+TURNS = (
+    "I'm flying to Lisbon next Friday for two nights. What's the weather, and what would a "
+    "mid-range hotel cost in euros?",
+    "And if I stay three nights?",
+)
+
+
+def build_agent(*, separated_tool_trace: bool = True) -> tuple[Agent, ScriptedLLM]:
+    """The demo's agent and its scripted model."""
+    llm = ScriptedLLM(_script(), model="scripted-travel-model")
+    agent = (
+        AgentBuilder()
+        .with_llm(llm)
+        .with_name("travel-assistant")
+        .with_system_prompt(SYSTEM_PROMPT)
+        .with_tools([get_weather, search_hotels, convert_currency])
+        .with_parallel_tools(2)
+        .with_separated_tool_trace(separated_tool_trace)
+        .build()
+    )
+    return agent, llm
+
+
+def converse(agent: Agent) -> list[AgentState]:
+    """Both turns of the conversation; the state after each."""
+    state, states = AgentState.empty(), []
+    for text in TURNS:
+        state = agent.execute(state.with_user_message(text))
+        states.append(state)
+    return states
+
+
+def run_demo(console: Console | None = None) -> list[AgentState]:
+    """Run both turns and print them; returns the state after each turn."""
+    console = console or Console(width=None if Console().is_terminal else 120)
+    console.rule("[bold]agentledger demo: a travel assistant, offline[/bold]")
+    console.print(
+        "The conversation keeps what the user said and what the agent answered; every tool call, "
+        "tool result and bit of reasoning stays in the execution trace.\n"
+    )
+    agent, llm = build_agent()
+    states = converse(agent)
+    ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
+    for number, state in enumerate(states, start=1):
+        _print_turn(console, number, state, llm.requests[ends[number - 1] - 1])
+    inline_agent, inline_llm = build_agent(separated_tool_trace=False)
+    inline = converse(inline_agent)
+    _print_summary(console, states, first_request_of_turn_2=llm.requests[ends[0]])
+    console.print(
+        f"The same two turns inline (with_separated_tool_trace(False)) leave "
+        f"{len(inline[-1].messages())} messages in the conversation, and turn 2's first request "
+        f"carries {len(inline_llm.requests[ends[0]].messages)} messages instead of "
+        f"{len(llm.requests[ends[0]].messages)}: run 1's tool trace, sent again."
+    )
+    return states
+
+
+def _print_turn(console: Console, number: int, state: AgentState, last: InferenceRequest) -> None:
+    table = Table(show_lines=False, expand=True, title=f"Turn {number}", title_style="bold")
+    table.add_column("Conversation (what the user sees)", ratio=2, vertical="top")
+    table.add_column("Execution trace (this run's steps)", ratio=3, vertical="top")
+    table.add_row(_conversation(state), Group(*(_step(e) for e in state.step_executions)))
+    console.print(table)
+    outcome = state.continuation_outcome
+    assert outcome is not None
+    console.print(
+        f"  run {state.run_id} · [bold]{state.status}[/bold]: {outcome.detail} "
+        f"(judged by {outcome.decided_by}) · {state.step_count} steps · "
+        f"{state.usage.input_tokens} in / {state.usage.output_tokens} out tokens · the model's "
+        f"last request held {len(last.messages)} messages, "
+        f"{sum(1 for m in last.messages if m.is_tool_trace())} of them trace\n"
+    )
+
+
+def _conversation(state: AgentState) -> Group:
+    lines = []
+    for message in state.messages():
+        style = "cyan" if message.role is Role.USER else "green"
+        lines.append(Text.assemble((f"{message.role}: ", f"bold {style}"), message.content, "\n"))
+    return Group(*lines)
+
+
+def _step(execution: StepExecution) -> Panel:
+    step = execution.step
+    body = Text()
+    if (
+        step.assistant_message is not None
+        and step.assistant_message.content
+        and step.has_tool_calls()
+    ):
+        body.append(f"says: {step.assistant_message.content}\n", style="italic")
+    if step.assistant_message is not None and step.assistant_message.reasoning:
+        body.append(f"reasoning: {step.assistant_message.reasoning}\n", style="magenta")
+    for ex in step.tool_executions:
+        args = json.dumps(ex.tool_call.arguments, ensure_ascii=False)
+        body.append(f"→ {ex.tool_name}({args})\n", style="yellow")
+        body.append(f"  ← {_shorten(ex.result)}\n", style="red" if ex.is_error else "default")
+    if step.response_messages:
+        body.append("answer filed in the conversation\n", style="green")
+    u = step.usage
+    tokens = f"{u.input_tokens} in / {u.output_tokens} out"
+    title = f"step {execution.step_index} · {step.step_type} · {tokens}"
+    body.rstrip()
+    return Panel(body, title=title, title_align="left", border_style="dim")
+
+
+def _shorten(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_summary(
+    console: Console, states: list[AgentState], *, first_request_of_turn_2: InferenceRequest
+) -> None:
+    final = states[-1]
+    trace = sum(1 for s in states for e in s.step_executions for m in e.step.trace_messages)
+    errors = sum(len(e.step.tool_errors) for s in states for e in s.step_executions)
+    console.print(
+        Panel(
+            f"conversation: {len(final.messages())} messages "
+            f"({', '.join(m.role for m in final.messages())})\n"
+            f"execution trace: {sum(s.step_count for s in states)} steps, {trace} trace messages, "
+            f"{errors} tool error fed back to the model and corrected\n"
+            f"execution buffer now: {len(final.execution_buffer())} messages; turn 2's first "
+            f"request held {len(first_request_of_turn_2.messages)} messages, no trace of run 1\n"
+            f"tokens: {sum(s.usage.total_tokens for s in states)} over both runs",
+            title="Summary",
+            title_align="left",
+        )
+    )
