@@ -9,7 +9,7 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TypeVar
 
-from pydantic import BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
 
 
 class StopReason(StrEnum):
@@ -61,7 +61,7 @@ class ExecutionBudget(BaseModel):
     max_tokens: PositiveInt | None = None
     max_cost_usd: NonNegativeFloat | None = None
     max_seconds: NonNegativeFloat | None = None
-    deadline: datetime | None = None
+    deadline: AwareDatetime | None = None
 
     def tightened(self, other: ExecutionBudget) -> ExecutionBudget:
         """The stricter of two budgets, limit by limit."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+from pydantic import JsonValue
 from rich.console import Console, Group
 from rich.panel import Panel
 from rich.table import Table
@@ -101,8 +102,8 @@ def _call(
     )
 
 
-def _cheapest(request: InferenceRequest) -> dict[str, object]:
-    hotels: list[dict[str, object]] = json.loads(_tool_result(request, "search_hotels"))
+def _cheapest(request: InferenceRequest) -> dict[str, JsonValue]:
+    hotels: list[dict[str, JsonValue]] = json.loads(_tool_result(request, "search_hotels"))
     return min(hotels, key=lambda h: int(str(h["usd_total"])))
 
 
@@ -126,7 +127,11 @@ def _script() -> list[ScriptItem]:
 
     def t1_convert(r: InferenceRequest) -> InferenceResponse:
         best = _cheapest(r)
-        args = {"amount": best["usd_total"], "from_currency": "USD", "to_currency": "EUR"}
+        args: dict[str, JsonValue] = {
+            "amount": best["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
         return _call(r, "", [ToolCall(id="call_c1", name="convert_currency", arguments=args)], 28)
 
     def t1_answer(r: InferenceRequest) -> InferenceResponse:
@@ -141,15 +146,23 @@ def _script() -> list[ScriptItem]:
         )
 
     def t2_search(r: InferenceRequest) -> InferenceResponse:
-        args = {"city": "Lisbon", "nights": 3}
+        args: dict[str, JsonValue] = {"city": "Lisbon", "nights": 3}
         return _call(r, "", [ToolCall(id="call_h2", name="search_hotels", arguments=args)], 24)
 
     def t2_bad_convert(r: InferenceRequest) -> InferenceResponse:
-        args = {"amount": "three nights' worth", "from_currency": "USD", "to_currency": "EUR"}
+        args: dict[str, JsonValue] = {
+            "amount": "three nights' worth",
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
         return _call(r, "", [ToolCall(id="call_c2", name="convert_currency", arguments=args)], 27)
 
     def t2_convert(r: InferenceRequest) -> InferenceResponse:
-        args = {"amount": _cheapest(r)["usd_total"], "from_currency": "USD", "to_currency": "EUR"}
+        args: dict[str, JsonValue] = {
+            "amount": _cheapest(r)["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
         return _call(
             r,
             "The amount must be a number; retrying.",

@@ -5,11 +5,11 @@ Everything here is an immutable value: "changing" a collection or a store return
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from typing import Annotated, Any, overload
+from typing import Annotated, overload
 
 from pydantic import (
     AfterValidator,
@@ -41,7 +41,7 @@ class ToolCall(BaseModel):
 
     id: str
     name: str
-    arguments: dict[str, Any] = Field(default_factory=dict)
+    arguments: Mapping[str, JsonValue] = Field(default_factory=dict)
 
 
 def _none_as_empty(value: object) -> object:
