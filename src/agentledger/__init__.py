@@ -5,7 +5,8 @@ results, reasoning, errors) are kept apart. This module is the public door: ever
 in ``__all__`` is public API.
 """
 
-from importlib.metadata import PackageNotFoundError, version
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
+from importlib.metadata import version as _version
 
 from .agent import Agent, AgentConfig, FinalResponse
 from .builder import AgentBuilder
@@ -42,8 +43,8 @@ from .tools import FunctionTool, Tool, ToolContext, ToolOutput, ToolSchema, Tool
 from .usage import Usage
 
 try:
-    __version__ = version("agentledger")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree without install
+    __version__ = _version("agentledger")
+except _PackageNotFoundError:  # pragma: no cover - running from a source tree without install
     __version__ = "0.0.0"
 
 __all__ = [

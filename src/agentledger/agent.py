@@ -12,7 +12,7 @@ from enum import StrEnum
 
 from ._ids import Clock, new_id
 from .continuation import ExecutionBudget
-from .criteria import Criterion, decide
+from .criteria import Criterion, decide, pending_outcome
 from .drivers import Driver, StepRequest
 from .errors import ProcessorError
 from .executor import ToolExecutor
@@ -138,7 +138,7 @@ class Agent:
         ).model_copy(update={"status": AgentStatus.after(outcome)})
 
     def _request(self, state: AgentState, index: int) -> StepRequest:
-        previous = state.continuation_outcome
+        previous = pending_outcome(state.step_executions)
         final = previous is not None and previous.final_response_required
         reason = previous.stop_reason if previous is not None else None
         return StepRequest(

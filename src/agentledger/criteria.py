@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from .continuation import ContinuationDecision, ContinuationOutcome, StopReason, Verdict
 from .state import AgentState
-from .steps import StepType
+from .steps import StepExecution, StepType
 
 Criterion = Callable[[AgentState], ContinuationDecision]
 
@@ -167,6 +167,15 @@ def evaluate(state: AgentState, criteria: Sequence[Criterion]) -> ContinuationOu
     )
 
 
+def pending_outcome(executions: Sequence[StepExecution]) -> ContinuationOutcome | None:
+    """The outcome that decides what the next step is: that of the last step whose model call
+    did not fail (a failed call, once the run is continued, is simply tried again)."""
+    for execution in reversed(executions):
+        if execution.step.step_type is not StepType.ERROR:
+            return execution.outcome
+    return None
+
+
 def decide(
     state: AgentState, criteria: Sequence[Criterion], *, final_response: bool
 ) -> ContinuationOutcome:
@@ -176,7 +185,7 @@ def decide(
     when ``final_response`` is on; after that step it stops with the limit's reason.
     """
     step = state.current_step
-    previous = state.step_executions[-2].outcome if state.step_count > 1 else None
+    previous = pending_outcome(state.step_executions[:-1])
     if step is not None and step.step_type is StepType.FINAL_RESPONSE and previous is not None:
         if step.error is not None:
             return evaluate(state, criteria)

@@ -159,7 +159,7 @@ def function_tool(
             f"{function.__qualname__} is async; tools are called synchronously. "
             "Wrap it in a function that runs it (for example with asyncio.run)."
         )
-    tool_name = name or function.__name__
+    tool_name = function.__name__ if name is None else name
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
         raise ToolDefinitionError(
             f"tool name {tool_name!r} is not accepted by model APIs: use 1-64 letters, "
@@ -225,7 +225,10 @@ def _arguments_model(
             context_parameter = parameter.name
             continue
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
-        fields[parameter.name] = (annotation, Field(default, description=docs.get(parameter.name)))
+        # A description in Annotated[..., Field(description=...)] stands unless the docstring
+        # gives one.
+        info = Field(default, description=docs[parameter.name]) if parameter.name in docs else None
+        fields[parameter.name] = (annotation, info if info is not None else Field(default))
     model = create_model(_model_name(tool_name), __config__=ConfigDict(extra="forbid"), **fields)
     return model, context_parameter
 

@@ -29,7 +29,7 @@ class ScriptedLLM:
     def remaining(self) -> int:
         """How many scripted responses are left."""
         with self._lock:
-            return len(self._script) - len(self.requests)
+            return max(0, len(self._script) - len(self.requests))
 
     def complete(self, request: InferenceRequest) -> InferenceResponse:
         with self._lock:
