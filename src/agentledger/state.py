@@ -62,10 +62,10 @@ class AgentState(BaseModel):
     SUMMARY_SECTION: ClassVar[str] = "summary"
     BUFFER_SECTION: ClassVar[str] = "buffer"
     INFERENCE_SECTIONS: ClassVar[tuple[str, ...]] = (
-        "summary",
-        "buffer",
-        "messages",
-        "execution_buffer",
+        SUMMARY_SECTION,
+        BUFFER_SECTION,
+        DEFAULT_SECTION,
+        EXECUTION_BUFFER_SECTION,
     )
 
     conversation_id: str = Field(default_factory=new_id)

@@ -6,7 +6,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ..messages import EMPTY_MESSAGES, Message, Messages, Role, ToolCalls
+from ..messages import EMPTY_MESSAGES, Messages, Role, ToolCalls
 from ..tools import ToolSchema
 from ..usage import Usage
 
@@ -44,9 +44,6 @@ class InferenceRequest(BaseModel):
         """The leading system message's text, for wire formats that send it apart."""
         first = self.messages.first()
         return first.content if first is not None and first.role is Role.SYSTEM else None
-
-    def last_message(self) -> Message | None:
-        return self.messages.last()
 
 
 class InferenceResponse(BaseModel):
