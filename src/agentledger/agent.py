@@ -6,17 +6,20 @@ code over values; asking the model and running tools happen in the driver.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ._ids import Clock, new_id
-from .continuation import ExecutionBudget
+from .continuation import ExecutionBudget, StopReason
 from .criteria import Criterion, decide, pending_outcome
 from .drivers import Driver, StepRequest
-from .errors import ProcessorError
+from .errors import ConversationBusyError, ProcessorError
 from .executor import ToolExecutor
+from .messages import Message, Role
 from .processors import StateProcessor, run_chain
+from .recording import InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import StepExecution
 from .tools import EMPTY_TOOLS, ToolSet
@@ -51,6 +54,7 @@ class AgentConfig:
     final_response: FinalResponse = FinalResponse.GENERATE
     final_instruction: str = DEFAULT_FINAL_INSTRUCTION
     max_parallel_tools: int = 1
+    recorder: Recorder = field(default_factory=InMemoryRecorder)
 
 
 class Agent:
@@ -83,14 +87,72 @@ class Agent:
     def processors(self) -> Sequence[StateProcessor]:
         return self.config.processors
 
+    @property
+    def recorder(self) -> Recorder:
+        return self.config.recorder
+
     def execute(self, state: AgentState) -> AgentState:
-        last = state
-        for last in self.iterate(state):  # noqa: B007 - the last state is the result
-            pass
+        """Run ``state`` in memory until the run stops; the last state. Nothing is recorded."""
+        last = self.begin(state)
+        for after in self._continue(last):
+            last = after
         return last
 
     def iterate(self, state: AgentState) -> Iterator[AgentState]:
-        state = self.begin(state)
+        """Like :meth:`execute`, yielding the state after every step."""
+        yield from self._continue(self.begin(state))
+
+    def run(self, user_text: str, conversation_id: str | None = None) -> RunResult:
+        """One run on a conversation, recorded: the user message is stored first, every step
+        as it happens, and the answer committed with the run (a new conversation when
+        ``conversation_id`` is None)."""
+        recorder = self.config.recorder
+        state = recorder.load_conversation(conversation_id)
+        user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
+        state = self.begin(state.with_messages(state.messages().append(user)))
+        recorder.begin_run(state, user_message=user, agent_name=self.name)
+        return self._drive(state)
+
+    def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
+        """Continue a run whose process died or whose model failed, with this agent's model
+        and tools. The step in flight at a crash is done again."""
+        return self._drive(self.config.recorder.claim_run(run_id, stale_after=stale_after))
+
+    def recover(self, stale_after: float | None = None) -> list[RunResult]:
+        """Resume every stale run of the recorder; runs another process claims first are
+        left to it."""
+        results = []
+        for run_id in self.config.recorder.stale_run_ids(stale_after):
+            try:
+                results.append(self.resume(run_id, stale_after=stale_after))
+            except ConversationBusyError:
+                continue
+        return results
+
+    def _drive(self, state: AgentState) -> RunResult:
+        recorder = self.config.recorder
+        try:
+            for after in self._continue(state):
+                recorder.record_step(state, after)
+                state = after
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # the original error is the one to report
+                recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
+            raise
+        state = _settled(state)
+        if state.status is AgentStatus.FAILED:
+            recorder.fail_run(state)
+        else:
+            recorder.commit_run(state)
+        return RunResult.of(state)
+
+    def _continue(self, state: AgentState) -> Iterator[AgentState]:
+        """Steps until the run stops. A run whose last step already ended it (a crash between
+        that step and the commit) takes no more steps; a failed one tries again."""
+        outcome = state.continuation_outcome
+        ended = outcome is not None and not outcome.should_continue
+        if ended and outcome is not None and outcome.stop_reason is not StopReason.ERROR:
+            return
         while True:
             state = self.step(state)
             yield state
@@ -154,3 +216,16 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
+
+
+def _settled(state: AgentState) -> AgentState:
+    """A state whose run has stopped, with the status its last outcome gives it."""
+    outcome = state.continuation_outcome
+    if outcome is None or outcome.should_continue:
+        return state
+    status = AgentStatus.after(outcome)
+    if status is not AgentStatus.FAILED:
+        state = state.with_message_store(
+            state.store.section(AgentState.EXECUTION_BUFFER_SECTION).clear()
+        )
+    return state.model_copy(update={"status": status})

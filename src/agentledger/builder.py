@@ -20,6 +20,7 @@ from .processors import (
     ClearExecutionBuffer,
     StateProcessor,
 )
+from .recording import InMemoryRecorder, Recorder
 from .tools import Tool, ToolSet
 
 DEFAULT_MAX_STEPS = 20
@@ -49,6 +50,7 @@ class AgentBuilder:
     name: str = "agent"
     clock: Clock = utc_now
     max_parallel_tools: int = 1
+    recorder: Recorder | None = None
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -126,6 +128,11 @@ class AgentBuilder:
             raise ConfigurationError(f"with_parallel_tools needs at least 1, got {max_parallel}")
         return self._with(max_parallel_tools=max_parallel)
 
+    def with_ledger(self, ledger: Recorder) -> AgentBuilder:
+        """Record ``Agent.run`` in ``ledger`` (an :class:`agentledger.ledger.Ledger`, or any
+        :class:`Recorder`). Without one, runs are kept in memory."""
+        return self._with(recorder=ledger)
+
     def build(self) -> Agent:
         return Agent(
             AgentConfig(
@@ -140,6 +147,7 @@ class AgentBuilder:
                 final_response=self.final_response,
                 final_instruction=self.final_instruction,
                 max_parallel_tools=self.max_parallel_tools,
+                recorder=self.recorder if self.recorder is not None else InMemoryRecorder(),
             )
         )
 
