@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -103,13 +104,7 @@ def step_from_response(
         metadata=response.metadata,
         created_at=finished_at,
     )
-    if response.tool_calls:
-        trace = Messages.of(assistant, *(e.to_message() for e in executions))
-        answer = Messages()
-    else:
-        trace = Messages()
-        answer = Messages.of(assistant.model_copy(update={"reasoning": None, "metadata": {}}))
-        answer = answer if response.content else Messages()
+    trace, answer = split_output(assistant, executions)
     return AgentStep(
         step_type=_step_type(response, request),
         input_messages=input_messages,
@@ -121,6 +116,21 @@ def step_from_response(
         started_at=started_at,
         finished_at=finished_at,
     )
+
+
+def split_output(
+    assistant: Message, executions: Sequence[ToolExecution]
+) -> tuple[Messages, Messages]:
+    """Trace and response of a step, from the message the model produced and its tool runs.
+
+    A message that calls tools is trace, followed by the results; one that does not is the
+    answer, without its reasoning and provider metadata (they stay on the step).
+    """
+    if assistant.tool_calls:
+        return Messages.of(assistant, *(e.to_message() for e in executions)), Messages()
+    if not assistant.content:
+        return Messages(), Messages()
+    return Messages(), Messages.of(assistant.model_copy(update={"reasoning": None, "metadata": {}}))
 
 
 def _step_type(response: InferenceResponse, request: StepRequest) -> StepType:

@@ -27,6 +27,8 @@ class ToolExecution(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
+    id: str = Field(default_factory=new_id)
+    """Also the id of the ``tool`` message that carries the result."""
     tool_call: ToolCall
     arguments: dict[str, JsonValue] | None = None
     result: str
@@ -52,6 +54,7 @@ class ToolExecution(BaseModel):
     def to_message(self) -> Message:
         """The ``tool`` message that carries the result back to the model."""
         return Message(
+            id=self.id,
             role=Role.TOOL,
             content=self.result,
             tool_call_id=self.tool_call.id,

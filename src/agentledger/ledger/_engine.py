@@ -1,0 +1,162 @@
+"""Connecting to the ledger's database: URLs, SQLite's settings, write transactions, retries.
+
+SQLite runs in WAL mode with foreign keys on. Writes start with ``BEGIN IMMEDIATE``, so a
+writer waits for the write lock at the start of its transaction (up to the busy timeout)
+instead of failing half way through it; when the lock stays taken, the whole transaction is
+retried a bounded number of times with backoff before :class:`LedgerBusyError` is raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import sqlite3
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, TypeVar
+
+from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import OperationalError
+from sqlalchemy.pool import ConnectionPoolEntry
+
+from ..errors import ConfigurationError, LedgerBusyError, LedgerOpenError
+
+Synchronous = Literal["FULL", "NORMAL"]
+T = TypeVar("T")
+
+WRITE = {"agentledger_write": True}
+"""Execution options of a write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
+
+
+@dataclass(frozen=True)
+class EngineSettings:
+    """How the ledger talks to its database.
+
+    ``synchronous="NORMAL"`` (SQLite only) is faster and may lose the last commits on power
+    loss; it never corrupts the database. ``busy_timeout`` is how long one attempt waits for
+    another writer; ``retries`` how many more attempts a write transaction gets.
+    """
+
+    synchronous: Synchronous = "FULL"
+    busy_timeout: float = 5.0
+    retries: int = 8
+
+
+def normalize_url(url: str | os.PathLike[str]) -> str:
+    """A SQLAlchemy URL from a file path, a ``sqlite:///`` URL or a ``postgresql://`` URL."""
+    text = os.fspath(url)
+    if "://" not in text:
+        return f"sqlite:///{Path(text).expanduser()}"
+    if text.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + text.split("://", 1)[1]
+    if text.startswith(("sqlite://", "postgresql+")):
+        return text
+    raise ConfigurationError(
+        f"unsupported database URL {_redact(text)!r}: give a file path, a sqlite:/// URL or "
+        "a postgresql:// URL"
+    )
+
+
+def _redact(url: str) -> str:
+    with contextlib.suppress(Exception):
+        return make_url(url).render_as_string(hide_password=True)
+    return url.split("@")[-1]
+
+
+def sqlite_path(url: str) -> Path | None:
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
+        return None
+    return Path(parsed.database)
+
+
+def make_engine(url: str, settings: EngineSettings = EngineSettings()) -> Engine:
+    url = normalize_url(url)
+    if make_url(url).get_backend_name() == "sqlite":
+        return _sqlite_engine(url, settings)
+    try:
+        return create_engine(url, pool_pre_ping=True)
+    except ModuleNotFoundError as exc:
+        raise ConfigurationError(
+            "PostgreSQL needs psycopg 3: pip install 'agentledger[postgresql]'"
+        ) from exc
+
+
+def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
+    path = sqlite_path(url)
+    if path is not None:
+        _check_sqlite_path(path)
+    engine = create_engine(url, connect_args={"timeout": settings.busy_timeout})
+
+    @event.listens_for(engine, "connect")
+    def _on_connect(dbapi: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
+        dbapi.isolation_level = None  # we issue BEGIN ourselves
+        cursor = dbapi.cursor()
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            cursor.execute("PRAGMA foreign_keys=ON")
+            cursor.execute(f"PRAGMA synchronous={settings.synchronous}")
+            cursor.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout * 1000)}")
+        finally:
+            cursor.close()
+
+    @event.listens_for(engine, "begin")
+    def _on_begin(conn: Connection) -> None:
+        write = conn.get_execution_options().get("agentledger_write", False)
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _check_sqlite_path(path: Path) -> None:
+    if path.is_dir():
+        raise LedgerOpenError(f"{path} is a directory; give the path of a database file")
+    if not path.parent.exists():
+        raise LedgerOpenError(f"the directory {path.parent} does not exist; create it first")
+    if path.exists() and path.stat().st_size >= 16:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+        if header != b"SQLite format 3\x00":
+            raise LedgerOpenError(
+                f"{path} is not a SQLite database (its header is {header[:16]!r}); "
+                "give the path of an agentledger database or of a file that does not exist yet"
+            )
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True for "database is locked" style errors, which a retry may cure."""
+    if not isinstance(exc, OperationalError):
+        return False
+    text = str(exc.orig).lower()
+    return "database is locked" in text or "database is busy" in text or "busy" in text
+
+
+def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) -> T:
+    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff."""
+    delay = 0.05
+    for attempt in range(settings.retries + 1):
+        try:
+            return work()
+        except OperationalError as exc:
+            if not is_busy(exc) or attempt == settings.retries:
+                if is_busy(exc):
+                    raise LedgerBusyError(
+                        f"{what}: the database stayed locked by other writers through "
+                        f"{settings.retries + 1} attempts of {settings.busy_timeout}s each. "
+                        "Fewer concurrent writers, or a longer busy_timeout, will help."
+                    ) from exc
+                raise
+            time.sleep(delay * (1 + random.random()))
+            delay = min(delay * 2, 1.0)
+    raise AssertionError("unreachable")
+
+
+@contextlib.contextmanager
+def write_transaction(engine: Engine) -> Iterator[Connection]:
+    """One write transaction: ``BEGIN IMMEDIATE`` on SQLite, an ordinary one elsewhere."""
+    with engine.connect() as conn, conn.execution_options(**WRITE).begin():
+        yield conn

@@ -1,0 +1,227 @@
+"""Mapping between the domain's values and the ledger's rows, in both directions."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from ..continuation import ContinuationOutcome, ExecutionBudget, StopReason
+from ..drivers import split_output
+from ..llm import InferenceResponse
+from ..messages import Message, Messages, Role, ToolCall
+from ..state import AgentState
+from ..steps import AgentStep, StepExecution, StepType, ToolExecution
+from ..usage import Usage
+from .records import ConversationRecord, RunRecord
+
+Row = Mapping[Any, Any]
+USAGE_COLUMNS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+)
+
+
+def usage_columns(usage: Usage) -> dict[str, int]:
+    return {name: getattr(usage, name) for name in USAGE_COLUMNS}
+
+
+def usage_of(row: Row) -> Usage:
+    return Usage(**{name: row[name] or 0 for name in USAGE_COLUMNS})
+
+
+def tool_calls_json(calls: Sequence[ToolCall]) -> list[Any] | None:
+    return [call.model_dump(mode="json") for call in calls] if calls else None
+
+
+def message_columns(message: Message) -> dict[str, Any]:
+    return {
+        "id": message.id,
+        "role": message.role.value,
+        "content": message.content,
+        "name": message.name,
+        "tool_calls": tool_calls_json(message.tool_calls),
+        "tool_call_id": message.tool_call_id,
+        "reasoning": message.reasoning,
+        "metadata": message.metadata or None,
+        "created_at": message.created_at,
+    }
+
+
+def message_of(row: Row) -> Message:
+    return Message(
+        id=row["id"],
+        role=Role(row["role"]),
+        content=row["content"],
+        name=row["name"],
+        tool_calls=tuple(ToolCall.model_validate(c) for c in row["tool_calls"] or ()),
+        tool_call_id=row["tool_call_id"],
+        reasoning=row["reasoning"],
+        metadata=row["metadata"] or {},
+        created_at=row["created_at"],
+    )
+
+
+def step_columns(run_id: str, execution: StepExecution) -> dict[str, Any]:
+    step, outcome = execution.step, execution.outcome
+    assistant = step.assistant_message
+    return {
+        "id": step.id,
+        "run_id": run_id,
+        "step_index": execution.step_index,
+        "step_type": step.step_type.value,
+        "model": step.model,
+        "finish_reason": step.finish_reason,
+        "started_at": step.started_at,
+        "finished_at": step.finished_at,
+        "duration_ms": step.duration_ms,
+        **usage_columns(step.usage),
+        "cost_usd": step.cost_usd,
+        "should_continue": outcome.should_continue if outcome else False,
+        "stop_reason": outcome.stop_reason.value if outcome and outcome.stop_reason else None,
+        "decided_by": outcome.decided_by if outcome else None,
+        "outcome_detail": outcome.detail if outcome else None,
+        "final_response_required": outcome.final_response_required if outcome else False,
+        "error": step.error,
+        "message_id": assistant.id if assistant else None,
+        "content": assistant.content if assistant else None,
+        "tool_calls": tool_calls_json(assistant.tool_calls) if assistant else None,
+        "reasoning": assistant.reasoning if assistant else None,
+        "metadata": (assistant.metadata or None) if assistant else None,
+    }
+
+
+def tool_columns(
+    run_id: str, step_id: str, step_index: int, position: int, e: ToolExecution
+) -> dict[str, Any]:
+    return {
+        "id": e.id,
+        "run_id": run_id,
+        "step_id": step_id,
+        "step_index": step_index,
+        "position": position,
+        "tool_call_id": e.tool_call.id,
+        "tool_name": e.tool_call.name,
+        "arguments": dict(e.tool_call.arguments),
+        "validated_arguments": e.arguments,
+        "result": e.result,
+        "is_error": e.is_error,
+        "error": e.error,
+        "started_at": e.started_at,
+        "finished_at": e.finished_at,
+        "duration_ms": e.duration_ms,
+        "child_run_id": e.child_run_id,
+        "metadata": e.metadata or None,
+    }
+
+
+def tool_execution_of(row: Row) -> ToolExecution:
+    return ToolExecution(
+        id=row["id"],
+        tool_call=ToolCall(
+            id=row["tool_call_id"], name=row["tool_name"], arguments=row["arguments"] or {}
+        ),
+        arguments=row["validated_arguments"],
+        result=row["result"],
+        is_error=row["is_error"],
+        error=row["error"],
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        child_run_id=row["child_run_id"],
+        metadata=row["metadata"] or {},
+    )
+
+
+def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
+    """A step rebuilt from its row and its tool rows: trace and response exactly as they were
+    (what the model saw as input is not stored, so ``input_messages`` is empty)."""
+    executions = tuple(tool_execution_of(t) for t in tools)
+    assistant = _assistant_of(row)
+    response = None
+    if assistant is not None:
+        response = InferenceResponse(
+            content=assistant.content,
+            tool_calls=assistant.tool_calls,
+            reasoning=assistant.reasoning,
+            usage=usage_of(row),
+            finish_reason=row["finish_reason"],
+            model=row["model"],
+            cost_usd=row["cost_usd"],
+            metadata=assistant.metadata,
+        )
+    trace, answer = split_output(assistant, executions) if assistant else (Messages(), Messages())
+    step = AgentStep(
+        id=row["id"],
+        step_type=StepType(row["step_type"]),
+        trace_messages=trace,
+        response_messages=answer,
+        inference_response=response,
+        assistant_message=assistant,
+        tool_executions=executions,
+        started_at=row["started_at"],
+        finished_at=row["finished_at"],
+        error=row["error"],
+    )
+    outcome = ContinuationOutcome(
+        should_continue=row["should_continue"],
+        stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
+        decided_by=row["decided_by"] or "",
+        detail=row["outcome_detail"] or "",
+        final_response_required=row["final_response_required"],
+    )
+    return StepExecution(step_index=row["step_index"], step=step, outcome=outcome)
+
+
+def _assistant_of(row: Row) -> Message | None:
+    if row["message_id"] is None:
+        return None
+    return Message(
+        id=row["message_id"],
+        role=Role.ASSISTANT,
+        content=row["content"] or "",
+        tool_calls=tuple(ToolCall.model_validate(c) for c in row["tool_calls"] or ()),
+        reasoning=row["reasoning"],
+        metadata=row["metadata"] or {},
+        created_at=row["finished_at"],
+    )
+
+
+def run_columns_at_end(
+    state: AgentState, status: str, error: str | None, now: datetime
+) -> dict[str, Any]:
+    return {
+        "status": status,
+        "stop_reason": state.stop_reason.value if state.stop_reason else None,
+        "error": error,
+        "finished_at": now,
+        "heartbeat_at": now,
+        "step_count": state.step_count,
+        "model": _model_of(state),
+        **usage_columns(state.usage),
+        "cost_usd": state.cost_usd,
+        "fully_priced": state.fully_priced,
+    }
+
+
+def _model_of(state: AgentState) -> str | None:
+    for execution in reversed(state.step_executions):
+        if execution.step.model:
+            return execution.step.model
+    return None
+
+
+def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
+    return budget.model_dump(mode="json", exclude_none=True)
+
+
+def conversation_record(row: Row) -> ConversationRecord:
+    return ConversationRecord.model_validate({**row, "metadata": row["metadata"] or {}})
+
+
+def run_record(row: Row) -> RunRecord:
+    return RunRecord.model_validate(
+        {**row, "usage": usage_of(row), "metadata": row["metadata"] or {}}
+    )

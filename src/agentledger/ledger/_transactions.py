@@ -1,0 +1,579 @@
+"""The run as a sequence of short transactions: begin, one per step, commit or fail; and the
+lease that keeps one running run per conversation.
+
+Every write checks that this process still holds the conversation's lease (a fencing token,
+new for every attempt at a run): a process that stalled past its lease and was taken over
+cannot write into the run that replaced it.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+from sqlalchemy import (
+    Connection,
+    Engine,
+    and_,
+    delete,
+    false,
+    func,
+    insert,
+    or_,
+    select,
+    update,
+)
+
+from .._ids import Clock, new_id
+from ..continuation import ExecutionBudget
+from ..errors import ConversationBusyError, LeaseLostError, NotFoundError, UsageError
+from ..messages import Message, Messages
+from ..recording import filed_messages
+from ..state import AgentState, AgentStatus
+from ._engine import EngineSettings, with_retries, write_transaction
+from ._rows import (
+    budget_json,
+    message_columns,
+    message_of,
+    run_columns_at_end,
+    step_columns,
+    step_execution_of,
+    tool_columns,
+)
+from .tables import (
+    agent_runs,
+    conversation_messages,
+    conversations,
+    execution_buffer_rows,
+    step_executions,
+    tool_executions,
+)
+
+
+@dataclass
+class _Lease:
+    token: str
+    conversation_id: str
+    next_buffer_seq: int = 0
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class RunTransactions:
+    """The SQL side of :class:`agentledger.Recorder`."""
+
+    def __init__(
+        self, engine: Engine, settings: EngineSettings, clock: Clock, lease_seconds: float
+    ) -> None:
+        self.engine = engine
+        self.settings = settings
+        self.clock = clock
+        self.lease = timedelta(seconds=lease_seconds)
+        self._leases: dict[str, _Lease] = {}
+        self._lock = threading.Lock()
+
+    # --- the run's transactions ---------------------------------------------------------------
+
+    def begin_run(
+        self, state: AgentState, *, user_message: Message | None, agent_name: str
+    ) -> None:
+        run_id = _run_id(state)
+        token = new_id()
+
+        def work() -> None:
+            now = self.clock()
+            with write_transaction(self.engine) as conn:
+                self._take_lease(conn, state.conversation_id, run_id, token, now)
+                conn.execute(insert(agent_runs), _run_row(state, agent_name, now))
+                if user_message is not None:
+                    seq = _next_seq(conn, state.conversation_id)
+                    row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
+                    conn.execute(insert(conversation_messages), row)
+
+        with_retries(self.settings, work, what=f"beginning run {run_id}")
+        self._hold(run_id, _Lease(token, state.conversation_id))
+
+    def record_step(self, before: AgentState, after: AgentState) -> None:
+        run_id, execution = _run_id(after), after.current_execution
+        if execution is None:
+            raise UsageError("record_step needs a state whose run has taken a step")
+        lease = self._lease_of(run_id)
+        filed = filed_messages(before, after)
+        buffer = [
+            {
+                **message_columns(message),
+                "run_id": run_id,
+                "step_index": execution.step_index,
+                "seq": lease.next_buffer_seq + n,
+                "section": section,
+            }
+            for n, (section, message) in enumerate(filed)
+        ]
+        step = step_columns(run_id, execution)
+        tools = [
+            tool_columns(run_id, step["id"], execution.step_index, n, e)
+            for n, e in enumerate(execution.step.tool_executions)
+        ]
+
+        def work() -> None:
+            now = self.clock()
+            with write_transaction(self.engine) as conn:
+                self._fence(conn, run_id, lease, now)
+                conn.execute(
+                    update(agent_runs)
+                    .where(agent_runs.c.id == run_id)
+                    .values(heartbeat_at=now, step_count=after.step_count)
+                )
+                conn.execute(insert(step_executions), step)
+                if tools:
+                    conn.execute(insert(tool_executions), tools)
+                if buffer:
+                    conn.execute(insert(execution_buffer_rows), buffer)
+
+        with_retries(self.settings, work, what=f"recording step {execution.step_index} of {run_id}")
+        lease.next_buffer_seq += len(buffer)
+
+    def commit_run(self, state: AgentState) -> None:
+        run_id = _run_id(state)
+        lease = self._lease_of(run_id)
+
+        def work() -> None:
+            now = self.clock()
+            with write_transaction(self.engine) as conn:
+                self._fence(conn, run_id, lease, now)
+                new = _unpersisted(conn, state)
+                seq = _next_seq(conn, state.conversation_id)
+                rows = [
+                    _message_row(m, state.conversation_id, seq + n, "messages", run_id)
+                    for n, m in enumerate(new)
+                ]
+                if rows:
+                    conn.execute(insert(conversation_messages), rows)
+                conn.execute(
+                    delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
+                )
+                values = run_columns_at_end(state, state.status.value, None, now)
+                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**values))
+                self._release(conn, state.conversation_id, lease, now, bump_version=True)
+
+        try:
+            with_retries(self.settings, work, what=f"committing run {run_id}")
+        finally:
+            self._drop(run_id)
+
+    def fail_run(self, state: AgentState, error: str | None = None) -> None:
+        run_id = _run_id(state)
+        lease = self._lease_of(run_id)
+
+        def work() -> None:
+            now = self.clock()
+            with write_transaction(self.engine) as conn:
+                self._fence(conn, run_id, lease, now)
+                values = run_columns_at_end(
+                    state, AgentStatus.FAILED.value, error or state.error, now
+                )
+                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**values))
+                self._release(conn, state.conversation_id, lease, now, bump_version=False)
+
+        try:
+            with_retries(self.settings, work, what=f"marking run {run_id} failed")
+        finally:
+            self._drop(run_id)
+
+    # --- taking over a run ----------------------------------------------------------------------
+
+    def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
+        token = new_id()
+        claimed: dict[str, Any] = {}
+
+        def work() -> None:
+            now = self.clock()
+            with write_transaction(self.engine) as conn:
+                run = _run_row_of(conn, run_id)
+                conversation = (
+                    conn.execute(
+                        select(conversations).where(conversations.c.id == run["conversation_id"])
+                    )
+                    .mappings()
+                    .one()
+                )
+                _check_claimable(run, conversation, now, stale_after)
+                _cas_lease(conn, conversation, run_id, token, now + self.lease)
+                conn.execute(
+                    update(agent_runs)
+                    .where(agent_runs.c.id == run_id)
+                    .values(status="running", heartbeat_at=now, finished_at=None, error=None)
+                )
+                claimed["state"] = _rebuild(conn, run)
+                claimed["buffer_seq"] = _next_buffer_seq(conn, run_id)
+
+        with_retries(self.settings, work, what=f"claiming run {run_id}")
+        state: AgentState = claimed["state"]
+        self._hold(run_id, _Lease(token, state.conversation_id, claimed["buffer_seq"]))
+        return state
+
+    # --- leases ---------------------------------------------------------------------------------
+
+    def _take_lease(
+        self, conn: Connection, conversation_id: str, run_id: str, token: str, now: datetime
+    ) -> None:
+        expires = now + self.lease
+        taken = conn.execute(
+            update(conversations)
+            .where(
+                conversations.c.id == conversation_id,
+                or_(
+                    conversations.c.lease_holder.is_(None), conversations.c.lease_expires_at <= now
+                ),
+            )
+            .values(
+                lease_holder=token, lease_run_id=run_id, lease_expires_at=expires, updated_at=now
+            )
+        ).rowcount
+        if taken:
+            return
+        current = conn.execute(
+            select(conversations.c.lease_run_id, conversations.c.lease_expires_at).where(
+                conversations.c.id == conversation_id
+            )
+        ).first()
+        if current is not None:
+            raise ConversationBusyError(
+                f"conversation {conversation_id} is busy: run {current.lease_run_id} holds it "
+                f"until {current.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC. Wait for that run to "
+                "finish; if its process died, recover it once the lease expires "
+                "(Agent.recover or `agentledger recover`)."
+            )
+        conn.execute(
+            insert(conversations),
+            {
+                "id": conversation_id,
+                "kind": "main",
+                "version": 0,
+                "lease_holder": token,
+                "lease_run_id": run_id,
+                "lease_expires_at": expires,
+                "created_at": now,
+                "updated_at": now,
+            },
+        )
+
+    def _fence(self, conn: Connection, run_id: str, lease: _Lease, now: datetime) -> None:
+        """Extend the lease if this process still holds it; fail loudly if it does not."""
+        held = conn.execute(
+            update(conversations)
+            .where(
+                conversations.c.id == lease.conversation_id,
+                conversations.c.lease_holder == lease.token,
+            )
+            .values(lease_expires_at=now + self.lease)
+        ).rowcount
+        if not held:
+            raise LeaseLostError(
+                f"run {run_id} lost its lease on conversation {lease.conversation_id}: it was not "
+                "renewed in time and another process took the conversation over. This process's "
+                "remaining work on the run is discarded; the run's recorded steps are kept."
+            )
+
+    def _release(
+        self,
+        conn: Connection,
+        conversation_id: str,
+        lease: _Lease,
+        now: datetime,
+        *,
+        bump_version: bool,
+    ) -> None:
+        values: dict[str, Any] = {
+            "lease_holder": None,
+            "lease_run_id": None,
+            "lease_expires_at": None,
+            "updated_at": now,
+        }
+        if bump_version:
+            values["version"] = conversations.c.version + 1
+        conn.execute(
+            update(conversations)
+            .where(
+                conversations.c.id == conversation_id, conversations.c.lease_holder == lease.token
+            )
+            .values(**values)
+        )
+
+    def _hold(self, run_id: str, lease: _Lease) -> None:
+        with self._lock:
+            self._leases[run_id] = lease
+        beat = threading.Thread(
+            target=self._heartbeat,
+            args=(run_id, lease),
+            name=f"agentledger-heartbeat-{run_id}",
+            daemon=True,
+        )
+        beat.start()
+
+    def _heartbeat(self, run_id: str, lease: _Lease) -> None:
+        interval = max(self.lease.total_seconds() / 3, 0.05)
+        while not lease.stop.wait(interval):
+            try:
+                now = self.clock()
+                with write_transaction(self.engine) as conn:
+                    held = conn.execute(
+                        update(conversations)
+                        .where(
+                            conversations.c.id == lease.conversation_id,
+                            conversations.c.lease_holder == lease.token,
+                        )
+                        .values(lease_expires_at=now + self.lease)
+                    ).rowcount
+                    if held:
+                        conn.execute(
+                            update(agent_runs)
+                            .where(agent_runs.c.id == run_id)
+                            .values(heartbeat_at=now)
+                        )
+                if not held:
+                    return
+            except Exception:  # a missed beat is retried at the next interval
+                continue
+
+    def _lease_of(self, run_id: str) -> _Lease:
+        with self._lock:
+            lease = self._leases.get(run_id)
+        if lease is None:
+            raise UsageError(
+                f"run {run_id} was not begun or claimed through this ledger handle; begin it with "
+                "begin_run (Agent.run) or take it over with claim_run (Agent.resume)"
+            )
+        return lease
+
+    def _drop(self, run_id: str) -> None:
+        with self._lock:
+            lease = self._leases.pop(run_id, None)
+        if lease is not None:
+            lease.stop.set()
+
+    def close(self) -> None:
+        with self._lock:
+            leases = list(self._leases.values())
+            self._leases.clear()
+        for lease in leases:
+            lease.stop.set()
+
+
+def _run_id(state: AgentState) -> str:
+    if state.run_id is None:
+        raise UsageError("the state has no run: begin one first (Agent.run does)")
+    return state.run_id
+
+
+def _run_row(state: AgentState, agent_name: str, now: datetime) -> dict[str, Any]:
+    run_id = _run_id(state)
+    return {
+        "id": run_id,
+        "conversation_id": state.conversation_id,
+        "parent_run_id": state.parent_run_id,
+        "root_run_id": state.root_run_id or run_id,
+        "depth": state.depth,
+        "agent_name": agent_name,
+        "status": AgentStatus.RUNNING.value,
+        "started_at": state.run_started_at or now,
+        "heartbeat_at": now,
+        "budget": budget_json(state.budget),
+    }
+
+
+def _message_row(
+    message: Message, conversation_id: str, seq: int, section: str, run_id: str | None
+) -> dict[str, Any]:
+    return {
+        **message_columns(message),
+        "conversation_id": conversation_id,
+        "section": section,
+        "seq": seq,
+        "run_id": run_id,
+    }
+
+
+def _next_seq(conn: Connection, conversation_id: str) -> int:
+    last = conn.execute(
+        select(func.max(conversation_messages.c.seq)).where(
+            conversation_messages.c.conversation_id == conversation_id
+        )
+    ).scalar()
+    return 0 if last is None else int(last) + 1
+
+
+def _next_buffer_seq(conn: Connection, run_id: str) -> int:
+    last = conn.execute(
+        select(func.max(execution_buffer_rows.c.seq)).where(
+            execution_buffer_rows.c.run_id == run_id
+        )
+    ).scalar()
+    return 0 if last is None else int(last) + 1
+
+
+def _unpersisted(conn: Connection, state: AgentState) -> Messages:
+    """The conversation messages of ``state`` after the last one the ledger holds."""
+    last = conn.execute(
+        select(conversation_messages.c.id)
+        .where(
+            conversation_messages.c.conversation_id == state.conversation_id,
+            conversation_messages.c.section == "messages",
+        )
+        .order_by(conversation_messages.c.seq.desc())
+        .limit(1)
+    ).scalar()
+    messages = state.messages()
+    if last is None:
+        return messages
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].id == last:
+            return messages[index + 1 :]
+    raise UsageError(
+        f"the state of run {state.run_id} does not contain the conversation's last stored "
+        f"message {last}: it was not loaded from this ledger's conversation "
+        f"{state.conversation_id}, so the ledger cannot tell which messages are new"
+    )
+
+
+def _run_row_of(conn: Connection, run_id: str) -> Any:
+    run = conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
+    if run is None:
+        raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
+    return run
+
+
+def _check_claimable(run: Any, conversation: Any, now: datetime, stale_after: float | None) -> None:
+    if run["status"] == "failed":
+        if conversation["lease_holder"] is None or conversation["lease_expires_at"] <= now:
+            return
+        raise ConversationBusyError(
+            f"run {run['id']} failed, but another run ({conversation['lease_run_id']}) is in "
+            f"progress on conversation {run['conversation_id']}; resume it once that one ends"
+        )
+    if run["status"] != "running":
+        raise UsageError(
+            f"run {run['id']} is {run['status']}: only running runs whose process is gone, and "
+            "failed runs, can be resumed"
+        )
+    expired = conversation["lease_expires_at"] is None or conversation["lease_expires_at"] <= now
+    taken_over = conversation["lease_run_id"] != run["id"]
+    quiet = stale_after is not None and run["heartbeat_at"] <= now - timedelta(seconds=stale_after)
+    if not (expired or taken_over or quiet):
+        raise ConversationBusyError(
+            f"run {run['id']} is still running: its lease on conversation "
+            f"{run['conversation_id']} holds until {conversation['lease_expires_at']:%H:%M:%S} UTC "
+            f"and it beat at {run['heartbeat_at']:%H:%M:%S}. Another process is working on it "
+            "(or claimed it first); if it is dead, wait for the lease to expire, or pass "
+            "stale_after."
+        )
+    if taken_over and conversation["lease_holder"] is not None and not expired:
+        raise ConversationBusyError(
+            f"run {run['id']} cannot be resumed now: run {conversation['lease_run_id']} holds "
+            f"conversation {run['conversation_id']}"
+        )
+
+
+def _cas_lease(
+    conn: Connection, conversation: Any, run_id: str, token: str, expires: datetime
+) -> None:
+    """Take the lease from whoever held it when we looked: exactly one claimer wins."""
+    observed = conversation["lease_holder"]
+    holder = conversations.c.lease_holder
+    same = holder.is_(None) if observed is None else holder == observed
+    won = conn.execute(
+        update(conversations)
+        .where(and_(conversations.c.id == conversation["id"], same))
+        .values(lease_holder=token, lease_run_id=run_id, lease_expires_at=expires)
+    ).rowcount
+    if not won:
+        raise ConversationBusyError(
+            f"run {run_id} was claimed by another process a moment ago; it is being resumed there"
+        )
+
+
+def _rebuild(conn: Connection, run: Any) -> AgentState:
+    """The state of a run as the ledger holds it: the conversation, the buffer, the steps."""
+    run_id = run["id"]
+    messages = conn.execute(
+        select(conversation_messages)
+        .where(conversation_messages.c.conversation_id == run["conversation_id"])
+        .order_by(conversation_messages.c.seq)
+    ).mappings()
+    buffer = conn.execute(
+        select(execution_buffer_rows)
+        .where(execution_buffer_rows.c.run_id == run_id)
+        .order_by(execution_buffer_rows.c.seq)
+    ).mappings()
+    sections: dict[str, list[Message]] = {}
+    for row in [*messages, *buffer]:
+        sections.setdefault(row["section"], []).append(message_of(row))
+    steps = (
+        conn.execute(
+            select(step_executions)
+            .where(step_executions.c.run_id == run_id)
+            .order_by(step_executions.c.step_index)
+        )
+        .mappings()
+        .all()
+    )
+    tools = (
+        conn.execute(
+            select(tool_executions)
+            .where(tool_executions.c.run_id == run_id)
+            .order_by(tool_executions.c.step_index, tool_executions.c.position)
+        )
+        .mappings()
+        .all()
+    )
+    by_step: dict[str, list[Any]] = {}
+    for tool in tools:
+        by_step.setdefault(tool["step_id"], []).append(tool)
+    state = AgentState(
+        conversation_id=run["conversation_id"],
+        run_id=run_id,
+        parent_run_id=run["parent_run_id"],
+        root_run_id=run["root_run_id"],
+        depth=run["depth"],
+        step_executions=tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps),
+        status=AgentStatus.RUNNING,
+        budget=ExecutionBudget.model_validate(run["budget"] or {}),
+        run_started_at=run["started_at"],
+    )
+    store = state.store
+    for name, section in sections.items():
+        store = store.with_section(name, section)
+    return state.with_message_store(store)
+
+
+def stale_condition(now: datetime, stale_after: float | None) -> Any:
+    """SQL: a running run whose process is gone."""
+    quiet = (
+        agent_runs.c.heartbeat_at <= now - timedelta(seconds=stale_after)
+        if stale_after is not None
+        else false()
+    )
+    return and_(
+        agent_runs.c.status == "running",
+        or_(
+            conversations.c.lease_run_id.is_(None),
+            conversations.c.lease_run_id != agent_runs.c.id,
+            conversations.c.lease_expires_at <= now,
+            quiet,
+        ),
+    )
+
+
+def stale_query(now: datetime, stale_after: float | None) -> Any:
+    return (
+        select(agent_runs)
+        .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
+        .where(stale_condition(now, stale_after))
+        .order_by(agent_runs.c.started_at)
+    )
+
+
+def claimed_ids(rows: Sequence[Any]) -> list[str]:
+    return [row["id"] for row in rows]

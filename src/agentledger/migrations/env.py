@@ -1,0 +1,82 @@
+"""Alembic environment for the ledger's schema.
+
+Used two ways: by agentledger itself (``Ledger.open``, ``agentledger db ...``), which passes a
+connection that already holds the migration lock, and by Alembic's own command line from a
+checkout (``alembic upgrade head``), which reads the database from ``AGENTLEDGER_DB``.
+"""
+
+from __future__ import annotations
+
+import os
+
+from alembic import context
+from sqlalchemy import Connection
+
+from agentledger.ledger import tables
+from agentledger.ledger._engine import make_engine, normalize_url
+from agentledger.ledger._migrate import VERSION_TABLE, locked
+
+config = context.config
+
+# Objects the migrations create that the models do not describe: full-text search.
+_UNMODELLED = ("conversation_messages_fts",)
+
+
+def include_object(
+    obj: object, name: str | None, type_: str, reflected: bool, compare_to: object
+) -> bool:
+    return not (name or "").startswith(_UNMODELLED)
+
+
+def _url() -> str:
+    url = os.environ.get("AGENTLEDGER_DB") or config.get_main_option("sqlalchemy.url")
+    if not url:
+        raise SystemExit(
+            "No database: set AGENTLEDGER_DB to a SQLite path or URL, or a postgresql:// URL."
+        )
+    return normalize_url(url)
+
+
+def _configure(connection: Connection) -> None:
+    context.configure(
+        connection=connection,
+        target_metadata=tables.metadata,
+        version_table=VERSION_TABLE,
+        render_as_batch=connection.dialect.name == "sqlite",
+        include_object=include_object,
+        compare_type=True,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_offline() -> None:
+    context.configure(
+        url=_url(),
+        target_metadata=tables.metadata,
+        version_table=VERSION_TABLE,
+        literal_binds=True,
+        render_as_batch=_url().startswith("sqlite"),
+        include_object=include_object,
+    )
+    with context.begin_transaction():
+        context.run_migrations()
+
+
+def run_online() -> None:
+    connection = config.attributes.get("connection")
+    if connection is not None:
+        _configure(connection)
+        return
+    engine = make_engine(_url())
+    try:
+        with locked(engine) as conn:
+            _configure(conn)
+    finally:
+        engine.dispose()
+
+
+if context.is_offline_mode():
+    run_offline()
+else:
+    run_online()
