@@ -2,24 +2,374 @@
 
 from __future__ import annotations
 
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
 import click
+from rich.console import Console
+from rich.table import Table
+from rich.tree import Tree
 
 from . import __version__
+from .errors import AgentLedgerError
+
+DEFAULT_DB = "./agentledger.db"
+console = Console()
+
+
+class _Context:
+    def __init__(self, db: str) -> None:
+        self.db = db
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agentledger")
-def cli() -> None:
+@click.option(
+    "--db",
+    envvar="AGENTLEDGER_DB",
+    default=DEFAULT_DB,
+    show_default=True,
+    help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB).",
+)
+@click.pass_context
+def cli(ctx: click.Context, db: str) -> None:
     """agentledger: an LLM agent loop whose memory is a relational ledger."""
-
-
-@cli.command()
-def demo() -> None:
-    """Run the offline demo: a scripted travel assistant over two turns."""
-    from .demo import run_demo
-
-    run_demo()
+    ctx.obj = _Context(db)
 
 
 def main() -> None:
-    cli()
+    try:
+        cli(standalone_mode=True)
+    except AgentLedgerError as exc:  # pragma: no cover - click handles most exits itself
+        console.print(f"[red]error:[/red] {exc}")
+        sys.exit(1)
+
+
+@contextlib.contextmanager
+def _ledger(ctx: click.Context) -> Iterator[Any]:
+    """The ledger named by --db, which must exist and be at the newest schema."""
+    from .ledger import Ledger
+    from .ledger._engine import normalize_url, sqlite_path
+
+    db = ctx.find_object(_Context)
+    assert db is not None
+    path = sqlite_path(normalize_url(db.db))
+    if path is not None and not path.exists():
+        raise click.ClickException(
+            f"no ledger at {path}: run an agent with it first, or `agentledger db upgrade` "
+            "to create an empty one (choose the file with --db or AGENTLEDGER_DB)"
+        )
+    try:
+        ledger = Ledger.open(db.db, migrate=False)
+    except AgentLedgerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    try:
+        yield ledger
+    except AgentLedgerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        ledger.close()
+
+
+@cli.command()
+@click.option(
+    "--db-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to keep the demo's ledger (default: a new temporary file).",
+)
+def demo(db_file: Path | None) -> None:
+    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger."""
+    from .demo import run_demo
+
+    run_demo(db_path=db_file)
+
+
+@cli.command()
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_context
+def conversations(ctx: click.Context, limit: int) -> None:
+    """Conversations, most recently updated first."""
+    with _ledger(ctx) as ledger:
+        table = Table(
+            "id", "kind", "title", "version", "messages", "updated", title="conversations"
+        )
+        for c in ledger.conversations(limit=limit):
+            count = len(ledger.messages(c.id))
+            table.add_row(
+                c.id, c.kind, c.title or "", str(c.version), str(count), _time(c.updated_at)
+            )
+        console.print(table)
+
+
+@cli.command()
+@click.argument("conversation")
+@click.option(
+    "--section",
+    default="messages",
+    show_default=True,
+    help="messages (the conversation), summary or buffer.",
+)
+@click.pass_context
+def show(ctx: click.Context, conversation: str, section: str) -> None:
+    """The conversation: what the user said and what the agent answered."""
+    with _ledger(ctx) as ledger:
+        record = ledger.conversation(conversation)
+        console.rule(f"conversation {record.id} · version {record.version}")
+        for message in ledger.messages(conversation, section):
+            style = "bold cyan" if message.role == "user" else "bold green"
+            console.print(
+                f"[{style}]{message.role}[/{style}] [dim]{_time(message.created_at)}[/dim]"
+            )
+            console.print(message.content, markup=False)
+            console.print()
+
+
+@cli.command()
+@click.argument("run")
+@click.pass_context
+def trace(ctx: click.Context, run: str) -> None:
+    """A run's steps and tool calls, with tokens and timings."""
+    with _ledger(ctx) as ledger:
+        record = ledger.run(run)
+        u = record.usage
+        tree = Tree(
+            f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}"
+            f"{' (' + record.stop_reason + ')' if record.stop_reason else ''} · "
+            f"{record.step_count} steps · {u.input_tokens} in / {u.output_tokens} out · "
+            f"{_ms(record.duration_ms)}"
+        )
+        if record.error:
+            tree.add(f"[red]{record.error}[/red]")
+        for execution in ledger.steps(run):
+            step, outcome = execution.step, execution.outcome
+            decided = (
+                f" · {outcome.decided_by}: {outcome.detail}"
+                if outcome and outcome.decided_by
+                else ""
+            )
+            node = tree.add(
+                f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
+                f"{step.usage.output_tokens} out · {_ms(step.duration_ms)}{decided}"
+            )
+            if step.error:
+                node.add(f"[red]{step.error}[/red]")
+            for tool in step.tool_executions:
+                mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
+                node.add(
+                    f"{mark} {tool.tool_name} · {_ms(tool.duration_ms)} → {_preview(tool.result)}"
+                )
+            answer = step.final_response()
+            if answer is not None:
+                node.add(f"[green]answer:[/green] {_preview(answer.content)}")
+        console.print(tree)
+
+
+@cli.command()
+@click.option("--conversation", default=None, help="Only this conversation's runs.")
+@click.option("--status", default=None, help="running, completed, stopped, failed or interrupted.")
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_context
+def runs(ctx: click.Context, conversation: str | None, status: str | None, limit: int) -> None:
+    """Runs, newest first."""
+    with _ledger(ctx) as ledger:
+        table = Table(
+            "id",
+            "conversation",
+            "agent",
+            "status",
+            "stop",
+            "steps",
+            "tokens",
+            "cost",
+            "started",
+            title="runs",
+        )
+        for r in ledger.runs(conversation, status=status, limit=limit):
+            cost = "" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+            table.add_row(
+                r.id,
+                r.conversation_id,
+                r.agent_name,
+                r.status,
+                r.stop_reason or "",
+                str(r.step_count),
+                str(r.usage.total_tokens),
+                cost,
+                _time(r.started_at),
+            )
+        console.print(table)
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--conversation", default=None, help="Only this conversation.")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.pass_context
+def search(ctx: click.Context, text: str, conversation: str | None, limit: int) -> None:
+    """Conversation messages that contain every word of TEXT."""
+    with _ledger(ctx) as ledger:
+        table = Table("conversation", "seq", "role", "content", title=f"search: {text}")
+        for hit in ledger.search(text, conversation_id=conversation, limit=limit):
+            table.add_row(
+                hit.conversation_id,
+                str(hit.seq),
+                hit.message.role,
+                _preview(hit.message.content, 80),
+            )
+        console.print(table)
+
+
+@cli.command()
+@click.option(
+    "--stale-after",
+    type=float,
+    default=None,
+    help="Also treat running runs silent for this many seconds as stale.",
+)
+@click.option("--dry-run", is_flag=True, help="List the stale runs without touching them.")
+@click.pass_context
+def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> None:
+    """Abandon stale runs: mark them interrupted and free their conversations.
+
+    To resume them instead, call Agent.recover() from code that has the agent's model and tools.
+    """
+    with _ledger(ctx) as ledger:
+        stale = (
+            ledger.stale_runs(stale_after) if dry_run else ledger.recover("abandon", stale_after)
+        )
+        verb = "stale" if dry_run else "abandoned"
+        for r in stale:
+            console.print(
+                f"{verb}: run {r.id} of conversation {r.conversation_id} ({r.step_count} steps)"
+            )
+        console.print(f"{len(stale)} run(s) {verb}")
+
+
+@cli.group()
+def db() -> None:
+    """Schema migrations of the ledger (Alembic)."""
+
+
+def _engine(ctx: click.Context) -> Any:
+    from .ledger._engine import make_engine
+
+    found = ctx.find_object(_Context)
+    assert found is not None
+    return make_engine(found.db)
+
+
+@contextlib.contextmanager
+def _migration_errors() -> Iterator[None]:
+    try:
+        yield
+    except AgentLedgerError as exc:
+        raise click.ClickException(str(exc)) from exc
+
+
+@db.command()
+@click.argument("revision", default="head")
+@click.pass_context
+def upgrade(ctx: click.Context, revision: str) -> None:
+    """Migrate the ledger up to REVISION (default: the newest)."""
+    from .ledger import _migrate
+
+    engine = _engine(ctx)
+    with _migration_errors():
+        _migrate.upgrade(engine, revision)
+        with engine.connect() as conn:
+            console.print(f"at revision {_migrate.current_revision(conn)}")
+    engine.dispose()
+
+
+@db.command()
+@click.argument("revision")
+@click.pass_context
+def downgrade(ctx: click.Context, revision: str) -> None:
+    """Migrate the ledger down to REVISION (``base`` removes every table)."""
+    from .ledger import _migrate
+
+    engine = _engine(ctx)
+    with _migration_errors():
+        _migrate.downgrade(engine, revision)
+        with engine.connect() as conn:
+            console.print(f"at revision {_migrate.current_revision(conn) or 'base'}")
+    engine.dispose()
+
+
+@db.command()
+@click.pass_context
+def current(ctx: click.Context) -> None:
+    """The ledger's schema revision."""
+    from .ledger import _migrate
+
+    engine = _engine(ctx)
+    with engine.connect() as conn:
+        revision = _migrate.current_revision(conn)
+    engine.dispose()
+    head = _migrate.head_revision()
+    console.print(f"{revision or 'base'}{' (head)' if revision == head else f' (newest: {head})'}")
+
+
+@db.command()
+def history() -> None:
+    """The migrations this agentledger ships, newest first."""
+    from alembic.script import ScriptDirectory
+
+    from .ledger import _migrate
+
+    for script in ScriptDirectory.from_config(_migrate.alembic_config()).walk_revisions():
+        console.print(
+            f"{script.revision}  {(script.doc or '').splitlines()[0] if script.doc else ''}"
+        )
+
+
+@db.command()
+@click.pass_context
+def check(ctx: click.Context) -> None:
+    """Exit 0 when the ledger is at the newest schema, 1 when it needs `db upgrade`."""
+    from .ledger import _migrate
+
+    engine = _engine(ctx)
+    with _migration_errors():
+        ok = _migrate.is_current(engine)
+    engine.dispose()
+    if not ok:
+        raise click.ClickException(
+            "the ledger is not at the newest schema: run `agentledger db upgrade`"
+        )
+    console.print(f"up to date at {_migrate.head_revision()}")
+
+
+@db.command()
+@click.option(
+    "--dialect", type=click.Choice(["sqlite", "postgresql"]), default="sqlite", show_default=True
+)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def schema(dialect: str, output: Path | None) -> None:
+    """The schema's DDL, from the migrations (what schema/*.sql hold)."""
+    from .ledger.schema import ddl
+
+    text = ddl(dialect)  # type: ignore[arg-type]
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")
+
+
+def _time(value: Any) -> str:
+    return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
+
+
+def _ms(value: float | None) -> str:
+    if value is None:
+        return "…"
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def _preview(text: str, limit: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -7,7 +7,11 @@ the clean conversation beside the execution trace of every step, with its tokens
 
 from __future__ import annotations
 
+import contextlib
 import json
+import sqlite3
+import tempfile
+from pathlib import Path
 
 from pydantic import JsonValue
 from rich.console import Console, Group
@@ -15,7 +19,19 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from . import Agent, AgentBuilder, AgentState, Role, StepExecution, ToolCall, Usage, tool
+from . import (
+    Agent,
+    AgentBuilder,
+    AgentState,
+    Messages,
+    Role,
+    RunResult,
+    StepExecution,
+    ToolCall,
+    Usage,
+    tool,
+)
+from .ledger import Ledger
 from .llm import InferenceRequest, InferenceResponse, ScriptedLLM, ScriptItem
 
 SYSTEM_PROMPT = "You are a travel assistant. Use the tools; quote prices in euros."
@@ -185,10 +201,12 @@ TURNS = (
 )
 
 
-def build_agent(*, separated_tool_trace: bool = True) -> tuple[Agent, ScriptedLLM]:
-    """The demo's agent and its scripted model."""
+def build_agent(
+    *, separated_tool_trace: bool = True, ledger: Ledger | None = None
+) -> tuple[Agent, ScriptedLLM]:
+    """The demo's agent and its scripted model, recording in ``ledger`` when given."""
     llm = ScriptedLLM(_script(), model="scripted-travel-model")
-    agent = (
+    builder = (
         AgentBuilder()
         .with_llm(llm)
         .with_name("travel-assistant")
@@ -196,13 +214,12 @@ def build_agent(*, separated_tool_trace: bool = True) -> tuple[Agent, ScriptedLL
         .with_tools([get_weather, search_hotels, convert_currency])
         .with_parallel_tools(2)
         .with_separated_tool_trace(separated_tool_trace)
-        .build()
     )
-    return agent, llm
+    return (builder.with_ledger(ledger) if ledger else builder).build(), llm
 
 
 def converse(agent: Agent) -> list[AgentState]:
-    """Both turns of the conversation; the state after each."""
+    """Both turns of the conversation, in memory; the state after each."""
     state, states = AgentState.empty(), []
     for text in TURNS:
         state = agent.execute(state.with_user_message(text))
@@ -210,28 +227,42 @@ def converse(agent: Agent) -> list[AgentState]:
     return states
 
 
-def run_demo(console: Console | None = None) -> list[AgentState]:
-    """Run both turns and print them; returns the state after each turn."""
+def converse_recorded(agent: Agent) -> list[RunResult]:
+    """Both turns as recorded runs of one conversation."""
+    results: list[RunResult] = []
+    for text in TURNS:
+        results.append(agent.run(text, results[-1].conversation_id if results else None))
+    return results
+
+
+def run_demo(console: Console | None = None, *, db_path: Path | None = None) -> list[AgentState]:
+    """Run both turns, recorded in a SQLite ledger, and print them; the state after each turn."""
     console = console or Console(width=None if Console().is_terminal else 120)
+    if db_path is None:
+        db_path = Path(tempfile.mkdtemp(prefix="agentledger-demo-")) / "demo.db"
     console.rule("[bold]agentledger demo: a travel assistant, offline[/bold]")
     console.print(
         "The conversation keeps what the user said and what the agent answered; every tool call, "
         "tool result and bit of reasoning stays in the execution trace.\n"
     )
-    agent, llm = build_agent()
-    states = converse(agent)
-    ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
-    for number, state in enumerate(states, start=1):
-        _print_turn(console, number, state, llm.requests[ends[number - 1] - 1])
-    inline_agent, inline_llm = build_agent(separated_tool_trace=False)
-    inline = converse(inline_agent)
-    _print_summary(console, states, first_request_of_turn_2=llm.requests[ends[0]])
-    console.print(
-        f"The same two turns inline (with_separated_tool_trace(False)) leave "
-        f"{len(inline[-1].messages())} messages in the conversation, and turn 2's first request "
-        f"carries {len(inline_llm.requests[ends[0]].messages)} messages instead of "
-        f"{len(llm.requests[ends[0]].messages)}: run 1's tool trace, sent again."
-    )
+    with Ledger.open(db_path) as ledger:
+        agent, llm = build_agent(ledger=ledger)
+        results = converse_recorded(agent)
+        states = [r.state for r in results]
+        ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
+        for number, state in enumerate(states, start=1):
+            _print_turn(console, number, state, llm.requests[ends[number - 1] - 1])
+        inline_agent, inline_llm = build_agent(separated_tool_trace=False)
+        inline = converse(inline_agent)
+        _print_summary(console, states, first_request_of_turn_2=llm.requests[ends[0]])
+        console.print(
+            f"The same two turns inline (with_separated_tool_trace(False)) leave "
+            f"{len(inline[-1].messages())} messages in the conversation, and turn 2's first "
+            f"request carries {len(inline_llm.requests[ends[0]].messages)} messages instead of "
+            f"{len(llm.requests[ends[0]].messages)}: run 1's tool trace, sent again.\n"
+        )
+        _print_ledger(console, ledger, results)
+    _print_sql(console, db_path)
     return states
 
 
@@ -306,4 +337,67 @@ def _print_summary(
             title="Summary",
             title_align="left",
         )
+    )
+
+
+def _print_ledger(console: Console, ledger: Ledger, results: list[RunResult]) -> None:
+    conversation_id = results[-1].conversation_id
+    console.rule("[bold]What the ledger holds[/bold]")
+    stored = ledger.messages(conversation_id)
+    console.print(
+        f"conversation {conversation_id}, version {ledger.conversation(conversation_id).version}: "
+        f"{len(stored)} messages ({', '.join(m.role for m in stored)})"
+    )
+    for result in results:
+        trace = ledger.trace_messages(result.run_id)
+        same = trace == Messages(
+            tuple(m for e in result.state.step_executions for m in e.step.trace_messages)
+        )
+        console.print(
+            f"run {result.run_id}: {len(ledger.steps(result.run_id))} steps, "
+            f"{len(ledger.tool_executions(result.run_id))} tool executions, "
+            f"{len(ledger.buffer(result.run_id))} buffer rows left; its trace rebuilt from the "
+            f"step and tool rows: {len(trace)} messages, {'identical' if same else 'DIFFERENT'}"
+        )
+
+
+_QUERIES = (
+    (
+        "Where each table's rows went",
+        "SELECT 'conversation_messages' AS tbl, COUNT(*) AS n FROM conversation_messages "
+        "UNION ALL SELECT 'agent_runs', COUNT(*) FROM agent_runs "
+        "UNION ALL SELECT 'step_executions', COUNT(*) FROM step_executions "
+        "UNION ALL SELECT 'tool_executions', COUNT(*) FROM tool_executions "
+        "UNION ALL SELECT 'execution_buffer_rows', COUNT(*) FROM execution_buffer_rows",
+    ),
+    (
+        "Tokens per run, from its steps",
+        "SELECT r.status, r.step_count, SUM(s.input_tokens) AS input, "
+        "SUM(s.output_tokens) AS output "
+        "FROM agent_runs r JOIN step_executions s ON s.run_id = r.id "
+        "GROUP BY r.id ORDER BY r.started_at",
+    ),
+    (
+        "Tools: calls, errors and mean latency",
+        "SELECT tool_name, COUNT(*) AS calls, SUM(is_error) AS errors, "
+        "ROUND(AVG(duration_ms), 3) AS mean_ms FROM tool_executions "
+        "GROUP BY tool_name ORDER BY calls DESC, tool_name",
+    ),
+)
+
+
+def _print_sql(console: Console, db_path: Path) -> None:
+    console.rule("[bold]Plain SQL over the ledger[/bold]")
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        for title, query in _QUERIES:
+            cursor = conn.execute(query)
+            table = Table(*(d[0] for d in cursor.description), title=title, title_justify="left")
+            for row in cursor:
+                table.add_row(*(str(v) for v in row))
+            console.print(table)
+    console.print(
+        f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:\n"
+        f"  agentledger --db {db_path} conversations\n"
+        f"  agentledger --db {db_path} runs\n"
+        f"  sqlite3 {db_path} 'SELECT role, content FROM conversation_messages ORDER BY seq'"
     )

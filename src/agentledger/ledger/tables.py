@@ -82,7 +82,7 @@ class Conversation(LedgerTable, table=True):
     lease_run_id: str | None = None
     lease_expires_at: datetime | None = _time(nullable=True)
     created_at: datetime = _time()
-    updated_at: datetime = _time()
+    updated_at: datetime = _time(index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
 
 

@@ -29,7 +29,11 @@ def include_object(
 
 
 def _url() -> str:
-    url = os.environ.get("AGENTLEDGER_DB") or config.get_main_option("sqlalchemy.url")
+    url = (
+        config.attributes.get("url")
+        or os.environ.get("AGENTLEDGER_DB")
+        or config.get_main_option("sqlalchemy.url")
+    )
     if not url:
         raise SystemExit(
             "No database: set AGENTLEDGER_DB to a SQLite path or URL, or a postgresql:// URL."

@@ -40,6 +40,9 @@ def upgrade() -> None:
         batch_op.create_index(
             batch_op.f("ix_conversations_parent_run_id"), ["parent_run_id"], unique=False
         )
+        batch_op.create_index(
+            batch_op.f("ix_conversations_updated_at"), ["updated_at"], unique=False
+        )
 
     op.create_table(
         "agent_runs",
@@ -266,6 +269,7 @@ def downgrade() -> None:
 
     op.drop_table("agent_runs")
     with op.batch_alter_table("conversations", schema=None) as batch_op:
+        batch_op.drop_index(batch_op.f("ix_conversations_updated_at"))
         batch_op.drop_index(batch_op.f("ix_conversations_parent_run_id"))
 
     op.drop_table("conversations")
