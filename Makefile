@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test lint typecheck bench clean
+.PHONY: demo test lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -36,3 +36,8 @@ bench: $(VENV)/.installed-dev
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+
+# Regenerate schema/*.sql from the migrations (a test checks they are current).
+schema: $(VENV)/.installed-dev
+	$(BIN)/agentledger db schema --dialect sqlite --output schema/sqlite.sql
+	$(BIN)/agentledger db schema --dialect postgresql --output schema/postgresql.sql
