@@ -1,5 +1,8 @@
 """The demo runs offline, end to end, and shows what it promises."""
 
+import contextlib
+import sqlite3
+
 from click.testing import CliRunner
 from rich.console import Console
 
@@ -8,9 +11,10 @@ from agentledger.cli import cli
 from agentledger.demo import TURNS, run_demo
 
 
-def test_the_demo_keeps_the_conversation_clean_over_two_turns():
+def test_the_demo_keeps_the_conversation_clean_over_two_turns(tmp_path):
     console = Console(record=True, width=120)
-    states = run_demo(console)
+    db = tmp_path / "demo.db"
+    states = run_demo(console, db_path=db)
     final = states[-1]
     assert [m.role for m in final.messages()] == [Role.USER, Role.ASSISTANT] * 2
     assert [m.content for m in final.messages() if m.role is Role.USER] == list(TURNS)
@@ -24,11 +28,25 @@ def test_the_demo_keeps_the_conversation_clean_over_two_turns():
     output = console.export_text()
     for expected in ("Turn 1", "Turn 2", "Summary", "get_weather", "invalid arguments"):
         assert expected in output
+    assert "identical" in output and "DIFFERENT" not in output  # traces rebuilt from the rows
+    assert str(db) in output
 
 
-def test_the_cli_runs_the_demo_and_reports_its_version():
+def test_the_demo_leaves_a_ledger_that_sql_can_read(tmp_path):
+    db = tmp_path / "demo.db"
+    run_demo(Console(record=True, width=120), db_path=db)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        roles = [r for (r,) in conn.execute("SELECT role FROM conversation_messages ORDER BY seq")]
+        assert roles == ["user", "assistant", "user", "assistant"]
+        assert conn.execute("SELECT COUNT(*) FROM execution_buffer_rows").fetchone() == (0,)
+        statuses = {s for (s,) in conn.execute("SELECT status FROM agent_runs")}
+        assert statuses == {"completed"}
+        assert conn.execute("SELECT COUNT(*) FROM tool_executions").fetchone() == (6,)
+
+
+def test_the_cli_runs_the_demo_and_reports_its_version(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["demo"])
+    result = runner.invoke(cli, ["demo", "--db-file", str(tmp_path / "demo.db")])
     assert result.exit_code == 0, result.output
     assert "Turn 2" in result.output
     version = runner.invoke(cli, ["--version"])

@@ -14,5 +14,6 @@ def test_the_readme_has_python_examples():
 
 
 @pytest.mark.parametrize("source", BLOCKS, ids=[f"block{i}" for i in range(len(BLOCKS))])
-def test_each_readme_example_runs(source):
+def test_each_readme_example_runs(source, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # examples that write a ledger file write it here
     exec(compile(source, str(README), "exec"), {"__name__": "readme_example"})
