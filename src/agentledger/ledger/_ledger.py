@@ -29,17 +29,21 @@ from ._rows import (
     conversation_record,
     message_of,
     run_record,
-    step_execution_of,
     tool_execution_of,
 )
-from ._transactions import RunTransactions, stale_condition, stale_query
+from ._transactions import (
+    RunTransactions,
+    load_steps,
+    stale_condition,
+    stale_query,
+    store_of,
+)
 from .records import ConversationRecord, RunRecord, SearchHit
 from .tables import (
     agent_runs,
     conversation_messages,
     conversations,
     execution_buffer_rows,
-    step_executions,
     tool_executions,
 )
 
@@ -220,28 +224,7 @@ class Ledger:
         """The run's steps, rebuilt with their tool executions and outcomes."""
         self.run(run_id)
         with self.engine.connect() as conn:
-            steps = (
-                conn.execute(
-                    select(step_executions)
-                    .where(step_executions.c.run_id == run_id)
-                    .order_by(step_executions.c.step_index)
-                )
-                .mappings()
-                .all()
-            )
-            tools = (
-                conn.execute(
-                    select(tool_executions)
-                    .where(tool_executions.c.run_id == run_id)
-                    .order_by(tool_executions.c.step_index, tool_executions.c.position)
-                )
-                .mappings()
-                .all()
-            )
-        by_step: dict[str, list[Any]] = {}
-        for tool in tools:
-            by_step.setdefault(tool["step_id"], []).append(tool)
-        return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)
+            return load_steps(conn, run_id)
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
         self.run(run_id)
@@ -383,14 +366,8 @@ class Ledger:
                 .where(conversation_messages.c.conversation_id == conversation_id)
                 .order_by(conversation_messages.c.seq)
             ).mappings()
-            sections: dict[str, list[Message]] = {}
-            for row in rows:
-                sections.setdefault(row["section"], []).append(message_of(row))
-        state = AgentState.empty(conversation_id=conversation_id)
-        store = state.store
-        for name, messages in sections.items():
-            store = store.with_section(name, messages)
-        return state.with_message_store(store)
+            store = store_of(rows)
+        return AgentState.empty(conversation_id=conversation_id).with_message_store(store)
 
     def begin_run(
         self, state: AgentState, *, user_message: Message | None, agent_name: str

@@ -9,7 +9,7 @@ cannot write into the run that replaced it.
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -30,9 +30,10 @@ from sqlalchemy import (
 from .._ids import Clock, new_id
 from ..continuation import ExecutionBudget
 from ..errors import ConversationBusyError, LeaseLostError, NotFoundError, UsageError
-from ..messages import Message, Messages
+from ..messages import Message, Messages, MessageStore
 from ..recording import filed_messages
 from ..state import AgentState, AgentStatus
+from ..steps import StepExecution
 from ._engine import EngineSettings, with_retries, write_transaction
 from ._rows import (
     budget_json,
@@ -497,19 +498,52 @@ def _cas_lease(
 def _rebuild(conn: Connection, run: Any) -> AgentState:
     """The state of a run as the ledger holds it: the conversation, the buffer, the steps."""
     run_id = run["id"]
-    messages = conn.execute(
-        select(conversation_messages)
-        .where(conversation_messages.c.conversation_id == run["conversation_id"])
-        .order_by(conversation_messages.c.seq)
-    ).mappings()
-    buffer = conn.execute(
-        select(execution_buffer_rows)
-        .where(execution_buffer_rows.c.run_id == run_id)
-        .order_by(execution_buffer_rows.c.seq)
-    ).mappings()
+    messages = (
+        conn.execute(
+            select(conversation_messages)
+            .where(conversation_messages.c.conversation_id == run["conversation_id"])
+            .order_by(conversation_messages.c.seq)
+        )
+        .mappings()
+        .all()
+    )
+    buffer = (
+        conn.execute(
+            select(execution_buffer_rows)
+            .where(execution_buffer_rows.c.run_id == run_id)
+            .order_by(execution_buffer_rows.c.seq)
+        )
+        .mappings()
+        .all()
+    )
+    store = store_of([*messages, *buffer])
+    state = AgentState(
+        conversation_id=run["conversation_id"],
+        run_id=run_id,
+        parent_run_id=run["parent_run_id"],
+        root_run_id=run["root_run_id"],
+        depth=run["depth"],
+        step_executions=load_steps(conn, run_id),
+        status=AgentStatus.RUNNING,
+        budget=ExecutionBudget.model_validate(run["budget"] or {}),
+        run_started_at=run["started_at"],
+    )
+    return state.with_message_store(store)
+
+
+def store_of(rows: Iterable[Any]) -> MessageStore:
+    """A message store from message rows (conversation or buffer rows), filed by section."""
     sections: dict[str, list[Message]] = {}
-    for row in [*messages, *buffer]:
+    for row in rows:
         sections.setdefault(row["section"], []).append(message_of(row))
+    store = MessageStore()
+    for name, messages in sections.items():
+        store = store.with_section(name, messages)
+    return store
+
+
+def load_steps(conn: Connection, run_id: str) -> tuple[StepExecution, ...]:
+    """A run's steps, rebuilt from their rows and their tool rows."""
     steps = (
         conn.execute(
             select(step_executions)
@@ -519,33 +553,15 @@ def _rebuild(conn: Connection, run: Any) -> AgentState:
         .mappings()
         .all()
     )
-    tools = (
-        conn.execute(
-            select(tool_executions)
-            .where(tool_executions.c.run_id == run_id)
-            .order_by(tool_executions.c.step_index, tool_executions.c.position)
-        )
-        .mappings()
-        .all()
-    )
+    tools = conn.execute(
+        select(tool_executions)
+        .where(tool_executions.c.run_id == run_id)
+        .order_by(tool_executions.c.step_index, tool_executions.c.position)
+    ).mappings()
     by_step: dict[str, list[Any]] = {}
     for tool in tools:
         by_step.setdefault(tool["step_id"], []).append(tool)
-    state = AgentState(
-        conversation_id=run["conversation_id"],
-        run_id=run_id,
-        parent_run_id=run["parent_run_id"],
-        root_run_id=run["root_run_id"],
-        depth=run["depth"],
-        step_executions=tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps),
-        status=AgentStatus.RUNNING,
-        budget=ExecutionBudget.model_validate(run["budget"] or {}),
-        run_started_at=run["started_at"],
-    )
-    store = state.store
-    for name, section in sections.items():
-        store = store.with_section(name, section)
-    return state.with_message_store(store)
+    return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)
 
 
 def stale_condition(now: datetime, stale_after: float | None) -> Any:
