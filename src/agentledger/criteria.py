@@ -58,16 +58,20 @@ def steps_limit(state: AgentState) -> ContinuationDecision:
 
 def token_limit(state: AgentState) -> ContinuationDecision:
     limit = state.budget.max_tokens
+    if limit is None:
+        return ContinuationDecision.abstain()
     spent = state.usage.total_tokens
-    if limit is not None and spent >= limit:
+    if spent >= limit:
         return ContinuationDecision.stop(StopReason.TOKEN_LIMIT, f"{spent} of {limit} tokens")
     return ContinuationDecision.abstain()
 
 
 def cost_limit(state: AgentState) -> ContinuationDecision:
     limit = state.budget.max_cost_usd
+    if limit is None:
+        return ContinuationDecision.abstain()
     spent = state.cost_usd
-    if limit is not None and spent is not None and spent >= limit:
+    if spent is not None and spent >= limit:
         return ContinuationDecision.stop(StopReason.COST_LIMIT, f"${spent:.6f} of ${limit:.6f}")
     return ContinuationDecision.abstain()
 

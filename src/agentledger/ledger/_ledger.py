@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import os
 import re
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from sqlalchemy import Engine, delete, insert, select, text, update
+from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError, OperationalError
 
 from .._ids import Clock, new_id, utc_now
 from ..errors import ConfigurationError, LedgerOpenError, NotFoundError, SchemaVersionError
-from ..messages import Message, Messages
+from ..messages import Message, Messages, MessageStore
 from ..state import AgentState
 from ..steps import StepExecution, ToolExecution
 from . import _migrate
@@ -66,6 +69,7 @@ class Ledger:
         self.settings = settings
         self.clock = clock
         self._runs = RunTransactions(engine, settings, clock, lease_seconds)
+        self._cache = _ConversationCache()
 
     @classmethod
     def open(
@@ -357,17 +361,34 @@ class Ledger:
     # --- the Recorder interface ---------------------------------------------------------------
 
     def load_conversation(self, conversation_id: str | None) -> AgentState:
+        """The conversation's committed messages, as a state ready for a new run.
+
+        Conversations only grow, so a handle keeps the ones it loaded and, next time, reads
+        only the rows added since: loading stays as cheap at a thousand turns as at ten.
+        """
         if conversation_id is None:
             return AgentState.empty(conversation_id=new_id())
-        self.conversation(conversation_id)
         with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(conversation_messages)
-                .where(conversation_messages.c.conversation_id == conversation_id)
-                .order_by(conversation_messages.c.seq)
-            ).mappings()
-            store = store_of(rows)
-        return AgentState.empty(conversation_id=conversation_id).with_message_store(store)
+            head = conn.execute(_head_query(conversation_id)).first()
+            if head is None:
+                self.conversation(conversation_id)  # raises NotFoundError
+            assert head is not None
+            last_seq = -1 if head.last_seq is None else int(head.last_seq)
+            cached = self._cache.get(conversation_id)
+            if cached is None or cached.last_seq > last_seq:
+                cached = _Cached(-1, MessageStore())
+            if cached.last_seq < last_seq:
+                rows = conn.execute(
+                    select(conversation_messages)
+                    .where(
+                        conversation_messages.c.conversation_id == conversation_id,
+                        conversation_messages.c.seq > cached.last_seq,
+                    )
+                    .order_by(conversation_messages.c.seq)
+                ).mappings()
+                cached = _Cached(last_seq, store_of(rows, cached.store))
+        self._cache.put(conversation_id, cached)
+        return AgentState.empty(conversation_id=conversation_id).with_message_store(cached.store)
 
     def begin_run(
         self, state: AgentState, *, user_message: Message | None, agent_name: str
@@ -388,6 +409,46 @@ class Ledger:
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         return [run.id for run in self.stale_runs(stale_after)]
+
+
+@dataclass(frozen=True)
+class _Cached:
+    last_seq: int
+    store: MessageStore
+
+
+class _ConversationCache:
+    """The conversations this handle loaded, least recently used dropped first."""
+
+    def __init__(self, size: int = 256) -> None:
+        self._entries: OrderedDict[str, _Cached] = OrderedDict()
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, conversation_id: str) -> _Cached | None:
+        with self._lock:
+            entry = self._entries.get(conversation_id)
+            if entry is not None:
+                self._entries.move_to_end(conversation_id)
+            return entry
+
+    def put(self, conversation_id: str, entry: _Cached) -> None:
+        with self._lock:
+            self._entries[conversation_id] = entry
+            self._entries.move_to_end(conversation_id)
+            while len(self._entries) > self._size:
+                self._entries.popitem(last=False)
+
+
+def _head_query(conversation_id: str) -> Any:
+    last_seq = (
+        select(func.max(conversation_messages.c.seq))
+        .where(conversation_messages.c.conversation_id == conversation_id)
+        .scalar_subquery()
+    )
+    return select(conversations.c.id, last_seq.label("last_seq")).where(
+        conversations.c.id == conversation_id
+    )
 
 
 def _hit(row: Any) -> SearchHit:

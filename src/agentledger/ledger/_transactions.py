@@ -531,14 +531,15 @@ def _rebuild(conn: Connection, run: Any) -> AgentState:
     return state.with_message_store(store)
 
 
-def store_of(rows: Iterable[Any]) -> MessageStore:
-    """A message store from message rows (conversation or buffer rows), filed by section."""
+def store_of(rows: Iterable[Any], base: MessageStore | None = None) -> MessageStore:
+    """``base`` (or an empty store) with message rows (conversation or buffer rows) appended
+    to their sections."""
     sections: dict[str, list[Message]] = {}
     for row in rows:
         sections.setdefault(row["section"], []).append(message_of(row))
-    store = MessageStore()
+    store = base if base is not None else MessageStore()
     for name, messages in sections.items():
-        store = store.with_section(name, messages)
+        store = store.section(name).append_messages(messages)
     return store
 
 

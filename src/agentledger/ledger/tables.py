@@ -59,7 +59,8 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
 
 
-JSONType = JSON().with_variant(JSONB(), "postgresql")
+JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
+"""JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``)."""
 
 
 def _json(name: str, *, nullable: bool = True) -> Any:
