@@ -17,7 +17,18 @@ from . import __version__
 from .errors import AgentLedgerError
 
 DEFAULT_DB = "./agentledger.db"
-console = Console()
+WIDE = 240
+"""Width of the output when it is not a terminal (a pipe, a file): wide enough for full ids."""
+
+
+def _console() -> Console:
+    """A console on the current standard output (which tests and pipes replace)."""
+    terminal = Console()
+    return terminal if terminal.is_terminal else Console(width=WIDE)
+
+
+def _print(renderable: Any) -> None:
+    _console().print(renderable)
 
 
 class _Context:
@@ -44,7 +55,7 @@ def main() -> None:
     try:
         cli(standalone_mode=True)
     except AgentLedgerError as exc:  # pragma: no cover - click handles most exits itself
-        console.print(f"[red]error:[/red] {exc}")
+        _console().print(f"[red]error:[/red] {exc}")
         sys.exit(1)
 
 
@@ -102,7 +113,7 @@ def conversations(ctx: click.Context, limit: int) -> None:
             table.add_row(
                 c.id, c.kind, c.title or "", str(c.version), str(count), _time(c.updated_at)
             )
-        console.print(table)
+        _print(table)
 
 
 @cli.command()
@@ -118,6 +129,7 @@ def show(ctx: click.Context, conversation: str, section: str) -> None:
     """The conversation: what the user said and what the agent answered."""
     with _ledger(ctx) as ledger:
         record = ledger.conversation(conversation)
+        console = _console()
         console.rule(f"conversation {record.id} · version {record.version}")
         for message in ledger.messages(conversation, section):
             style = "bold cyan" if message.role == "user" else "bold green"
@@ -165,7 +177,7 @@ def trace(ctx: click.Context, run: str) -> None:
             answer = step.final_response()
             if answer is not None:
                 node.add(f"[green]answer:[/green] {_preview(answer.content)}")
-        console.print(tree)
+        _print(tree)
 
 
 @cli.command()
@@ -201,7 +213,7 @@ def runs(ctx: click.Context, conversation: str | None, status: str | None, limit
                 cost,
                 _time(r.started_at),
             )
-        console.print(table)
+        _print(table)
 
 
 @cli.command()
@@ -220,7 +232,7 @@ def search(ctx: click.Context, text: str, conversation: str | None, limit: int) 
                 hit.message.role,
                 _preview(hit.message.content, 80),
             )
-        console.print(table)
+        _print(table)
 
 
 @cli.command()
@@ -243,10 +255,10 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> Non
         )
         verb = "stale" if dry_run else "abandoned"
         for r in stale:
-            console.print(
+            _console().print(
                 f"{verb}: run {r.id} of conversation {r.conversation_id} ({r.step_count} steps)"
             )
-        console.print(f"{len(stale)} run(s) {verb}")
+        _console().print(f"{len(stale)} run(s) {verb}")
 
 
 @cli.group()
@@ -254,20 +266,29 @@ def db() -> None:
     """Schema migrations of the ledger (Alembic)."""
 
 
-def _engine(ctx: click.Context) -> Any:
-    from .ledger._engine import make_engine
+@contextlib.contextmanager
+def _engine(ctx: click.Context, *, create: bool = False) -> Iterator[Any]:
+    """An engine on the --db database; only ``create`` may bring a new SQLite file about."""
+    from .ledger._engine import make_engine, normalize_url, sqlite_path
 
     found = ctx.find_object(_Context)
     assert found is not None
-    return make_engine(found.db)
-
-
-@contextlib.contextmanager
-def _migration_errors() -> Iterator[None]:
+    path = sqlite_path(normalize_url(found.db))
+    if path is not None and not create and not path.exists():
+        raise click.ClickException(
+            f"no ledger at {path}: `agentledger db upgrade` creates one "
+            "(choose the file with --db or AGENTLEDGER_DB)"
+        )
     try:
-        yield
+        engine = make_engine(found.db)
     except AgentLedgerError as exc:
         raise click.ClickException(str(exc)) from exc
+    try:
+        yield engine
+    except AgentLedgerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    finally:
+        engine.dispose()
 
 
 @db.command()
@@ -277,12 +298,10 @@ def upgrade(ctx: click.Context, revision: str) -> None:
     """Migrate the ledger up to REVISION (default: the newest)."""
     from .ledger import _migrate
 
-    engine = _engine(ctx)
-    with _migration_errors():
+    with _engine(ctx, create=True) as engine:
         _migrate.upgrade(engine, revision)
         with engine.connect() as conn:
-            console.print(f"at revision {_migrate.current_revision(conn)}")
-    engine.dispose()
+            _console().print(f"at revision {_migrate.current_revision(conn)}")
 
 
 @db.command()
@@ -292,12 +311,10 @@ def downgrade(ctx: click.Context, revision: str) -> None:
     """Migrate the ledger down to REVISION (``base`` removes every table)."""
     from .ledger import _migrate
 
-    engine = _engine(ctx)
-    with _migration_errors():
+    with _engine(ctx) as engine:
         _migrate.downgrade(engine, revision)
         with engine.connect() as conn:
-            console.print(f"at revision {_migrate.current_revision(conn) or 'base'}")
-    engine.dispose()
+            _console().print(f"at revision {_migrate.current_revision(conn) or 'base'}")
 
 
 @db.command()
@@ -306,12 +323,12 @@ def current(ctx: click.Context) -> None:
     """The ledger's schema revision."""
     from .ledger import _migrate
 
-    engine = _engine(ctx)
-    with engine.connect() as conn:
+    with _engine(ctx) as engine, engine.connect() as conn:
         revision = _migrate.current_revision(conn)
-    engine.dispose()
     head = _migrate.head_revision()
-    console.print(f"{revision or 'base'}{' (head)' if revision == head else f' (newest: {head})'}")
+    _console().print(
+        f"{revision or 'base'}{' (head)' if revision == head else f' (newest: {head})'}"
+    )
 
 
 @db.command()
@@ -322,7 +339,7 @@ def history() -> None:
     from .ledger import _migrate
 
     for script in ScriptDirectory.from_config(_migrate.alembic_config()).walk_revisions():
-        console.print(
+        _console().print(
             f"{script.revision}  {(script.doc or '').splitlines()[0] if script.doc else ''}"
         )
 
@@ -333,15 +350,13 @@ def check(ctx: click.Context) -> None:
     """Exit 0 when the ledger is at the newest schema, 1 when it needs `db upgrade`."""
     from .ledger import _migrate
 
-    engine = _engine(ctx)
-    with _migration_errors():
+    with _engine(ctx) as engine:
         ok = _migrate.is_current(engine)
-    engine.dispose()
     if not ok:
         raise click.ClickException(
             "the ledger is not at the newest schema: run `agentledger db upgrade`"
         )
-    console.print(f"up to date at {_migrate.head_revision()}")
+    _console().print(f"up to date at {_migrate.head_revision()}")
 
 
 @db.command()

@@ -4,15 +4,17 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal, Self
 
 from sqlalchemy import Engine, delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError, OperationalError
+from sqlalchemy.exc import DatabaseError
 
 from .._ids import Clock, new_id, utc_now
 from ..errors import ConfigurationError, LedgerOpenError, NotFoundError, SchemaVersionError
@@ -25,12 +27,14 @@ from ._engine import (
     Synchronous,
     make_engine,
     normalize_url,
+    sqlite_path,
     with_retries,
     write_transaction,
 )
 from ._rows import (
     conversation_record,
     message_of,
+    run_columns_at_end,
     run_record,
     tool_execution_of,
 )
@@ -51,6 +55,7 @@ from .tables import (
 )
 
 DEFAULT_LEASE_SECONDS = 60.0
+_ABANDONED = "abandoned by recover(): its process stopped before the run ended"
 _COLUMNS = ", ".join(f"m.{c.name}" for c in conversation_messages.columns)
 
 
@@ -80,20 +85,35 @@ class Ledger:
         busy_timeout: float = 5.0,
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         migrate: bool = True,
+        verify: bool = False,
         clock: Clock = utc_now,
     ) -> Ledger:
         """Open the ledger at ``url`` (a file path, a ``sqlite:///`` URL or a ``postgresql://``
         URL), creating and migrating it as needed.
 
-        With ``migrate=False`` a database that is not at the newest schema is refused instead.
-        A database migrated by a newer agentledger is always refused.
+        With ``migrate=False`` a database that is not at the newest schema (or a SQLite file
+        that does not exist) is refused instead. A database migrated by a newer agentledger is
+        always refused. Opening a SQLite file reads the first page of every table, which finds
+        most damage at once; ``verify=True`` also runs ``PRAGMA quick_check`` over the whole
+        file (its time grows with the file's size).
         """
         settings = EngineSettings(synchronous=synchronous, busy_timeout=busy_timeout)
-        engine = make_engine(normalize_url(url), settings)
+        normalized = normalize_url(url)
+        path = sqlite_path(normalized)
+        fresh = path is not None and not path.exists()
+        if fresh and not migrate:
+            raise SchemaVersionError(
+                f"no ledger at {path} (an empty database is at no schema revision): open it "
+                "with migrate=True (the default), or create it with `agentledger db upgrade`"
+            )
+        engine = make_engine(normalized, settings)
         try:
-            _prepare(engine, migrate=migrate)
+            _prepare(engine, migrate=migrate, verify=verify)
         except BaseException:
             engine.dispose()
+            if fresh and path is not None:  # leave nothing behind that this call created
+                for leftover in (path, *_sidecars(path)):
+                    leftover.unlink(missing_ok=True)
             raise
         return cls(engine, settings=settings, clock=clock, lease_seconds=lease_seconds)
 
@@ -331,15 +351,15 @@ class Ledger:
                 ).first()
                 if still_stale is None:
                     return False
-                conn.execute(
-                    update(agent_runs)
-                    .where(agent_runs.c.id == run_id)
-                    .values(
-                        status="interrupted",
-                        finished_at=now,
-                        error="abandoned by recover(): its process stopped before the run ended",
-                    )
+                steps = load_steps(conn, run_id)
+                recorded = AgentState(
+                    conversation_id=still_stale.conversation_id,
+                    run_id=run_id,
+                    step_executions=steps,
                 )
+                totals = run_columns_at_end(recorded, "interrupted", _ABANDONED, now)
+                totals["stop_reason"] = None
+                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**totals))
                 conn.execute(
                     delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
                 )
@@ -461,10 +481,12 @@ def _hit(row: Any) -> SearchHit:
     )
 
 
-def _prepare(engine: Engine, *, migrate: bool) -> None:
+def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
     """Check the database can be opened, then bring it to the newest schema."""
     url = make_url(str(engine.url))
     try:
+        if engine.dialect.name == "sqlite":
+            _probe_sqlite(engine, verify=verify)
         if migrate:
             _migrate.upgrade(engine)
         elif not _migrate.is_current(engine):
@@ -474,18 +496,39 @@ def _prepare(engine: Engine, *, migrate: bool) -> None:
             )
     except (SchemaVersionError, ConfigurationError):
         raise
-    except OperationalError as exc:
+    except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
         raise LedgerOpenError(_open_error(url, exc)) from exc
-    except DatabaseError as exc:
-        raise LedgerOpenError(_open_error(url, exc)) from exc
+
+
+def _probe_sqlite(engine: Engine, *, verify: bool) -> None:
+    """Read every table's first page (and, with ``verify``, check every page): damage shows
+    here as an error instead of later as a wrong answer."""
+    with engine.connect() as conn:
+        tables = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
+        ).scalars()
+        for table in list(tables):
+            conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
+        if verify:
+            problems = conn.exec_driver_sql("PRAGMA quick_check").scalars().all()
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError(
+                    "database disk image is malformed: " + "; ".join(problems[:5])
+                )
+
+
+def _sidecars(path: Path) -> tuple[Path, ...]:
+    return (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
 
 
 def _open_error(url: Any, exc: Exception) -> str:
-    detail = str(getattr(exc, "orig", exc)).strip()
+    detail = str(getattr(exc, "orig", None) or exc).strip()
     where = url.render_as_string(hide_password=True)
     if "readonly" in detail or "read-only" in detail:
         hint = "the file (or its directory, for the WAL files) is read-only; open a writable copy"
-    elif "malformed" in detail or "not a database" in detail or "encrypted" in detail:
+    elif isinstance(exc, UnicodeDecodeError) or any(
+        word in detail for word in ("malformed", "not a database", "encrypted", "corrupt")
+    ):
         hint = "the file is corrupt; restore it from a backup (its -wal and -shm files with it)"
     elif "unable to open" in detail:
         hint = "check the path and the permissions of the file and its directory"

@@ -1,0 +1,408 @@
+"""The ``agentledger`` command line over a ledger a scripted agent filled: listing, showing,
+tracing, searching, recovering, and the ``db`` commands that migrate it. Through click's
+``CliRunner`` on both backends, and as the installed console script in a real process."""
+
+from __future__ import annotations
+
+import gc
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner, Result
+from sqlalchemy.engine import make_url
+
+import _migration_harness as harness
+from _migration_harness import Database
+from agentledger import AgentBuilder, ToolCall, __version__, tool
+from agentledger.cli import cli
+from agentledger.ledger import Ledger
+from agentledger.llm import InferenceResponse, ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[1]
+CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
+HEAD = harness.head()
+PREVIOUS = harness.predecessor(HEAD)
+
+QUESTION = "What is the weather in Paris?"
+TOOL_OUTPUT = "TOOL-OUTPUT 22C and sunny in Paris"
+ANSWER = "Paris is sunny, with marmalade skies."
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return TOOL_OUTPUT
+
+
+@dataclass(frozen=True)
+class Recorded:
+    url: str
+    conversation_id: str
+    run_id: str
+    stale_conversation_id: str | None = None
+    stale_run_id: str | None = None
+
+
+def record_a_run(url: str) -> Recorded:
+    """One run of a scripted agent: a tool call, then the answer."""
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(
+                tool_calls=[ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})],
+                usage={"input_tokens": 123, "output_tokens": 45},
+                finish_reason="tool_calls",
+            ),
+            InferenceResponse(
+                content=ANSWER,
+                usage={"input_tokens": 200, "output_tokens": 17},
+                finish_reason="stop",
+            ),
+        ]
+    )
+    with Ledger.open(url) as ledger:
+        agent = (
+            AgentBuilder()
+            .with_llm(llm)
+            .with_name("weather-bot")
+            .with_tools([get_weather])
+            .with_ledger(ledger)
+            .build()
+        )
+        result = agent.run(QUESTION)
+    return Recorded(url, result.conversation_id, result.run_id)
+
+
+@pytest.fixture(autouse=True)
+def no_connection_left_open() -> Iterator[None]:
+    """Connections a command forgot to close are reported by the test that ran it."""
+    yield
+    gc.collect()
+
+
+@pytest.fixture
+def recorded(db_url: str) -> Recorded:
+    """A ledger of its own holding one finished run, for a test that changes it."""
+    return record_a_run(db_url)
+
+
+@pytest.fixture(
+    scope="module",
+    params=[
+        pytest.param("sqlite", id="sqlite"),
+        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
+    ],
+)
+def shared(request: pytest.FixtureRequest) -> Iterator[Recorded]:
+    """A ledger holding one finished run and one stale run, shared by tests that only read."""
+    with harness.shared_database(request.param, request) as url:
+        finished = record_a_run(url)
+        with Ledger.open(url) as ledger:
+            conversation_id, run_id = harness.begin_stale_run(ledger)
+        yield Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
+
+
+def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
+    return CliRunner().invoke(cli, list(args), env=env)
+
+
+def ok(*args: str, env: dict[str, str] | None = None) -> str:
+    result = invoke(*args, env=env)
+    assert result.exit_code == 0, f"agentledger {' '.join(args)}: {result.output}"
+    assert result.exception is None
+    return result.output
+
+
+def flat(output: str) -> str:
+    """The output with its line wrapping undone."""
+    return " ".join(output.split())
+
+
+def sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" else None
+
+
+# --- reading the ledger ---------------------------------------------------------------------------
+
+
+def _rows(output: str) -> list[list[str]]:
+    """The cells of a table's body rows (a cell wrapped over two lines gives two rows)."""
+    return [
+        [cell.strip() for cell in line.strip("│").split("│")]
+        for line in output.splitlines()
+        if line.startswith("│")
+    ]
+
+
+def test_conversations_lists_each_conversation_with_its_version_and_message_count(shared):
+    output = ok("--db", shared.url, "conversations")
+    listed = [row for row in _rows(output) if row[1] == "main"]
+    # The finished run's question and answer (its tool trace is not the conversation), and the
+    # stale run's question, which is stored as soon as the run begins.
+    assert sorted((row[3], row[4]) for row in listed) == [("0", "1"), ("1", "2")]
+
+
+@pytest.mark.parametrize(
+    "command", [["conversations"], ["runs"], ["search", "marmalade"]], ids=" ".join
+)
+def test_listings_print_ids_in_full_so_they_can_be_passed_to_show_and_trace(shared, command):
+    output = ok("--db", shared.url, *command)
+    wanted = {
+        "conversations": [shared.conversation_id, shared.stale_conversation_id],
+        "runs": [shared.run_id, shared.stale_run_id],
+        "search": [shared.conversation_id],
+    }[command[0]]
+    for identifier in wanted:
+        assert identifier in output, f"the id {identifier} is cut short in:\n{output}"
+
+
+def test_show_prints_the_question_and_the_answer_and_no_tool_output(shared):
+    output = ok("--db", shared.url, "show", shared.conversation_id)
+    assert shared.conversation_id in output
+    assert QUESTION in output
+    assert ANSWER in flat(output)
+    assert "TOOL-OUTPUT" not in output
+    assert "get_weather" not in output
+
+
+def test_trace_prints_the_steps_the_tool_and_the_tokens(shared):
+    output = flat(ok("--db", shared.url, "trace", shared.run_id))
+    assert shared.run_id in output
+    assert "weather-bot" in output and "completed" in output
+    assert "step 0 · tool_use · 123 in / 45 out" in output
+    assert "step 1 · response · 200 in / 17 out" in output
+    assert "323 in / 62 out" in output  # the run's totals
+    assert "get_weather" in output and "TOOL-OUTPUT" in output
+    assert "answer: Paris is sunny" in output
+
+
+def test_trace_of_a_run_in_progress_prints_its_recorded_step(shared):
+    output = flat(ok("--db", shared.url, "trace", shared.stale_run_id or ""))
+    assert "running" in output and "step 0 · tool_use" in output and "get_weather" in output
+
+
+def test_runs_lists_each_run_with_its_agent_and_status(shared):
+    rows = _rows(ok("--db", shared.url, "runs"))
+    assert sorted((row[2], row[3]) for row in rows if row[2]) == [
+        ("stale-planner", "running"),
+        ("weather-bot", "completed"),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "agent"), [("running", "stale-planner"), ("completed", "weather-bot")]
+)
+def test_runs_filters_by_status(shared, status, agent):
+    rows = _rows(ok("--db", shared.url, "runs", "--status", status))
+    assert [(row[2], row[3]) for row in rows if row[2]] == [(agent, status)]
+
+
+def test_search_finds_the_answer_and_not_the_tool_output(shared):
+    found = ok("--db", shared.url, "search", "marmalade")
+    assert "assistant" in found and "marmalade" in found
+    nothing = ok("--db", shared.url, "search", "TOOL-OUTPUT")
+    assert "assistant" not in nothing and "user" not in nothing
+
+
+@pytest.mark.parametrize(
+    "command",
+    [["show", harness.UNKNOWN_ID], ["trace", harness.UNKNOWN_ID]],
+    ids=" ".join,
+)
+def test_an_unknown_id_exits_non_zero_with_a_message_and_no_traceback(shared, command):
+    result = invoke("--db", shared.url, *command)
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert harness.UNKNOWN_ID in result.output and "Traceback" not in result.output
+
+
+# --- recovering stale runs ------------------------------------------------------------------------
+
+
+def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
+    with Ledger.open(recorded.url) as ledger:
+        conversation_id, run_id = harness.begin_stale_run(ledger)
+    # The handle is closed: the run is what a crashed process leaves behind.
+
+    dry = flat(ok("--db", recorded.url, "recover", "--dry-run", "--stale-after", "0"))
+    assert f"stale: run {run_id} of conversation {conversation_id} (1 steps)" in dry
+    assert "1 run(s) stale" in dry
+    with Ledger.open(recorded.url) as ledger:
+        assert ledger.run(run_id).status == "running"
+        assert len(ledger.buffer(run_id)) > 0
+
+    done = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
+    assert f"abandoned: run {run_id}" in done and "1 run(s) abandoned" in done
+    with Ledger.open(recorded.url) as ledger:
+        assert ledger.run(run_id).status == "interrupted"
+        assert len(ledger.buffer(run_id)) == 0
+        assert ledger.conversation(conversation_id).lease_run_id is None
+        assert ledger.run(recorded.run_id).status == "completed"
+
+    again = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
+    assert "0 run(s) abandoned" in again
+
+
+def test_recover_leaves_a_run_with_a_live_lease_alone(recorded):
+    with Ledger.open(recorded.url) as ledger:
+        _conversation_id, run_id = harness.begin_stale_run(ledger)
+    assert "0 run(s) stale" in ok("--db", recorded.url, "recover", "--dry-run")
+    assert "0 run(s) abandoned" in ok("--db", recorded.url, "recover")
+    with Ledger.open(recorded.url) as ledger:
+        assert ledger.run(run_id).status == "running"
+
+
+# --- db: migrations -----------------------------------------------------------------------------
+
+
+def test_db_commands_take_a_ledger_down_and_up_again(recorded):
+    url = recorded.url
+    assert f"at revision {HEAD}" in ok("--db", url, "db", "upgrade")
+    assert ok("--db", url, "db", "current").strip() == f"{HEAD} (head)"
+    assert f"up to date at {HEAD}" in ok("--db", url, "db", "check")
+
+    assert PREVIOUS is not None
+    assert f"at revision {PREVIOUS}" in ok("--db", url, "db", "downgrade", PREVIOUS)
+    assert ok("--db", url, "db", "current").strip() == f"{PREVIOUS} (newest: {HEAD})"
+    check = invoke("--db", url, "db", "check")
+    assert check.exit_code != 0
+    assert "agentledger db upgrade" in check.output
+    refused = invoke("--db", url, "conversations")
+    assert refused.exit_code != 0 and "agentledger db upgrade" in refused.output
+
+    assert f"at revision {HEAD}" in ok("--db", url, "db", "upgrade")
+    assert f"up to date at {HEAD}" in ok("--db", url, "db", "check")
+    assert QUESTION in ok("--db", url, "show", recorded.conversation_id)
+
+
+def test_db_history_lists_every_revision_newest_first():
+    listed = re.findall(r"^(\S+)  ", ok("db", "history"), flags=re.MULTILINE)
+    assert listed == list(reversed(harness.revisions()))
+    assert "0001" in listed and "0002" in listed
+
+
+def test_db_upgrade_refuses_a_database_from_a_newer_agentledger(recorded):
+    with Database(recorded.url) as database, database.engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {harness.VERSION_TABLE} SET version_num = '9999'")
+    for command in (["db", "upgrade"], ["db", "check"], ["conversations"]):
+        result = invoke("--db", recorded.url, *command)
+        assert result.exit_code == 1, command
+        assert "9999" in result.output and "newer agentledger" in flat(result.output), command
+    with Database(recorded.url) as database:
+        assert database.versions() == ["9999"]
+    gc.collect()  # a refusal must close its connections too (psycopg warns when it did not)
+
+
+@pytest.mark.parametrize("dialect", ["sqlite", "postgresql"])
+def test_db_schema_prints_the_committed_ddl(dialect):
+    expected = (ROOT / "schema" / f"{dialect}.sql").read_text(encoding="utf-8")
+    assert ok("db", "schema", "--dialect", dialect) == expected
+
+
+# --- choosing the ledger ------------------------------------------------------------------------
+
+
+def test_the_agentledger_db_variable_names_the_ledger_when_db_is_not_given(shared):
+    output = ok("show", shared.conversation_id, env={"AGENTLEDGER_DB": shared.url})
+    assert QUESTION in output and ANSWER in flat(output)
+
+
+def test_db_wins_over_the_agentledger_db_variable(shared, tmp_path):
+    elsewhere = str(tmp_path / "elsewhere.db")
+    output = ok(
+        "--db", shared.url, "show", shared.conversation_id, env={"AGENTLEDGER_DB": elsewhere}
+    )
+    assert QUESTION in output
+    assert not Path(elsewhere).exists()
+
+
+MISSING_LEDGER_COMMANDS = [
+    ["conversations"],
+    ["runs"],
+    ["show", "some-conversation"],
+    ["trace", "some-run"],
+    ["search", "anything"],
+    ["recover", "--dry-run"],
+    ["recover"],
+    ["db", "check"],
+]
+
+
+@pytest.mark.parametrize("command", MISSING_LEDGER_COMMANDS, ids=" ".join)
+def test_a_missing_ledger_file_exits_non_zero_saying_how_to_create_one_and_creates_nothing(
+    tmp_path, command
+):
+    missing = tmp_path / "missing.db"
+    result = invoke("--db", str(missing), *command)
+    assert result.exit_code != 0
+    assert "agentledger db upgrade" in flat(result.output)
+    assert "Traceback" not in result.output
+    assert list(tmp_path.iterdir()) == [], f"`{' '.join(command)}` created {missing}"
+
+
+def test_db_upgrade_creates_an_empty_ledger_that_the_other_commands_read(tmp_path):
+    path = tmp_path / "new.db"
+    assert f"at revision {HEAD}" in ok("--db", str(path), "db", "upgrade")
+    assert "conversations" in ok("--db", str(path), "conversations")
+    assert "0 run(s) stale" in ok("--db", str(path), "recover", "--dry-run")
+
+
+def test_version_prints_the_package_version():
+    assert ok("--version").strip() == f"agentledger, version {__version__}"
+
+
+# --- the console script, in a process of its own -------------------------------------------------
+
+
+def _console(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_the_console_script_shows_and_traces_and_refuses_a_missing_ledger(tmp_path):
+    recorded = record_a_run(str(tmp_path / "ledger.db"))
+
+    shown = _console("--db", "ledger.db", "show", recorded.conversation_id, cwd=tmp_path)
+    assert shown.returncode == 0, shown.stderr
+    assert QUESTION in shown.stdout and ANSWER in flat(shown.stdout)
+    assert "TOOL-OUTPUT" not in shown.stdout
+
+    traced = _console("--db", "ledger.db", "trace", recorded.run_id, cwd=tmp_path)
+    assert traced.returncode == 0, traced.stderr
+    assert "get_weather" in traced.stdout
+
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    missing = _console("runs", cwd=empty)  # the default, ./agentledger.db, is not there
+    assert missing.returncode == 1
+    assert "agentledger db upgrade" in flat(missing.stderr)
+    assert "Traceback" not in missing.stderr
+    assert list(empty.iterdir()) == []
+
+    version = _console("--version", cwd=tmp_path)
+    assert version.returncode == 0 and version.stdout.strip().endswith(__version__)
+
+
+def test_the_console_script_piped_into_another_program_lists_whole_ids(tmp_path):
+    recorded = record_a_run(str(tmp_path / "ledger.db"))
+    for command, wanted in (("runs", recorded.run_id), ("conversations", recorded.conversation_id)):
+        listed = _console("--db", "ledger.db", command, cwd=tmp_path)
+        assert listed.returncode == 0, listed.stderr
+        assert wanted in listed.stdout, (
+            f"`agentledger {command} | ...` cuts ids short:\n{listed.stdout}"
+        )

@@ -1,0 +1,394 @@
+"""The ledger's migrations: from nothing to the newest schema, revision by revision with data in
+every table, down and up again, refusing a newer database, under concurrency, through Alembic's
+own command line, and from an installed wheel. On SQLite and PostgreSQL alike."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import Engine, event
+from sqlalchemy.engine import make_url
+
+import _migration_harness as harness
+from _migration_harness import Database, Rows
+from agentledger import AgentBuilder, SchemaVersionError
+from agentledger.ledger import Ledger
+from agentledger.ledger import tables as ledger_tables
+from agentledger.llm import InferenceResponse, ScriptedLLM
+
+ROOT = Path(__file__).resolve().parents[1]
+VENV_BIN = Path(sys.executable).parent
+HEAD = harness.head()
+PREVIOUS = harness.predecessor(HEAD)
+MODEL_TABLES = sorted(ledger_tables.metadata.tables)
+
+
+def sqlite_file(url: str) -> Path | None:
+    parsed = make_url(url)
+    return Path(parsed.database) if parsed.get_backend_name() == "sqlite" else None
+
+
+def search_objects(database: Database) -> set[str]:
+    """The full-text search objects the migrations made."""
+    if database.dialect == "sqlite":
+        found = database.all_table_names()
+        return {n for n in found if n == harness.FTS_PREFIX}
+    with database.engine.connect() as conn:
+        rows = conn.exec_driver_sql(
+            "SELECT indexname FROM pg_indexes WHERE tablename = 'conversation_messages'"
+        )
+        return {n for (n,) in rows if n == harness.FTS_PREFIX}
+
+
+@contextlib.contextmanager
+def statements() -> Iterator[list[str]]:
+    """Every SQL statement any engine of this process executes meanwhile."""
+    seen: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        seen.append(" ".join(statement.split()))
+
+    event.listen(Engine, "before_cursor_execute", record)
+    try:
+        yield seen
+    finally:
+        event.remove(Engine, "before_cursor_execute", record)
+
+
+def creates_of_conversations(seen: list[str]) -> int:
+    return sum(1 for s in seen if s.upper().startswith("CREATE TABLE CONVERSATIONS "))
+
+
+@pytest.fixture(scope="module")
+def representative_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rows]:
+    with harness.representative_source(tmp_path_factory.mktemp("source")) as (rows, _ids):
+        yield rows
+
+
+# --- from nothing to the newest schema ----------------------------------------------------------
+
+
+def test_the_migrations_form_one_line_of_revisions_ending_at_the_head():
+    assert harness.revisions()[-1] == HEAD
+    assert harness.predecessor(harness.revisions()[0]) is None
+    assert len(harness.upgrade_steps()) == len(harness.revisions()) - 1
+
+
+@pytest.mark.parametrize("how", ["Ledger.open", "agentledger db upgrade"])
+def test_an_empty_database_is_upgraded_to_the_head_with_every_table(db_url, how):
+    if how == "Ledger.open":
+        Ledger.open(db_url).close()
+    else:
+        assert f"at revision {HEAD}" in harness.migrate(db_url, "head")
+    with Database(db_url) as database:
+        assert database.table_names() == MODEL_TABLES
+        assert database.versions() == [HEAD]
+        assert search_objects(database) == {harness.FTS_PREFIX}
+
+
+# --- every revision keeps the rows of its predecessor -----------------------------------------
+
+
+def test_the_representative_rows_fill_every_table_and_every_column(tmp_path):
+    with harness.representative_source(tmp_path) as (rows, ids):
+        assert sorted(rows) == MODEL_TABLES
+        for table in ledger_tables.metadata.sorted_tables:
+            for column in table.columns:
+                values = [r[column.name] for r in rows[table.name]]
+                assert any(v is not None for v in values), f"{table.name}.{column.name} is empty"
+        statuses = {r["id"]: r["status"] for r in rows["agent_runs"]}
+        assert statuses[ids["trip_run"]] == "completed"
+        assert statuses[ids["failed_run"]] == "failed"
+        assert statuses[ids["stale_run"]] == "running"
+
+
+@pytest.mark.parametrize(
+    ("previous", "revision"),
+    harness.upgrade_steps(),
+    ids=[f"{p}->{r}" for p, r in harness.upgrade_steps()],
+)
+def test_upgrading_to_a_revision_keeps_every_row_its_predecessor_held(
+    db_url, previous, revision, representative_rows
+):
+    harness.check_upgrade_keeps_rows(db_url, previous, revision, representative_rows)
+
+
+def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(db_url):
+    assert PREVIOUS is not None
+    with Ledger.open(db_url) as ledger:
+        ids = harness.record_representative_runs(ledger)
+    with Database(db_url) as database:
+        database.fill_empty_columns()
+        assert database.empty_columns() == {}
+        columns = database.columns()
+        before = database.snapshot(columns)
+
+    harness.migrate(db_url, PREVIOUS, direction="downgrade")
+    with Database(db_url) as database:
+        assert database.versions() == [PREVIOUS]
+        kept = {t: [c for c in names if c in columns[t]] for t, names in database.columns().items()}
+        assert database.snapshot(kept) == harness.restrict(before, kept)
+
+    harness.migrate(db_url, "head")
+    with Database(db_url) as database:
+        assert database.versions() == [HEAD]
+        assert database.snapshot() == before
+        assert search_objects(database) == {harness.FTS_PREFIX}
+
+    with Ledger.open(db_url, migrate=False) as ledger:
+        hits = ledger.search(harness.SEARCH_WORD)
+        found = {(h.conversation_id, h.message.content) for h in hits}
+        answers = {
+            (m_conversation, m.content)
+            for m_conversation in (ids["trip"], ids["inline"])
+            for m in ledger.messages(m_conversation)
+            if harness.SEARCH_WORD in m.content
+        }
+        assert len(answers) == 3
+        assert found == answers
+        assert [h.message.content for h in ledger.search("Porto")] == [harness.STALE_USER_TEXT]
+
+
+def test_search_finds_messages_written_after_a_downgrade_and_upgrade(db_url):
+    assert PREVIOUS is not None
+    Ledger.open(db_url).close()
+    harness.migrate(db_url, PREVIOUS, direction="downgrade")
+    harness.migrate(db_url, "head")
+    with Ledger.open(db_url, migrate=False) as ledger:
+        llm = ScriptedLLM([InferenceResponse(content="Quinces ripen in autumn.")])
+        agent = AgentBuilder().with_llm(llm).with_ledger(ledger).build()
+        result = agent.run("When do quinces ripen?")
+        hits = ledger.search("quinces")
+        assert {h.message.content for h in hits} == {
+            "When do quinces ripen?",
+            "Quinces ripen in autumn.",
+        }
+        assert {h.conversation_id for h in hits} == {result.conversation_id}
+
+
+# --- refusing what this code cannot handle ------------------------------------------------------
+
+
+@pytest.mark.parametrize("migrate", [True, False], ids=["migrate", "no-migrate"])
+def test_a_database_from_a_newer_agentledger_is_refused_and_left_untouched(db_url, migrate):
+    with Ledger.open(db_url) as ledger:
+        harness.record_representative_runs(ledger)
+    with Database(db_url) as database, database.engine.begin() as conn:
+        conn.exec_driver_sql(f"UPDATE {harness.VERSION_TABLE} SET version_num = '9999'")
+    with Database(db_url) as database:
+        before = database.snapshot()
+    path = sqlite_file(db_url)
+    file_before = path.read_bytes() if path else None
+
+    with pytest.raises(SchemaVersionError) as raised:
+        Ledger.open(db_url, migrate=migrate)
+
+    message = str(raised.value)
+    assert "9999" in message and repr(HEAD) in message
+    with Database(db_url) as database:
+        assert database.versions() == ["9999"]
+        assert database.snapshot() == before
+    if path is not None:
+        assert path.read_bytes() == file_before
+
+
+@pytest.mark.parametrize("at", ["the previous revision", "no ledger schema yet"])
+def test_opening_an_outdated_database_without_migrating_says_to_run_db_upgrade(db_url, at):
+    if at == "the previous revision":
+        assert PREVIOUS is not None
+        harness.migrate(db_url, PREVIOUS)
+    else:  # a database an application already uses for tables of its own
+        with Database(db_url) as database, database.engine.begin() as conn:
+            conn.exec_driver_sql("CREATE TABLE application_table (id INTEGER PRIMARY KEY)")
+    with Database(db_url) as database:
+        before = database.all_table_names()
+
+    with pytest.raises(SchemaVersionError, match="agentledger db upgrade"):
+        Ledger.open(db_url, migrate=False)
+
+    with Database(db_url) as database:
+        assert database.all_table_names() == before
+        if at == "the previous revision":
+            assert database.versions() == [PREVIOUS]
+
+
+# --- concurrency ------------------------------------------------------------------------------
+
+
+def test_threads_opening_a_fresh_database_at_once_all_succeed_and_migrate_it_once(db_url):
+    openers = 4
+    barrier = threading.Barrier(openers)
+    errors: list[BaseException] = []
+
+    def open_it() -> None:
+        try:
+            barrier.wait(timeout=10)
+            Ledger.open(db_url).close()
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    with statements() as seen:
+        threads = [threading.Thread(target=open_it) for _ in range(openers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(timeout=60)
+    assert errors == []
+    assert creates_of_conversations(seen) == 1
+    with Database(db_url) as database:
+        assert database.versions() == [HEAD]
+        assert database.table_names() == MODEL_TABLES
+
+
+_OPENER = """
+import json, pathlib, sys, time
+from sqlalchemy import Engine, event
+seen = []
+event.listen(Engine, "before_cursor_execute", lambda c, cur, s, *a: seen.append(s))
+from agentledger.ledger import Ledger
+print("ready", flush=True)
+go = pathlib.Path(sys.argv[2])
+while not go.exists():
+    time.sleep(0.002)
+Ledger.open(sys.argv[1]).close()
+print(json.dumps(seen))
+"""
+
+
+def test_processes_opening_a_fresh_sqlite_database_at_once_all_succeed_and_migrate_it_once(
+    tmp_path,
+):
+    db, go = tmp_path / "ledger.db", tmp_path / "go"
+    processes = [
+        subprocess.Popen(
+            [sys.executable, "-c", _OPENER, str(db), str(go)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            cwd=tmp_path,
+        )
+        for _ in range(3)
+    ]
+    try:
+        for process in processes:
+            assert process.stdout is not None
+            assert process.stdout.readline().strip() == "ready"
+        go.touch()
+        outcomes = [process.communicate(timeout=60) for process in processes]
+    finally:
+        for process in processes:
+            if process.poll() is None:
+                process.kill()
+    for process, (_out, err) in zip(processes, outcomes, strict=True):
+        assert process.returncode == 0, err
+    seen = [s for out, _ in outcomes for s in json.loads(out)]
+    assert creates_of_conversations([" ".join(s.split()) for s in seen]) == 1
+    with Database(db) as database:
+        assert database.versions() == [HEAD]
+        assert database.table_names() == MODEL_TABLES
+
+
+# --- Alembic's own command line, from a checkout ----------------------------------------------
+
+
+def _alembic(*args: str, db: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "AGENTLEDGER_DB": db}
+    return subprocess.run(
+        [str(VENV_BIN / "alembic"), *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+
+def test_plain_alembic_from_the_repository_root_migrates_a_database_the_ledger_accepts(db_url):
+    path = sqlite_file(db_url)
+    db = str(path) if path is not None else db_url  # a plain path, as a user would give it
+
+    upgraded = _alembic("upgrade", "head", db=db)
+    assert upgraded.returncode == 0, upgraded.stderr
+
+    with Ledger.open(db_url, migrate=False) as ledger:
+        assert ledger.conversations() == []
+    with Database(db_url) as database:
+        assert database.versions() == [HEAD]
+    current = _alembic("current", db=db)
+    assert current.returncode == 0, current.stderr
+    assert f"{HEAD} (head)" in current.stdout
+    checked = _alembic("check", db=db)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    assert "No new upgrade operations detected" in checked.stdout + checked.stderr
+
+
+# --- the migrations ship in the wheel -----------------------------------------------------------
+
+_OPEN_FROM_WHEEL = """
+import sys
+import agentledger
+from agentledger.ledger import Ledger
+from sqlalchemy import create_engine, text
+assert agentledger.__file__.startswith(sys.argv[2]), agentledger.__file__
+Ledger.open(sys.argv[1]).close()
+engine = create_engine("sqlite:///" + sys.argv[1])
+with engine.connect() as conn:
+    print(conn.execute(text("SELECT version_num FROM agentledger_version")).scalar())
+engine.dispose()
+"""
+
+
+def test_the_wheel_ships_the_migrations_and_an_installed_copy_migrates_a_fresh_ledger(tmp_path):
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert built.returncode == 0, built.stdout + built.stderr
+    (wheel,) = tmp_path.glob("agentledger-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = {
+        "agentledger/migrations/env.py",
+        "agentledger/migrations/script.py.mako",
+        *(
+            f"agentledger/migrations/versions/{Path(script.path).name}"
+            for script in harness.script_directory().walk_revisions()
+        ),
+    }
+    assert expected <= names, sorted(expected - names)
+
+    site = tmp_path / "site"
+    installed = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), wheel],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert installed.returncode == 0, installed.stdout + installed.stderr
+
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    opened = subprocess.run(
+        [sys.executable, "-c", _OPEN_FROM_WHEEL, str(elsewhere / "fresh.db"), str(site)],
+        cwd=elsewhere,
+        env={**os.environ, "PYTHONPATH": str(site)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert opened.returncode == 0, opened.stderr
+    assert opened.stdout.strip() == HEAD
