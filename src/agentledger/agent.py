@@ -15,7 +15,7 @@ from ._ids import Clock, new_id
 from .continuation import ExecutionBudget, StopReason
 from .criteria import Criterion, decide, pending_outcome
 from .drivers import Driver, StepRequest
-from .errors import ConversationBusyError, ProcessorError
+from .errors import ConversationBusyError, LeaseLostError, ProcessorError
 from .executor import ToolExecutor
 from .messages import Message, Role
 from .processors import StateProcessor, run_chain
@@ -125,8 +125,8 @@ class Agent:
         for run_id in self.config.recorder.stale_run_ids(stale_after):
             try:
                 results.append(self.resume(run_id, stale_after=stale_after))
-            except ConversationBusyError:
-                continue
+            except (ConversationBusyError, LeaseLostError):
+                continue  # another process claimed it first, or took it over
         return results
 
     def _drive(self, state: AgentState) -> RunResult:

@@ -53,6 +53,9 @@ from .tables import (
     tool_executions,
 )
 
+RESUME_PREFIX = "resume:"
+"""Lease tokens taken by ``claim_run`` begin with this."""
+
 
 @dataclass
 class _Lease:
@@ -186,7 +189,7 @@ class RunTransactions:
     # --- taking over a run ----------------------------------------------------------------------
 
     def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
-        token = new_id()
+        token = RESUME_PREFIX + new_id()
         claimed: dict[str, Any] = {}
 
         def work() -> None:
@@ -200,7 +203,9 @@ class RunTransactions:
                     .mappings()
                     .one()
                 )
-                _check_claimable(run, conversation, now, stale_after)
+                _check_claimable(
+                    run, conversation, now, self._quiet_after(conversation, stale_after)
+                )
                 _cas_lease(conn, conversation, run_id, token, now + self.lease)
                 conn.execute(
                     update(agent_runs)
@@ -216,6 +221,19 @@ class RunTransactions:
         return state
 
     # --- leases ---------------------------------------------------------------------------------
+
+    def _quiet_after(self, conversation: Any, stale_after: float | None) -> float | None:
+        """How long a run must be silent for ``stale_after`` to take its lease.
+
+        A lease taken to resume the run is protected for two heartbeats whatever
+        ``stale_after`` says: two processes recovering one run at once, with ``stale_after=0``,
+        must not take it from each other in turn.
+        """
+        if stale_after is None or not str(conversation["lease_holder"] or "").startswith(
+            RESUME_PREFIX
+        ):
+            return stale_after
+        return max(stale_after, 2 * self.lease.total_seconds() / 3)
 
     def _take_lease(
         self, conn: Connection, conversation_id: str, run_id: str, token: str, now: datetime
