@@ -97,7 +97,8 @@ def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
         dbapi.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi.cursor()
         try:
-            cursor.execute("PRAGMA journal_mode=WAL")
+            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                cursor.execute("PRAGMA journal_mode=WAL")  # once per file: it is persistent
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA synchronous={settings.synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout * 1000)}")
@@ -129,10 +130,11 @@ def _check_sqlite_path(path: Path) -> None:
 
 def is_busy(exc: BaseException) -> bool:
     """True for "database is locked" style errors, which a retry may cure."""
-    if not isinstance(exc, OperationalError):
+    cause = exc.orig if isinstance(exc, OperationalError) else exc
+    if not isinstance(cause, sqlite3.OperationalError):
         return False
-    text = str(exc.orig).lower()
-    return "database is locked" in text or "database is busy" in text or "busy" in text
+    text = str(cause).lower()
+    return "database is locked" in text or "database is busy" in text
 
 
 def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) -> T:
@@ -141,7 +143,7 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
     for attempt in range(settings.retries + 1):
         try:
             return work()
-        except OperationalError as exc:
+        except (OperationalError, sqlite3.OperationalError) as exc:
             if not is_busy(exc) or attempt == settings.retries:
                 if is_busy(exc):
                     raise LedgerBusyError(

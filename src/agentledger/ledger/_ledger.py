@@ -9,7 +9,6 @@ import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Self
 
 from sqlalchemy import Engine, delete, func, insert, select, text, update
@@ -25,6 +24,7 @@ from . import _migrate
 from ._engine import (
     EngineSettings,
     Synchronous,
+    is_busy,
     make_engine,
     normalize_url,
     sqlite_path,
@@ -108,12 +108,13 @@ class Ledger:
             )
         engine = make_engine(normalized, settings)
         try:
-            _prepare(engine, migrate=migrate, verify=verify)
+            with_retries(
+                settings,
+                lambda: _prepare(engine, migrate=migrate, verify=verify),
+                what=f"opening {engine.url.render_as_string(hide_password=True)}",
+            )
         except BaseException:
             engine.dispose()
-            if fresh and path is not None:  # leave nothing behind that this call created
-                for leftover in (path, *_sidecars(path)):
-                    leftover.unlink(missing_ok=True)
             raise
         return cls(engine, settings=settings, clock=clock, lease_seconds=lease_seconds)
 
@@ -497,6 +498,8 @@ def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
     except (SchemaVersionError, ConfigurationError):
         raise
     except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
+        if is_busy(exc):
+            raise  # with_retries tries again
         raise LedgerOpenError(_open_error(url, exc)) from exc
 
 
@@ -515,10 +518,6 @@ def _probe_sqlite(engine: Engine, *, verify: bool) -> None:
                 raise sqlite3.DatabaseError(
                     "database disk image is malformed: " + "; ".join(problems[:5])
                 )
-
-
-def _sidecars(path: Path) -> tuple[Path, ...]:
-    return (path.with_name(path.name + "-wal"), path.with_name(path.name + "-shm"))
 
 
 def _open_error(url: Any, exc: Exception) -> str:
