@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import sqlite3
+import sys
 import tempfile
 from pathlib import Path
 
@@ -395,9 +397,19 @@ def _print_sql(console: Console, db_path: Path) -> None:
             for row in cursor:
                 table.add_row(*(str(v) for v in row))
             console.print(table)
+    command = _command()
     console.print(
         f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:\n"
-        f"  agentledger --db {db_path} conversations\n"
-        f"  agentledger --db {db_path} runs\n"
+        f"  {command} --db {db_path} conversations\n"
+        f"  {command} --db {db_path} runs\n"
         f"  sqlite3 {db_path} 'SELECT role, content FROM conversation_messages ORDER BY seq'"
     )
+
+
+def _command() -> str:
+    """How to call the ``agentledger`` command from here: by name when it is on the PATH,
+    else by its path beside this interpreter (a virtual environment that is not activated)."""
+    if shutil.which("agentledger"):
+        return "agentledger"
+    beside = Path(sys.executable).parent / "agentledger"
+    return str(beside) if beside.exists() else f"{sys.executable} -m agentledger"

@@ -1,0 +1,5 @@
+"""``python -m agentledger``: the command line."""
+
+from .cli import main
+
+main()
