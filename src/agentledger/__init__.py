@@ -47,8 +47,9 @@ from .processors import (
 from .recording import InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import AgentStep, StepExecution, StepType, ToolExecution
+from .subagents import SpawnSubagentTool, SubagentPolicy, SubagentSpec
 from .tools import FunctionTool, Tool, ToolContext, ToolOutput, ToolSchema, ToolSet, tool
-from .usage import Usage
+from .usage import Spend, Usage
 
 try:
     __version__ = _version("agentledger")
@@ -94,12 +95,16 @@ __all__ = [
     "SchemaVersionError",
     "ScriptExhaustedError",
     "Section",
+    "SpawnSubagentTool",
+    "Spend",
     "StateProcessor",
     "StepExecution",
     "StepRequest",
     "StepType",
     "StopReason",
     "StopWhen",
+    "SubagentPolicy",
+    "SubagentSpec",
     "Tool",
     "ToolCall",
     "ToolCallingDriver",

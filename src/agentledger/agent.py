@@ -22,7 +22,7 @@ from .processors import StateProcessor, run_chain
 from .recording import InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import StepExecution
-from .tools import EMPTY_TOOLS, ToolSet
+from .tools import EMPTY_TOOLS, ToolContext, ToolSet
 
 DEFAULT_FINAL_INSTRUCTION = (
     "You have reached the limit of this run ({reason}) and cannot call tools any more. "
@@ -109,6 +109,25 @@ class Agent:
         recorder = self.config.recorder
         state = recorder.load_conversation(conversation_id)
         user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
+        state = self.begin(state.with_messages(state.messages().append(user)))
+        recorder.begin_run(state, user_message=user, agent_name=self.name)
+        return self._drive(state)
+
+    def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
+        """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
+        (``kind = 'subagent'``), a run one level deeper in the same tree, within ``budget``."""
+        recorder = self.config.recorder
+        origin = parent.state
+        state = recorder.load_conversation(None).model_copy(
+            update={
+                "parent_run_id": origin.run_id,
+                "root_run_id": origin.root_run_id or origin.run_id,
+                "depth": origin.depth + 1,
+                "budget": budget,
+                "metadata": {"spawned_by": parent.idempotency_key},
+            }
+        )
+        user = Message(role=Role.USER, content=task, created_at=self.config.clock())
         state = self.begin(state.with_messages(state.messages().append(user)))
         recorder.begin_run(state, user_message=user, agent_name=self.name)
         return self._drive(state)

@@ -21,6 +21,7 @@ from .processors import (
     StateProcessor,
 )
 from .recording import InMemoryRecorder, Recorder
+from .subagents import SpawnSubagentTool, SubagentPolicy, SubagentSpec
 from .tools import Tool, ToolSet
 
 DEFAULT_MAX_STEPS = 20
@@ -51,6 +52,8 @@ class AgentBuilder:
     clock: Clock = utc_now
     max_parallel_tools: int = 1
     recorder: Recorder | None = None
+    subagents: tuple[SubagentSpec, ...] = ()
+    subagent_policy: SubagentPolicy = field(default_factory=SubagentPolicy)
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -128,16 +131,38 @@ class AgentBuilder:
             raise ConfigurationError(f"with_parallel_tools needs at least 1, got {max_parallel}")
         return self._with(max_parallel_tools=max_parallel)
 
+    def with_subagents(
+        self, subagents: Iterable[SubagentSpec], *, policy: SubagentPolicy | None = None
+    ) -> AgentBuilder:
+        """Offer the model the ``spawn_subagent`` tool for these subagents.
+
+        A subagent runs with its own tools, conversation and run (recorded where this agent's
+        runs are), within what this agent's budget has left, and returns only its answer.
+        """
+        return self._with(
+            subagents=(*self.subagents, *subagents),
+            subagent_policy=policy if policy is not None else self.subagent_policy,
+        )
+
     def with_ledger(self, ledger: Recorder) -> AgentBuilder:
         """Record ``Agent.run`` in ``ledger`` (an :class:`agentledger.ledger.Ledger`, or any
         :class:`Recorder`). Without one, runs are kept in memory."""
         return self._with(recorder=ledger)
 
     def build(self) -> Agent:
+        recorder = self.recorder if self.recorder is not None else InMemoryRecorder()
+        tools: tuple[Tool | Callable[..., object], ...] = self.tools
+        if self.subagents:
+            spawn = SpawnSubagentTool(
+                subagents=self.subagents,
+                policy=self.subagent_policy,
+                make_agent=lambda spec: self._subagent(spec, recorder).build(),
+            )
+            tools = (*tools, spawn)
         return Agent(
             AgentConfig(
                 driver=self._driver(),
-                tools=ToolSet(self.tools),
+                tools=ToolSet(tools),
                 processors=(*self.processors, *self._builtin_processors()),
                 criteria=(*default_criteria(self.stop_finish_reasons), *self.criteria),
                 budget=self.budget,
@@ -147,8 +172,30 @@ class AgentBuilder:
                 final_response=self.final_response,
                 final_instruction=self.final_instruction,
                 max_parallel_tools=self.max_parallel_tools,
-                recorder=self.recorder if self.recorder is not None else InMemoryRecorder(),
+                recorder=recorder,
             )
+        )
+
+    def _subagent(self, spec: SubagentSpec, recorder: Recorder) -> AgentBuilder:
+        """The builder of a subagent: the spec's own prompt, tools, model and subagents, this
+        agent's recorder, clock and execution settings."""
+        same_model = spec.llm is None
+        return AgentBuilder(
+            llm=self.llm if same_model else spec.llm,
+            driver=self.driver if same_model else None,
+            model=self.model if same_model else None,
+            settings=self.settings,
+            tools=tuple(spec.tools),
+            system_prompt=spec.system_prompt,
+            name=spec.name,
+            clock=self.clock,
+            max_parallel_tools=self.max_parallel_tools,
+            final_response=self.final_response,
+            final_instruction=self.final_instruction,
+            stop_finish_reasons=self.stop_finish_reasons,
+            recorder=recorder,
+            subagents=tuple(spec.subagents),
+            subagent_policy=self.subagent_policy,
         )
 
     def _driver(self) -> Driver:

@@ -144,40 +144,61 @@ def show(ctx: click.Context, conversation: str, section: str) -> None:
 @click.argument("run")
 @click.pass_context
 def trace(ctx: click.Context, run: str) -> None:
-    """A run's steps and tool calls, with tokens and timings."""
+    """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
+    each with its own (exclusive) and its subtree's (inclusive) usage."""
     with _ledger(ctx) as ledger:
-        record = ledger.run(run)
-        u = record.usage
-        tree = Tree(
-            f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}"
-            f"{' (' + record.stop_reason + ')' if record.stop_reason else ''} · "
-            f"{record.step_count} steps · {u.input_tokens} in / {u.output_tokens} out · "
-            f"{_ms(record.duration_ms)}"
+        tree = ledger.run_tree(run)
+        root = Tree(_run_label(tree))
+        _add_steps(root, ledger, tree)
+        _print(root)
+
+
+def _run_label(node: Any) -> str:
+    record, own, total = node.run, node.exclusive, node.inclusive
+    stop = f" ({record.stop_reason})" if record.stop_reason else ""
+    label = (
+        f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}{stop} · "
+        f"{own.steps} steps · {own.usage.input_tokens} in / {own.usage.output_tokens} out"
+        f"{_cost(own.cost_usd)} · {_ms(record.duration_ms)}"
+    )
+    if node.children:
+        label += (
+            f" · with subagents: {total.steps} steps, {total.usage.input_tokens} in / "
+            f"{total.usage.output_tokens} out{_cost(total.cost_usd)}"
         )
-        if record.error:
-            tree.add(f"[red]{record.error}[/red]")
-        for execution in ledger.steps(run):
-            step, outcome = execution.step, execution.outcome
-            decided = (
-                f" · {outcome.decided_by}: {outcome.detail}"
-                if outcome and outcome.decided_by
-                else ""
+    return label
+
+
+def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
+    if node.run.error:
+        branch.add(f"[red]{node.run.error}[/red]")
+    children = {child.run.id: child for child in node.children}
+    for execution in ledger.steps(node.run.id):
+        step, outcome = execution.step, execution.outcome
+        decided = (
+            f" · {outcome.decided_by}: {outcome.detail}" if outcome and outcome.decided_by else ""
+        )
+        item = branch.add(
+            f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
+            f"{step.usage.output_tokens} out · {_ms(step.duration_ms)}{decided}"
+        )
+        if step.error:
+            item.add(f"[red]{step.error}[/red]")
+        for tool in step.tool_executions:
+            mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
+            leaf = item.add(
+                f"{mark} {tool.tool_name} · {_ms(tool.duration_ms)} → {_preview(tool.result)}"
             )
-            node = tree.add(
-                f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
-                f"{step.usage.output_tokens} out · {_ms(step.duration_ms)}{decided}"
-            )
-            if step.error:
-                node.add(f"[red]{step.error}[/red]")
-            for tool in step.tool_executions:
-                mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
-                node.add(
-                    f"{mark} {tool.tool_name} · {_ms(tool.duration_ms)} → {_preview(tool.result)}"
-                )
-            answer = step.final_response()
-            if answer is not None:
-                node.add(f"[green]answer:[/green] {_preview(answer.content)}")
-        _print(tree)
+            child = children.get(tool.child_run_id or "")
+            if child is not None:
+                _add_steps(leaf.add(_run_label(child)), ledger, child)
+        answer = step.final_response()
+        if answer is not None:
+            item.add(f"[green]answer:[/green] {_preview(answer.content)}")
+
+
+def _cost(value: float | None) -> str:
+    return "" if value is None else f" · ${value:.4f}"
 
 
 @cli.command()

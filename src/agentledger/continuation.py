@@ -5,11 +5,13 @@ The criteria that produce them live in :mod:`agentledger.criteria`.
 
 from __future__ import annotations
 
-from datetime import datetime
+from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import TypeVar
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, NonNegativeFloat, PositiveInt
+
+from .usage import Spend
 
 
 class StopReason(StrEnum):
@@ -75,6 +77,28 @@ class ExecutionBudget(BaseModel):
 
     def is_unlimited(self) -> bool:
         return self == ExecutionBudget()
+
+    def remaining(self, spent: Spend, started_at: datetime | None) -> ExecutionBudget:
+        """What is left of this budget once ``spent`` is spent: the most a subagent may use.
+
+        Time left becomes a deadline. A limit already used up leaves the least there is (one
+        step, one token, no money), so a child can still give the answer it has.
+        """
+        deadline = self.deadline
+        if self.max_seconds is not None and started_at is not None:
+            end = started_at + timedelta(seconds=self.max_seconds)
+            deadline = end if deadline is None else min(deadline, end)
+        cost = None
+        if self.max_cost_usd is not None:
+            cost = max(0.0, self.max_cost_usd - (spent.cost_usd or 0.0))
+        return ExecutionBudget(
+            max_steps=None if self.max_steps is None else max(1, self.max_steps - spent.steps),
+            max_tokens=None
+            if self.max_tokens is None
+            else max(1, self.max_tokens - spent.usage.total_tokens),
+            max_cost_usd=cost,
+            deadline=deadline,
+        )
 
 
 _Bound = TypeVar("_Bound", int, float, datetime)

@@ -50,9 +50,13 @@ def tool_calls(state: AgentState) -> ContinuationDecision:
 
 
 def steps_limit(state: AgentState) -> ContinuationDecision:
+    """Steps of the run and of its subagents' runs, against ``max_steps``."""
     limit = state.budget.max_steps
-    if limit is not None and state.step_count >= limit:
-        return ContinuationDecision.stop(StopReason.STEPS_LIMIT, f"{state.step_count} of {limit}")
+    if limit is None:
+        return ContinuationDecision.abstain()
+    steps = state.spend().steps
+    if steps >= limit:
+        return ContinuationDecision.stop(StopReason.STEPS_LIMIT, f"{steps} of {limit} steps")
     return ContinuationDecision.abstain()
 
 
@@ -60,7 +64,7 @@ def token_limit(state: AgentState) -> ContinuationDecision:
     limit = state.budget.max_tokens
     if limit is None:
         return ContinuationDecision.abstain()
-    spent = state.usage.total_tokens
+    spent = state.spend().usage.total_tokens
     if spent >= limit:
         return ContinuationDecision.stop(StopReason.TOKEN_LIMIT, f"{spent} of {limit} tokens")
     return ContinuationDecision.abstain()
@@ -70,7 +74,7 @@ def cost_limit(state: AgentState) -> ContinuationDecision:
     limit = state.budget.max_cost_usd
     if limit is None:
         return ContinuationDecision.abstain()
-    spent = state.cost_usd
+    spent = state.spend().cost_usd
     if spent is not None and spent >= limit:
         return ContinuationDecision.stop(StopReason.COST_LIMIT, f"${spent:.6f} of ${limit:.6f}")
     return ContinuationDecision.abstain()

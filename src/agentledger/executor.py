@@ -72,6 +72,7 @@ class ToolExecutor:
             started_at=started_at,
             finished_at=self.clock(),
             child_run_id=output.child_run_id,
+            subtree=output.subtree,
             metadata=output.metadata,
         )
 

@@ -18,7 +18,7 @@ from .continuation import StopReason
 from .errors import ConversationBusyError, NotFoundError
 from .messages import Message, Messages
 from .state import AgentState, AgentStatus
-from .usage import Usage
+from .usage import Spend, Usage
 
 FILED_SECTIONS = (AgentState.DEFAULT_SECTION, AgentState.EXECUTION_BUFFER_SECTION)
 
@@ -34,8 +34,13 @@ class RunResult(BaseModel):
     status: AgentStatus
     stop_reason: StopReason | None
     usage: Usage
+    """The run's own steps."""
     cost_usd: float | None
     error: str | None
+    spend: Spend
+    """The run's own steps and its subagents' run trees: what counts against its limits."""
+    child_run_ids: tuple[str, ...] = ()
+    """The subagent runs its tools started, in order."""
     state: AgentState
 
     @classmethod
@@ -51,6 +56,13 @@ class RunResult(BaseModel):
             usage=state.usage,
             cost_usd=state.cost_usd,
             error=state.error,
+            spend=state.spend(),
+            child_run_ids=tuple(
+                t.child_run_id
+                for e in state.step_executions
+                for t in e.step.tool_executions
+                if t.child_run_id is not None
+            ),
             state=state,
         )
 

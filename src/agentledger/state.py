@@ -12,7 +12,7 @@ from ._ids import new_id
 from .continuation import ContinuationOutcome, ExecutionBudget, StopReason
 from .messages import Message, MessageLike, Messages, MessageStore
 from .steps import AgentStep, StepExecution
-from .usage import Usage
+from .usage import Spend, Usage
 
 
 class AgentStatus(StrEnum):
@@ -152,6 +152,23 @@ class AgentState(BaseModel):
             for e in self.step_executions
             if e.step.inference_response is not None
         )
+
+    def spend(self, *, inclusive: bool = True) -> Spend:
+        """What the current run spent: its own steps, plus (``inclusive``) the run trees of
+        the subagents its tools started. Limits are measured against the inclusive spend."""
+        own = Spend(
+            usage=self.usage,
+            cost_usd=self.cost_usd,
+            steps=self.step_count,
+            fully_priced=self.fully_priced,
+        )
+        if not inclusive:
+            return own
+        for execution in self.step_executions:
+            for tool in execution.step.tool_executions:
+                if tool.subtree is not None:
+                    own = own + tool.subtree
+        return own
 
     @property
     def stop_reason(self) -> StopReason | None:

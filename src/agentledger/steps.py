@@ -11,7 +11,7 @@ from ._ids import new_id
 from .continuation import ContinuationOutcome
 from .llm import InferenceResponse
 from .messages import EMPTY_MESSAGES, Message, Messages, Role, ToolCall
-from .usage import Usage
+from .usage import Spend, Usage
 
 
 def _milliseconds(started_at: datetime, finished_at: datetime) -> float:
@@ -37,6 +37,8 @@ class ToolExecution(BaseModel):
     started_at: datetime
     finished_at: datetime
     child_run_id: str | None = None
+    subtree: Spend | None = None
+    """For a tool that ran a subagent: what that subagent's run tree spent."""
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
     @property

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
 from .errors import ToolDefinitionError
 from .messages import ToolCall
+from .usage import Spend
 
 if TYPE_CHECKING:
     from .state import AgentState
@@ -48,6 +49,8 @@ class ToolOutput(BaseModel):
     content: str
     is_error: bool = False
     child_run_id: str | None = None
+    subtree: Spend | None = None
+    """What the subagent run this tool started spent, its own subagents included."""
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 

@@ -51,3 +51,29 @@ class Usage(BaseModel):
 
 
 _ZERO = Usage()
+
+
+class Spend(BaseModel):
+    """What a run, or a subtree of runs, spent: tokens, money and steps.
+
+    ``cost_usd`` is ``None`` when no step's cost is known; ``fully_priced`` is false when some
+    step that called a model has no known cost.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    steps: NonNegativeInt = 0
+    fully_priced: bool = True
+
+    def __add__(self, other: Spend) -> Spend:
+        if not isinstance(other, Spend):
+            return NotImplemented
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
+        return Spend(
+            usage=self.usage + other.usage,
+            cost_usd=sum(costs) if costs else None,
+            steps=self.steps + other.steps,
+            fully_priced=self.fully_priced and other.fully_priced,
+        )

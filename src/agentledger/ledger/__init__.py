@@ -6,7 +6,7 @@
 
 from ._engine import EngineSettings
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
-from .records import ConversationRecord, RunRecord, SearchHit
+from .records import ConversationRecord, RunRecord, RunTree, SearchHit
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -14,5 +14,6 @@ __all__ = [
     "EngineSettings",
     "Ledger",
     "RunRecord",
+    "RunTree",
     "SearchHit",
 ]

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from sqlalchemy import Engine, delete, func, insert, select, text, update
+from sqlalchemy import Engine, case, delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
@@ -20,6 +20,7 @@ from ..errors import ConfigurationError, LedgerOpenError, NotFoundError, SchemaV
 from ..messages import Message, Messages, MessageStore
 from ..state import AgentState
 from ..steps import StepExecution, ToolExecution
+from ..usage import Spend
 from . import _migrate
 from ._engine import (
     EngineSettings,
@@ -32,11 +33,13 @@ from ._engine import (
     write_transaction,
 )
 from ._rows import (
+    USAGE_COLUMNS,
     conversation_record,
     message_of,
     run_columns_at_end,
     run_record,
     tool_execution_of,
+    usage_of,
 )
 from ._transactions import (
     RunTransactions,
@@ -45,12 +48,13 @@ from ._transactions import (
     stale_query,
     store_of,
 )
-from .records import ConversationRecord, RunRecord, SearchHit
+from .records import ConversationRecord, RunRecord, RunTree, SearchHit
 from .tables import (
     agent_runs,
     conversation_messages,
     conversations,
     execution_buffer_rows,
+    step_executions,
     tool_executions,
 )
 
@@ -245,6 +249,32 @@ class Ledger:
             rows = conn.execute(query.limit(limit)).mappings().all()
         return [run_record(r) for r in rows]
 
+    def run_tree(self, run_id: str) -> RunTree:
+        """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
+        usage. Give a root run's id for the whole tree (``RunRecord.root_run_id``)."""
+        top = self.run(run_id)
+        with self.engine.connect() as conn:
+            rows = (
+                conn.execute(
+                    select(agent_runs)
+                    .where(agent_runs.c.root_run_id == top.root_run_id)
+                    .order_by(agent_runs.c.started_at, agent_runs.c.id)
+                )
+                .mappings()
+                .all()
+            )
+            spends = _step_spends(conn, [r["id"] for r in rows])
+        records = [run_record(r) for r in rows]
+        children: dict[str | None, list[RunRecord]] = {}
+        for record in records:
+            children.setdefault(record.parent_run_id, []).append(record)
+
+        def node(record: RunRecord) -> RunTree:
+            kids = tuple(node(child) for child in children.get(record.id, ()))
+            return RunTree(run=record, exclusive=spends.get(record.id, Spend()), children=kids)
+
+        return node(next(r for r in records if r.id == run_id))
+
     def steps(self, run_id: str) -> tuple[StepExecution, ...]:
         """The run's steps, rebuilt with their tool executions and outcomes."""
         self.run(run_id)
@@ -430,6 +460,34 @@ class Ledger:
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         return [run.id for run in self.stale_runs(stale_after)]
+
+
+def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
+    """Each run's own spend, summed from its step rows."""
+    s = step_executions.c
+    priced = func.sum(case((s.cost_usd.is_not(None), 1), else_=0))
+    called = func.sum(case((s.step_type != "error", 1), else_=0))
+    rows = conn.execute(
+        select(
+            s.run_id,
+            *(func.coalesce(func.sum(s[name]), 0).label(name) for name in USAGE_COLUMNS),
+            func.sum(s.cost_usd).label("cost_usd"),
+            func.count().label("steps"),
+            priced.label("priced"),
+            called.label("called"),
+        )
+        .where(s.run_id.in_(run_ids))
+        .group_by(s.run_id)
+    ).mappings()
+    return {
+        row["run_id"]: Spend(
+            usage=usage_of(row),
+            cost_usd=row["cost_usd"],
+            steps=row["steps"],
+            fully_priced=row["priced"] >= row["called"],
+        )
+        for row in rows
+    }
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from ..llm import InferenceResponse
 from ..messages import Message, Messages, Role, ToolCall
 from ..state import AgentState
 from ..steps import AgentStep, StepExecution, StepType, ToolExecution
-from ..usage import Usage
+from ..usage import Spend, Usage
 from .records import ConversationRecord, RunRecord
 
 Row = Mapping[Any, Any]
@@ -114,11 +114,22 @@ def tool_columns(
         "finished_at": e.finished_at,
         "duration_ms": e.duration_ms,
         "child_run_id": e.child_run_id,
-        "metadata": e.metadata or None,
+        "metadata": _with_subtree(e.metadata, e.subtree),
     }
 
 
+SUBTREE_KEY = "subtree"
+"""Where a spawn tool execution keeps its subagent's spend, in ``tool_executions.metadata``."""
+
+
+def _with_subtree(metadata: Mapping[str, Any], subtree: Spend | None) -> dict[str, Any] | None:
+    if subtree is None:
+        return dict(metadata) or None
+    return {**metadata, SUBTREE_KEY: subtree.model_dump(mode="json")}
+
+
 def tool_execution_of(row: Row) -> ToolExecution:
+    metadata = row["metadata"] or {}
     return ToolExecution(
         id=row["id"],
         tool_call=ToolCall(
@@ -131,7 +142,8 @@ def tool_execution_of(row: Row) -> ToolExecution:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         child_run_id=row["child_run_id"],
-        metadata=row["metadata"] or {},
+        subtree=Spend.model_validate(metadata[SUBTREE_KEY]) if SUBTREE_KEY in metadata else None,
+        metadata={k: v for k, v in metadata.items() if k != SUBTREE_KEY},
     )
 
 

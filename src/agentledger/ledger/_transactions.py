@@ -89,7 +89,9 @@ class RunTransactions:
         def work() -> None:
             now = self.clock()
             with write_transaction(self.engine) as conn:
-                self._take_lease(conn, state.conversation_id, run_id, token, now)
+                self._take_lease(
+                    conn, state.conversation_id, run_id, token, now, state.parent_run_id
+                )
                 conn.execute(insert(agent_runs), _run_row(state, agent_name, now))
                 if user_message is not None:
                     seq = _next_seq(conn, state.conversation_id)
@@ -236,7 +238,13 @@ class RunTransactions:
         return max(stale_after, 2 * self.lease.total_seconds() / 3)
 
     def _take_lease(
-        self, conn: Connection, conversation_id: str, run_id: str, token: str, now: datetime
+        self,
+        conn: Connection,
+        conversation_id: str,
+        run_id: str,
+        token: str,
+        now: datetime,
+        parent_run_id: str | None = None,
     ) -> None:
         expires = now + self.lease
         taken = conn.execute(
@@ -269,7 +277,8 @@ class RunTransactions:
             insert(conversations),
             {
                 "id": conversation_id,
-                "kind": "main",
+                "kind": "subagent" if parent_run_id else "main",
+                "parent_run_id": parent_run_id,
                 "version": 0,
                 "lease_holder": token,
                 "lease_run_id": run_id,
@@ -400,6 +409,7 @@ def _run_row(state: AgentState, agent_name: str, now: datetime) -> dict[str, Any
         "started_at": state.run_started_at or now,
         "heartbeat_at": now,
         "budget": budget_json(state.budget),
+        "metadata": state.metadata or None,
     }
 
 

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ..messages import Message
-from ..usage import Usage
+from ..usage import Spend, Usage
 
 
 class ConversationRecord(BaseModel):
@@ -69,3 +70,33 @@ class SearchHit(BaseModel):
     seq: int
     run_id: str | None
     message: Message
+
+
+class RunTree(BaseModel):
+    """A run and the subagent runs below it, with what each spent.
+
+    ``exclusive`` is the run's own steps; ``inclusive`` adds its whole subtree. Both are summed
+    from the step rows, where usage is recorded once, so nothing is counted twice.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    run: RunRecord
+    exclusive: Spend
+    children: tuple[RunTree, ...] = ()
+
+    @property
+    def inclusive(self) -> Spend:
+        total = self.exclusive
+        for child in self.children:
+            total = total + child.inclusive
+        return total
+
+    def walk(self) -> Iterator[RunTree]:
+        """This node, then its descendants, depth first in the order they started."""
+        yield self
+        for child in self.children:
+            yield from child.walk()
+
+    def find(self, run_id: str) -> RunTree | None:
+        return next((node for node in self.walk() if node.run.id == run_id), None)
