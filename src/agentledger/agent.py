@@ -19,7 +19,7 @@ from .errors import ConversationBusyError, LeaseLostError, ProcessorError
 from .executor import ToolExecutor
 from .messages import Message, Role
 from .processors import StateProcessor, run_chain
-from .recording import InMemoryRecorder, Recorder, RunResult
+from .recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import StepExecution
 from .tools import EMPTY_TOOLS, ToolContext, ToolSet
@@ -124,7 +124,7 @@ class Agent:
                 "root_run_id": origin.root_run_id or origin.run_id,
                 "depth": origin.depth + 1,
                 "budget": budget,
-                "metadata": {"spawned_by": parent.idempotency_key},
+                "metadata": {SPAWNED_BY: parent.idempotency_key},
             }
         )
         user = Message(role=Role.USER, content=task, created_at=self.config.clock())

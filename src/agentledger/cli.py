@@ -11,9 +11,9 @@ from typing import Any
 import click
 from rich.console import Console
 from rich.table import Table
-from rich.tree import Tree
 
 from . import __version__
+from ._render import preview, run_tree_view
 from .errors import AgentLedgerError
 
 DEFAULT_DB = "./agentledger.db"
@@ -147,58 +147,7 @@ def trace(ctx: click.Context, run: str) -> None:
     """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
     each with its own (exclusive) and its subtree's (inclusive) usage."""
     with _ledger(ctx) as ledger:
-        tree = ledger.run_tree(run)
-        root = Tree(_run_label(tree))
-        _add_steps(root, ledger, tree)
-        _print(root)
-
-
-def _run_label(node: Any) -> str:
-    record, own, total = node.run, node.exclusive, node.inclusive
-    stop = f" ({record.stop_reason})" if record.stop_reason else ""
-    label = (
-        f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}{stop} · "
-        f"{own.steps} steps · {own.usage.input_tokens} in / {own.usage.output_tokens} out"
-        f"{_cost(own.cost_usd)} · {_ms(record.duration_ms)}"
-    )
-    if node.children:
-        label += (
-            f" · with subagents: {total.steps} steps, {total.usage.input_tokens} in / "
-            f"{total.usage.output_tokens} out{_cost(total.cost_usd)}"
-        )
-    return label
-
-
-def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
-    if node.run.error:
-        branch.add(f"[red]{node.run.error}[/red]")
-    children = {child.run.id: child for child in node.children}
-    for execution in ledger.steps(node.run.id):
-        step, outcome = execution.step, execution.outcome
-        decided = (
-            f" · {outcome.decided_by}: {outcome.detail}" if outcome and outcome.decided_by else ""
-        )
-        item = branch.add(
-            f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
-            f"{step.usage.output_tokens} out · {_ms(step.duration_ms)}{decided}"
-        )
-        if step.error:
-            item.add(f"[red]{step.error}[/red]")
-        for tool in step.tool_executions:
-            mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
-            leaf = item.add(
-                f"{mark} {tool.tool_name} · {_ms(tool.duration_ms)} → {_preview(tool.result)}"
-            )
-            child = children.get(tool.child_run_id or "")
-            if child is not None:
-                _add_steps(leaf.add(_run_label(child)), ledger, child)
-        answer = step.final_response()
-        if answer is not None:
-            item.add(f"[green]answer:[/green] {_preview(answer.content)}")
-
-
-def _cost(value: float | None) -> str:
-    return "" if value is None else f" · ${value:.4f}"
+        _print(run_tree_view(ledger, ledger.run_tree(run)))
 
 
 @cli.command()
@@ -251,7 +200,7 @@ def search(ctx: click.Context, text: str, conversation: str | None, limit: int) 
                 hit.conversation_id,
                 str(hit.seq),
                 hit.message.role,
-                _preview(hit.message.content, 80),
+                preview(hit.message.content, 80),
             )
         _print(table)
 
@@ -398,14 +347,3 @@ def schema(dialect: str, output: Path | None) -> None:
 
 def _time(value: Any) -> str:
     return value.strftime("%Y-%m-%d %H:%M:%S") if value is not None else ""
-
-
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "…"
-    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
-
-
-def _preview(text: str, limit: int = 100) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

@@ -20,6 +20,10 @@ from .messages import Message, Messages
 from .state import AgentState, AgentStatus
 from .usage import Spend, Usage
 
+SPAWNED_BY = "spawned_by"
+"""The key, in a subagent run's metadata, of the idempotency key of the tool call that spawned
+it: a parent that redoes a step finds the child it already started instead of starting another."""
+
 FILED_SECTIONS = (AgentState.DEFAULT_SECTION, AgentState.EXECUTION_BUFFER_SECTION)
 
 
@@ -101,6 +105,15 @@ class Recorder(Protocol):
         than ``stale_after`` seconds)."""
         ...
 
+    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
+        """The subagent run that the tool call ``spawned_by`` (its idempotency key) of run
+        ``parent_run_id`` started, if there is one, with its status."""
+        ...
+
+    def run_result(self, run_id: str) -> RunResult:
+        """The result of a run that ended, rebuilt from what was recorded."""
+        ...
+
 
 def filed_messages(before: AgentState, after: AgentState) -> list[tuple[str, Message]]:
     """The messages a step filed in the conversation and the execution buffer, by section.
@@ -180,6 +193,8 @@ class InMemoryRecorder:
     def commit_run(self, state: AgentState) -> None:
         with self._lock:
             self._conversations[state.conversation_id] = state
+            assert state.run_id is not None
+            self._runs[state.run_id] = state
             self._release(state)
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
@@ -204,3 +219,20 @@ class InMemoryRecorder:
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         return ()  # a run in this process cannot outlive it
+
+    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
+        with self._lock:
+            for run_id, state in self._runs.items():
+                if (
+                    state.parent_run_id == parent_run_id
+                    and state.metadata.get(SPAWNED_BY) == spawned_by
+                ):
+                    return run_id, state.status
+        return None
+
+    def run_result(self, run_id: str) -> RunResult:
+        with self._lock:
+            state = self._runs.get(run_id)
+        if state is None:
+            raise NotFoundError(f"no run {run_id!r} in this process's in-memory recorder")
+        return RunResult.of(state)

@@ -104,8 +104,25 @@ class SpawnSubagentTool:
         if spec.budget is not None:
             budget = budget.tightened(spec.budget)
         child = self.make_agent(spec)
-        result = child.run_subagent(arguments.task, parent=context, budget=budget)
-        return _reported(spec, result)
+        return _reported(spec, _run_once(child, arguments.task, context, budget))
+
+
+def _run_once(child: Agent, task: str, context: ToolContext, budget: ExecutionBudget) -> RunResult:
+    """Run the child, unless this very tool call already started it: a parent resumed after a
+    crash redoes its step, and must not start a second copy of a child that already ran. A
+    child that ended is reported as it ended; one that was cut off with the parent goes on."""
+    parent_run_id = context.state.run_id
+    found = None
+    if parent_run_id is not None:
+        found = child.recorder.find_child_run(parent_run_id, context.idempotency_key)
+    if found is not None:
+        run_id, status = found
+        if status in (AgentStatus.COMPLETED, AgentStatus.STOPPED):
+            return child.recorder.run_result(run_id)
+        if status in (AgentStatus.RUNNING, AgentStatus.FAILED):
+            # Its process was the parent's, which is gone: nothing else can be running it.
+            return child.resume(run_id, stale_after=0)
+    return child.run_subagent(task, parent=context, budget=budget)
 
 
 def _refused(message: str) -> ToolOutput:

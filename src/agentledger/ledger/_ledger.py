@@ -18,7 +18,8 @@ from sqlalchemy.exc import DatabaseError
 from .._ids import Clock, new_id, utc_now
 from ..errors import ConfigurationError, LedgerOpenError, NotFoundError, SchemaVersionError
 from ..messages import Message, Messages, MessageStore
-from ..state import AgentState
+from ..recording import SPAWNED_BY, RunResult
+from ..state import AgentState, AgentStatus
 from ..steps import StepExecution, ToolExecution
 from ..usage import Spend
 from . import _migrate
@@ -44,6 +45,7 @@ from ._rows import (
 from ._transactions import (
     RunTransactions,
     load_steps,
+    rebuild_state,
     stale_condition,
     stale_query,
     store_of,
@@ -460,6 +462,28 @@ class Ledger:
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         return [run.id for run in self.stale_runs(stale_after)]
+
+    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
+        with self.engine.connect() as conn:
+            rows = conn.execute(
+                select(agent_runs.c.id, agent_runs.c.status, agent_runs.c.metadata)
+                .where(agent_runs.c.parent_run_id == parent_run_id)
+                .order_by(agent_runs.c.started_at)
+            ).all()
+        for row in rows:
+            if (row.metadata or {}).get(SPAWNED_BY) == spawned_by:
+                return row.id, AgentStatus(row.status)
+        return None
+
+    def run_result(self, run_id: str) -> RunResult:
+        with self.engine.connect() as conn:
+            row = (
+                conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
+            )
+            if row is None:
+                raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
+            state = rebuild_state(conn, row)
+        return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
 
 
 def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:

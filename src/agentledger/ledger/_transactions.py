@@ -214,7 +214,7 @@ class RunTransactions:
                     .where(agent_runs.c.id == run_id)
                     .values(status="running", heartbeat_at=now, finished_at=None, error=None)
                 )
-                claimed["state"] = _rebuild(conn, run)
+                claimed["state"] = rebuild_state(conn, run)
                 claimed["buffer_seq"] = _next_buffer_seq(conn, run_id)
 
         with_retries(self.settings, work, what=f"claiming run {run_id}")
@@ -523,7 +523,7 @@ def _cas_lease(
         )
 
 
-def _rebuild(conn: Connection, run: Any) -> AgentState:
+def rebuild_state(conn: Connection, run: Any) -> AgentState:
     """The state of a run as the ledger holds it: the conversation, the buffer, the steps."""
     run_id = run["id"]
     messages = (

@@ -1,0 +1,75 @@
+"""Terminal views shared by the command line and the demo."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.tree import Tree
+
+
+def run_tree_view(ledger: Any, node: Any) -> Tree:
+    """A run tree (``Ledger.run_tree``) as a terminal tree: each run with its own and its
+    subtree's usage, its steps and tool calls, and each subagent run under the call that
+    started it."""
+    root = Tree(run_label(node))
+    _add_steps(root, ledger, node)
+    return root
+
+
+def run_label(node: Any) -> str:
+    record, own, total = node.run, node.exclusive, node.inclusive
+    stop = f" ({record.stop_reason})" if record.stop_reason else ""
+    label = (
+        f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}{stop} · "
+        f"{own.steps} steps · {own.usage.input_tokens} in / {own.usage.output_tokens} out"
+        f"{cost(own.cost_usd)} · {ms(record.duration_ms)}"
+    )
+    if node.children:
+        label += (
+            f" · with subagents: {total.steps} steps, {total.usage.input_tokens} in / "
+            f"{total.usage.output_tokens} out{cost(total.cost_usd)}"
+        )
+    return label
+
+
+def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
+    if node.run.error:
+        branch.add(f"[red]{node.run.error}[/red]")
+    children = {child.run.id: child for child in node.children}
+    for execution in ledger.steps(node.run.id):
+        step, outcome = execution.step, execution.outcome
+        decided = (
+            f" · {outcome.decided_by}: {outcome.detail}" if outcome and outcome.decided_by else ""
+        )
+        item = branch.add(
+            f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
+            f"{step.usage.output_tokens} out · {ms(step.duration_ms)}{decided}"
+        )
+        if step.error:
+            item.add(f"[red]{step.error}[/red]")
+        for tool in step.tool_executions:
+            mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
+            leaf = item.add(
+                f"{mark} {tool.tool_name} · {ms(tool.duration_ms)} → {preview(tool.result)}"
+            )
+            child = children.get(tool.child_run_id or "")
+            if child is not None:
+                _add_steps(leaf.add(run_label(child)), ledger, child)
+        answer = step.final_response()
+        if answer is not None:
+            item.add(f"[green]answer:[/green] {preview(answer.content)}")
+
+
+def cost(value: float | None) -> str:
+    return "" if value is None else f" · ${value:.4f}"
+
+
+def ms(value: float | None) -> str:
+    if value is None:
+        return "…"
+    return f"{value:.0f} ms" if value < 10_000 else f"{value / 1000:.1f} s"
+
+
+def preview(text: str, limit: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
