@@ -8,25 +8,37 @@ from rich.console import Console
 
 from agentledger import AgentStatus, Role, StepType
 from agentledger.cli import cli
-from agentledger.demo import TURNS, run_demo
+from agentledger.demo import TEAM_TURN, TURNS, run_demo
 
 
-def test_the_demo_keeps_the_conversation_clean_over_two_turns(tmp_path):
+def test_the_demo_keeps_the_conversation_clean_over_three_turns(tmp_path):
     console = Console(record=True, width=120)
     db = tmp_path / "demo.db"
     states = run_demo(console, db_path=db)
     final = states[-1]
-    assert [m.role for m in final.messages()] == [Role.USER, Role.ASSISTANT] * 2
-    assert [m.content for m in final.messages() if m.role is Role.USER] == list(TURNS)
+    assert [m.role for m in final.messages()] == [Role.USER, Role.ASSISTANT] * 3
+    assert [m.content for m in final.messages() if m.role is Role.USER] == [*TURNS, TEAM_TURN]
     assert all(s.status is AgentStatus.COMPLETED for s in states)
     assert final.execution_buffer().is_empty()
     assert "235.52 EUR" in final.messages()[1].content  # built from the tools' real results
     assert "353.28 EUR" in final.messages()[3].content
+    assert "353.28 EUR" in final.messages()[5].content and "reviewer" in final.messages()[5].content
     steps = [e.step for s in states for e in s.step_executions]
-    assert [s.step_type for s in steps].count(StepType.TOOL_USE) == 5
+    assert [s.step_type for s in steps].count(StepType.TOOL_USE) == 7
     assert sum(len(s.tool_errors) for s in steps) == 1
     output = console.export_text()
-    for expected in ("Turn 1", "Turn 2", "Summary", "get_weather", "invalid arguments"):
+    for expected in (
+        "Turn 1",
+        "Turn 2",
+        "Turn 3",
+        "Summary",
+        "get_weather",
+        "invalid arguments",
+        "run tree",
+        "researcher",
+        "reviewer",
+        "with subagents",
+    ):
         assert expected in output
     assert "identical" in output and "DIFFERENT" not in output  # traces rebuilt from the rows
     assert str(db) in output
@@ -36,12 +48,26 @@ def test_the_demo_leaves_a_ledger_that_sql_can_read(tmp_path):
     db = tmp_path / "demo.db"
     run_demo(Console(record=True, width=120), db_path=db)
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        roles = [r for (r,) in conn.execute("SELECT role FROM conversation_messages ORDER BY seq")]
-        assert roles == ["user", "assistant", "user", "assistant"]
+        (main,) = conn.execute("SELECT id FROM conversations WHERE kind = 'main'").fetchone()
+        roles = [
+            r
+            for (r,) in conn.execute(
+                "SELECT role FROM conversation_messages WHERE conversation_id = ? ORDER BY seq",
+                (main,),
+            )
+        ]
+        assert roles == ["user", "assistant"] * 3
         assert conn.execute("SELECT COUNT(*) FROM execution_buffer_rows").fetchone() == (0,)
         statuses = {s for (s,) in conn.execute("SELECT status FROM agent_runs")}
         assert statuses == {"completed"}
-        assert conn.execute("SELECT COUNT(*) FROM tool_executions").fetchone() == (6,)
+        # 6 tool calls in turns 1-2, 2 spawns and the researcher's 3 calls in turn 3
+        assert conn.execute("SELECT COUNT(*) FROM tool_executions").fetchone() == (11,)
+        subagents = conn.execute(
+            "SELECT r.agent_name, r.depth, c.kind FROM agent_runs r "
+            "JOIN conversations c ON c.id = r.conversation_id "
+            "WHERE r.parent_run_id IS NOT NULL ORDER BY r.started_at"
+        ).fetchall()
+        assert subagents == [("researcher", 1, "subagent"), ("reviewer", 1, "subagent")]
 
 
 def test_the_cli_runs_the_demo_and_reports_its_version(tmp_path):

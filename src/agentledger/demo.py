@@ -29,10 +29,12 @@ from . import (
     Role,
     RunResult,
     StepExecution,
+    SubagentSpec,
     ToolCall,
     Usage,
     tool,
 )
+from ._render import run_tree_view
 from .ledger import Ledger
 from .llm import InferenceRequest, InferenceResponse, ScriptedLLM, ScriptItem
 
@@ -196,6 +198,93 @@ def _script() -> list[ScriptItem]:
     return [t1_search, t1_convert, t1_answer, t2_search, t2_bad_convert, t2_convert, t2_answer]
 
 
+def _coordinator_script() -> list[ScriptItem]:
+    """Turn 3: the assistant delegates the research, then the review, then answers."""
+
+    def research(r: InferenceRequest) -> InferenceResponse:
+        task = (
+            "Weather in Lisbon next Friday, and the cheapest mid-range hotel for 3 nights, in EUR."
+        )
+        call = ToolCall(
+            id="call_r3", name="spawn_subagent", arguments={"subagent": "researcher", "task": task}
+        )
+        return _call(r, "I'll have the researcher gather the facts.", [call], 38)
+
+    def review(r: InferenceRequest) -> InferenceResponse:
+        task = f"Check this trip plan before the user books it: {_tool_result(r, 'spawn_subagent')}"
+        call = ToolCall(
+            id="call_v3", name="spawn_subagent", arguments={"subagent": "reviewer", "task": task}
+        )
+        return _call(r, "", [call], 41)
+
+    def answer(r: InferenceRequest) -> InferenceResponse:
+        results = [
+            m.content for m in r.messages if m.role is Role.TOOL and m.name == "spawn_subagent"
+        ]
+        text = f"Here is the plan. {results[-2]} The reviewer says: {results[-1]}"
+        return InferenceResponse(content=text, usage=_usage(r, 64), finish_reason="stop")
+
+    return [research, review, answer]
+
+
+def _researcher_script() -> list[ScriptItem]:
+    """The researcher: weather and hotels at once, a conversion, its findings."""
+
+    def lookup(r: InferenceRequest) -> InferenceResponse:
+        calls = [
+            ToolCall(id="r_w", name="get_weather", arguments={"city": "Lisbon"}),
+            ToolCall(id="r_h", name="search_hotels", arguments={"city": "Lisbon", "nights": 3}),
+        ]
+        return _call(r, "", calls, 40)
+
+    def convert(r: InferenceRequest) -> InferenceResponse:
+        args: dict[str, JsonValue] = {
+            "amount": _cheapest(r)["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
+        return _call(r, "", [ToolCall(id="r_c", name="convert_currency", arguments=args)], 26)
+
+    def findings(r: InferenceRequest) -> InferenceResponse:
+        best = _cheapest(r)
+        text = (
+            f"Weather: {_tool_result(r, 'get_weather')}. Cheapest mid-range hotel: {best['name']}, "
+            f"3 nights for {_tool_result(r, 'convert_currency')} (${best['usd_total']})."
+        )
+        return InferenceResponse(content=text, usage=_usage(r, 44), finish_reason="stop")
+
+    return [lookup, convert, findings]
+
+
+def _reviewer_script() -> list[ScriptItem]:
+    def verdict(r: InferenceRequest) -> InferenceResponse:
+        text = "The total matches three nights at the quoted rate; fine to book."
+        return InferenceResponse(content=text, usage=_usage(r, 19), finish_reason="stop")
+
+    return [verdict]
+
+
+def team() -> list[SubagentSpec]:
+    """The subagents the assistant may delegate to: a researcher with tools, a reviewer."""
+    return [
+        SubagentSpec(
+            name="researcher",
+            description="Looks up weather, hotels and prices with its tools; reports facts.",
+            system_prompt="You research trips. Use your tools; report only facts, prices in EUR.",
+            tools=[get_weather, search_hotels, convert_currency],
+            llm=ScriptedLLM(_researcher_script(), model="scripted-research-model"),
+        ),
+        SubagentSpec(
+            name="reviewer",
+            description="Checks a plan for mistakes before the user acts on it.",
+            system_prompt="You review travel plans. Say what is wrong, or that it is fine.",
+            llm=ScriptedLLM(_reviewer_script(), model="scripted-review-model"),
+        ),
+    ]
+
+
+TEAM_TURN = "Put the whole trip together for three nights, and have someone check it before I book."
+
 TURNS = (
     "I'm flying to Lisbon next Friday for two nights. What's the weather, and what would a "
     "mid-range hotel cost in euros?",
@@ -207,13 +296,14 @@ def build_agent(
     *, separated_tool_trace: bool = True, ledger: Ledger | None = None
 ) -> tuple[Agent, ScriptedLLM]:
     """The demo's agent and its scripted model, recording in ``ledger`` when given."""
-    llm = ScriptedLLM(_script(), model="scripted-travel-model")
+    llm = ScriptedLLM([*_script(), *_coordinator_script()], model="scripted-travel-model")
     builder = (
         AgentBuilder()
         .with_llm(llm)
         .with_name("travel-assistant")
         .with_system_prompt(SYSTEM_PROMPT)
         .with_tools([get_weather, search_hotels, convert_currency])
+        .with_subagents(team())
         .with_parallel_tools(2)
         .with_separated_tool_trace(separated_tool_trace)
     )
@@ -230,19 +320,22 @@ def converse(agent: Agent) -> list[AgentState]:
 
 
 def converse_recorded(agent: Agent) -> list[RunResult]:
-    """Both turns as recorded runs of one conversation."""
+    """The three turns as recorded runs of one conversation."""
     results: list[RunResult] = []
-    for text in TURNS:
+    for text in (*TURNS, TEAM_TURN):
         results.append(agent.run(text, results[-1].conversation_id if results else None))
     return results
 
 
 def run_demo(console: Console | None = None, *, db_path: Path | None = None) -> list[AgentState]:
-    """Run both turns, recorded in a SQLite ledger, and print them; the state after each turn."""
+    """Run the three turns, recorded in a SQLite ledger, and print them: the state after each.
+
+    Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
+    tools of its own) and a reviewer, and the run tree is shown with its usage."""
     console = console or Console(width=None if Console().is_terminal else 120)
     if db_path is None:
         db_path = Path(tempfile.mkdtemp(prefix="agentledger-demo-")) / "demo.db"
-    console.rule("[bold]agentledger demo: a travel assistant, offline[/bold]")
+    console.rule("[bold]agentledger demo: a travel assistant and its subagents, offline[/bold]")
     console.print(
         "The conversation keeps what the user said and what the agent answered; every tool call, "
         "tool result and bit of reasoning stays in the execution trace.\n"
@@ -252,17 +345,19 @@ def run_demo(console: Console | None = None, *, db_path: Path | None = None) -> 
         results = converse_recorded(agent)
         states = [r.state for r in results]
         ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
-        for number, state in enumerate(states, start=1):
+        for number, state in enumerate(states[:2], start=1):
             _print_turn(console, number, state, llm.requests[ends[number - 1] - 1])
         inline_agent, inline_llm = build_agent(separated_tool_trace=False)
         inline = converse(inline_agent)
-        _print_summary(console, states, first_request_of_turn_2=llm.requests[ends[0]])
+        _print_summary(console, states[:2], first_request_of_turn_2=llm.requests[ends[0]])
         console.print(
             f"The same two turns inline (with_separated_tool_trace(False)) leave "
             f"{len(inline[-1].messages())} messages in the conversation, and turn 2's first "
             f"request carries {len(inline_llm.requests[ends[0]].messages)} messages instead of "
             f"{len(llm.requests[ends[0]].messages)}: run 1's tool trace, sent again.\n"
         )
+        _print_turn(console, 3, states[2], llm.requests[ends[2] - 1])
+        _print_team(console, ledger, results[-1])
         _print_ledger(console, ledger, results)
     _print_sql(console, db_path)
     return states
@@ -339,6 +434,19 @@ def _print_summary(
             title="Summary",
             title_align="left",
         )
+    )
+
+
+def _print_team(console: Console, ledger: Ledger, result: RunResult) -> None:
+    console.rule("[bold]Turn 3's run tree: the assistant and the subagents it delegated to[/bold]")
+    tree = ledger.run_tree(result.run_id)
+    console.print(run_tree_view(ledger, tree))
+    own, total = tree.exclusive.usage, tree.inclusive.usage
+    console.print(
+        f"The assistant's own steps spent {own.total_tokens} tokens; with its subagents, "
+        f"{total.total_tokens} (each run's row keeps only its own: the tree's totals are sums "
+        f"of step rows, so nothing is counted twice). Its conversation got one answer; the "
+        f"subagents' work stays in their own runs and conversations.\n"
     )
 
 
