@@ -134,12 +134,13 @@ class Agent:
 
     def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
         """Continue a run whose process died or whose model failed, with this agent's model
-        and tools. The step in flight at a crash is done again."""
+        and tools. The step in flight at a crash is done again. Resume a run tree through its
+        root: the redone spawn resumes each subagent run with the subagent's own agent."""
         return self._drive(self.config.recorder.claim_run(run_id, stale_after=stale_after))
 
     def recover(self, stale_after: float | None = None) -> list[RunResult]:
-        """Resume every stale run of the recorder; runs another process claims first are
-        left to it."""
+        """Resume every stale top-level run of the recorder, with the subagent runs below it;
+        runs another process claims first are left to it."""
         results = []
         for run_id in self.config.recorder.stale_run_ids(stale_after):
             try:

@@ -101,8 +101,9 @@ class Recorder(Protocol):
         ...
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
-        """Runs still ``running`` whose process is gone (lease expired, or heartbeat older
-        than ``stale_after`` seconds)."""
+        """Top-level runs still ``running`` whose process is gone (lease expired, or heartbeat
+        older than ``stale_after`` seconds). A stale subagent run is not listed: resuming its
+        root redoes the spawn, which finds it and resumes it with the subagent's own agent."""
         ...
 
     def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:

@@ -461,7 +461,8 @@ class Ledger:
         return self._runs.claim_run(run_id, stale_after=stale_after)
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
-        return [run.id for run in self.stale_runs(stale_after)]
+        # Subagent runs are resumed through their parent, whose redone spawn finds them.
+        return [run.id for run in self.stale_runs(stale_after) if run.parent_run_id is None]
 
     def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
         with self.engine.connect() as conn:
