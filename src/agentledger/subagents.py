@@ -110,14 +110,15 @@ class SpawnSubagentTool:
 def _run_once(child: Agent, task: str, context: ToolContext, budget: ExecutionBudget) -> RunResult:
     """Run the child, unless this very tool call already started it: a parent resumed after a
     crash redoes its step, and must not start a second copy of a child that already ran. A
-    child that ended is reported as it ended; one that was cut off with the parent goes on."""
+    child that ended is reported as it ended (an abandoned one as interrupted); one that was cut
+    off with the parent goes on."""
     parent_run_id = context.state.run_id
     found = None
     if parent_run_id is not None:
         found = child.recorder.find_child_run(parent_run_id, context.idempotency_key)
     if found is not None:
         run_id, status = found
-        if status in (AgentStatus.COMPLETED, AgentStatus.STOPPED):
+        if status in (AgentStatus.COMPLETED, AgentStatus.STOPPED, AgentStatus.INTERRUPTED):
             return child.recorder.run_result(run_id)
         if status in (AgentStatus.RUNNING, AgentStatus.FAILED):
             # Its process was the parent's, which is gone: nothing else can be running it.
@@ -148,8 +149,10 @@ def _reported(spec: SubagentSpec, result: RunResult) -> ToolOutput:
             subtree=result.spend,
             metadata=metadata,
         )
-    if result.status is AgentStatus.STOPPED:
+    if result.status in (AgentStatus.STOPPED, AgentStatus.INTERRUPTED):
         reason = result.stop_reason.value if result.stop_reason else "a limit"
+        if result.status is AgentStatus.INTERRUPTED:
+            reason = "abandoned after its process stopped"
         content = f"[interrupted: {reason}] {answer or '(no answer)'}"
         return ToolOutput(
             content=content,
