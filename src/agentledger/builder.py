@@ -180,7 +180,7 @@ class AgentBuilder:
         """The builder of a subagent: the spec's own prompt, tools, model and subagents, this
         agent's recorder, clock and execution settings."""
         same_model = spec.llm is None
-        return AgentBuilder(
+        builder = AgentBuilder(
             llm=self.llm if same_model else spec.llm,
             driver=self.driver if same_model else None,
             model=self.model if same_model else None,
@@ -197,6 +197,7 @@ class AgentBuilder:
             subagents=tuple(spec.subagents),
             subagent_policy=self.subagent_policy,
         )
+        return builder.with_budget(spec.budget) if spec.budget is not None else builder
 
     def _driver(self) -> Driver:
         if self.driver is not None:

@@ -14,6 +14,7 @@ from .messages import Message, Messages, Role
 from .state import AgentState
 from .steps import AgentStep, StepType, ToolExecution
 from .tools import ToolSet
+from .usage import Spend
 
 
 @dataclass(frozen=True)
@@ -70,7 +71,10 @@ class ToolCallingDriver:
                 finished_at=request.clock(),
                 error=f"{type(exc).__name__}: {exc}",
             )
-        executions = request.executor.execute(response.tool_calls, state, request.step_index)
+        spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
+        executions = request.executor.execute(
+            response.tool_calls, state, request.step_index, in_flight=spent
+        )
         return step_from_response(
             response, executions, messages, request, started_at, request.clock()
         )

@@ -19,6 +19,7 @@ from ._ids import Clock, utc_now
 from .messages import ToolCall
 from .steps import ToolExecution
 from .tools import EMPTY_TOOLS, ToolContext, ToolOutput, ToolSet
+from .usage import Spend
 
 if TYPE_CHECKING:
     from .state import AgentState
@@ -38,9 +39,17 @@ class ToolExecutor:
         self.max_parallel = max(1, max_parallel)
 
     def execute(
-        self, calls: Sequence[ToolCall], state: AgentState, step_index: int
+        self,
+        calls: Sequence[ToolCall],
+        state: AgentState,
+        step_index: int,
+        *,
+        in_flight: Spend | None = None,
     ) -> tuple[ToolExecution, ...]:
-        contexts = [ToolContext(state=state, tool_call=c, step_index=step_index) for c in calls]
+        contexts = [
+            ToolContext(state=state, tool_call=c, step_index=step_index, in_flight=in_flight)
+            for c in calls
+        ]
         if self.max_parallel == 1 or len(contexts) < 2:
             return tuple(self.execute_one(c) for c in contexts)
         with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(contexts))) as pool:

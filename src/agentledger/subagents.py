@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue, PositiveInt
 from .continuation import ExecutionBudget
 from .state import AgentStatus
 from .tools import Tool, ToolContext, ToolOutput
+from .usage import Spend
 
 if TYPE_CHECKING:
     from .agent import Agent
@@ -100,7 +101,8 @@ class SpawnSubagentTool:
                 f"subagent policy allows ({self.policy.max_depth}); do this task yourself"
             )
         parent = context.state
-        budget = parent.budget.remaining(parent.spend(), parent.run_started_at)
+        spent = parent.spend() + (context.in_flight or Spend())
+        budget = parent.budget.remaining(spent, parent.run_started_at)
         if spec.budget is not None:
             budget = budget.tightened(spec.budget)
         child = self.make_agent(spec)

@@ -65,6 +65,9 @@ class ToolContext:
     state: AgentState
     tool_call: ToolCall
     step_index: int
+    in_flight: Spend | None = None
+    """What the step that called this tool has spent so far (its inference), not yet in
+    ``state``: part of what the run has used when a subagent's budget is worked out."""
 
     @property
     def run_id(self) -> str | None:
