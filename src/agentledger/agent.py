@@ -106,12 +106,7 @@ class Agent:
         """One run on a conversation, recorded: the user message is stored first, every step
         as it happens, and the answer committed with the run (a new conversation when
         ``conversation_id`` is None)."""
-        recorder = self.config.recorder
-        state = recorder.load_conversation(conversation_id)
-        user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
-        state = self.begin(state.with_messages(state.messages().append(user)))
-        recorder.begin_run(state, user_message=user, agent_name=self.name)
-        return self._drive(state)
+        return self._start(self.config.recorder.load_conversation(conversation_id), user_text)
 
     def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
         """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
@@ -127,9 +122,13 @@ class Agent:
                 "metadata": {SPAWNED_BY: parent.idempotency_key},
             }
         )
-        user = Message(role=Role.USER, content=task, created_at=self.config.clock())
+        return self._start(state, task)
+
+    def _start(self, state: AgentState, user_text: str) -> RunResult:
+        """Begin a run on ``state`` with the user's message, record it, and drive it."""
+        user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
         state = self.begin(state.with_messages(state.messages().append(user)))
-        recorder.begin_run(state, user_message=user, agent_name=self.name)
+        self.config.recorder.begin_run(state, user_message=user, agent_name=self.name)
         return self._drive(state)
 
     def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
