@@ -293,12 +293,14 @@ class Finished:
         return f"exit status {self.returncode}\n--- stderr ---\n{self.stderr[-4000:]}"
 
 
-def _start(spec: dict[str, Any], workdir: Path, name: str) -> subprocess.Popen[str]:
-    spec = {**spec, "result_file": str(workdir / f"{name}.result.json")}
+def _start(
+    spec: dict[str, Any], workdir: Path, name: str, script: Path | None = None
+) -> subprocess.Popen[str]:
+    spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
     spec_file = workdir / f"{name}.spec.json"
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     return subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), str(spec_file)],
+        [sys.executable, str(script or Path(__file__).resolve()), str(spec_file)],
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -320,19 +322,24 @@ def _finish(process: subprocess.Popen[str], workdir: Path, name: str, deadline: 
     return Finished(process.returncode, stdout, stderr, result)
 
 
-def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
+def run_child(
+    spec: dict[str, Any], workdir: Path, name: str, script: Path | None = None
+) -> Finished:
     """Run one child to its end (or its kill)."""
-    return _finish(_start(spec, workdir, name), workdir, name, time.monotonic() + CHILD_TIMEOUT)
+    process = _start(spec, workdir, name, script)
+    return _finish(process, workdir, name, time.monotonic() + CHILD_TIMEOUT)
 
 
-def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
+def run_together(
+    specs: dict[str, dict[str, Any]], workdir: Path, script: Path | None = None
+) -> dict[str, Finished]:
     """Start the children, let them get ready (imports, connections), then release them all
     at the same instant through a go file; wait for every one of them."""
     go = workdir / "go"
     processes = {}
     for name, spec in specs.items():
         ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start({**spec, **ready}, workdir, name)
+        processes[name] = _start({**spec, **ready}, workdir, name, script)
     deadline = time.monotonic() + CHILD_TIMEOUT
     try:
         while not all((workdir / f"{name}.ready").exists() for name in specs):

@@ -26,19 +26,16 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import _crash_child
 from _crash_child import (
-    CHILD_TIMEOUT,
     FULL_ANSWER,
     Finished,
-    _finish,
     barrier,
     die,
     lookup_tool,
@@ -361,53 +358,18 @@ def main(argv: list[str]) -> int:
 # --- the parent's side ------------------------------------------------------------------------
 
 
-def _start(spec: dict[str, Any], workdir: Path, name: str) -> subprocess.Popen[str]:
-    spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
-    spec_file = workdir / f"{name}.spec.json"
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    return subprocess.Popen(
-        [sys.executable, str(Path(__file__).resolve()), str(spec_file)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
     """Run one child of this script to its end (or its kill)."""
-    return _finish(_start(spec, workdir, name), workdir, name, time.monotonic() + CHILD_TIMEOUT)
+    return _crash_child.run_child(spec, workdir, name, SCRIPT)
 
 
 def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
-    """Start children of this script, let them get ready, release them at once through a go
-    file (``_crash_child.barrier``), and wait for every one of them."""
-    go = workdir / "go"
-    processes = {}
-    for name, spec in specs.items():
-        ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start({**spec, **ready}, workdir, name)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    try:
-        while not all((workdir / f"{name}.ready").exists() for name in specs):
-            early = [n for n, p in processes.items() if p.poll() is not None]
-            if early or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        go.touch()
-        return {name: _finish(p, workdir, name, deadline) for name, p in processes.items()}
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    """Start children of this script and release them at once (``_crash_child.run_together``)."""
+    return _crash_child.run_together(specs, workdir, SCRIPT)
 
 
-def read_lines(path: Path) -> list[dict[str, Any]]:
-    """The JSON lines a side file holds, in order (none if it was never written)."""
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+read_lines = _crash_child.read_side_file
+SCRIPT = Path(__file__).resolve()
 
 
 if __name__ == "__main__":

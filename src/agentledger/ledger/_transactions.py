@@ -426,20 +426,19 @@ def _message_row(
 
 
 def _next_seq(conn: Connection, conversation_id: str) -> int:
-    last = conn.execute(
-        select(func.max(conversation_messages.c.seq)).where(
-            conversation_messages.c.conversation_id == conversation_id
-        )
-    ).scalar()
-    return 0 if last is None else int(last) + 1
+    """The next position in a conversation."""
+    return _next(
+        conn, conversation_messages.c.seq, conversation_messages.c.conversation_id, conversation_id
+    )
 
 
 def _next_buffer_seq(conn: Connection, run_id: str) -> int:
-    last = conn.execute(
-        select(func.max(execution_buffer_rows.c.seq)).where(
-            execution_buffer_rows.c.run_id == run_id
-        )
-    ).scalar()
+    """The next position in a run's execution buffer."""
+    return _next(conn, execution_buffer_rows.c.seq, execution_buffer_rows.c.run_id, run_id)
+
+
+def _next(conn: Connection, seq: Any, owner: Any, owner_id: str) -> int:
+    last = conn.execute(select(func.max(seq)).where(owner == owner_id)).scalar()
     return 0 if last is None else int(last) + 1
 
 
