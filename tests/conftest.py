@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from _fake_provider import FakeProvider
 from _postgres import PostgresServer, find_bindir, not_found_reason
 from agentledger import FunctionTool, tool
 
@@ -59,6 +60,21 @@ def weather_tool() -> FunctionTool:
 @pytest.fixture
 def add_tool() -> FunctionTool:
     return add
+
+
+@pytest.fixture
+def fake_provider() -> Iterator[FakeProvider]:
+    """A model provider on loopback that answers from a script (see ``_fake_provider``)."""
+    provider = FakeProvider()
+    yield provider
+    provider.close()
+
+
+@pytest.fixture(autouse=True)
+def _no_provider_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Provider keys and URLs of the machine never reach a test (nor the network)."""
+    for name in ("OPENAI_API_KEY", "OPENAI_BASE_URL", "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
 
 
 @pytest.fixture

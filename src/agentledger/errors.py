@@ -9,7 +9,15 @@
     │   └── NotFoundError             no conversation or run has that id
     ├── RunError                      a run could not go on: the state says how far it got
     │   ├── LLMError                  the model call failed
-    │   │   └── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
+    │   │   ├── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
+    │   │   └── ProviderError         a model provider's HTTP API failed (after any retries)
+    │   │       ├── ProviderConnectionError      the server could not be reached
+    │   │       ├── ProviderTimeoutError         the server did not answer in time
+    │   │       ├── ProviderRateLimitError       429: too many requests
+    │   │       ├── ProviderServerError          5xx: the provider failed
+    │   │       ├── ProviderAuthenticationError  401/403: the API key was refused
+    │   │       ├── ProviderRequestError         another 4xx: the request was refused
+    │   │       └── ProviderResponseError        the answer could not be understood
     │   └── ProcessorError            a state processor broke the step contract
     └── LedgerError                   the ledger could not do what was asked
         ├── ConversationBusyError     another run holds the conversation's lease
@@ -53,6 +61,58 @@ class LLMError(RunError):
 
 class ScriptExhaustedError(LLMError):
     """A :class:`~agentledger.llm.ScriptedLLM` ran out of scripted responses."""
+
+
+class ProviderError(LLMError):
+    """A model provider's HTTP API failed, after the retries its :class:`RetryPolicy` allows.
+
+    ``provider`` names the API (``"OpenAI"``, ``"Anthropic"``), ``status_code`` is the HTTP
+    status when there was a response, ``attempts`` how many requests were sent and
+    ``retryable`` whether trying again later may succeed. Messages never hold an API key.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str,
+        status_code: int | None = None,
+        attempts: int = 1,
+        retryable: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.provider = provider
+        self.status_code = status_code
+        self.attempts = attempts
+        self.retryable = retryable
+
+
+class ProviderConnectionError(ProviderError):
+    """The provider's server could not be reached (DNS, refused connection, TLS)."""
+
+
+class ProviderTimeoutError(ProviderError):
+    """The provider's server did not answer within the client's timeout."""
+
+
+class ProviderRateLimitError(ProviderError):
+    """The provider kept answering 429 Too Many Requests."""
+
+
+class ProviderServerError(ProviderError):
+    """The provider kept answering with a 5xx server error."""
+
+
+class ProviderAuthenticationError(ProviderError):
+    """The provider refused the API key (401) or its permissions (403)."""
+
+
+class ProviderRequestError(ProviderError):
+    """The provider refused the request itself (400, 404, 422, ...): retrying will not help."""
+
+
+class ProviderResponseError(ProviderError):
+    """The provider answered with a body this client cannot read."""
 
 
 class ProcessorError(RunError):

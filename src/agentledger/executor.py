@@ -61,6 +61,8 @@ class ToolExecutor:
         tool = self.tools.get(call.name)
         if tool is None:
             return self._failed(context, started_at, _unknown_tool(call, self.tools))
+        if call.raw_arguments is not None:
+            return self._failed(context, started_at, _unparsed_arguments(call))
         try:
             arguments = tool.arguments_model.model_validate(call.arguments)
         except ValidationError as exc:
@@ -124,6 +126,15 @@ def _as_output(value: object) -> ToolOutput:
 def _unknown_tool(call: ToolCall, tools: ToolSet) -> str:
     available = ", ".join(tools.names()) or "none"
     return f"unknown tool {call.name!r}. Available tools: {available}."
+
+
+def _unparsed_arguments(call: ToolCall) -> str:
+    raw = call.raw_arguments or ""
+    shown = raw if len(raw) <= 200 else f"{raw[:200]}..."
+    return (
+        f"the arguments for tool {call.name!r} are not a JSON object: {shown!r}. "
+        "Call it again with the arguments as one JSON object."
+    )
 
 
 def _invalid_arguments(call: ToolCall, exc: ValidationError) -> str:

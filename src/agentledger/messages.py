@@ -35,13 +35,19 @@ class Role(StrEnum):
 
 
 class ToolCall(BaseModel):
-    """A model's request to call one tool: ``arguments`` as the model sent them."""
+    """A model's request to call one tool: ``arguments`` as the model sent them.
+
+    ``raw_arguments`` is set only when the model's arguments were not a JSON object (providers
+    send them as text): it keeps that text, ``arguments`` is then empty, and the call is
+    answered with an error result that asks the model for valid JSON.
+    """
 
     model_config = ConfigDict(frozen=True)
 
     id: str
     name: str
     arguments: Mapping[str, JsonValue] = Field(default_factory=dict)
+    raw_arguments: str | None = None
 
 
 def _none_as_empty(value: object) -> object:

@@ -34,7 +34,14 @@ def usage_of(row: Row) -> Usage:
 
 
 def tool_calls_json(calls: Sequence[ToolCall]) -> list[Any] | None:
-    return [call.model_dump(mode="json") for call in calls] if calls else None
+    return [_tool_call_json(call) for call in calls] if calls else None
+
+
+def _tool_call_json(call: ToolCall) -> dict[str, Any]:
+    dumped = call.model_dump(mode="json")
+    if call.raw_arguments is None:
+        del dumped["raw_arguments"]
+    return dumped
 
 
 def message_columns(message: Message) -> dict[str, Any]:

@@ -1,0 +1,179 @@
+"""``AnthropicMessages``: Anthropic's Messages API."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import JsonValue
+
+from ..messages import Message, Role, ToolCall
+from ..tools import ToolSchema
+from ..usage import Usage
+from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+from ._pricing import PriceTable
+from ._types import InferenceRequest, InferenceResponse, ModelSettings
+
+API_VERSION = "2023-06-01"
+DEFAULT_MAX_TOKENS = 4096
+THINKING_BLOCKS = "thinking_blocks"
+"""The metadata key of an assistant message that keeps its thinking blocks, signatures and
+all, so they can be sent back within the run as the API requires."""
+
+_TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+
+
+class AnthropicMessages(HttpProvider):
+    """A Claude model behind Anthropic's Messages API.
+
+    The system prompt travels apart from the messages; tool calls and results are
+    ``tool_use`` and ``tool_result`` blocks, and consecutive results share one user turn.
+    Thinking blocks (enable them with ``ModelSettings(extra={"thinking": {...}})``) become the
+    step's ``reasoning`` and are kept whole in the assistant message's metadata, from where
+    they are sent back while the run lasts. Usage counts cache writes and reads. The key and
+    the base URL default to ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``;
+    ``max_tokens`` is the output limit when the request's settings name none (the API
+    requires one).
+    """
+
+    provider: ClassVar[str] = "Anthropic"
+    api_key_variable: ClassVar[str] = "ANTHROPIC_API_KEY"
+    base_url_variable: ClassVar[str] = "ANTHROPIC_BASE_URL"
+    default_base_url: ClassVar[str] = "https://api.anthropic.com"
+    endpoint: ClassVar[str] = "/v1/messages"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        api_key: str | None = None,
+        base_url: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        prices: PriceTable | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            retry=retry,
+            prices=prices,
+            headers=headers,
+            transport=transport,
+        )
+        self.max_tokens = max_tokens
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": API_VERSION}
+        return headers | {"x-api-key": api_key} if api_key else headers
+
+    def payload(self, request: InferenceRequest) -> dict[str, Any]:
+        system = [m.content for m in request.messages if m.role is Role.SYSTEM and m.content]
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "max_tokens": request.settings.max_output_tokens or self.max_tokens,
+            "messages": _turns(m for m in request.messages if m.role is not Role.SYSTEM),
+        }
+        if system:
+            body["system"] = "\n\n".join(system)
+        if request.tools:
+            body["tools"] = [_wire_tool(t) for t in request.tools]
+        body.update(_settings(request.settings, bool(request.tools)))
+        return body
+
+    def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
+        blocks = body["content"]
+        thinking = [b for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
+        metadata: dict[str, JsonValue] = {}
+        if body.get("id"):
+            metadata["response_id"] = body["id"]
+        if thinking:
+            metadata[THINKING_BLOCKS] = thinking
+        reasoning = "\n\n".join(b["thinking"] for b in thinking if b["type"] == "thinking")
+        return InferenceResponse(
+            content="".join(b["text"] for b in blocks if b["type"] == "text"),
+            tool_calls=[
+                ToolCall(id=b["id"], name=b["name"], arguments=b.get("input") or {})
+                for b in blocks
+                if b["type"] == "tool_use"
+            ],
+            reasoning=reasoning or None,
+            usage=_usage(body.get("usage") or {}),
+            finish_reason=body.get("stop_reason"),
+            model=body.get("model"),
+            metadata=metadata,
+        )
+
+
+def _turns(messages: Iterable[Message]) -> list[dict[str, Any]]:
+    """Alternating user and assistant turns; messages of the same role in a row share one."""
+    turns: list[dict[str, Any]] = []
+    for message in messages:
+        role = "assistant" if message.role is Role.ASSISTANT else "user"
+        blocks = _blocks(message)
+        if not blocks:
+            continue
+        if turns and turns[-1]["role"] == role:
+            turns[-1]["content"].extend(blocks)
+        else:
+            turns.append({"role": role, "content": blocks})
+    return turns
+
+
+def _blocks(message: Message) -> list[dict[str, Any]]:
+    if message.role is Role.TOOL:
+        return [
+            {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
+        ]
+    blocks = _thinking(message) if message.role is Role.ASSISTANT else []
+    if message.content:
+        blocks.append({"type": "text", "text": message.content})
+    blocks.extend(
+        {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+        for c in message.tool_calls
+    )
+    return blocks
+
+
+def _thinking(message: Message) -> list[dict[str, Any]]:
+    """The thinking blocks kept with an assistant message, to send back unchanged."""
+    kept = message.metadata.get(THINKING_BLOCKS)
+    return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
+
+
+def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
+    return {
+        "name": schema.name,
+        "description": schema.description,
+        "input_schema": schema.parameters,
+    }
+
+
+def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "stop_sequences": list(settings.stop_sequences) or None,
+    }
+    if tools and (settings.tool_choice or settings.parallel_tool_calls is False):
+        choice: dict[str, Any] = {"type": _TOOL_CHOICE[settings.tool_choice or "auto"]}
+        if settings.parallel_tool_calls is False and choice["type"] != "none":
+            choice["disable_parallel_tool_use"] = True
+        wire["tool_choice"] = choice
+    return {k: v for k, v in wire.items() if v is not None} | settings.extra
+
+
+def _usage(wire: Mapping[str, Any]) -> Usage:
+    written = wire.get("cache_creation_input_tokens") or 0
+    read = wire.get("cache_read_input_tokens") or 0
+    return Usage(
+        input_tokens=(wire.get("input_tokens") or 0) + written + read,
+        output_tokens=wire.get("output_tokens") or 0,
+        cache_read_tokens=read,
+        cache_write_tokens=written,
+    )

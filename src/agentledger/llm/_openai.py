@@ -1,0 +1,185 @@
+"""``OpenAIChat``: the Chat Completions API, spoken by OpenAI and by most local servers."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import httpx
+from pydantic import JsonValue
+
+from .._ids import new_id
+from ..messages import Message, Role, ToolCall
+from ..tools import ToolSchema
+from ..usage import Usage
+from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+from ._pricing import PriceTable
+from ._types import InferenceRequest, InferenceResponse, ModelSettings
+
+
+class OpenAIChat(HttpProvider):
+    """A model behind an OpenAI-compatible Chat Completions API.
+
+    Works against OpenAI and compatible servers (vLLM, Ollama, llama.cpp's server, LM Studio):
+    pass ``base_url`` (e.g. ``http://localhost:11434/v1``); a local server needs no API key.
+    The key and the base URL default to ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``.
+
+    Tool-call arguments arrive as JSON text; text that is not a JSON object is kept in
+    :attr:`ToolCall.raw_arguments` and answered with an error result the model sees. Usage
+    includes cached prompt tokens and reasoning tokens when the server reports them.
+    ``max_tokens_parameter`` names the field that carries ``max_output_tokens``: by default
+    ``max_completion_tokens`` at OpenAI (its current models refuse ``max_tokens``) and
+    ``max_tokens`` elsewhere, which every compatible server reads.
+    """
+
+    provider: ClassVar[str] = "OpenAI"
+    api_key_variable: ClassVar[str] = "OPENAI_API_KEY"
+    base_url_variable: ClassVar[str] = "OPENAI_BASE_URL"
+    default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    endpoint: ClassVar[str] = "/chat/completions"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        prices: PriceTable | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+        max_tokens_parameter: str | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            retry=retry,
+            prices=prices,
+            headers=headers,
+            transport=transport,
+        )
+        at_openai = self.base_url == self.default_base_url
+        self.max_tokens_parameter = max_tokens_parameter or (
+            "max_completion_tokens" if at_openai else "max_tokens"
+        )
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def payload(self, request: InferenceRequest) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "messages": [_wire_message(m) for m in request.messages],
+        }
+        if request.tools:
+            body["tools"] = [_wire_tool(t) for t in request.tools]
+        body.update(_settings(request.settings, self.max_tokens_parameter, bool(request.tools)))
+        return body
+
+    def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
+        choice = body["choices"][0]
+        message = choice["message"]
+        refusal = message.get("refusal")
+        metadata: dict[str, JsonValue] = {}
+        if body.get("id"):
+            metadata["response_id"] = body["id"]
+        return InferenceResponse(
+            content=message.get("content") or refusal or "",
+            tool_calls=[_tool_call(c) for c in message.get("tool_calls") or ()],
+            reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
+            usage=_usage(body.get("usage") or {}),
+            finish_reason="refusal" if refusal else choice.get("finish_reason"),
+            model=body.get("model"),
+            metadata=metadata,
+        )
+
+
+def _wire_message(message: Message) -> dict[str, Any]:
+    if message.role is Role.TOOL:
+        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
+    wire: dict[str, Any] = {"role": message.role.value, "content": message.content}
+    if message.tool_calls:
+        wire["content"] = message.content or None
+        wire["tool_calls"] = [_wire_tool_call(c) for c in message.tool_calls]
+    if message.name and message.role is Role.USER:
+        wire["name"] = message.name
+    return wire
+
+
+def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
+    """A call as the API takes it back. Arguments that were not JSON go back as ``{}`` (a
+    server may refuse invalid JSON in the history); the error result quotes the text."""
+    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
+    return {
+        "id": call.id,
+        "type": "function",
+        "function": {"name": call.name, "arguments": arguments},
+    }
+
+
+def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
+    return {
+        "type": "function",
+        "function": {
+            "name": schema.name,
+            "description": schema.description,
+            "parameters": schema.parameters,
+        },
+    }
+
+
+def _settings(settings: ModelSettings, max_tokens_parameter: str, tools: bool) -> dict[str, Any]:
+    wire: dict[str, Any] = {
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        max_tokens_parameter: settings.max_output_tokens,
+        "stop": list(settings.stop_sequences) or None,
+        "tool_choice": settings.tool_choice if tools else None,
+        "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
+    }
+    return {k: v for k, v in wire.items() if v is not None} | settings.extra
+
+
+def _tool_call(wire: Mapping[str, Any]) -> ToolCall:
+    function = wire["function"]
+    arguments, raw = _arguments(function.get("arguments"))
+    return ToolCall(
+        id=wire.get("id") or f"call_{new_id()}",
+        name=function["name"],
+        arguments=arguments,
+        raw_arguments=raw,
+    )
+
+
+def _arguments(value: object) -> tuple[dict[str, JsonValue], str | None]:
+    """Parsed arguments, or empty ones and the text when it is not a JSON object."""
+    if isinstance(value, dict):  # some servers send an object, not text
+        return value, None
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return {}, None
+    text = value if isinstance(value, str) else json.dumps(value)
+    try:
+        parsed = json.loads(text)
+    except ValueError:
+        return {}, text
+    return (parsed, None) if isinstance(parsed, dict) else ({}, text)
+
+
+def _usage(wire: Mapping[str, Any]) -> Usage:
+    prompt = _details(wire, "prompt_tokens_details")
+    completion = _details(wire, "completion_tokens_details")
+    return Usage(
+        input_tokens=wire.get("prompt_tokens") or 0,
+        output_tokens=wire.get("completion_tokens") or 0,
+        cache_read_tokens=prompt.get("cached_tokens") or 0,
+        reasoning_tokens=completion.get("reasoning_tokens") or 0,
+    )
+
+
+def _details(wire: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    details = wire.get(key)
+    return details if isinstance(details, Mapping) else {}
