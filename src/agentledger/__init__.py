@@ -52,6 +52,7 @@ from .processors import (
     ClearExecutionBuffer,
     StateProcessor,
 )
+from .react import ReActDriver
 from .recording import InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import AgentStep, StepExecution, StepType, ToolExecution
@@ -104,6 +105,7 @@ __all__ = [
     "ProviderResponseError",
     "ProviderServerError",
     "ProviderTimeoutError",
+    "ReActDriver",
     "Recorder",
     "Role",
     "RunError",

@@ -40,10 +40,13 @@ def error(state: AgentState) -> ContinuationDecision:
 
 
 def tool_calls(state: AgentState) -> ContinuationDecision:
-    """Continue while the model asks for tools; otherwise the run is complete."""
+    """Continue while the model asks for tools, or after an output that could not be parsed
+    (the model is shown the error and tries again); otherwise the run is complete."""
     step = state.current_step
     if step is None:
         return ContinuationDecision.abstain()
+    if step.step_type is StepType.INVALID_OUTPUT:
+        return ContinuationDecision.proceed("the model's output could not be parsed")
     if step.has_tool_calls():
         return ContinuationDecision.proceed(f"{len(step.tool_executions)} tool call(s)")
     return ContinuationDecision.allow_stop(StopReason.COMPLETED, "the model answered")

@@ -64,20 +64,46 @@ class ToolCallingDriver:
         try:
             response = self.llm.complete(inference)
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
-            return AgentStep(
-                step_type=StepType.ERROR,
-                input_messages=messages,
-                started_at=started_at,
-                finished_at=request.clock(),
-                error=f"{type(exc).__name__}: {exc}",
-            )
-        spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
-        executions = request.executor.execute(
-            response.tool_calls, state, request.step_index, in_flight=spent
-        )
+            return failed_step(exc, messages, request, started_at)
+        executions = execute_tools(response, state, request)
         return step_from_response(
             response, executions, messages, request, started_at, request.clock()
         )
+
+
+REACT_METADATA_KEY = "react"
+"""The key under which ``ReActDriver`` keeps, in an assistant message's ``metadata``, the model's
+raw text (``raw``) and, for a decision it could not parse, the error fed back (``error``)."""
+
+
+def failed_step(
+    exc: Exception, messages: Messages, request: StepRequest, started_at: datetime
+) -> AgentStep:
+    """The step of a model call that raised: type ``error``, so the run fails and keeps its
+    buffer, and can be continued."""
+    return AgentStep(
+        step_type=StepType.ERROR,
+        input_messages=messages,
+        started_at=started_at,
+        finished_at=request.clock(),
+        error=f"{type(exc).__name__}: {exc}",
+    )
+
+
+def execute_tools(
+    response: InferenceResponse, state: AgentState, request: StepRequest
+) -> tuple[ToolExecution, ...]:
+    """Run the tool calls of ``response`` with the request's executor."""
+    spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
+    return request.executor.execute(response.tool_calls, state, request.step_index, in_flight=spent)
+
+
+def output_error(message: Message) -> str | None:
+    """What was wrong with the output ``message`` holds, when a driver rejected it (for
+    ``ReActDriver``, a malformed decision). A rejected output is trace, never an answer."""
+    react = message.metadata.get(REACT_METADATA_KEY)
+    error = react.get("error") if isinstance(react, dict) else None
+    return error if isinstance(error, str) else None
 
 
 def inference_messages(state: AgentState, request: StepRequest) -> Messages:
@@ -127,10 +153,11 @@ def split_output(
 ) -> tuple[Messages, Messages]:
     """Trace and response of a step, from the message the model produced and its tool runs.
 
-    A message that calls tools is trace, followed by the results; one that does not is the
-    answer, without its reasoning and provider metadata (they stay on the step).
+    A message that calls tools is trace, followed by the results, and so is an output the driver
+    rejected (:func:`output_error`); any other is the answer, without its reasoning and provider
+    metadata (they stay on the step).
     """
-    if assistant.tool_calls:
+    if assistant.tool_calls or output_error(assistant) is not None:
         return Messages.of(assistant, *(e.to_message() for e in executions)), Messages()
     if not assistant.content:
         return Messages(), Messages()

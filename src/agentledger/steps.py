@@ -75,7 +75,10 @@ class StepType(StrEnum):
     FINAL_RESPONSE = "final_response"
     """The extra inference, with no tools, that asks for an answer after a limit stopped the run."""
     ERROR = "error"
-    """The model call failed."""
+    """The model call failed, or (``ReActDriver``) the model kept sending output that could not
+    be parsed."""
+    INVALID_OUTPUT = "invalid_output"
+    """The model's output could not be parsed (``ReActDriver``); the error was fed back to it."""
 
 
 class AgentStep(BaseModel):

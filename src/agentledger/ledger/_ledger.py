@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self
 
-from sqlalchemy import Engine, case, delete, func, insert, select, text, update
+from sqlalchemy import Engine, and_, case, delete, func, insert, select, text, update
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
@@ -490,16 +490,15 @@ class Ledger:
 def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
     """Each run's own spend, summed from its step rows."""
     s = step_executions.c
-    priced = func.sum(case((s.cost_usd.is_not(None), 1), else_=0))
-    called = func.sum(case((s.step_type != "error", 1), else_=0))
+    # A step called the model when it holds the model's message; one without a cost is unpriced.
+    unpriced = func.sum(case((and_(s.message_id.is_not(None), s.cost_usd.is_(None)), 1), else_=0))
     rows = conn.execute(
         select(
             s.run_id,
             *(func.coalesce(func.sum(s[name]), 0).label(name) for name in USAGE_COLUMNS),
             func.sum(s.cost_usd).label("cost_usd"),
             func.count().label("steps"),
-            priced.label("priced"),
-            called.label("called"),
+            unpriced.label("unpriced"),
         )
         .where(s.run_id.in_(run_ids))
         .group_by(s.run_id)
@@ -509,7 +508,7 @@ def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
             usage=usage_of(row),
             cost_usd=row["cost_usd"],
             steps=row["steps"],
-            fully_priced=row["priced"] >= row["called"],
+            fully_priced=not row["unpriced"],
         )
         for row in rows
     }
