@@ -1,0 +1,473 @@
+"""``agentledger chat`` and ``agentledger run`` against a real model API on loopback: tool calls
+printed as they happen, the answer, the run's tokens and cost, the conversation kept in a SQLite
+ledger and continued with ``--conversation``, and clean errors for what a user gets wrong."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from click.testing import CliRunner, Result
+
+from _fake_provider import (
+    FakeProvider,
+    Reply,
+    anthropic_error,
+    anthropic_message,
+    anthropic_text,
+    anthropic_tool_use,
+    openai_completion,
+    openai_error,
+    openai_tool_call,
+)
+from agentledger.cli import cli
+
+TOOLS_MODULE = "cli_chat_tools"
+TOOLS_SOURCE = '''
+def get_weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"22C and sunny in {city}"
+
+
+def explode(reason: str) -> str:
+    """Always fails."""
+    raise RuntimeError(f"boom: {reason}")
+
+
+def interrupt() -> str:
+    """Stands for the user pressing Ctrl-C while a tool runs."""
+    raise KeyboardInterrupt
+
+
+def untyped(city):
+    """No annotations: cannot be described to a model."""
+    return city
+
+
+ALL = [get_weather, explode]
+NOT_A_TOOL = 42
+'''
+ANSWER = "It is 22C and sunny in Paris."
+
+
+@dataclass(frozen=True)
+class Wire:
+    """One provider's wire format, as the fake server speaks it."""
+
+    provider: str
+    model: str
+    key_variable: str
+
+    def base_url(self, server: FakeProvider) -> str:
+        return server.openai_url if self.provider == "openai" else server.url
+
+    def tool_call(self, name: str, arguments: dict[str, Any], **usage: int) -> dict[str, Any]:
+        if self.provider == "openai":
+            call = openai_tool_call(name, arguments)
+            return openai_completion(None, [call], model=self.model, **_openai_usage(usage))
+        return anthropic_message(
+            anthropic_tool_use(name, arguments), model=self.model, **_anthropic_usage(usage)
+        )
+
+    def answer(self, text: str, **usage: int) -> dict[str, Any]:
+        if self.provider == "openai":
+            return openai_completion(text, model=self.model, **_openai_usage(usage))
+        return anthropic_message(anthropic_text(text), model=self.model, **_anthropic_usage(usage))
+
+    def error(self, message: str) -> dict[str, Any]:
+        if self.provider == "openai":
+            return openai_error(message, kind="invalid_api_key")
+        return anthropic_error(message, kind="authentication_error")
+
+    def texts(self, body: dict[str, Any]) -> list[str]:
+        """The text of every message a request sent."""
+        texts = []
+        for message in body["messages"]:
+            content = message.get("content")
+            if isinstance(content, str):
+                texts.append(content)
+            elif isinstance(content, list):
+                texts += [b.get("text", "") for b in content if isinstance(b, dict)]
+        return texts
+
+
+def _openai_usage(usage: dict[str, int]) -> dict[str, int]:
+    names = {"input": "prompt_tokens", "output": "completion_tokens", "cached": "cached_tokens"}
+    return {names[k]: v for k, v in usage.items()}
+
+
+def _anthropic_usage(usage: dict[str, int]) -> dict[str, int]:
+    names = {"input": "input_tokens", "output": "output_tokens"}
+    return {names[k]: v for k, v in usage.items()}
+
+
+OPENAI = Wire("openai", "gpt-4o-mini", "OPENAI_API_KEY")
+ANTHROPIC = Wire("anthropic", "claude-sonnet-4-5-20250929", "ANTHROPIC_API_KEY")
+WIRES = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+
+
+@pytest.fixture(scope="module")
+def server() -> Iterator[FakeProvider]:
+    """One loopback server for the module: stopping one takes half a second."""
+    provider = FakeProvider()
+    yield provider
+    provider.close()
+
+
+@pytest.fixture
+def fake_provider(server: FakeProvider) -> Iterator[FakeProvider]:
+    """The module's server, with no request recorded and every scripted reply used up after."""
+    server.requests.clear()
+    yield server
+    assert server.remaining == 0, "the test left scripted replies unused"
+
+
+@pytest.fixture
+def tools_module(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    """A module of tools on sys.path (restored afterwards), as a user's own would be."""
+    folder = tmp_path / "tools"
+    folder.mkdir()
+    (folder / f"{TOOLS_MODULE}.py").write_text(TOOLS_SOURCE, encoding="utf-8")
+    (folder / "broken_cli_chat_tools.py").write_text("import not_installed_anywhere\n")
+    monkeypatch.syspath_prepend(str(folder))
+    yield TOOLS_MODULE
+    for name in (TOOLS_MODULE, "broken_cli_chat_tools"):
+        sys.modules.pop(name, None)
+
+
+@pytest.fixture
+def db(tmp_path: Path) -> Path:
+    return tmp_path / "ledger.db"
+
+
+def invoke(db: Path, *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(cli, ["--db", str(db), *args], input=input)
+
+
+def model_options(wire: Wire, server: FakeProvider, model: str | None = None) -> list[str]:
+    return [
+        "--provider",
+        wire.provider,
+        "--model",
+        model or wire.model,
+        "--base-url",
+        wire.base_url(server),
+    ]
+
+
+def query(db: Path, sql: str, *params: object) -> list[tuple[Any, ...]]:
+    with sqlite3.connect(db) as conn:
+        rows = conn.execute(sql, params).fetchall()
+    conn.close()
+    return rows
+
+
+def conversation_id(output: str) -> str:
+    found = re.search(r"conversation (\S+)", output)
+    assert found is not None, output
+    return found.group(1)
+
+
+# --- run: one question ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("wire", "tokens", "cost"),
+    [
+        # gpt-4o-mini: $0.15 in, $0.075 cached in, $0.60 out per million tokens.
+        # (1000 x 0.15 + 50 x 0.60) + (1000 x 0.15 + 200 x 0.075 + 30 x 0.60) = 363 / 1e6
+        pytest.param(OPENAI, "2200 in / 80 out tokens · 200 cache read", "$0.000363", id="openai"),
+        # claude-sonnet-4-5: $3 in, $15 out: (1000 x 3 + 50 x 15) + (1200 x 3 + 30 x 15) = 7800
+        pytest.param(ANTHROPIC, "2200 in / 80 out tokens", "$0.007800", id="anthropic"),
+    ],
+)
+def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_records_it(
+    wire, tokens, cost, fake_provider, tools_module, db
+):
+    second = {"input": 1200, "output": 30} | ({"cached": 200} if wire is OPENAI else {})
+    fake_provider.push(
+        Reply(wire.tool_call("get_weather", {"city": "Paris"}, input=1000, output=50)),
+        Reply(wire.answer(ANSWER, **second)),
+    )
+    result = invoke(
+        db,
+        "run",
+        "What is the weather in Paris?",
+        *model_options(wire, fake_provider),
+        "--tool",
+        f"{tools_module}:get_weather",
+    )
+
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert '  → get_weather(city="Paris")' in lines
+    assert "  ← 22C and sunny in Paris" in lines
+    assert lines.index('  → get_weather(city="Paris")') < lines.index(ANSWER)
+    status = next(line for line in lines if line.startswith("run "))
+    assert f"· 2 steps · {tokens} · {cost}" in status
+    cid = conversation_id(result.output.split(ANSWER)[1])
+    assert f"--conversation {cid}" in result.output
+
+    assert query(
+        db, "SELECT role, content FROM conversation_messages WHERE conversation_id = ?", cid
+    ) == [("user", "What is the weather in Paris?"), ("assistant", ANSWER)]
+    assert query(db, "SELECT status, step_count FROM agent_runs") == [("completed", 2)]
+    assert query(db, "SELECT tool_name, result FROM tool_executions") == [
+        ("get_weather", "22C and sunny in Paris")
+    ]
+    tools_sent = fake_provider.requests[0].body["tools"]
+    assert "get_weather" in json.dumps(tools_sent)
+
+
+def test_a_failing_tool_is_printed_as_an_error_and_the_run_goes_on(fake_provider, tools_module, db):
+    fake_provider.push(
+        Reply(OPENAI.tool_call("explode", {"reason": "x" * 300})), Reply(OPENAI.answer("Sorry."))
+    )
+    result = invoke(
+        db, "run", "Try it", *model_options(OPENAI, fake_provider), "--tool", f"{tools_module}:ALL"
+    )
+
+    assert result.exit_code == 0, result.output
+    error = next(line for line in result.output.splitlines() if line.startswith("  ← "))
+    assert error.startswith("  ← error: ") and "RuntimeError: boom" in error
+    assert len(error) < 120  # one line, truncated
+    assert "Sorry." in result.output
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_model_with_no_price_prints_cost_unknown_and_how_to_give_one(wire, fake_provider, db):
+    fake_provider.push(Reply({**wire.answer("Hi."), "model": "local-model"}))
+    result = invoke(db, "run", "Hello", *model_options(wire, fake_provider, model="local-model"))
+
+    assert result.exit_code == 0, result.output
+    assert "cost unknown (no price for local-model; pass --prices FILE)" in result.output
+
+
+def test_prices_from_a_file_price_a_local_model(fake_provider, db, tmp_path):
+    prices = tmp_path / "prices.json"
+    prices.write_text(
+        json.dumps(
+            {
+                "version": "mine",
+                "as_of": "2030-01-01",
+                "models": {"local-model": {"input": 1.0, "output": 2.0}},
+            }
+        ),
+        encoding="utf-8",
+    )
+    fake_provider.push(Reply(openai_completion("Hi.", model="local-model")))  # 20 in, 10 out
+    options = model_options(OPENAI, fake_provider, model="local-model")
+    result = invoke(db, "run", "Hello", *options, "--prices", str(prices))
+
+    assert result.exit_code == 0, result.output
+    assert "· 1 step · 20 in / 10 out tokens · $0.000040" in result.output
+
+
+def test_the_system_prompt_reaches_the_model(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.answer("Ahoy.")))
+    options = model_options(OPENAI, fake_provider)
+    result = invoke(db, "run", "Hello", *options, "--system", "Talk like a pirate.")
+
+    assert result.exit_code == 0, result.output
+    assert fake_provider.requests[0].body["messages"][0] == {
+        "role": "system",
+        "content": "Talk like a pirate.",
+    }
+
+
+# --- chat: a conversation -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_chat_keeps_every_turn_in_one_conversation_and_continues_it_later(wire, fake_provider, db):
+    fake_provider.push(Reply(wire.answer("Hello, Ada.")), Reply(wire.answer("Ada, I remember.")))
+    first = invoke(
+        db, "chat", *model_options(wire, fake_provider), input="I am Ada.\n\nWho am I?\n"
+    )
+
+    assert first.exit_code == 0, first.output
+    assert first.output.startswith("new conversation ")
+    cid = conversation_id(first.output)
+    assert f"--conversation {cid}" in first.output
+    assert first.output.count("you> ") == 4  # two questions, the empty line, the end of input
+    assert "Hello, Ada." in first.output and "Ada, I remember." in first.output
+    assert len(fake_provider.requests) == 2
+    assert query(db, "SELECT count(*) FROM conversations") == [(1,)]
+    assert query(db, "SELECT count(*), min(status) FROM agent_runs") == [(2, "completed")]
+
+    fake_provider.push(Reply(wire.answer("Still Ada.")))
+    again = invoke(
+        db,
+        "chat",
+        *model_options(wire, fake_provider),
+        "--conversation",
+        cid,
+        input="And now?\n/exit\nnever sent\n",
+    )
+
+    assert again.exit_code == 0, again.output
+    assert again.output.startswith(f"continuing conversation {cid} (4 messages)")
+    assert "Still Ada." in again.output
+    assert len(fake_provider.requests) == 3  # nothing after /exit was sent
+    sent = wire.texts(fake_provider.requests[-1].body)
+    assert sent == ["I am Ada.", "Hello, Ada.", "Who am I?", "Ada, I remember.", "And now?"]
+    assert query(
+        db, "SELECT role, content FROM conversation_messages ORDER BY seq DESC LIMIT 1"
+    ) == [("assistant", "Still Ada.")]
+
+
+def test_run_continues_a_conversation_that_chat_began(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.answer("Noted.")), Reply(OPENAI.answer("Blue.")))
+    options = model_options(OPENAI, fake_provider)
+    first = invoke(db, "chat", *options, input="My favourite colour is blue.\n/quit\n")
+    cid = conversation_id(first.output)
+
+    result = invoke(db, "run", "What is my favourite colour?", *options, "--conversation", cid)
+
+    assert result.exit_code == 0, result.output
+    assert "My favourite colour is blue." in OPENAI.texts(fake_provider.requests[-1].body)
+    assert query(db, "SELECT count(DISTINCT conversation_id) FROM agent_runs") == [(1,)]
+
+
+# --- failures -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("wire", WIRES)
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_a_missing_api_key_is_a_clean_error_naming_the_variable(wire, command, db):
+    args = [command, "Hello"] if command == "run" else [command]
+    result = invoke(db, *args, "--provider", wire.provider, "--model", wire.model, input="Hi\n")
+
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert f"set {wire.key_variable} in the environment" in result.output
+    assert "Traceback" not in result.output
+    assert not db.exists()
+
+
+@pytest.mark.parametrize("wire", WIRES)
+def test_a_refused_key_fails_the_run_with_its_message_records_it_and_exits_1(
+    wire, fake_provider, db, monkeypatch
+):
+    monkeypatch.setenv(wire.key_variable, "sk-test-0123456789abcdef")
+    fake_provider.push(Reply(wire.error("Incorrect API key provided: sk-test-0123****"), 401))
+    result = invoke(db, "run", "Hello", *model_options(wire, fake_provider))
+
+    assert result.exit_code == 1
+    assert isinstance(result.exception, SystemExit)
+    assert "error: ProviderAuthenticationError:" in result.output
+    assert f"Set {wire.key_variable} to a valid key" in result.output
+    assert "failed and is kept in the ledger" in result.output
+    assert "sk-test-0123456789abcdef" not in result.output
+    assert "Traceback" not in result.output
+    assert query(db, "SELECT status FROM agent_runs") == [("failed",)]
+    assert query(db, "SELECT role, content FROM conversation_messages") == [("user", "Hello")]
+
+
+def test_chat_goes_on_after_a_failed_run_and_retry_continues_it(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.error("Incorrect API key provided"), 401))
+    fake_provider.push(Reply(OPENAI.answer("Hello!")))
+    options = model_options(OPENAI, fake_provider)
+    result = invoke(db, "chat", *options, input="Hi\n/retry\n/retry\n")
+
+    assert result.exit_code == 0, result.output
+    assert "ProviderAuthenticationError" in result.output
+    assert "Hello!" in result.output
+    assert "no failed run to retry" in result.output
+    assert query(db, "SELECT status, step_count FROM agent_runs") == [("completed", 2)]
+    assert query(db, "SELECT role, content FROM conversation_messages") == [
+        ("user", "Hi"),
+        ("assistant", "Hello!"),
+    ]
+
+
+def test_a_later_chat_retries_the_run_that_run_left_failed(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.error("Incorrect API key provided"), 401))
+    options = model_options(OPENAI, fake_provider)
+    failed = invoke(db, "run", "Hi", *options)
+    cid = conversation_id(failed.output.split("tokens")[1])
+    assert f"continue it with: agentledger --db {db} chat" in failed.output
+    assert f"--conversation {cid}, then /retry continues the run" in failed.output
+
+    fake_provider.push(Reply(OPENAI.answer("Hello!")))
+    result = invoke(db, "chat", *options, "--conversation", cid, input="/retry\n")
+
+    assert result.exit_code == 0, result.output
+    assert "its last run failed: /retry continues it" in result.output
+    assert "Hello!" in result.output
+    assert query(db, "SELECT status FROM agent_runs") == [("completed",)]
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_ctrl_c_during_a_run_says_the_run_is_kept_and_exits_130(
+    command, fake_provider, tools_module, db
+):
+    fake_provider.push(Reply(OPENAI.tool_call("interrupt", {})))
+    args = [command, "Go"] if command == "run" else [command]
+    options = [*model_options(OPENAI, fake_provider), "--tool", f"{tools_module}:interrupt"]
+    result = invoke(db, *args, *options, input="Go\nnever sent\n")
+
+    assert result.exit_code == 130, result.output
+    assert "interrupted: run " in result.output
+    assert "is kept in the ledger (failed" in result.output
+    assert "Traceback" not in result.output
+    assert len(fake_provider.requests) == 1
+    assert query(db, "SELECT status FROM agent_runs") == [("failed",)]
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("no_colon", "is not MODULE:ATTR"),
+        (":get_weather", "is not MODULE:ATTR"),
+        ("no_such_module_here:f", "there is no module 'no_such_module_here' here"),
+        ("broken_cli_chat_tools:f", "No module named 'not_installed_anywhere' (install"),
+        (f"{TOOLS_MODULE}:missing", f"module '{TOOLS_MODULE}' has no attribute 'missing'"),
+        (f"{TOOLS_MODULE}:NOT_A_TOOL", "is a int, not a tool"),
+        (f"{TOOLS_MODULE}:untyped", "has no type annotation"),
+    ],
+)
+def test_a_bad_tool_spec_is_a_usage_error_that_says_what_failed(
+    spec, says, tools_module, fake_provider, db
+):
+    result = invoke(db, "run", "Hi", *model_options(OPENAI, fake_provider), "--tool", spec)
+
+    assert result.exit_code == 2
+    assert "Invalid value for '--tool'" in result.output
+    assert says in " ".join(result.output.split())
+    assert "Traceback" not in result.output
+    assert not db.exists() and not fake_provider.requests
+
+
+def test_an_unknown_conversation_is_a_clean_error_and_nothing_is_written(fake_provider, db):
+    options = model_options(OPENAI, fake_provider)
+    missing_ledger = invoke(db, "run", "Hi", *options, "--conversation", "nope")
+
+    assert missing_ledger.exit_code == 1
+    assert "no conversation 'nope'" in missing_ledger.output
+    assert not db.exists()
+
+    fake_provider.push(Reply(OPENAI.answer("Hello.")))
+    assert invoke(db, "run", "Hi", *options).exit_code == 0
+    before = query(db, "SELECT count(*) FROM conversation_messages")
+    for command in (["run", "Hi"], ["chat"]):
+        result = invoke(db, *command, *options, "--conversation", "nope", input="Hi\n")
+        assert result.exit_code == 1
+        assert "no conversation 'nope' in this ledger" in result.output
+        assert "Traceback" not in result.output
+    assert query(db, "SELECT count(*) FROM conversation_messages") == before
+    assert len(fake_provider.requests) == 1
+
+
+def test_the_api_key_is_not_an_option():
+    result = CliRunner().invoke(cli, ["run", "--help"])
+    assert result.exit_code == 0
+    assert "--api-key" not in result.output
+    assert "OPENAI_API_KEY" in result.output
