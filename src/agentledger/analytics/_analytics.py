@@ -1,0 +1,270 @@
+"""``Analytics``: DuckDB over a ledger attached read-only, with the views of ``sql/``."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Literal, Self
+
+import duckdb
+from sqlalchemy.engine import make_url
+
+from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
+from ..ledger._engine import normalize_url, sqlite_path
+from ..ledger._migrate import VERSION_TABLE, check_not_newer, head_revision
+from . import _extensions
+
+LEDGER = "ledger"
+"""The name the ledger is attached under; the views read ``ledger.<table>``."""
+
+Unit = Literal["minute", "hour", "day", "week", "month"]
+ToolGrouping = Literal["agent", "model"]
+
+_TIMESTAMP_COLUMNS = ("started_at", "created_at")
+_SKIPPED_TABLES = ("conversation_messages_fts",)
+
+
+def view_files() -> list[tuple[str, str]]:
+    """The analytics SQL files, in the order they run: ``(file name, SQL)``."""
+    folder = resources.files(__package__).joinpath("sql")
+    files = sorted((f for f in folder.iterdir() if f.name.endswith(".sql")), key=lambda f: f.name)
+    return [(f.name, f.read_text(encoding="utf-8")) for f in files]
+
+
+def attach_statement(url: str | os.PathLike[str]) -> tuple[str, str]:
+    """The extension to load and the ``ATTACH`` statement for the ledger at ``url``."""
+    normalized = normalize_url(url)
+    path = sqlite_path(normalized)
+    if path is not None:
+        return "sqlite_scanner", f"ATTACH {_quoted(str(path))} AS {LEDGER} (TYPE sqlite, READ_ONLY)"
+    libpq = make_url(normalized).set(drivername="postgresql")
+    target = libpq.render_as_string(hide_password=False)
+    return "postgres_scanner", f"ATTACH {_quoted(target)} AS {LEDGER} (TYPE postgres, READ_ONLY)"
+
+
+def script(url: str | os.PathLike[str]) -> str:
+    """A script for the ``duckdb`` command line: attach the ledger at ``url``, define the views.
+
+    ``agentledger analytics sql > views.sql && duckdb -init views.sql`` opens a DuckDB shell
+    with every view of :class:`Analytics`.
+    """
+    extension, attach = attach_statement(url)
+    header = [
+        f"LOAD {_quoted(str(_extensions.extension_path(extension)))};",
+        f"{attach};",
+        "SET TimeZone = 'UTC';",
+    ]
+    return "\n".join([*header, *(sql for _, sql in view_files())])
+
+
+class Analytics:
+    """An in-memory DuckDB connection over a ledger attached read-only, with its views.
+
+    Open one with :meth:`open`. Every method returns a DuckDB relation: print it, filter it
+    further (``.filter()``, ``.order()``, ``.limit()``), or turn it into rows (``.fetchall()``),
+    a pandas DataFrame (``.df()``), an Arrow table (``.arrow()``) or a polars DataFrame
+    (``.pl()``) when those libraries are installed. :meth:`sql` runs any query over the views
+    and over the ledger's tables (``ledger.agent_runs``, ...).
+    """
+
+    def __init__(self, connection: duckdb.DuckDBPyConnection, url: str) -> None:
+        self.connection = connection
+        self.url = url
+
+    @classmethod
+    def open(
+        cls, url: str | os.PathLike[str] = "agentledger.db", *, threads: int | None = None
+    ) -> Analytics:
+        """Attach the ledger at ``url`` (a SQLite file path or URL, or a PostgreSQL URL).
+
+        Nothing is written to the ledger, and no extension is downloaded: the scanner comes
+        from its PyPI package (:class:`ConfigurationError` says which to install if it is
+        missing). A file that is not an agentledger ledger raises :class:`LedgerOpenError`; one
+        migrated by a newer agentledger, :class:`SchemaVersionError`.
+        """
+        normalized = normalize_url(url)
+        _check_sqlite_file(normalized)
+        extension, attach = attach_statement(normalized)
+        connection = duckdb.connect(config=_config(threads))
+        try:
+            _extensions.load(connection, extension)
+            _attach(connection, attach, normalized)
+            _check_revision(connection, normalized)
+            connection.execute("SET TimeZone = 'UTC'")
+            for _, sql in view_files():
+                connection.execute(sql)
+        except BaseException:
+            connection.close()
+            raise
+        return cls(connection, normalized)
+
+    # -- the views ----------------------------------------------------------------------------
+
+    def run_tree(self) -> duckdb.DuckDBPyRelation:
+        """Every run with its root, depth and path (run ids and agent names from the root)."""
+        return self._view("run_tree")
+
+    def run_rollup(self) -> duckdb.DuckDBPyRelation:
+        """Per run: exclusive (own steps) and inclusive (whole subtree) tokens, cost, steps,
+        tool calls and errors; wall time of the run and of its own steps."""
+        return self._view("run_rollup")
+
+    def tool_stats(self, by: ToolGrouping | None = None) -> duckdb.DuckDBPyRelation:
+        """Per tool (and per agent or model with ``by``): calls, errors, error rate and
+        p50/p95/p99 duration."""
+        return self._view("tool_stats" if by is None else f"tool_stats_by_{by}")
+
+    def model_usage(self) -> duckdb.DuckDBPyRelation:
+        return self._view("model_usage")
+
+    def agent_usage(self) -> duckdb.DuckDBPyRelation:
+        return self._view("agent_usage")
+
+    def conversation_usage(self) -> duckdb.DuckDBPyRelation:
+        """Per conversation, its runs' usage including the subagent runs they started."""
+        return self._view("conversation_usage")
+
+    def usage_over_time(self, unit: Unit = "day") -> duckdb.DuckDBPyRelation:
+        """Usage per time bucket (``hour``, ``day``, ...), agent and model."""
+        if unit not in ("minute", "hour", "day", "week", "month"):
+            raise ConfigurationError(
+                f"usage_over_time(unit={unit!r}): give minute, hour, day, week or month"
+            )
+        return self.connection.sql(f"SELECT * FROM usage_over_time('{unit}')")
+
+    def tree_shape(self) -> duckdb.DuckDBPyRelation:
+        """Per run tree: runs, depth, fan-out."""
+        return self._view("tree_shape")
+
+    def tree_shape_summary(self) -> duckdb.DuckDBPyRelation:
+        return self._view("tree_shape_summary")
+
+    def running_runs(self) -> duckdb.DuckDBPyRelation:
+        return self._view("running_runs")
+
+    def unpriced_steps(self) -> duckdb.DuckDBPyRelation:
+        return self._view("unpriced_steps")
+
+    def completeness(self) -> duckdb.DuckDBPyRelation:
+        """Runs still running and steps without a price, counted: what totals do not cover."""
+        return self._view("completeness")
+
+    def sql(self, query: str, params: Sequence[object] | None = None) -> duckdb.DuckDBPyRelation:
+        """Any query over the views and the ledger's tables (``ledger.<table>``)."""
+        return self.connection.sql(query, params=params)
+
+    def _view(self, name: str) -> duckdb.DuckDBPyRelation:
+        return self.connection.sql(f"SELECT * FROM {name}")
+
+    # -- export -------------------------------------------------------------------------------
+
+    def export_parquet(self, directory: str | os.PathLike[str]) -> list[Path]:
+        """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
+        (``day=YYYY-MM-DD/``) on its start or creation time; the files written."""
+        target = Path(directory)
+        target.mkdir(parents=True, exist_ok=True)
+        for table, column in self._tables():
+            self._copy(table, column, target / table)
+        return sorted(target.rglob("*.parquet"))
+
+    def _tables(self) -> Iterator[tuple[str, str | None]]:
+        rows = self.connection.execute(
+            "SELECT table_name, list(column_name) FROM duckdb_columns() "
+            "WHERE database_name = ? GROUP BY table_name ORDER BY table_name",
+            [LEDGER],
+        ).fetchall()
+        for table, columns in rows:
+            if table.startswith(_SKIPPED_TABLES):
+                continue
+            yield table, next((c for c in _TIMESTAMP_COLUMNS if c in columns), None)
+
+    def _copy(self, table: str, column: str | None, target: Path) -> None:
+        source = f"{LEDGER}.{_identifier(table)}"
+        if column is None:
+            target.mkdir(exist_ok=True)
+            file = _quoted(str(target / "data.parquet"))
+            query = f"COPY (SELECT * FROM {source}) TO {file} (FORMAT parquet)"
+        else:
+            day = f"CAST(CAST({_identifier(column)} AS TIMESTAMP) AS DATE) AS day"
+            query = (
+                f"COPY (SELECT *, {day} FROM {source}) TO {_quoted(str(target))} "
+                "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE)"
+            )
+        self.connection.execute(query)
+
+    # -- lifecycle ----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.connection.close()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Analytics({make_url(self.url).render_as_string(hide_password=True)!r})"
+
+
+def export_parquet(url: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
+    """Every table of the ledger at ``url`` as Parquet under ``directory``, by day."""
+    with Analytics.open(url) as analytics:
+        return analytics.export_parquet(directory)
+
+
+def _config(threads: int | None) -> dict[str, str | bool | int | float | list[str]]:
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+    }
+    if threads is not None:
+        config["threads"] = threads
+    return config
+
+
+def _check_sqlite_file(url: str) -> None:
+    path = sqlite_path(url)
+    if path is not None and not path.is_file():
+        raise LedgerOpenError(
+            f"no ledger at {path}: the file does not exist. Record runs into it first "
+            "(`agentledger demo` makes one), or pass the path of an existing ledger."
+        )
+
+
+def _attach(connection: duckdb.DuckDBPyConnection, attach: str, url: str) -> None:
+    try:
+        connection.execute(attach)
+    except duckdb.Error as exc:
+        raise LedgerOpenError(
+            f"cannot attach the ledger {make_url(url).render_as_string(hide_password=True)} "
+            f"in DuckDB: {exc}"
+        ) from exc
+
+
+def _check_revision(connection: duckdb.DuckDBPyConnection, url: str) -> None:
+    shown = make_url(url).render_as_string(hide_password=True)
+    try:
+        rows = connection.execute(f"SELECT version_num FROM {LEDGER}.{VERSION_TABLE}").fetchall()
+    except duckdb.Error:
+        raise LedgerOpenError(
+            f"{shown} is not an agentledger ledger (it has no {VERSION_TABLE} table). Pass "
+            "the ledger's path or URL, or create it with `agentledger db upgrade`."
+        ) from None
+    revision = rows[0][0] if rows else None
+    check_not_newer(revision)
+    if revision != head_revision():
+        raise SchemaVersionError(
+            f"{shown} is at schema revision {revision!r}, older than this agentledger's "
+            f"{head_revision()!r}. Upgrade it first: agentledger --db {shown} db upgrade"
+        )
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

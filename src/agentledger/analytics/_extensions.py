@@ -1,0 +1,61 @@
+"""DuckDB's scanner extensions, loaded from their PyPI packages: never downloaded at run time."""
+
+from __future__ import annotations
+
+import importlib
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+import duckdb
+
+from ..errors import ConfigurationError
+
+PACKAGES = {
+    "sqlite_scanner": "duckdb-extension-sqlite-scanner",
+    "postgres_scanner": "duckdb-extension-postgres-scanner",
+}
+"""Each extension agentledger loads, and the PyPI package that ships it."""
+
+_EXTRAS = {"postgres_scanner": " (or: pip install 'agentledger[postgresql]')"}
+
+
+def extension_path(name: str) -> Path:
+    """The extension file ``name`` for the installed DuckDB, from its PyPI package.
+
+    Raises :class:`ConfigurationError` naming the package to install when the package is
+    missing or was built for another DuckDB version.
+    """
+    package = PACKAGES[name]
+    wanted = duckdb.__version__
+    install = f"pip install '{package}=={wanted}'{_EXTRAS.get(name, '')}"
+    try:
+        module = importlib.import_module(package.replace("-", "_"))
+    except ImportError:
+        raise ConfigurationError(
+            f"the DuckDB extension {name} is not installed. Install it: {install}"
+        ) from None
+    root = Path(next(iter(module.__path__))) / "extensions"
+    path = root / f"v{wanted}" / f"{name}.duckdb_extension"
+    if not path.is_file():
+        raise ConfigurationError(
+            f"{package} {_installed(package)} ships the {name} extension for DuckDB "
+            f"{_built_for(root)}, but DuckDB {wanted} is installed; they must match. Install "
+            f"matching versions: {install}"
+        )
+    return path
+
+
+def load(connection: duckdb.DuckDBPyConnection, name: str) -> None:
+    connection.load_extension(str(extension_path(name)))
+
+
+def _installed(package: str) -> str:
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return "(unknown version)"
+
+
+def _built_for(root: Path) -> str:
+    versions = sorted(p.name.removeprefix("v") for p in root.glob("v*")) if root.is_dir() else []
+    return ", ".join(versions) or "no version"
