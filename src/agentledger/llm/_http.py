@@ -132,7 +132,7 @@ class HttpProvider:
                 f"no API key for {self.provider}: set {self.api_key_variable} or pass "
                 f"api_key=. (A local {self.provider}-compatible server needs only base_url=.)"
             )
-        self._secrets = tuple(s for s in (key,) if s)
+        self._secrets = _secrets(key, headers or {})
         self.retry = retry if retry is not None else RetryPolicy()
         self.prices = prices if prices is not None else PriceTable.default()
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -166,11 +166,11 @@ class HttpProvider:
         body, retries = self._post(self.payload(request))
         try:
             response = self.parse(body)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
             raise ProviderResponseError(
                 self._redact(
                     f"{self.provider} answered with a response this client cannot read "
-                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really a "
+                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really an "
                     f"{self.provider}-compatible API?"
                 ),
                 provider=self.provider,
@@ -260,8 +260,8 @@ class HttpProvider:
             raise ProviderResponseError(
                 self._redact(
                     f"{self.provider} answered HTTP {response.status_code} with a body that is "
-                    f"not a JSON object: {_snippet(response.text)!r}. Is {self.base_url} really "
-                    f"a {self.provider}-compatible API?"
+                    f"not a JSON object: {_snippet(self._redact(response.text))!r}. Is "
+                    f"{self.base_url} really an {self.provider}-compatible API?"
                 ),
                 provider=self.provider,
                 status_code=response.status_code,
@@ -270,7 +270,7 @@ class HttpProvider:
 
     def _status_failure(self, response: httpx.Response) -> _Failure:
         status = response.status_code
-        detail = self._redact(f"HTTP {status}: {_server_message(response)}")
+        detail = f"HTTP {status}: {_snippet(self._redact(_server_message(response)))}"
         kind, retryable, advice = _classify(status, self)
         return _Failure(
             kind,
@@ -299,6 +299,17 @@ class HttpProvider:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+
+_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
+
+
+def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
+    """What to redact: the key, and credentials in the extra headers (``Bearer <token>``)."""
+    values = [v for name, v in headers.items() if name.lower() in _SECRET_HEADERS]
+    tokens = [v.split(" ", 1)[-1] for v in values]
+    found = {s for s in (key, *values, *tokens) if s and len(s) >= 4}
+    return tuple(sorted(found, key=len, reverse=True))
 
 
 def _classify(
@@ -359,17 +370,17 @@ def _classify(
 
 
 def _server_message(response: httpx.Response) -> str:
-    """The error message in an OpenAI- or Anthropic-style error body, else the body's start."""
+    """The error message in an OpenAI- or Anthropic-style error body, else the body."""
     try:
         body = response.json()
     except ValueError:
-        return _snippet(response.text) or response.reason_phrase
+        return response.text.strip() or response.reason_phrase
     error = body.get("error") if isinstance(body, dict) else None
     if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return _snippet(error["message"])
+        return str(error["message"])
     if isinstance(error, str):
-        return _snippet(error)
-    return _snippet(response.text)
+        return error
+    return response.text
 
 
 def _retry_after(headers: httpx.Headers) -> float | None:

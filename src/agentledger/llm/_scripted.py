@@ -6,6 +6,7 @@ import threading
 from collections.abc import Callable, Iterable
 
 from ..errors import ScriptExhaustedError
+from ._pricing import PriceTable
 from ._types import InferenceRequest, InferenceResponse
 
 ScriptItem = InferenceResponse | Callable[[InferenceRequest], InferenceResponse]
@@ -15,12 +16,21 @@ class ScriptedLLM:
     """Replays responses in order; a callable in the script is called with the request.
 
     Every request is recorded in ``requests``, so a test can assert on what the model saw.
+    With ``prices``, a response without a ``cost_usd`` is priced from its usage and model, as
+    the HTTP providers price theirs.
     Asking for more responses than the script holds raises :class:`ScriptExhaustedError`.
     Safe to share between threads (parallel tools, concurrent subagents).
     """
 
-    def __init__(self, responses: Iterable[ScriptItem], *, model: str = "scripted") -> None:
+    def __init__(
+        self,
+        responses: Iterable[ScriptItem],
+        *,
+        model: str = "scripted",
+        prices: PriceTable | None = None,
+    ) -> None:
         self.model = model
+        self.prices = prices
         self.requests: list[InferenceRequest] = []
         self._script: list[ScriptItem] = list(responses)
         self._lock = threading.Lock()
@@ -45,6 +55,9 @@ class ScriptedLLM:
         response = item if isinstance(item, InferenceResponse) else item(request)
         if response.model is None:
             response = response.model_copy(update={"model": request.model or self.model})
+        if self.prices is not None and response.cost_usd is None:
+            cost = self.prices.cost(response.model, response.usage)
+            response = response.model_copy(update={"cost_usd": cost})
         return response
 
     def __repr__(self) -> str:
