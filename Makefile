@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test lint typecheck bench clean schema
+.PHONY: demo test soak lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,10 @@ typecheck: $(VENV)/.installed-dev
 
 test: lint typecheck
 	$(BIN)/pytest
+
+# The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
+soak: $(VENV)/.installed-dev
+	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ARGS)
 
 bench: $(VENV)/.installed-dev
 	$(BIN)/python -m bench $(BENCH_ARGS)
