@@ -7,6 +7,7 @@ import types
 import pytest
 
 import agentledger
+import agentledger.analytics
 import agentledger.llm
 
 INCLUDED_PRIVATE_MEMBERS = {"__version__"}
@@ -34,18 +35,24 @@ def exported_names(package: types.ModuleType) -> set[str]:
     }
 
 
-@pytest.mark.parametrize("package", [agentledger, agentledger.llm], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
+)
 def test_all_is_sorted(package):
     assert package.__all__ == sorted(package.__all__, key=isort_style)
 
 
-@pytest.mark.parametrize("package", [agentledger, agentledger.llm], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
+)
 def test_all_names_exactly_the_public_members(package):
     assert len(set(package.__all__)) == len(package.__all__)
     assert set(package.__all__) == exported_names(package)
 
 
-@pytest.mark.parametrize("package", [agentledger, agentledger.llm], ids=lambda p: p.__name__)
+@pytest.mark.parametrize(
+    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
+)
 def test_everything_in_all_can_be_imported(package):
     for name in package.__all__:
         assert getattr(package, name) is not None

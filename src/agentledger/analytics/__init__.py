@@ -2,8 +2,48 @@
 
 The ledger is attached read-only; the views are SQL files shipped in ``sql/`` that run in the
 ``duckdb`` command line as well (``agentledger analytics sql`` prints them, ready to use).
+:func:`build_report` gathers the main breakdowns into a :class:`Report`, which
+:func:`render_terminal` draws as tables and :func:`render_html` as one self-contained page
+(``agentledger analytics report [--html FILE]``).
 """
 
 from ._analytics import Analytics, attach_statement, export_parquet, script, view_files
+from ._html import render_html, write_html
+from ._report import (
+    Column,
+    Completeness,
+    ExportedTable,
+    Report,
+    ReportTable,
+    RunCost,
+    ToolStat,
+    Totals,
+    UsagePoint,
+    build_report,
+    render_export,
+    render_terminal,
+    summarize_export,
+)
 
-__all__ = ["Analytics", "attach_statement", "export_parquet", "script", "view_files"]
+__all__ = [
+    "Analytics",
+    "Column",
+    "Completeness",
+    "ExportedTable",
+    "Report",
+    "ReportTable",
+    "RunCost",
+    "ToolStat",
+    "Totals",
+    "UsagePoint",
+    "attach_statement",
+    "build_report",
+    "export_parquet",
+    "render_export",
+    "render_html",
+    "render_terminal",
+    "script",
+    "summarize_export",
+    "view_files",
+    "write_html",
+]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from pathlib import Path
@@ -38,7 +39,8 @@ def attach_statement(url: str | os.PathLike[str]) -> tuple[str, str]:
     normalized = normalize_url(url)
     path = sqlite_path(normalized)
     if path is not None:
-        return "sqlite_scanner", f"ATTACH {_quoted(str(path))} AS {LEDGER} (TYPE sqlite, READ_ONLY)"
+        attach = f"ATTACH {_quoted(str(path.resolve()))} AS {LEDGER} (TYPE sqlite, READ_ONLY)"
+        return "sqlite_scanner", attach
     libpq = make_url(normalized).set(drivername="postgresql")
     target = libpq.render_as_string(hide_password=False)
     return "postgres_scanner", f"ATTACH {_quoted(target)} AS {LEDGER} (TYPE postgres, READ_ONLY)"
@@ -162,12 +164,18 @@ class Analytics:
 
     def export_parquet(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
-        (``day=YYYY-MM-DD/``) on its start or creation time; the files written."""
+        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table's
+        folder from an earlier export is replaced."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
+        written: list[Path] = []
         for table, column in self._tables():
-            self._copy(table, column, target / table)
-        return sorted(target.rglob("*.parquet"))
+            folder = target / table
+            if folder.exists():  # a previous export's days would mix with this one's
+                shutil.rmtree(folder)
+            self._copy(table, column, folder)
+            written.extend(sorted(folder.rglob("*.parquet")))
+        return written
 
     def _tables(self) -> Iterator[tuple[str, str | None]]:
         rows = self.connection.execute(

@@ -7,7 +7,8 @@ CREATE OR REPLACE VIEW run_tree AS
 WITH RECURSIVE tree(run_id, root_run_id, parent_run_id, depth, path, agent_path) AS (
     SELECT run_id, run_id, parent_run_id, 0, [run_id], agent_name
     FROM runs
-    WHERE parent_run_id IS NULL
+    -- a top-level run, or one whose parent row is gone: it roots a tree of its own
+    WHERE parent_run_id IS NULL OR parent_run_id NOT IN (SELECT run_id FROM runs)
     UNION ALL
     SELECT c.run_id, t.root_run_id, c.parent_run_id, t.depth + 1,
            list_append(t.path, c.run_id), t.agent_path || ' > ' || c.agent_name

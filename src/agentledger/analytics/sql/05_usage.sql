@@ -4,14 +4,14 @@
 
 CREATE OR REPLACE MACRO _usage_columns(s) AS (
     struct_pack(
-        steps := count(*),
-        input_tokens := CAST(sum(s.input_tokens) AS BIGINT),
-        output_tokens := CAST(sum(s.output_tokens) AS BIGINT),
-        cache_read_tokens := CAST(sum(s.cache_read_tokens) AS BIGINT),
-        cache_write_tokens := CAST(sum(s.cache_write_tokens) AS BIGINT),
-        reasoning_tokens := CAST(sum(s.reasoning_tokens) AS BIGINT),
+        steps := count(s.step_id),
+        input_tokens := CAST(coalesce(sum(s.input_tokens), 0) AS BIGINT),
+        output_tokens := CAST(coalesce(sum(s.output_tokens), 0) AS BIGINT),
+        cache_read_tokens := CAST(coalesce(sum(s.cache_read_tokens), 0) AS BIGINT),
+        cache_write_tokens := CAST(coalesce(sum(s.cache_write_tokens), 0) AS BIGINT),
+        reasoning_tokens := CAST(coalesce(sum(s.reasoning_tokens), 0) AS BIGINT),
         cost_usd := sum(s.cost_usd),
-        unpriced_steps := count(*) FILTER (WHERE s.unpriced)
+        unpriced_steps := count(s.step_id) FILTER (WHERE s.unpriced)
     )
 );
 
@@ -35,13 +35,13 @@ SELECT
     c.kind,
     c.title,
     count(DISTINCT top.run_id) AS runs,
-    count(DISTINCT s.run_id) FILTER (WHERE s.run_id <> top.run_id) AS subagent_runs,
+    count(DISTINCT t.run_id) FILTER (WHERE t.run_id <> top.run_id) AS subagent_runs,
     min(top.started_at) AS first_run_at,
     max(coalesce(top.finished_at, top.started_at)) AS last_run_at,
     unnest(_usage_columns(s))
 FROM runs AS top
 JOIN run_tree AS t ON t.root_run_id = top.run_id
-JOIN steps AS s ON s.run_id = t.run_id
+LEFT JOIN steps AS s ON s.run_id = t.run_id
 JOIN ledger.conversations AS c ON c.id = top.conversation_id
 WHERE top.parent_run_id IS NULL
 GROUP BY top.conversation_id, c.kind, c.title;

@@ -1,7 +1,8 @@
 -- agentledger analytics, 07: what the numbers do not cover yet.
 --
 -- running_runs: runs not finished (in progress, or whose process died: see heartbeat_at and
--- `agentledger recover`). unpriced_steps: steps that called a model with no known price, so
+-- `agentledger recover`). Failed runs can be resumed; interrupted ones were abandoned.
+-- unpriced_steps: steps that called a model with no known price, so
 -- the costs above leave them out. completeness: both counted, in one row.
 
 CREATE OR REPLACE VIEW running_runs AS
@@ -19,6 +20,7 @@ SELECT
     (SELECT count(*) FROM runs) AS runs,
     (SELECT count(*) FROM running_runs) AS running_runs,
     (SELECT count(*) FROM runs WHERE status = 'failed') AS failed_runs,
+    (SELECT count(*) FROM runs WHERE status = 'interrupted') AS interrupted_runs,
     (SELECT count(*) FROM steps) AS steps,
     (SELECT count(*) FROM unpriced_steps) AS unpriced_steps,
     (SELECT list(DISTINCT coalesce(model, '(unknown)') ORDER BY coalesce(model, '(unknown)'))
