@@ -133,7 +133,7 @@ def record_priced_scenario(path: Path) -> None:
 
 def record_demo(path: Path) -> None:
     with Ledger.open(path) as ledger:
-        agent, _llm = build_agent(ledger=ledger)
+        agent, _llm = build_agent(ledger=ledger, prices=None)
         converse_recorded(agent)
 
 

@@ -35,8 +35,9 @@ from . import (
     tool,
 )
 from ._render import run_tree_view
+from .analytics import Analytics
 from .ledger import Ledger
-from .llm import InferenceRequest, InferenceResponse, ScriptedLLM, ScriptItem
+from .llm import InferenceRequest, InferenceResponse, Price, PriceTable, ScriptedLLM, ScriptItem
 
 SYSTEM_PROMPT = "You are a travel assistant. Use the tools; quote prices in euros."
 
@@ -264,7 +265,19 @@ def _reviewer_script() -> list[ScriptItem]:
     return [verdict]
 
 
-def team() -> list[SubagentSpec]:
+DEMO_PRICES = PriceTable.default().with_prices(
+    {
+        "scripted-travel-model": Price(input=0.15, output=0.60),
+        "scripted-research-model": Price(input=0.40, output=1.60),
+        "scripted-review-model": Price(input=1.00, output=5.00),
+    },
+    version="demo",
+)
+"""Made-up prices (US dollars per million tokens) for the scripted models, so that the demo's
+steps have a cost the way a real provider's do."""
+
+
+def team(prices: PriceTable | None = DEMO_PRICES) -> list[SubagentSpec]:
     """The subagents the assistant may delegate to: a researcher with tools, a reviewer."""
     return [
         SubagentSpec(
@@ -272,13 +285,13 @@ def team() -> list[SubagentSpec]:
             description="Looks up weather, hotels and prices with its tools; reports facts.",
             system_prompt="You research trips. Use your tools; report only facts, prices in EUR.",
             tools=[get_weather, search_hotels, convert_currency],
-            llm=ScriptedLLM(_researcher_script(), model="scripted-research-model"),
+            llm=ScriptedLLM(_researcher_script(), model="scripted-research-model", prices=prices),
         ),
         SubagentSpec(
             name="reviewer",
             description="Checks a plan for mistakes before the user acts on it.",
             system_prompt="You review travel plans. Say what is wrong, or that it is fine.",
-            llm=ScriptedLLM(_reviewer_script(), model="scripted-review-model"),
+            llm=ScriptedLLM(_reviewer_script(), model="scripted-review-model", prices=prices),
         ),
     ]
 
@@ -293,17 +306,23 @@ TURNS = (
 
 
 def build_agent(
-    *, separated_tool_trace: bool = True, ledger: Ledger | None = None
+    *,
+    separated_tool_trace: bool = True,
+    ledger: Ledger | None = None,
+    prices: PriceTable | None = DEMO_PRICES,
 ) -> tuple[Agent, ScriptedLLM]:
-    """The demo's agent and its scripted model, recording in ``ledger`` when given."""
-    llm = ScriptedLLM([*_script(), *_coordinator_script()], model="scripted-travel-model")
+    """The demo's agent and its scripted model, recording in ``ledger`` when given; its steps
+    are priced with ``prices`` (``None``: unpriced, their cost unknown)."""
+    llm = ScriptedLLM(
+        [*_script(), *_coordinator_script()], model="scripted-travel-model", prices=prices
+    )
     builder = (
         AgentBuilder()
         .with_llm(llm)
         .with_name("travel-assistant")
         .with_system_prompt(SYSTEM_PROMPT)
         .with_tools([get_weather, search_hotels, convert_currency])
-        .with_subagents(team())
+        .with_subagents(team(prices))
         .with_parallel_tools(2)
         .with_separated_tool_trace(separated_tool_trace)
     )
@@ -359,6 +378,7 @@ def run_demo(console: Console | None = None, *, db_path: Path | None = None) -> 
         _print_turn(console, 3, states[2], llm.requests[ends[2] - 1])
         _print_team(console, ledger, results[-1])
         _print_ledger(console, ledger, results)
+    _print_metrics(console, db_path)
     _print_sql(console, db_path)
     return states
 
@@ -469,6 +489,35 @@ def _print_ledger(console: Console, ledger: Ledger, results: list[RunResult]) ->
             f"{len(ledger.buffer(result.run_id))} buffer rows left; its trace rebuilt from the "
             f"step and tool rows: {len(trace)} messages, {'identical' if same else 'DIFFERENT'}"
         )
+
+
+_ROLLUP = """
+SELECT agent_path AS run, exclusive_steps AS own_steps,
+       exclusive_input_tokens + exclusive_output_tokens AS own_tokens,
+       inclusive_input_tokens + inclusive_output_tokens AS tree_tokens,
+       printf('$%.6f', exclusive_cost_usd) AS own_cost,
+       printf('$%.6f', inclusive_cost_usd) AS tree_cost
+FROM run_rollup ORDER BY path
+"""
+_TOOLS = """
+SELECT tool_name, calls, errors, round(p50_ms, 3) AS p50_ms, round(p95_ms, 3) AS p95_ms
+FROM tool_stats ORDER BY calls DESC, tool_name
+"""
+
+
+def _print_metrics(console: Console, db_path: Path) -> None:
+    console.rule("[bold]Metrics: DuckDB over the same file, rolled up the run tree[/bold]")
+    with Analytics.open(db_path) as analytics:
+        for title, query in (
+            ("run_rollup: own and whole-tree usage", _ROLLUP),
+            ("tool_stats", _TOOLS),
+        ):
+            relation = analytics.sql(query)
+            table = Table(*relation.columns, title=title, title_justify="left")
+            for row in relation.fetchall():
+                table.add_row(*(str(v) for v in row))
+            console.print(table)
+    console.print(f"More: {_command()} --db {db_path} analytics report --html report.html\n")
 
 
 _QUERIES = (
