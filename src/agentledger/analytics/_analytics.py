@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 from typing import Literal, Self
@@ -67,7 +68,8 @@ class Analytics:
     Open one with :meth:`open`. Every method returns a DuckDB relation: print it, filter it
     further (``.filter()``, ``.order()``, ``.limit()``), or turn it into rows (``.fetchall()``),
     a pandas DataFrame (``.df()``), an Arrow table (``.arrow()``) or a polars DataFrame
-    (``.pl()``) when those libraries are installed. :meth:`sql` runs any query over the views
+    (``.pl()``) when those libraries are installed (``.arrow()`` gives a record batch reader:
+    ``.read_all()`` makes it a table). :meth:`sql` runs any query over the views
     and over the ledger's tables (``ledger.agent_runs``, ...).
     """
 
@@ -84,11 +86,16 @@ class Analytics:
         Nothing is written to the ledger, and no extension is downloaded: the scanner comes
         from its PyPI package (:class:`ConfigurationError` says which to install if it is
         missing). A file that is not an agentledger ledger raises :class:`LedgerOpenError`; one
-        migrated by a newer agentledger, :class:`SchemaVersionError`.
+        migrated by a newer agentledger, :class:`SchemaVersionError`. ``threads`` caps
+        DuckDB's threads; on PostgreSQL it defaults to 1, because DuckDB's postgres scanner can
+        hang when one query reads the same table in parallel twice (for large PostgreSQL
+        ledgers, ``export_parquet`` and query the files with all cores).
         """
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
         extension, attach = attach_statement(normalized)
+        if extension == "postgres_scanner" and threads is None:
+            threads = 1  # the scanner can hang when one query scans the same table twice at once
         connection = duckdb.connect(config=_config(threads))
         try:
             _extensions.load(connection, extension)
@@ -169,38 +176,40 @@ class Analytics:
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
-        for table, column in self._tables():
-            folder = target / table
+        for table in self._tables():
+            folder = target / table.name
             if folder.exists():  # a previous export's days would mix with this one's
                 shutil.rmtree(folder)
-            self._copy(table, column, folder)
+            self._copy(table, folder)
             written.extend(sorted(folder.rglob("*.parquet")))
         return written
 
-    def _tables(self) -> Iterator[tuple[str, str | None]]:
+    def _tables(self) -> Iterator[_Table]:
+        """The ledger's own tables (not the catalog's)."""
         rows = self.connection.execute(
-            "SELECT table_name, list(column_name) FROM duckdb_columns() "
-            "WHERE database_name = ? GROUP BY table_name ORDER BY table_name",
+            "SELECT schema_name, table_name, list(column_name ORDER BY column_index), "
+            "list(data_type ORDER BY column_index) FROM duckdb_columns() "
+            "WHERE database_name = ? AND schema_name IN ('main', 'public') "
+            "GROUP BY schema_name, table_name ORDER BY table_name",
             [LEDGER],
         ).fetchall()
-        for table, columns in rows:
-            if table.startswith(_SKIPPED_TABLES):
-                continue
-            yield table, next((c for c in _TIMESTAMP_COLUMNS if c in columns), None)
+        for schema, table, columns, types in rows:
+            if not table.startswith(_SKIPPED_TABLES):
+                yield _Table(schema, table, tuple(zip(columns, types, strict=True)))
 
-    def _copy(self, table: str, column: str | None, target: Path) -> None:
-        source = f"{LEDGER}.{_identifier(table)}"
-        if column is None:
+    def _copy(self, table: _Table, target: Path) -> None:
+        columns, source, time = table.select_list(), table.source(), table.time_column()
+        if time is None:
             target.mkdir(exist_ok=True)
             file = _quoted(str(target / "data.parquet"))
-            query = f"COPY (SELECT * FROM {source}) TO {file} (FORMAT parquet)"
+            copy = f"COPY (SELECT {columns} FROM {source}) TO {file} (FORMAT parquet)"
         else:
-            day = f"CAST(CAST({_identifier(column)} AS TIMESTAMP) AS DATE) AS day"
-            query = (
-                f"COPY (SELECT *, {day} FROM {source}) TO {_quoted(str(target))} "
+            day = f"CAST(CAST({_identifier(time)} AS TIMESTAMP) AS DATE) AS day"
+            copy = (
+                f"COPY (SELECT {columns}, {day} FROM {source}) TO {_quoted(str(target))} "
                 "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE)"
             )
-        self.connection.execute(query)
+        self.connection.execute(copy)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -215,6 +224,31 @@ class Analytics:
 
     def __repr__(self) -> str:
         return f"Analytics({make_url(self.url).render_as_string(hide_password=True)!r})"
+
+
+@dataclass(frozen=True)
+class _Table:
+    """A ledger table to export: its schema, name, and columns with their DuckDB types."""
+
+    schema: str
+    name: str
+    columns: tuple[tuple[str, str], ...]
+
+    def source(self) -> str:
+        return f"{LEDGER}.{_identifier(self.schema)}.{_identifier(self.name)}"
+
+    def select_list(self) -> str:
+        """Every column; timestamps in UTC without a zone, so both backends export alike."""
+        return ", ".join(
+            f"CAST({_identifier(c)} AS TIMESTAMP) AS {_identifier(c)}"
+            if t == "TIMESTAMP WITH TIME ZONE"
+            else _identifier(c)
+            for c, t in self.columns
+        )
+
+    def time_column(self) -> str | None:
+        names = [c for c, _ in self.columns]
+        return next((c for c in _TIMESTAMP_COLUMNS if c in names), None)
 
 
 def export_parquet(url: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:

@@ -3,6 +3,8 @@
 -- Usage is recorded once, on the step that spent it. exclusive_* sums a run's own steps and
 -- tool calls; inclusive_* sums them over the run's whole subtree (itself and every subagent
 -- run below it), so a parent's totals include its subagents without counting anything twice.
+-- wall_ms is the run's start to finish; own_step_ms sums its own steps' durations, and a step
+-- that spawned subagents lasts as long as they ran, so it includes their time.
 -- Costs are NULL, not zero, when no step in the sum has a known cost; *_unpriced_steps says
 -- how many steps that called a model have no cost.
 

@@ -39,11 +39,10 @@ SELECT
     min(top.started_at) AS first_run_at,
     max(coalesce(top.finished_at, top.started_at)) AS last_run_at,
     unnest(_usage_columns(s))
-FROM runs AS top
-JOIN run_tree AS t ON t.root_run_id = top.run_id
+FROM run_tree AS t
+JOIN runs AS top ON top.run_id = t.root_run_id
 LEFT JOIN steps AS s ON s.run_id = t.run_id
 JOIN ledger.conversations AS c ON c.id = top.conversation_id
-WHERE top.parent_run_id IS NULL
 GROUP BY top.conversation_id, c.kind, c.title;
 
 -- usage_over_time(unit): per time bucket ('hour', 'day', 'week', ...), agent and model, by

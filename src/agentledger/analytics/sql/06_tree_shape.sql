@@ -20,14 +20,20 @@ SELECT
 FROM run_fan_out
 GROUP BY root_run_id;
 
+-- (fan-out and shape are computed once and reused: the PostgreSQL scanner must not evaluate
+-- the recursive run_tree several times at once)
 CREATE OR REPLACE VIEW tree_shape_summary AS
+WITH fan AS MATERIALIZED (SELECT * FROM run_fan_out),
+shape AS MATERIALIZED (
+    SELECT root_run_id, count(*) AS runs, max(depth) AS max_depth FROM fan GROUP BY root_run_id
+)
 SELECT
-    (SELECT count(*) FROM tree_shape) AS trees,
-    (SELECT count(*) FROM tree_shape WHERE runs > 1) AS trees_with_subagents,
-    (SELECT avg(runs) FROM tree_shape) AS mean_runs_per_tree,
-    (SELECT max(runs) FROM tree_shape) AS max_runs_per_tree,
-    (SELECT max(max_depth) FROM tree_shape) AS max_depth,
-    (SELECT histogram(depth) FROM run_fan_out) AS runs_by_depth,
-    (SELECT avg(fan_out) FROM run_fan_out WHERE fan_out > 0) AS mean_fan_out,
-    (SELECT quantile_cont(fan_out, 0.95) FROM run_fan_out WHERE fan_out > 0) AS p95_fan_out,
-    (SELECT max(fan_out) FROM run_fan_out) AS max_fan_out;
+    (SELECT count(*) FROM shape) AS trees,
+    (SELECT count(*) FROM shape WHERE runs > 1) AS trees_with_subagents,
+    (SELECT avg(runs) FROM shape) AS mean_runs_per_tree,
+    (SELECT max(runs) FROM shape) AS max_runs_per_tree,
+    (SELECT max(max_depth) FROM shape) AS max_depth,
+    (SELECT histogram(depth) FROM fan) AS runs_by_depth,
+    (SELECT avg(fan_out) FROM fan WHERE fan_out > 0) AS mean_fan_out,
+    (SELECT quantile_cont(fan_out, 0.95) FROM fan WHERE fan_out > 0) AS p95_fan_out,
+    (SELECT max(fan_out) FROM fan) AS max_fan_out;
