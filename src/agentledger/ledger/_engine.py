@@ -20,7 +20,7 @@ from typing import Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
 from ..errors import ConfigurationError, LedgerBusyError, LedgerOpenError
@@ -128,9 +128,16 @@ def _check_sqlite_path(path: Path) -> None:
             )
 
 
+_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
+"""PostgreSQL: serialization failure, deadlock detected, lock not available."""
+
+
 def is_busy(exc: BaseException) -> bool:
-    """True for "database is locked" style errors, which a retry may cure."""
-    cause = exc.orig if isinstance(exc, OperationalError) else exc
+    """True for "database is locked" style errors, and PostgreSQL's deadlocks and
+    serialization failures: the transaction was rolled back whole, and a retry may cure it."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    if getattr(cause, "sqlstate", None) in _RETRYABLE_SQLSTATES:
+        return True
     if not isinstance(cause, sqlite3.OperationalError):
         return False
     text = str(cause).lower()
@@ -143,7 +150,7 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
     for attempt in range(settings.retries + 1):
         try:
             return work()
-        except (OperationalError, sqlite3.OperationalError) as exc:
+        except (DBAPIError, sqlite3.OperationalError) as exc:
             if not is_busy(exc) or attempt == settings.retries:
                 if is_busy(exc):
                     raise LedgerBusyError(

@@ -377,10 +377,21 @@ class Ledger:
         def work() -> bool:
             now = self.clock()
             with write_transaction(self.engine) as conn:
+                # Lock in the order claims, steps and commits do (the conversation's row, then
+                # the run's), then look again: a run resumed or finished meanwhile is not stale.
+                conversation_id = conn.execute(
+                    select(agent_runs.c.conversation_id).where(agent_runs.c.id == run_id)
+                ).scalar()
+                conn.execute(
+                    select(conversations.c.id)
+                    .where(conversations.c.id == conversation_id)
+                    .with_for_update()
+                )
                 still_stale = conn.execute(
                     select(agent_runs.c.id, agent_runs.c.conversation_id)
                     .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
                     .where(agent_runs.c.id == run_id, stale_condition(now, stale_after))
+                    .with_for_update(of=agent_runs)
                 ).first()
                 if still_stale is None:
                     return False
@@ -392,7 +403,11 @@ class Ledger:
                 )
                 totals = run_columns_at_end(recorded, "interrupted", _ABANDONED, now)
                 totals["stop_reason"] = None
-                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**totals))
+                conn.execute(
+                    update(agent_runs)
+                    .where(agent_runs.c.id == run_id, agent_runs.c.status == "running")
+                    .values(**totals)
+                )
                 conn.execute(
                     delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
                 )
