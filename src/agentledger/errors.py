@@ -23,10 +23,12 @@
         ├── ConversationBusyError     another run holds the conversation's lease
         ├── LeaseLostError            another process took this run's conversation over
         ├── LedgerBusyError           the database stayed locked beyond the retries
+        ├── LedgerUnavailableError    the database failed or went away while recording
         ├── SchemaVersionError        the database's schema is newer than this code
         └── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
 
-Errors raised while a run is in progress by the model or by a tool do not escape the loop:
+Errors raised while a run is in progress by the model or by a tool do not escape the loop
+(except a ``LedgerError`` from a tool, such as a subagent's ledger failing: that fails the run):
 a tool error becomes an error tool result the model sees, and a model error ends the run with
 status ``failed`` (the state keeps its execution buffer, so the run can be continued). Every
 message says what happened and what to do next.
@@ -137,6 +139,14 @@ class LeaseLostError(LedgerError):
 
 class LedgerBusyError(LedgerError):
     """The database stayed locked by other writers beyond the configured retries."""
+
+
+class LedgerUnavailableError(LedgerError):
+    """The database failed (went away, restarted, an I/O error) while a run was recorded.
+
+    What was committed before stays; the run is left as of its last recorded step, and can be
+    resumed (``Agent.resume``, ``agentledger recover``) once the database is back.
+    """
 
 
 class SchemaVersionError(LedgerError):

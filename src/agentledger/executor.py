@@ -2,7 +2,8 @@
 
 An unknown tool, arguments that do not validate, an exception raised by the tool or a result
 that cannot be encoded all become an error tool result (``is_error``) that the model sees, so
-it can correct itself; the run goes on.
+it can correct itself; the run goes on. A ``LedgerError`` is the exception: the ledger failing
+under a tool (a subagent recording its run) fails the run, which can then be resumed whole.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from ._ids import Clock, utc_now
+from .errors import LedgerError
 from .messages import ToolCall
 from .steps import ToolExecution
 from .tools import EMPTY_TOOLS, ToolContext, ToolOutput, ToolSet
@@ -69,6 +71,8 @@ class ToolExecutor:
             return self._failed(context, started_at, _invalid_arguments(call, exc))
         try:
             output = _as_output(tool.invoke(arguments, context))
+        except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
+            raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
             detail = f"{type(exc).__name__}: {exc}"
             return self._failed(

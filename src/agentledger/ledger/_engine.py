@@ -23,7 +23,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ..errors import ConfigurationError, LedgerBusyError, LedgerOpenError
+from ..errors import ConfigurationError, LedgerBusyError, LedgerOpenError, LedgerUnavailableError
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -151,17 +151,39 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
         try:
             return work()
         except (DBAPIError, sqlite3.OperationalError) as exc:
-            if not is_busy(exc) or attempt == settings.retries:
-                if is_busy(exc):
-                    raise LedgerBusyError(
-                        f"{what}: the database stayed locked by other writers through "
-                        f"{settings.retries + 1} attempts of {settings.busy_timeout}s each. "
-                        "Fewer concurrent writers, or a longer busy_timeout, will help."
+            if not is_busy(exc):
+                if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or _is_outage(exc):
+                    raise LedgerUnavailableError(
+                        f"{what}: the database failed ({_cause(exc)}). What was committed "
+                        "before is kept; once the database is back, resume the run "
+                        "(agent.resume(run_id), or `agentledger recover`)."
                     ) from exc
                 raise
+            if attempt == settings.retries:
+                raise LedgerBusyError(
+                    f"{what}: the database stayed locked by other writers through "
+                    f"{settings.retries + 1} attempts of {settings.busy_timeout}s each. "
+                    "Fewer concurrent writers, or a longer busy_timeout, will help."
+                ) from exc
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
     raise AssertionError("unreachable")
+
+
+def _is_outage(exc: BaseException) -> bool:
+    """An operational failure of the database itself (I/O, connection, shutdown), as opposed
+    to a constraint or a programming error."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    return type(cause).__name__ in ("OperationalError", "InterfaceError") or isinstance(
+        cause, sqlite3.OperationalError
+    )
+
+
+def _cause(exc: BaseException) -> str:
+    """The database's own message, without the SQL statement and its parameters."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    text = " ".join(str(cause).split())
+    return f"{type(cause).__name__}: {text[:300]}"
 
 
 @contextlib.contextmanager

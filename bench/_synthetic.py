@@ -1,0 +1,437 @@
+"""A synthetic ledger for the analytics benchmark, built fast and always the same.
+
+The schema comes from the real migrations (``Ledger.open`` on a new file); the rows from plain
+``sqlite3`` bulk inserts (``executemany``, one transaction, ``synchronous=OFF`` and
+``journal_mode=OFF`` for the build only, WAL again afterwards, as the ledger keeps its files),
+in the ledger's formats: UUIDv7 text ids that sort by time, timestamps as ISO text in UTC,
+JSON as text, booleans as integers.
+
+Conversations of one to four turns, each turn a run tree up to depth 5 with random fan-out;
+each subagent run in its own ``subagent`` conversation, started by its parent's
+``spawn_subagent`` tool call (``child_run_id``), which lasts as long as the run. About ten
+steps a run (the totals exact), each with a model message, tokens and a cost (``NULL`` for an
+unpriced model and for a few steps of the priced ones); 1% of the runs failed on an ``error``
+step, 0.5% still running; tool calls to five tools with their own error rates and log-normal
+durations. Everything comes from one seed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import sqlite3
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import closing
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from agentledger.ledger import Ledger
+
+SEED = 20300101
+MAX_DEPTH = 5
+FAN_OUT = (0, 0, 0, 0, 1, 1, 2, 3)
+"""Subagent runs a run above ``MAX_DEPTH`` starts, drawn uniformly (0.875 on average)."""
+CALLS = (1, 1, 1, 1, 2)
+"""Ordinary tool calls per tool-calling step, drawn uniformly."""
+FAILED, RUNNING = 0.01, 0.005
+"""The fractions of runs that failed (their last step an ``error`` step) and still running."""
+UNPRICED_STEPS = 0.02
+"""The fraction of a priced model's steps whose cost is unknown all the same."""
+START = datetime(2030, 1, 1)
+"""The synthetic clock's origin (UTC, naive as the ledger stores times on SQLite)."""
+EPOCH_MS = 1_893_456_000_000
+"""``START`` in Unix milliseconds, for the ids."""
+ROOT_AGENT, SUBAGENTS = "assistant", ("researcher", "coder", "reviewer", "summarizer")
+SPAWN = "spawn_subagent"
+BUDGET = json.dumps({"max_steps": 50})
+TEXT = "The quick brown fox jumps over the lazy dog; " * 12
+
+
+@dataclass(frozen=True)
+class Model:
+    name: str
+    input_price: float | None
+    """USD per input token; ``None`` for a model with no known price."""
+    output_price: float | None
+    reasons: bool
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    median_ms: float
+    sigma: float
+    """The spread of the log-normal duration."""
+    error_rate: float
+    timeout_ms: float | None = None
+    """When set, the tool's errors are timeouts: they take this long."""
+
+
+MODELS = (
+    Model("large-1", 3e-6, 15e-6, reasons=True),
+    Model("small-1", 0.25e-6, 1.25e-6, reasons=False),
+    Model("local-8b", None, None, reasons=False),
+)
+TOOLS = (
+    Tool("search", 350, 0.6, 0.02),
+    Tool("read_file", 4, 0.8, 0.01),
+    Tool("write_file", 9, 0.5, 0.005),
+    Tool("run_python", 1500, 1.0, 0.08),
+    Tool("http_get", 400, 1.2, 0.04, timeout_ms=30_000),
+)
+
+TABLES = ("conversations", "agent_runs", "step_executions", "tool_executions")
+COLUMNS = {
+    "conversations": "id kind title parent_run_id version lease_holder lease_run_id "
+    "lease_expires_at created_at updated_at metadata",
+    "agent_runs": "id conversation_id parent_run_id root_run_id depth agent_name model status "
+    "stop_reason error started_at finished_at heartbeat_at step_count input_tokens output_tokens "
+    "cache_read_tokens cache_write_tokens reasoning_tokens cost_usd fully_priced budget metadata",
+    "step_executions": "id run_id step_index step_type model finish_reason started_at "
+    "finished_at duration_ms input_tokens output_tokens cache_read_tokens cache_write_tokens "
+    "reasoning_tokens cost_usd should_continue stop_reason decided_by outcome_detail "
+    "final_response_required error message_id content tool_calls reasoning metadata",
+    "tool_executions": "id run_id step_id step_index position tool_call_id tool_name arguments "
+    "validated_arguments result is_error error started_at finished_at duration_ms child_run_id "
+    "metadata",
+}
+INSERTS = {
+    table: f"INSERT INTO {table} ({', '.join(names.split())}) "
+    f"VALUES ({', '.join('?' * len(names.split()))})"
+    for table, names in COLUMNS.items()
+}
+FLUSH_ROWS = 50_000
+
+Rows = dict[str, list[tuple[Any, ...]]]
+
+
+def _stamp(us: int) -> str:
+    """A time on the synthetic clock, as the ledger stores it on SQLite."""
+    return (START + timedelta(microseconds=us)).isoformat(" ", "microseconds")
+
+
+@dataclass
+class _Ids:
+    """Deterministic ids in the ledger's format: UUIDv7 text from the row's time and a counter,
+    so that they sort by time as the ledger's do."""
+
+    counter: int = 0
+
+    def __call__(self, us: int) -> str:
+        self.counter += 1
+        value = ((EPOCH_MS + us // 1000) << 80) | (0x7 << 76) | (0b10 << 62) | self.counter
+        h = f"{value:032x}"
+        return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+Tree = list["Tree"]
+"""A run tree's shape: a run is the list of the runs it started."""
+
+
+def tree_shape(rng: random.Random, limit: int, *, deep: bool = False) -> Tree:
+    """A random tree of at most ``limit`` runs, made breadth first; with ``deep``, the first
+    run of every level starts one run at least, so the tree reaches ``MAX_DEPTH`` when
+    ``limit`` allows."""
+    root: Tree = []
+    queue, size, levels = [(root, 0)], 1, set()
+    for children, depth in queue:
+        if depth == MAX_DEPTH:
+            break
+        fan_out = rng.choice(FAN_OUT)
+        if deep and depth not in levels:
+            levels.add(depth)
+            fan_out = max(fan_out, 1)
+        for _ in range(min(fan_out, limit - size)):
+            child: Tree = []
+            children.append(child)
+            queue.append((child, depth + 1))
+            size += 1
+    return root
+
+
+def tree_size(tree: Tree) -> int:
+    return 1 + sum(map(tree_size, tree))
+
+
+def step_counts(rng: random.Random, runs: int, steps: int) -> list[int]:
+    """``runs`` step counts of at least 2 (a run that starts subagents needs a tool-calling
+    step and an answer) that add up to exactly ``steps``."""
+    mean = steps // runs
+    if mean < 2:
+        raise ValueError(f"{steps} steps in {runs} runs: give each run 2 steps at least")
+    low, high = 2, max(2 * mean - 2, 3)
+    counts = [rng.randint(low, high) for _ in range(runs)]
+    missing = steps - sum(counts)
+    while missing:
+        i = rng.randrange(runs)
+        if missing > 0 and counts[i] < high:
+            counts[i], missing = counts[i] + 1, missing - 1
+        elif missing < 0 and counts[i] > low:
+            counts[i], missing = counts[i] - 1, missing + 1
+    return counts
+
+
+@dataclass
+class _Run:
+    """A run being made: its identity and the sums of its own steps, as its row stores them."""
+
+    id: str
+    root_id: str
+    depth: int
+    model: Model
+    steps: int = 0
+    usage: list[int] = field(default_factory=lambda: [0] * 5)
+    cost: float | None = None
+    unpriced: bool = False
+
+    def add(self, usage: Sequence[int], cost: float | None, *, unpriced: bool) -> None:
+        self.steps += 1
+        self.usage = [a + b for a, b in zip(self.usage, usage, strict=True)]
+        if cost is not None:
+            self.cost = cost + (self.cost or 0.0)
+        self.unpriced = self.unpriced or unpriced
+
+
+@dataclass
+class _Synthesizer:
+    """Makes the rows of whole conversations, each run tree depth first, so that a
+    ``spawn_subagent`` call lasts as long as the subagent run it started."""
+
+    rng: random.Random
+    counts: Iterator[int]
+    ids: _Ids = field(default_factory=_Ids)
+    rows: Rows = field(default_factory=lambda: {table: [] for table in TABLES})
+    runs: int = 0
+
+    def take(self) -> Rows:
+        """The rows made since the last call."""
+        rows, self.rows = self.rows, {table: [] for table in TABLES}
+        return rows
+
+    def conversation(self, trees: list[Tree], start_us: int) -> int:
+        """A main conversation of one turn per tree; when its last turn ended."""
+        conversation_id, at = self.ids(start_us), start_us
+        for tree in trees:
+            _, at = self.run(tree, conversation_id, at, parent=None)
+            at += self.rng.randint(5_000_000, 120_000_000)  # the user reads and answers
+        self._conversation(conversation_id, "main", None, (start_us, at), len(trees))
+        return at
+
+    def run(
+        self, tree: Tree, conversation_id: str, start_us: int, *, parent: _Run | None
+    ) -> tuple[str, int]:
+        """One run and its subtree; the run's id and when it last did something."""
+        rng, run_id = self.rng, self.ids(start_us)
+        self.runs += 1
+        model = rng.choice(MODELS[:2] if parent is None else MODELS)
+        if parent is None:
+            run = _Run(run_id, run_id, 0, model)
+        else:
+            run = _Run(run_id, parent.root_id, parent.depth + 1, model)
+        fate = rng.random()
+        status = "failed" if fate < FAILED else "running" if fate < FAILED + RUNNING else ""
+        steps = next(self.counts)
+        tool_steps = steps if status == "running" else steps - 1
+        spawns: list[list[Tree]] = [[] for _ in range(steps)]
+        for i, child in enumerate(tree):
+            spawns[i % tool_steps].append(child)
+        at = start_us + rng.randint(2_000, 20_000)
+        for index in range(steps):
+            kind = "tool_use"
+            if index == tool_steps:
+                kind = "error" if status == "failed" else "response"
+            at = self._step(run, index, kind, spawns[index], at) + rng.randint(200, 3_000)
+        agent = ROOT_AGENT if parent is None else rng.choice(SUBAGENTS)
+        times = (start_us, None if status == "running" else at, at)
+        self._run_row(run, conversation_id, parent, agent, status or "completed", times)
+        return run_id, at
+
+    def _step(self, run: _Run, index: int, kind: str, children: list[Tree], start_us: int) -> int:
+        """One step, its tool calls and the subagent runs they start; when it finished."""
+        rng, step_id = self.rng, self.ids(start_us)
+        at = start_us + int(rng.lognormvariate(math.log(900_000), 0.5))  # the inference
+        tools: list[Tool | None] = []
+        if kind == "tool_use":
+            tools += [rng.choice(TOOLS) for _ in range(rng.choice(CALLS))]
+        tools += [None] * len(children)  # None: a spawn_subagent call
+        calls, rows, spawned = [], [], iter(children)
+        for position, tool in enumerate(tools):
+            call_id = f"call_{index}_{position}_{self.ids.counter:x}"
+            task = f"task {index}.{position}"
+            name = SPAWN if tool is None else tool.name
+            calls.append({"id": call_id, "name": name, "arguments": {"task": task}})
+            if tool is None:
+                child, ends = self._subagent(run, next(spawned), at)
+                error = None
+                result = TEXT[: rng.randint(32, len(TEXT))]
+            else:
+                child, ends, error = None, at + self._duration(tool), None
+                if rng.random() < tool.error_rate:
+                    error = f"{tool.name} failed: error {rng.randint(1, 99)}"
+                    if tool.timeout_ms is not None:
+                        ends, error = at + int(tool.timeout_ms * 1000), f"{tool.name} timed out"
+                result = error or TEXT[: rng.randint(32, len(TEXT))]
+            arguments = f'{{"task": "{task}"}}'  # as json.dumps writes it, faster
+            rows.append(
+                (
+                    *(self.ids(at), run.id, step_id, index, position, call_id, name),
+                    *(arguments, arguments, result, error is not None, error),
+                    *(_stamp(at), _stamp(ends), (ends - at) / 1000, child, None),
+                )
+            )
+            at = ends
+        self._step_row(run, step_id, index, kind, calls, (start_us, at))
+        self.rows["tool_executions"] += rows
+        return at
+
+    def _subagent(self, parent: _Run, tree: Tree, called_us: int) -> tuple[str, int]:
+        """A subagent run in its own conversation; its id, and when the call returned."""
+        conversation_id = self.ids(called_us)
+        start = called_us + self.rng.randint(1_000, 10_000)
+        run_id, end = self.run(tree, conversation_id, start, parent=parent)
+        self._conversation(conversation_id, "subagent", parent.id, (start, end), 1)
+        return run_id, end + self.rng.randint(1_000, 10_000)
+
+    def _duration(self, tool: Tool) -> int:
+        return max(1, int(self.rng.lognormvariate(math.log(tool.median_ms * 1000), tool.sigma)))
+
+    def _usage(self, run: _Run, index: int) -> tuple[tuple[int, ...], float | None]:
+        """A model call's tokens (the prompt grows with the run) and its cost, if known."""
+        rng, model = self.rng, run.model
+        prompt = 1_200 + 700 * index + rng.randint(0, 500)
+        output = rng.randint(20, 700)
+        cached = prompt * rng.randint(50, 90) // 100 if index else 0
+        written = rng.randint(0, 700) if index == 0 else 0
+        reasoning = rng.randint(0, output // 2) if model.reasons else 0
+        cost = None
+        priced = model.input_price is not None and model.output_price is not None
+        if priced and rng.random() >= UNPRICED_STEPS:
+            cost = prompt * model.input_price + output * model.output_price
+        return (prompt, output, cached, written, reasoning), cost
+
+    def _step_row(
+        self,
+        run: _Run,
+        step_id: str,
+        index: int,
+        kind: str,
+        calls: list[dict[str, Any]],
+        times: tuple[int, int],
+    ) -> None:
+        start, end = times
+        if kind == "error":  # the model call failed: no message, no usage
+            usage, cost, message_id = (0, 0, 0, 0, 0), None, None
+        else:
+            (usage, cost), message_id = self._usage(run, index), self.ids(end)
+        run.add(usage, cost, unpriced=message_id is not None and cost is None)
+        finish, stop, decided, detail, content = {
+            "tool_use": ("tool_calls", None, "tool_calls", f"{len(calls)} tool call(s)", ""),
+            "response": ("stop", "completed", "tool_calls", "the model answered", TEXT[:120]),
+            "error": (None, "error", "error", "the model call failed", None),
+        }[kind]
+        error = "the provider answered 500" if kind == "error" else None
+        self.rows["step_executions"].append(
+            (
+                *(step_id, run.id, index, kind, run.model.name, finish, _stamp(start)),
+                *(_stamp(end), (end - start) / 1000, *usage, cost, kind == "tool_use"),
+                *(stop, decided, detail, False, error, message_id, content),
+                *(json.dumps(calls) if calls else None, None, None),
+            )
+        )
+
+    def _run_row(
+        self,
+        run: _Run,
+        conversation_id: str,
+        parent: _Run | None,
+        agent: str,
+        status: str,
+        times: tuple[int, int | None, int],
+    ) -> None:
+        start, finished, beat = times
+        stop = {"completed": "completed", "failed": "error"}.get(status)
+        error = "the model call failed" if status == "failed" else None
+        self.rows["agent_runs"].append(
+            (
+                *(run.id, conversation_id, None if parent is None else parent.id, run.root_id),
+                *(run.depth, agent, run.model.name, status, stop, error, _stamp(start)),
+                *(None if finished is None else _stamp(finished), _stamp(beat), run.steps),
+                *(*run.usage, run.cost, not run.unpriced, BUDGET, None),
+            )
+        )
+
+    def _conversation(
+        self,
+        conversation_id: str,
+        kind: str,
+        parent_run_id: str | None,
+        times: tuple[int, int],
+        runs: int,
+    ) -> None:
+        created, updated = times
+        self.rows["conversations"].append(
+            (
+                *(conversation_id, kind, None, parent_run_id, runs, None, None, None),
+                *(_stamp(created), _stamp(updated), None),
+            )
+        )
+
+
+def synthesize(*, runs: int, steps: int, seed: int = SEED) -> Iterator[Rows]:
+    """The synthetic ledger's rows, in batches of about ``FLUSH_ROWS`` steps: conversations of
+    one to four turns, each turn a run tree."""
+    rng = random.Random(seed)
+    maker = _Synthesizer(rng, iter(step_counts(rng, runs, steps)))
+    at = 0
+    while maker.runs < runs:
+        trees: list[Tree] = []
+        for _ in range(rng.randint(1, 4)):
+            left = runs - maker.runs - sum(map(tree_size, trees))
+            if left:
+                trees.append(tree_shape(rng, left, deep=maker.runs == 0 and not trees))
+        at = maker.conversation(trees, at) + rng.randint(0, 60_000_000)
+        if len(maker.rows["step_executions"]) >= FLUSH_ROWS:
+            yield maker.take()
+    yield maker.take()
+
+
+@dataclass(frozen=True)
+class Built:
+    """A synthetic ledger on disk."""
+
+    path: Path
+    rows: dict[str, int]
+    seconds: float
+    trees: int
+    max_depth: int
+
+    @property
+    def total_rows(self) -> int:
+        return sum(self.rows.values())
+
+
+def build(path: Path, *, runs: int, steps: int, seed: int = SEED) -> Built:
+    """A new ledger at ``path``, migrated by the ledger itself, then filled with ``steps``
+    steps in ``runs`` runs by bulk inserts in one transaction."""
+    started = time.perf_counter()
+    with Ledger.open(path):
+        pass
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("PRAGMA journal_mode=OFF")  # for the build only: it is a fixture
+        conn.execute("PRAGMA synchronous=OFF")
+        conn.execute("BEGIN")
+        for batch in synthesize(runs=runs, steps=steps, seed=seed):
+            for table in TABLES:
+                conn.executemany(INSERTS[table], batch[table])
+        conn.execute("COMMIT")
+        conn.execute("PRAGMA journal_mode=WAL")  # as the ledger keeps its files
+        seconds = time.perf_counter() - started
+        rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
+        trees, depth = conn.execute(
+            "SELECT count(*) FILTER (WHERE parent_run_id IS NULL), max(depth) FROM agent_runs"
+        ).fetchone()
+    return Built(path, rows, seconds, trees, depth)
