@@ -7,32 +7,14 @@ import contextlib
 import importlib.util
 import os
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 
+from _clocks import FakeClock
 from _fake_provider import FakeProvider
 from _postgres import PostgresServer, find_bindir, not_found_reason
 from agentledger import FunctionTool, tool
-
-START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
-
-
-class FakeClock:
-    """A clock for ``AgentBuilder.with_clock``: every reading is ``tick`` later than the last."""
-
-    def __init__(self, start: datetime = START, tick: timedelta = timedelta(seconds=1)) -> None:
-        self.start = start
-        self.tick = tick
-        self.now = start
-        self.readings = 0
-
-    def __call__(self) -> datetime:
-        reading = self.now
-        self.now += self.tick
-        self.readings += 1
-        return reading
 
 
 @pytest.fixture

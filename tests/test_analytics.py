@@ -31,6 +31,7 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
+from _clocks import FakeClock
 from _ledger_support import begin_by_hand
 from _migration_harness import migrate
 from _postgres import PostgresServer
@@ -60,7 +61,6 @@ from agentledger.analytics import Analytics, attach_statement, export_parquet, s
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from conftest import FakeClock
 
 # --- the team: a small scenario worked out by hand ----------------------------------------------
 
