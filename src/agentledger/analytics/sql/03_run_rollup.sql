@@ -19,14 +19,17 @@ WITH own_steps AS (
         CAST(sum(cache_write_tokens) AS BIGINT) AS cache_write_tokens,
         CAST(sum(reasoning_tokens) AS BIGINT) AS reasoning_tokens,
         sum(cost_usd) AS cost_usd,
-        count(*) FILTER (WHERE unpriced) AS unpriced_steps,
+        count(*) FILTER (WHERE message_id IS NOT NULL AND cost_usd IS NULL) AS unpriced_steps,
         sum(duration_ms) AS step_ms
-    FROM steps
+    FROM ledger.step_executions
     GROUP BY run_id
 ),
 own_tools AS (
-    SELECT run_id, count(*) AS tool_calls, count(*) FILTER (WHERE is_error) AS tool_errors
-    FROM tool_calls
+    SELECT
+        run_id,
+        count(*) AS tool_calls,
+        count(*) FILTER (WHERE CAST(is_error AS BOOLEAN)) AS tool_errors
+    FROM ledger.tool_executions
     GROUP BY run_id
 )
 SELECT
@@ -47,9 +50,11 @@ LEFT JOIN own_steps AS s USING (run_id)
 LEFT JOIN own_tools AS t USING (run_id);
 
 CREATE OR REPLACE VIEW run_rollup AS
-WITH ancestry AS (
+WITH tree AS MATERIALIZED (SELECT * FROM run_tree),
+own AS MATERIALIZED (SELECT * FROM run_own_usage),
+ancestry AS (
     -- each run paired with itself and every run above it
-    SELECT unnest(path) AS ancestor_id, run_id FROM run_tree
+    SELECT unnest(path) AS ancestor_id, run_id FROM tree
 ),
 inclusive AS (
     SELECT
@@ -66,7 +71,7 @@ inclusive AS (
         CAST(sum(o.tool_calls) AS BIGINT) AS tool_calls,
         CAST(sum(o.tool_errors) AS BIGINT) AS tool_errors
     FROM ancestry AS a
-    JOIN run_own_usage AS o ON o.run_id = a.run_id
+    JOIN own AS o ON o.run_id = a.run_id
     GROUP BY a.ancestor_id
 )
 SELECT
@@ -105,6 +110,6 @@ SELECT
     i.unpriced_steps AS inclusive_unpriced_steps,
     i.tool_calls AS inclusive_tool_calls,
     i.tool_errors AS inclusive_tool_errors
-FROM run_tree AS t
-JOIN run_own_usage AS o USING (run_id)
+FROM tree AS t
+JOIN own AS o USING (run_id)
 JOIN inclusive AS i USING (run_id);

@@ -18,8 +18,8 @@ CREATE OR REPLACE MACRO _tool_stats_columns(duration_ms, is_error) AS (
 );
 
 CREATE OR REPLACE VIEW tool_stats AS
-SELECT tool_name, unnest(_tool_stats_columns(duration_ms, is_error))
-FROM tool_calls
+SELECT tool_name, unnest(_tool_stats_columns(duration_ms, CAST(is_error AS BOOLEAN)))
+FROM ledger.tool_executions  -- the tool rows alone: no join needed
 GROUP BY tool_name;
 
 CREATE OR REPLACE VIEW tool_stats_by_agent AS
