@@ -329,16 +329,15 @@ def _why(*, rollup: float, tree: float, own: float) -> str:
     """Why the rollup takes what it takes, read from DuckDB's profile of the views, with this
     run's figures."""
     return (
-        "Why: `run_rollup` joins `run_tree` and `run_own_usage` twice each (in its `inclusive` "
-        "part and in its final select) and DuckDB inlines views, so each is computed twice: "
-        f"{ms(tree)} and {ms(own)} alone here; twice their sum, measured apart, comes to "
-        f"{2 * (tree + own) / rollup:.0%} of the rollup's time. Every computation reads the "
-        "SQLite tables again through `sqlite_scanner`, which decodes SQLite's records row by "
-        "row as SQLite does; the recursive `run_tree` scans `agent_runs` once per level; "
-        "`run_own_usage` reads the `tool_calls` view, whose joins to `step_executions` and "
-        "`agent_runs` (for the model and agent columns) it does not use. SQLite answers from "
-        "its indexes: groupings in `(run_id, step_index)` and `run_id` order, index lookups on "
-        "`parent_run_id` in both recursions."
+        "Why: `run_rollup` computes the run tree and each run's own usage once (materialized "
+        f"CTEs): {ms(tree)} and {ms(own)} alone here, {(tree + own) / rollup:.0%} of the "
+        "rollup's time. Most of it is reading the million step rows and the tool rows through "
+        "`sqlite_scanner`, which decodes SQLite's records row by row as SQLite itself does, "
+        "so a query over the attached file cannot be much more than a few times faster than "
+        "SQLite's own, which answers from its indexes (`(run_id, step_index)`, `run_id`, "
+        "`parent_run_id`). Reaching 10x needs the rows in DuckDB's columnar storage: export "
+        "them (`agentledger export parquet`) and query the files, or copy the tables into a "
+        "DuckDB database once for repeated questions."
     )
 
 
