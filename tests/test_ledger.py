@@ -457,6 +457,23 @@ def test_steps_and_tool_executions_read_back_as_the_run_produced_them(db, open_l
     ]
 
 
+def test_arguments_that_were_not_json_read_back_exactly_and_are_in_the_tool_rows_metadata(
+    db, open_ledger
+):
+    ledger = open_ledger()
+    weather, calls = counting_weather_tool()
+    bad = ToolCall(id="call_bad", name="get_weather", raw_arguments="{'city': Paris")
+    llm = ScriptedLLM([InferenceResponse(tool_calls=[bad]), answer()])
+    result = build_agent(llm, ledger, tools=[weather]).run(QUESTION)
+
+    (stored,) = ledger.tool_executions(result.run_id)
+    assert stored.tool_call == bad and stored.is_error and calls == []
+    assert stored == result.state.step_executions[0].step.tool_executions[0]
+    (row,) = db.rows("SELECT arguments, metadata FROM tool_executions")
+    assert as_json(row["metadata"]) == {"raw_arguments": "{'city': Paris"}
+    assert as_json(row["arguments"]) == {}
+
+
 def test_runs_conversations_messages_and_buffer_read_back_what_was_committed(db, open_ledger):
     ledger = open_ledger()
     weather, _ = counting_weather_tool()

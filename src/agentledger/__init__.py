@@ -25,6 +25,7 @@ from .errors import (
     ConversationBusyError,
     LeaseLostError,
     LedgerBusyError,
+    LedgerCorruptError,
     LedgerError,
     LedgerOpenError,
     LedgerUnavailableError,
@@ -43,6 +44,7 @@ from .errors import (
     SchemaVersionError,
     ScriptExhaustedError,
     ToolDefinitionError,
+    UnstorableTextError,
     UsageError,
 )
 from .executor import ToolExecutor
@@ -91,6 +93,7 @@ __all__ = [
     "LLMError",
     "LeaseLostError",
     "LedgerBusyError",
+    "LedgerCorruptError",
     "LedgerError",
     "LedgerOpenError",
     "LedgerUnavailableError",
@@ -135,6 +138,7 @@ __all__ = [
     "ToolOutput",
     "ToolSchema",
     "ToolSet",
+    "UnstorableTextError",
     "Usage",
     "UsageError",
     "Verdict",

@@ -6,7 +6,8 @@
     ├── UsageError                    you used the library wrong: fix the calling code
     │   ├── ConfigurationError        an agent cannot be built as configured
     │   ├── ToolDefinitionError       a function cannot be turned into a tool
-    │   └── NotFoundError             no conversation or run has that id
+    │   ├── NotFoundError             no conversation or run has that id
+    │   └── UnstorableTextError       text with a NUL character or a lone surrogate
     ├── RunError                      a run could not go on: the state says how far it got
     │   ├── LLMError                  the model call failed
     │   │   ├── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
@@ -25,7 +26,8 @@
         ├── LedgerBusyError           the database stayed locked beyond the retries
         ├── LedgerUnavailableError    the database failed or went away while recording
         ├── SchemaVersionError        the database's schema is newer than this code
-        └── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
+        ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
+        └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
 
 Errors raised while a run is in progress by the model or by a tool do not escape the loop
 (except a ``LedgerError`` from a tool, such as a subagent's ledger failing: that fails the run):
@@ -125,6 +127,11 @@ class NotFoundError(UsageError):
     """No conversation, run or step has the id given."""
 
 
+class UnstorableTextError(UsageError):
+    """Text the ledger cannot store on every backend: a NUL character (PostgreSQL refuses it)
+    or a lone surrogate (not encodable as UTF-8). The message says where the character is."""
+
+
 class LedgerError(AgentLedgerError):
     """The ledger could not do what was asked."""
 
@@ -155,3 +162,8 @@ class SchemaVersionError(LedgerError):
 
 class LedgerOpenError(LedgerError):
     """The database cannot be opened: not a database, corrupt, a directory, unreadable."""
+
+
+class LedgerCorruptError(LedgerError):
+    """Rows read from the database are damaged: a row's checksum does not match its columns, or
+    a value cannot be decoded. Nothing is returned from damaged rows; restore from a backup."""

@@ -121,18 +121,25 @@ def tool_columns(
         "finished_at": e.finished_at,
         "duration_ms": e.duration_ms,
         "child_run_id": e.child_run_id,
-        "metadata": _with_subtree(e.metadata, e.subtree),
+        "metadata": _tool_metadata(e),
     }
 
 
 SUBTREE_KEY = "subtree"
 """Where a spawn tool execution keeps its subagent's spend, in ``tool_executions.metadata``."""
 
+RAW_ARGUMENTS_KEY = "raw_arguments"
+"""Where a tool execution keeps the model's arguments when they were not a JSON object
+(:attr:`ToolCall.raw_arguments`), in ``tool_executions.metadata``."""
 
-def _with_subtree(metadata: Mapping[str, Any], subtree: Spend | None) -> dict[str, Any] | None:
-    if subtree is None:
-        return dict(metadata) or None
-    return {**metadata, SUBTREE_KEY: subtree.model_dump(mode="json")}
+
+def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
+    metadata = dict(e.metadata)
+    if e.subtree is not None:
+        metadata[SUBTREE_KEY] = e.subtree.model_dump(mode="json")
+    if e.tool_call.raw_arguments is not None:
+        metadata[RAW_ARGUMENTS_KEY] = e.tool_call.raw_arguments
+    return metadata or None
 
 
 def tool_execution_of(row: Row) -> ToolExecution:
@@ -140,7 +147,10 @@ def tool_execution_of(row: Row) -> ToolExecution:
     return ToolExecution(
         id=row["id"],
         tool_call=ToolCall(
-            id=row["tool_call_id"], name=row["tool_name"], arguments=row["arguments"] or {}
+            id=row["tool_call_id"],
+            name=row["tool_name"],
+            arguments=row["arguments"] or {},
+            raw_arguments=metadata.get(RAW_ARGUMENTS_KEY),
         ),
         arguments=row["validated_arguments"],
         result=row["result"],
@@ -150,7 +160,7 @@ def tool_execution_of(row: Row) -> ToolExecution:
         finished_at=row["finished_at"],
         child_run_id=row["child_run_id"],
         subtree=Spend.model_validate(metadata[SUBTREE_KEY]) if SUBTREE_KEY in metadata else None,
-        metadata={k: v for k, v in metadata.items() if k != SUBTREE_KEY},
+        metadata={k: v for k, v in metadata.items() if k not in (SUBTREE_KEY, RAW_ARGUMENTS_KEY)},
     )
 
 
