@@ -36,6 +36,7 @@ from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
+from agentledger.ledger._checksum import COVERED, checksum_over
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 VERSION_TABLE = "agentledger_version"
@@ -205,6 +206,7 @@ class Database:
                     where = [c == v for c, v in zip(pk, first, strict=True)]
                     conn.execute(update(table).where(*where).values({column.name: value}))
                     filled.setdefault(table.name, []).append(column.name)
+            _reseal(conn, metadata)
         return filled
 
     def empty_columns(self) -> dict[str, list[str]]:
@@ -216,6 +218,21 @@ class Database:
                     if not _holds_a_value(conn, column):
                         empty.setdefault(table.name, []).append(column.name)
         return empty
+
+
+def _reseal(conn: Any, reflected: MetaData) -> None:
+    """Checksums again for the rows that have one, as the ledger would have written the values
+    filled in (at revisions that have the column)."""
+    for name, reflected_table in reflected.tables.items():
+        if name not in COVERED or "checksum" not in reflected_table.columns:
+            continue
+        table = ledger_tables.metadata.tables[name]
+        for row in conn.execute(select(table).where(table.c.checksum.is_not(None))).mappings():
+            conn.execute(
+                update(table)
+                .where(table.c.id == row["id"])
+                .values(checksum=checksum_over(COVERED[name], row))
+            )
 
 
 def _holds_a_value(conn: Any, column: Any) -> bool:

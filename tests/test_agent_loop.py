@@ -11,12 +11,15 @@ from agentledger import (
     AgentState,
     AgentStatus,
     ConfigurationError,
+    InMemoryRecorder,
     Message,
     Messages,
+    ReActDriver,
     Role,
     StepType,
     StopReason,
     ToolCall,
+    UnstorableTextError,
     Usage,
 )
 from agentledger.llm import InferenceResponse, ScriptedLLM
@@ -444,3 +447,136 @@ def test_the_model_name_given_to_with_llm_is_sent_with_every_request():
 
     assert llm.requests[0].model == "gpt-test"
     assert state.current_step.model == "gpt-test"
+
+
+# --- text the ledger cannot store -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
+def test_a_user_message_the_ledger_cannot_store_is_refused_before_anything_is_written(bad):
+    recorder = InMemoryRecorder()
+    llm = ScriptedLLM([answer("Hi."), answer("Hi again.")])
+    agent = AgentBuilder().with_llm(llm).with_ledger(recorder).build()
+    first = agent.run("Hello")
+
+    with pytest.raises(UnstorableTextError, match=r"the user message holds .* at offset 1"):
+        agent.run(bad, first.conversation_id)
+
+    assert len(llm.requests) == 1  # the model was not asked
+    stored = recorder.load_conversation(first.conversation_id).messages()
+    assert [m.content for m in stored] == ["Hello", "Hi."]
+    assert agent.run("Again", first.conversation_id).status is AgentStatus.COMPLETED
+
+
+@pytest.mark.parametrize("bad", ["a\x00b", "a\ud800b"], ids=["NUL", "lone surrogate"])
+def test_an_agent_name_the_ledger_cannot_store_is_refused_at_build(bad):
+    builder = AgentBuilder().with_llm(ScriptedLLM([]))
+
+    with pytest.raises(UnstorableTextError, match="the agent's name"):
+        builder.with_name(bad)
+    with pytest.raises(UnstorableTextError, match="the agent's name"):
+        AgentBuilder(llm=ScriptedLLM([]), name=bad).build()
+
+
+@pytest.mark.parametrize(
+    ("response", "where"),
+    [
+        (answer("Sunny\x00."), "a NUL character at offset 5 of content"),
+        (
+            answer("Sunny.", reasoning="\ud800"),
+            "a lone surrogate (U+D800) at offset 0 of reasoning",
+        ),
+        (calls(weather_call("c\x00")), "of tool_calls[0].id"),
+        (calls(weather_call("c1", city="Pa\x00ris")), "of tool_calls[0].arguments['city']"),
+        (
+            calls(ToolCall(id="c1", name="get_weather", raw_arguments="{\x00")),
+            "of tool_calls[0].raw_arguments",
+        ),
+        (answer("Sunny.", metadata={"id\x00": 1}), "of the key metadata['id\\x00']"),
+        (answer("Sunny.", finish_reason="stop\x00"), "of finish_reason"),
+    ],
+    ids=[
+        "content",
+        "reasoning",
+        "tool call id",
+        "arguments",
+        "raw arguments",
+        "metadata key",
+        "finish reason",
+    ],
+)
+def test_model_output_the_ledger_cannot_store_fails_the_step_and_the_run_can_go_on(
+    response, where, weather_tool
+):
+    recorder = InMemoryRecorder()
+    broken = ScriptedLLM([calls(weather_call("a")), response])
+    builder = AgentBuilder().with_tools([weather_tool]).with_ledger(recorder)
+
+    failed = builder.with_llm(broken).build().run("Weather in Paris?")
+
+    assert failed.status is AgentStatus.FAILED
+    assert failed.stop_reason is StopReason.ERROR
+    assert failed.error.startswith("UnstorableTextError: the model's response holds ")
+    assert where in failed.error
+    assert "resumed" in failed.error
+    assert "\x00" not in failed.error and "\ud800" not in failed.error
+    assert failed.state.current_step.step_type is StepType.ERROR
+    assert failed.state.current_step.assistant_message is None
+    assert roles(failed.state.execution_buffer()) == [Role.ASSISTANT, Role.TOOL]
+    assert roles(failed.state.messages()) == [Role.USER]
+
+    working = builder.with_llm(ScriptedLLM([answer("Sunny.")])).build()
+    resumed = working.resume(failed.run_id)
+
+    assert resumed.run_id == failed.run_id
+    assert resumed.status is AgentStatus.COMPLETED
+    assert resumed.answer == "Sunny."
+
+
+def test_a_refused_model_response_still_counts_the_tokens_and_cost_it_spent(weather_tool):
+    spent = Usage(input_tokens=120, output_tokens=30)
+    refused = answer("Sunny\x00.", usage=spent, cost_usd=0.25, model="m\x00")
+    llm = ScriptedLLM([refused])
+
+    failed = AgentBuilder().with_llm(llm).with_tools([weather_tool]).build().run("Weather?")
+
+    assert failed.status is AgentStatus.FAILED
+    step = failed.state.current_step
+    assert step.usage == spent and step.cost_usd == 0.25
+    assert step.model == "m\\x00"  # diagnostics, escaped; the text itself is not kept
+    assert step.inference_response is not None and step.inference_response.content == ""
+    assert failed.usage == spent
+
+
+def test_a_model_error_message_with_nul_is_escaped_in_the_run_error():
+    def down(_request):
+        raise ConnectionError("reset\x00by peer\udfff")
+
+    result = AgentBuilder().with_llm(ScriptedLLM([down])).build().run("Hello")
+
+    assert result.status is AgentStatus.FAILED
+    assert result.error == "ConnectionError: reset\\x00by peer\\udfff"
+
+
+@pytest.mark.parametrize(
+    ("reply", "where"),
+    [
+        ('{"thought": "", "final_answer": "a\x00b"}', "at offset 34 of content"),
+        ('{"thought": "", "final_answer": "a\\u0000b"}', "at offset 1 of content"),
+        (
+            '{"thought": "\\ud800", "action": {"tool": "get_weather", "arguments": {}}}',
+            "at offset 0 of reasoning",
+        ),
+    ],
+    ids=["in the reply", "as a JSON escape in the answer", "as a JSON escape in the thought"],
+)
+def test_a_react_decision_the_ledger_cannot_store_fails_the_step(reply, where, weather_tool):
+    llm = ScriptedLLM([answer(reply)])
+    agent = AgentBuilder().with_driver(ReActDriver(llm)).with_tools([weather_tool]).build()
+
+    result = agent.run("Weather in Paris?")
+
+    assert result.status is AgentStatus.FAILED
+    assert result.error.startswith("UnstorableTextError: the model's response holds ")
+    assert where in result.error
+    assert result.state.current_step.step_type is StepType.ERROR

@@ -241,6 +241,65 @@ def test_one_failing_call_does_not_stop_the_others_in_the_step(add_tool):
     assert state.status is AgentStatus.COMPLETED
 
 
+# --- text the ledger cannot store -------------------------------------------------------------
+
+
+@tool
+def read_bytes(path: str) -> str:
+    """Returns raw bytes decoded carelessly."""
+    return "PK\x03\x04\x00\x00 binary"
+
+
+@tool
+def tagged() -> ToolOutput:
+    """Returns metadata with a lone surrogate."""
+    return ToolOutput(content="fine", metadata={"source": ["ok", "half \ud83d of an emoji"]})
+
+
+@tool
+def nul_error(reason: str) -> str:
+    """Raises with a NUL in its message."""
+    raise RuntimeError(f"bad\x00{reason}\ud800")
+
+
+@pytest.mark.parametrize(
+    ("tool_", "expected"),
+    [
+        (read_bytes, "a NUL character at offset 4 of content"),
+        (tagged, "a lone surrogate (U+D83D) at offset 5 of metadata['source'][1]"),
+    ],
+    ids=["NUL in the result", "lone surrogate in the metadata"],
+)
+def test_an_unstorable_tool_output_becomes_an_error_result_saying_where_and_what_to_do(
+    tool_, expected
+):
+    call = ToolCall(
+        id="c1", name=tool_.name, arguments={"path": "a.zip"} if tool_ is read_bytes else {}
+    )
+    state, llm = run_one_call([tool_], call)
+
+    (execution,) = state.step_executions[0].step.tool_executions
+    assert execution.is_error
+    assert f"the output of tool {tool_.name!r} holds {expected}" in execution.error
+    assert "base64" in execution.error
+    assert execution.result == f"Error: {execution.error}"
+    assert execution.metadata == {}
+    assert llm.requests[1].messages[-1].content == execution.result
+    assert state.status is AgentStatus.COMPLETED
+    assert state.answer() == "Done."
+
+
+def test_an_exception_message_with_nul_or_a_lone_surrogate_is_escaped_in_the_error_result():
+    state, llm = run_one_call(
+        [nul_error], ToolCall(id="c1", name="nul_error", arguments={"reason": "x"})
+    )
+
+    (execution,) = state.step_executions[0].step.tool_executions
+    assert execution.error == "Tool 'nul_error' raised RuntimeError: bad\\x00x\\ud800"
+    assert llm.requests[1].messages[-1].content == f"Error: {execution.error}"
+    assert state.status is AgentStatus.COMPLETED
+
+
 # --- the tool context -----------------------------------------------------------------------
 
 

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ._ids import Clock, new_id
+from ._text import check_storable
 from .continuation import ExecutionBudget, StopReason
 from .criteria import Criterion, decide, pending_outcome
 from .drivers import Driver, StepRequest
@@ -125,7 +126,9 @@ class Agent:
         return self._start(state, task)
 
     def _start(self, state: AgentState, user_text: str) -> RunResult:
-        """Begin a run on ``state`` with the user's message, record it, and drive it."""
+        """Begin a run on ``state`` with the user's message, record it, and drive it. Text the
+        ledger cannot store is refused before anything is written."""
+        check_storable(user_text, "the user message")
         user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
         state = self.begin(state.with_messages(state.messages().append(user)))
         self.config.recorder.begin_run(state, user_message=user, agent_name=self.name)
@@ -150,19 +153,25 @@ class Agent:
 
     def _drive(self, state: AgentState) -> RunResult:
         recorder = self.config.recorder
+        ended = False
         try:
             for after in self._continue(state):
                 recorder.record_step(state, after)
                 state = after
+            state = _settled(state)
+            if state.status is AgentStatus.FAILED:
+                ended = True  # fail_run frees the run whether or not it could write
+                recorder.fail_run(state)
+            else:
+                recorder.commit_run(state)
         except BaseException as exc:
-            with contextlib.suppress(Exception):  # the original error is the one to report
-                recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
+            if not ended:
+                # A step or the commit could not be recorded: the run ends failed as of its
+                # last recorded step, free to be resumed at once (when the database lets us
+                # say so; otherwise its lease expires). The original error is the one to report.
+                with contextlib.suppress(Exception):
+                    recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
             raise
-        state = _settled(state)
-        if state.status is AgentStatus.FAILED:
-            recorder.fail_run(state)
-        else:
-            recorder.commit_run(state)
         return RunResult.of(state)
 
     def _continue(self, state: AgentState) -> Iterator[AgentState]:

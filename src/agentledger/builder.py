@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from ._ids import Clock, utc_now
+from ._text import check_storable
 from .agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
 from .continuation import ExecutionBudget
 from .criteria import DEFAULT_STOP_FINISH_REASONS, Criterion, default_criteria
@@ -119,6 +120,8 @@ class AgentBuilder:
         return self._with(settings=settings)
 
     def with_name(self, name: str) -> AgentBuilder:
+        """The name the agent's runs are recorded under (``agent_runs.agent_name``)."""
+        check_storable(name, "the agent's name")
         return self._with(name=name)
 
     def with_clock(self, clock: Clock) -> AgentBuilder:
@@ -150,6 +153,7 @@ class AgentBuilder:
         return self._with(recorder=ledger)
 
     def build(self) -> Agent:
+        check_storable(self.name, "the agent's name")  # set directly, or a subagent's
         recorder = self.recorder if self.recorder is not None else InMemoryRecorder()
         tools: tuple[Tool | Callable[..., object], ...] = self.tools
         if self.subagents:

@@ -505,6 +505,71 @@ def check(ctx: click.Context) -> None:
 
 
 @db.command()
+@click.pass_context
+def verify(ctx: click.Context) -> None:
+    """Check the whole ledger for damage: every row against its checksum, the positions of
+    every conversation, buffer, run and step, each run's step count and, on SQLite, every page
+    and index (integrity_check) and foreign key. Exit 1, listing what is wrong, on damage."""
+    from .errors import LedgerCorruptError
+
+    with _ledger(ctx) as ledger:
+        try:
+            problems = ledger.verify()
+        except LedgerCorruptError as exc:  # SQLite could not even read the file through
+            problems = [str(exc)]
+        counts = None if problems else _checked_rows(ledger)
+    for problem in problems:
+        _console().print(problem, markup=False, soft_wrap=True)
+    if counts is None:
+        _console().print(
+            f"{len(problems)} problem(s): the ledger is damaged. Restore it from a backup "
+            "(for SQLite, with its -wal and -shm files).",
+            markup=False,
+            soft_wrap=True,
+        )
+        ctx.exit(1)
+    _console().print(
+        _verified(counts, sqlite=ledger.dialect == "sqlite"), markup=False, soft_wrap=True
+    )
+
+
+def _checked_rows(ledger: Any) -> dict[str, tuple[int, int]]:
+    """Each table's rows, and how many of them carry a checksum."""
+    from sqlalchemy import func, select
+
+    from .ledger._checksum import COVERED
+    from .ledger._engine import with_retries
+    from .ledger.tables import metadata
+
+    def count() -> dict[str, tuple[int, int]]:
+        counted: dict[str, tuple[int, int]] = {}
+        with ledger.engine.connect() as conn:
+            for name in COVERED:
+                table = metadata.tables[name]
+                query = select(func.count(), func.count(table.c.checksum))
+                total, sealed = conn.execute(query).one()
+                counted[name] = (total, sealed)
+        return counted
+
+    return with_retries(ledger.settings, count, what="counting the rows checked")
+
+
+def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
+    rows = ", ".join(f"{total} {name}" for name, (total, _) in counts.items())
+    unsealed = sum(total - sealed for total, sealed in counts.values())
+    running = (
+        f" ({unsealed} without a checksum, not checked: runs are sealed when they end)"
+        if unsealed
+        else ""
+    )
+    pages = "; integrity_check and foreign_key_check found nothing" if sqlite else ""
+    return (
+        f"ok: {rows}{running}: every checksum matches, no position is missing and every run "
+        f"has the steps it counted{pages}"
+    )
+
+
+@db.command()
 @click.option(
     "--dialect", type=click.Choice(["sqlite", "postgresql"]), default="sqlite", show_default=True
 )

@@ -8,6 +8,8 @@ from datetime import datetime
 from typing import Protocol
 
 from ._ids import Clock
+from ._text import check_storable, printable
+from .errors import UnstorableTextError
 from .executor import ToolExecutor
 from .llm import LLM, InferenceRequest, InferenceResponse, ModelSettings
 from .messages import Message, Messages, Role
@@ -45,7 +47,8 @@ class ToolCallingDriver:
     """Native tool calling: the model is offered the tools' schemas and returns tool calls.
 
     A failed model call does not raise: it becomes a step of type ``error`` whose ``error``
-    says what happened, and the run stops as ``failed``.
+    says what happened, and the run stops as ``failed``. So does a response holding text the
+    ledger cannot store (a NUL character or a lone surrogate): an ``UnstorableTextError``.
     """
 
     llm: LLM
@@ -62,7 +65,7 @@ class ToolCallingDriver:
             settings=self.settings,
         )
         try:
-            response = self.llm.complete(inference)
+            response = checked_response(self.llm.complete(inference))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
             return failed_step(exc, messages, request, started_at)
         executions = execute_tools(response, state, request)
@@ -80,14 +83,59 @@ def failed_step(
     exc: Exception, messages: Messages, request: StepRequest, started_at: datetime
 ) -> AgentStep:
     """The step of a model call that raised: type ``error``, so the run fails and keeps its
-    buffer, and can be continued."""
+    buffer, and can be continued. NUL characters and lone surrogates in the exception's message
+    are escaped (:func:`printable`), so the error can always be recorded."""
+    refused = exc.response if isinstance(exc, _RefusedResponse) else None
     return AgentStep(
         step_type=StepType.ERROR,
         input_messages=messages,
+        # A response refused for its text still spent tokens: the step keeps what it cost.
+        inference_response=_spend_of(refused) if refused is not None else None,
         started_at=started_at,
         finished_at=request.clock(),
-        error=f"{type(exc).__name__}: {exc}",
+        error=printable(f"{_error_name(exc)}: {exc}"),
     )
+
+
+def _error_name(exc: Exception) -> str:
+    return UnstorableTextError.__name__ if isinstance(exc, _RefusedResponse) else type(exc).__name__
+
+
+class _RefusedResponse(UnstorableTextError):
+    """A model response holding text the ledger cannot store; ``response`` is the response."""
+
+    def __init__(self, message: str, response: InferenceResponse) -> None:
+        super().__init__(message)
+        self.response = response
+
+
+def _spend_of(response: InferenceResponse) -> InferenceResponse:
+    """``response`` without its text: its usage, cost, model and finish reason."""
+    return InferenceResponse(
+        usage=response.usage,
+        cost_usd=response.cost_usd,
+        model=printable(response.model) if response.model else response.model,
+        finish_reason=printable(response.finish_reason)
+        if response.finish_reason
+        else response.finish_reason,
+    )
+
+
+_MODEL_OUTPUT_RULE = (
+    "text the ledger stores must be valid Unicode without NUL characters, so the step failed: "
+    "the run keeps its buffer and can be resumed (the model may answer differently)"
+)
+
+
+def checked_response(response: InferenceResponse) -> InferenceResponse:
+    """``response``, once it is known that the ledger can store all its text (content,
+    reasoning, tool calls, metadata...); else :class:`~agentledger.UnstorableTextError`, which a
+    driver turns into a failed step."""
+    try:
+        check_storable(response, "the model's response", what_to_do=_MODEL_OUTPUT_RULE)
+    except UnstorableTextError as exc:
+        raise _RefusedResponse(str(exc), response) from None
+    return response
 
 
 def execute_tools(

@@ -1,9 +1,10 @@
 """Running the tools a model asked for: validate, invoke, and turn every failure into a result.
 
 An unknown tool, arguments that do not validate, an exception raised by the tool or a result
-that cannot be encoded all become an error tool result (``is_error``) that the model sees, so
-it can correct itself; the run goes on. A ``LedgerError`` is the exception: the ledger failing
-under a tool (a subagent recording its run) fails the run, which can then be resumed whole.
+that cannot be encoded or stored (a NUL character or a lone surrogate) all become an error tool
+result (``is_error``) that the model sees, so it can correct itself; the run goes on. A
+``LedgerError`` is the exception: the ledger failing under a tool (a subagent recording its
+run) fails the run, which can then be resumed whole.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
 from ._ids import Clock, utc_now
+from ._text import find_unstorable, printable
 from .errors import LedgerError
 from .messages import ToolCall
 from .steps import ToolExecution
@@ -78,6 +80,9 @@ class ToolExecutor:
             return self._failed(
                 context, started_at, f"Tool {call.name!r} raised {detail}", arguments
             )
+        unstorable = _unstorable(output, call)
+        if unstorable is not None:
+            return self._failed(context, started_at, unstorable, arguments)
         return ToolExecution(
             tool_call=call,
             arguments=_dumped(arguments),
@@ -98,6 +103,7 @@ class ToolExecutor:
         message: str,
         arguments: BaseModel | None = None,
     ) -> ToolExecution:
+        message = printable(message)  # an exception's text may hold what cannot be stored
         return ToolExecution(
             tool_call=context.tool_call,
             arguments=_dumped(arguments) if arguments is not None else None,
@@ -125,6 +131,18 @@ def _as_output(value: object) -> ToolOutput:
             f"the tool returned a {type(value).__name__}, which cannot be JSON-encoded ({exc}); "
             "return a string, a JSON-compatible value or a pydantic model"
         ) from exc
+
+
+def _unstorable(output: ToolOutput, call: ToolCall) -> str | None:
+    """What is wrong with ``output`` when the ledger cannot store its text (content or
+    metadata): which tool, where the character is and what to do; else None."""
+    found = find_unstorable(output)
+    if found is None:
+        return None
+    return (
+        f"the output of tool {call.name!r} holds {found}; a tool must return valid Unicode "
+        "without NUL characters: strip or escape them, or return binary data as base64."
+    )
 
 
 def _unknown_tool(call: ToolCall, tools: ToolSet) -> str:

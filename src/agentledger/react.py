@@ -27,13 +27,14 @@ from ._ids import new_id
 from .drivers import (
     REACT_METADATA_KEY,
     StepRequest,
+    checked_response,
     execute_tools,
     failed_step,
     inference_messages,
     output_error,
     step_from_response,
 )
-from .errors import ConfigurationError
+from .errors import ConfigurationError, UnstorableTextError
 from .llm import LLM, InferenceRequest, InferenceResponse, ModelSettings
 from .messages import Message, Messages, Role, ToolCall
 from .state import AgentState
@@ -244,7 +245,8 @@ class ReActDriver:
     the next one ends the run as ``failed`` (a step of type ``error``), its buffer kept. In a
     final-response step only an answer is asked for, and a reply that is not one is taken as the
     answer as it is. A failed model call ends the run as ``failed``, as with
-    :class:`~agentledger.ToolCallingDriver`.
+    :class:`~agentledger.ToolCallingDriver`, and so does a decision holding text the ledger
+    cannot store (a NUL character or a lone surrogate, sent as such or as a JSON escape).
 
     >>> builder = AgentBuilder().with_driver(ReActDriver(llm))  # doctest: +SKIP
     """
@@ -267,7 +269,7 @@ class ReActDriver:
         started_at = request.clock()
         messages = inference_messages(state, request)
         try:
-            response = self.llm.complete(self._inference(state, request))
+            response = checked_response(self.llm.complete(self._inference(state, request)))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
             return failed_step(exc, messages, request, started_at)
         final = request.is_final_response
@@ -278,6 +280,10 @@ class ReActDriver:
             return self._rejected(response, decision, state, messages, request, started_at)
         else:
             decided = _decided(response, decision)
+        try:  # JSON escapes ("\u0000") can decode to text the reply itself did not hold
+            checked_response(decided)
+        except UnstorableTextError as exc:
+            return failed_step(exc, messages, request, started_at)
         executions = execute_tools(decided, state, request)
         return step_from_response(
             decided, executions, messages, request, started_at, request.clock()

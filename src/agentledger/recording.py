@@ -89,11 +89,16 @@ class Recorder(Protocol):
         ...
 
     def commit_run(self, state: AgentState) -> None:
-        """Append the run's conversation messages, flush its buffer, close it, free the lease."""
+        """Append the run's conversation messages, flush its buffer, close it, free the lease.
+
+        When it raises, nothing of the commit took effect and the run is still held: the caller
+        ends it with :meth:`fail_run` (``Agent`` does).
+        """
         ...
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
-        """Mark the run failed, keeping its buffer and steps, and free the lease."""
+        """Mark the run failed, keeping its buffer and steps, and free the lease. Its totals are
+        those of the steps recorded."""
         ...
 
     def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:

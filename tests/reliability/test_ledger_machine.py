@@ -375,6 +375,13 @@ def ledger_machine(
         def commit_run(self, pick: int) -> None:
             handle, run_id = self.pick_driven(pick, self.can_commit)
             state, token = handle.driving[run_id]
+            outcome = state.continuation_outcome
+            if outcome is None or outcome.should_continue:
+                # This process's state is behind the run's: another one took the run over and
+                # answered. Its loop would take a step next, and lose the lease there.
+                assert not self.holds(run_id, token)
+                self.step(handle, run_id, InferenceResponse(content="too late"))
+                return
             expected = "done" if self.holds(run_id, token) else "LeaseLostError"
             got = outcome_of(lambda: handle.ledger.commit_run(settled(state)))
             self.check("commit_run", expected, got)

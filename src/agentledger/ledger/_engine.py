@@ -23,7 +23,13 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from ..errors import ConfigurationError, LedgerBusyError, LedgerOpenError, LedgerUnavailableError
+from ..errors import (
+    ConfigurationError,
+    LedgerBusyError,
+    LedgerCorruptError,
+    LedgerOpenError,
+    LedgerUnavailableError,
+)
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -150,8 +156,14 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
     for attempt in range(settings.retries + 1):
         try:
             return work()
-        except (DBAPIError, sqlite3.OperationalError) as exc:
+        except (DBAPIError, sqlite3.DatabaseError) as exc:
             if not is_busy(exc):
+                if _is_damage(exc):
+                    raise LedgerCorruptError(
+                        f"{what}: the database file is damaged ({_cause(exc)}). Restore it from "
+                        "a backup (with its -wal and -shm files); `agentledger db verify` says "
+                        "what is damaged."
+                    ) from exc
                 if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or _is_outage(exc):
                     raise LedgerUnavailableError(
                         f"{what}: the database failed ({_cause(exc)}). What was committed "
@@ -177,6 +189,20 @@ def _is_outage(exc: BaseException) -> bool:
     return type(cause).__name__ in ("OperationalError", "InterfaceError") or isinstance(
         cause, sqlite3.OperationalError
     )
+
+
+def _is_damage(exc: BaseException) -> bool:
+    """SQLite found the file damaged: SQLITE_CORRUPT or SQLITE_NOTADB."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    if type(cause) is sqlite3.DatabaseError:
+        return True
+    text = str(cause).lower()
+    return isinstance(cause, sqlite3.OperationalError) and any(sign in text for sign in _DAMAGE)
+
+
+_DAMAGE = ("malformed", "not a database", "could not decode to utf-8", "no such column")
+"""What SQLite says when a file's pages, text or schema were damaged (the schema was checked at
+open, so a column of ours that is missing means its definition was damaged)."""
 
 
 def _cause(exc: BaseException) -> str:

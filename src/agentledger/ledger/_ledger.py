@@ -7,22 +7,40 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, Self
+from typing import Any, Literal, Self, TypeVar
 
-from sqlalchemy import Engine, and_, case, delete, func, insert, select, text, update
+from sqlalchemy import (
+    Connection,
+    Engine,
+    delete,
+    func,
+    insert,
+    or_,
+    select,
+    text,
+    update,
+)
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
 from .._ids import Clock, new_id, utc_now
-from ..errors import ConfigurationError, LedgerOpenError, NotFoundError, SchemaVersionError
+from .._text import check_storable
+from ..errors import (
+    ConfigurationError,
+    LedgerCorruptError,
+    LedgerOpenError,
+    NotFoundError,
+    SchemaVersionError,
+)
 from ..messages import Message, Messages, MessageStore
 from ..recording import SPAWNED_BY, RunResult
 from ..state import AgentState, AgentStatus
 from ..steps import StepExecution, ToolExecution
 from ..usage import Spend
 from . import _migrate
+from ._checksum import mismatches, sealed, verify
 from ._engine import (
     EngineSettings,
     Synchronous,
@@ -34,18 +52,18 @@ from ._engine import (
     write_transaction,
 )
 from ._rows import (
-    USAGE_COLUMNS,
     conversation_record,
+    in_sequence,
     message_of,
-    run_columns_at_end,
     run_record,
-    tool_execution_of,
     usage_of,
 )
 from ._transactions import (
     RunTransactions,
+    end_run,
     load_steps,
     rebuild_state,
+    recorded_totals,
     stale_condition,
     stale_query,
     store_of,
@@ -56,9 +74,12 @@ from .tables import (
     conversation_messages,
     conversations,
     execution_buffer_rows,
+    metadata,
     step_executions,
     tool_executions,
 )
+
+T = TypeVar("T")
 
 DEFAULT_LEASE_SECONDS = 60.0
 _ABANDONED = "abandoned by recover(): its process stopped before the run ended"
@@ -100,7 +121,7 @@ class Ledger:
         With ``migrate=False`` a database that is not at the newest schema (or a SQLite file
         that does not exist) is refused instead. A database migrated by a newer agentledger is
         always refused. Opening a SQLite file reads the first page of every table, which finds
-        most damage at once; ``verify=True`` also runs ``PRAGMA quick_check`` over the whole
+        most damage at once; ``verify=True`` also runs ``PRAGMA integrity_check`` over the whole
         file (its time grows with the file's size).
         """
         settings = EngineSettings(synchronous=synchronous, busy_timeout=busy_timeout)
@@ -157,6 +178,8 @@ class Ledger:
         metadata: dict[str, Any] | None = None,
         conversation_id: str | None = None,
     ) -> ConversationRecord:
+        check_storable(title, "the conversation's title")
+        check_storable(metadata, "the conversation's metadata")
         now = self.clock()
         new = conversation_id or new_id()
         row = {
@@ -172,24 +195,26 @@ class Ledger:
 
         def work() -> None:
             with write_transaction(self.engine) as conn:
-                conn.execute(insert(conversations), row)
+                conn.execute(insert(conversations), sealed(conversations, row))
 
         with_retries(self.settings, work, what="creating a conversation")
         return self.conversation(new)
 
     def conversation(self, conversation_id: str) -> ConversationRecord:
-        with self.engine.connect() as conn:
-            row = (
+        row = self._read(
+            f"reading conversation {conversation_id}",
+            lambda conn: (
                 conn.execute(select(conversations).where(conversations.c.id == conversation_id))
                 .mappings()
                 .first()
-            )
+            ),
+        )
         if row is None:
             raise NotFoundError(
                 f"no conversation {conversation_id!r} in this ledger "
                 "(see `agentledger conversations`)"
             )
-        return conversation_record(row)
+        return self._decode(f"conversation {conversation_id}", conversation_record, row)
 
     def conversations(
         self, *, kind: str | None = None, limit: int | None = None
@@ -200,34 +225,42 @@ class Ledger:
         )
         if kind is not None:
             query = query.where(conversations.c.kind == kind)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query.limit(limit)).mappings().all()
-        return [conversation_record(r) for r in rows]
+        return self._read(
+            "listing conversations",
+            lambda conn: [
+                conversation_record(r) for r in conn.execute(query.limit(limit)).mappings()
+            ],
+        )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
         """A section of a conversation as committed: by default the conversation itself."""
         self.conversation(conversation_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(conversation_messages)
-                .where(
-                    conversation_messages.c.conversation_id == conversation_id,
-                    conversation_messages.c.section == section,
-                )
-                .order_by(conversation_messages.c.seq)
-            ).mappings()
-            return Messages(tuple(message_of(r) for r in rows))
+        query = (
+            select(conversation_messages)
+            .where(conversation_messages.c.conversation_id == conversation_id)
+            .order_by(conversation_messages.c.seq)
+        )
+        what = f"conversation {conversation_id}"
+
+        def read(conn: Connection) -> Messages:
+            # Every section is read, so that a row missing from any shows as a gap in seq.
+            rows = in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
+            return Messages(tuple(message_of(r) for r in rows if r["section"] == section))
+
+        return self._read(f"reading the messages of {what}", read)
 
     # --- runs -----------------------------------------------------------------------------------
 
     def run(self, run_id: str) -> RunRecord:
-        with self.engine.connect() as conn:
-            row = (
+        row = self._read(
+            f"reading run {run_id}",
+            lambda conn: (
                 conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-            )
+            ),
+        )
         if row is None:
             raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
-        return run_record(row)
+        return self._decode(f"run {run_id}", run_record, row)
 
     def runs(
         self,
@@ -247,15 +280,17 @@ class Ledger:
             query = query.order_by(agent_runs.c.started_at.desc(), agent_runs.c.id.desc())
         if status is not None:
             query = query.where(agent_runs.c.status == status)
-        with self.engine.connect() as conn:
-            rows = conn.execute(query.limit(limit)).mappings().all()
-        return [run_record(r) for r in rows]
+        return self._read(
+            "listing runs",
+            lambda conn: [run_record(r) for r in conn.execute(query.limit(limit)).mappings()],
+        )
 
     def run_tree(self, run_id: str) -> RunTree:
         """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
         usage. Give a root run's id for the whole tree (``RunRecord.root_run_id``)."""
         top = self.run(run_id)
-        with self.engine.connect() as conn:
+
+        def read(conn: Connection) -> RunTree:
             rows = (
                 conn.execute(
                     select(agent_runs)
@@ -266,32 +301,39 @@ class Ledger:
                 .all()
             )
             spends = _step_spends(conn, [r["id"] for r in rows])
-        records = [run_record(r) for r in rows]
-        children: dict[str | None, list[RunRecord]] = {}
-        for record in records:
-            children.setdefault(record.parent_run_id, []).append(record)
+            records = [run_record(r) for r in rows]
+            children: dict[str | None, list[RunRecord]] = {}
+            for record in records:
+                children.setdefault(record.parent_run_id, []).append(record)
 
-        def node(record: RunRecord) -> RunTree:
-            kids = tuple(node(child) for child in children.get(record.id, ()))
-            return RunTree(run=record, exclusive=spends.get(record.id, Spend()), children=kids)
+            def node(record: RunRecord, seen: frozenset[str]) -> RunTree:
+                if record.id in seen:
+                    raise ValueError(f"run {record.id} is its own ancestor")
+                kids = tuple(node(c, seen | {record.id}) for c in children.get(record.id, ()))
+                return RunTree(run=record, exclusive=spends.get(record.id, Spend()), children=kids)
 
-        return node(next(r for r in records if r.id == run_id))
+            top_record = next((r for r in records if r.id == run_id), None)
+            if top_record is None:
+                raise ValueError(f"run {run_id} is not in the tree of its root {top.root_run_id}")
+            return node(top_record, frozenset())
+
+        return self._read(f"reading the run tree of {run_id}", read)
 
     def steps(self, run_id: str) -> tuple[StepExecution, ...]:
         """The run's steps, rebuilt with their tool executions and outcomes."""
-        self.run(run_id)
-        with self.engine.connect() as conn:
-            return load_steps(conn, run_id)
+        run = self.run(run_id)
+        steps = self._read(f"reading the steps of run {run_id}", lambda c: load_steps(c, run_id))
+        if len(steps) != run.step_count:
+            raise LedgerCorruptError(
+                f"run {run_id} recorded {run.step_count} steps but the ledger reads "
+                f"{len(steps)}: the database file is damaged; restore it from a backup, and see "
+                "`agentledger db verify`."
+            )
+        return steps
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
-        self.run(run_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(tool_executions)
-                .where(tool_executions.c.run_id == run_id)
-                .order_by(tool_executions.c.step_index, tool_executions.c.position)
-            ).mappings()
-            return tuple(tool_execution_of(r) for r in rows)
+        """The run's tool executions, in the order of its steps and of each step's calls."""
+        return tuple(t for e in self.steps(run_id) for t in e.step.tool_executions)
 
     def trace_messages(self, run_id: str) -> Messages:
         """The run's trace (tool-calling assistant messages and tool results, in order), rebuilt
@@ -304,13 +346,21 @@ class Ledger:
     def buffer(self, run_id: str) -> Messages:
         """The run's execution buffer rows: empty once the run committed."""
         self.run(run_id)
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(execution_buffer_rows)
-                .where(execution_buffer_rows.c.run_id == run_id)
-                .order_by(execution_buffer_rows.c.seq)
-            ).mappings()
-            return Messages(tuple(message_of(r) for r in rows))
+        query = (
+            select(execution_buffer_rows)
+            .where(execution_buffer_rows.c.run_id == run_id)
+            .order_by(execution_buffer_rows.c.seq)
+        )
+        what = f"the execution buffer of run {run_id}"
+        return self._read(
+            f"reading {what}",
+            lambda conn: Messages(
+                tuple(
+                    message_of(r)
+                    for r in in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
+                )
+            ),
+        )
 
     # --- search ---------------------------------------------------------------------------------
 
@@ -341,18 +391,21 @@ class Ledger:
             params = {"match": " ".join(words)}
         params.update(conversation_id=conversation_id, limit=limit)
         typed = statement.columns(*conversation_messages.columns)  # JSON and times decoded
-        with self.engine.connect() as conn:
-            rows = conn.execute(typed, params).mappings().all()
-        return [_hit(r) for r in rows]
+        return self._read(
+            f"searching for {query!r}",
+            lambda conn: [_hit(r) for r in conn.execute(typed, params).mappings()],
+        )
 
     # --- recovery -------------------------------------------------------------------------------
 
     def stale_runs(self, stale_after: float | None = None) -> list[RunRecord]:
         """Runs still ``running`` whose process is gone: their conversation's lease expired (or
         another run took it), or, with ``stale_after``, they have not beaten for that long."""
-        with self.engine.connect() as conn:
-            rows = conn.execute(stale_query(self.clock(), stale_after)).mappings().all()
-        return [run_record(r) for r in rows]
+        query = stale_query(self.clock(), stale_after)
+        return self._read(
+            "looking for stale runs",
+            lambda conn: [run_record(r) for r in conn.execute(query).mappings()],
+        )
 
     def recover(
         self, mode: Literal["abandon", "resume"] = "abandon", stale_after: float | None = None
@@ -395,19 +448,11 @@ class Ledger:
                 ).first()
                 if still_stale is None:
                     return False
-                steps = load_steps(conn, run_id)
-                recorded = AgentState(
-                    conversation_id=still_stale.conversation_id,
-                    run_id=run_id,
-                    step_executions=steps,
+                totals = recorded_totals(
+                    conn, still_stale.conversation_id, run_id, "interrupted", _ABANDONED, now
                 )
-                totals = run_columns_at_end(recorded, "interrupted", _ABANDONED, now)
                 totals["stop_reason"] = None
-                conn.execute(
-                    update(agent_runs)
-                    .where(agent_runs.c.id == run_id, agent_runs.c.status == "running")
-                    .values(**totals)
-                )
+                end_run(conn, run_id, totals, only_if_running=True)
                 conn.execute(
                     delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
                 )
@@ -436,11 +481,11 @@ class Ledger:
         """
         if conversation_id is None:
             return AgentState.empty(conversation_id=new_id())
-        with self.engine.connect() as conn:
+
+        def read(conn: Connection) -> _Cached | None:
             head = conn.execute(_head_query(conversation_id)).first()
             if head is None:
-                self.conversation(conversation_id)  # raises NotFoundError
-            assert head is not None
+                return None
             last_seq = -1 if head.last_seq is None else int(head.last_seq)
             cached = self._cache.get(conversation_id)
             if cached is None or cached.last_seq > last_seq:
@@ -454,7 +499,15 @@ class Ledger:
                     )
                     .order_by(conversation_messages.c.seq)
                 ).mappings()
-                cached = _Cached(last_seq, store_of(rows, cached.store))
+                what = f"conversation {conversation_id}"
+                fresh = in_sequence(rows.all(), "seq", cached.last_seq + 1, what)
+                cached = _Cached(last_seq, store_of(fresh, cached.store))
+            return cached
+
+        cached = self._read(f"loading conversation {conversation_id}", read)
+        if cached is None:
+            self.conversation(conversation_id)  # raises NotFoundError
+        assert cached is not None
         self._cache.put(conversation_id, cached)
         return AgentState.empty(conversation_id=conversation_id).with_message_store(cached.store)
 
@@ -480,53 +533,92 @@ class Ledger:
         return [run.id for run in self.stale_runs(stale_after) if run.parent_run_id is None]
 
     def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
-        with self.engine.connect() as conn:
-            rows = conn.execute(
-                select(agent_runs.c.id, agent_runs.c.status, agent_runs.c.metadata)
-                .where(agent_runs.c.parent_run_id == parent_run_id)
-                .order_by(agent_runs.c.started_at)
-            ).all()
+        query = (
+            select(agent_runs.c.id, agent_runs.c.status, agent_runs.c.metadata)
+            .where(agent_runs.c.parent_run_id == parent_run_id)
+            .order_by(agent_runs.c.started_at)
+        )
+        rows = self._read(
+            f"looking for the subagent runs of {parent_run_id}",
+            lambda conn: conn.execute(query).all(),
+        )
         for row in rows:
             if (row.metadata or {}).get(SPAWNED_BY) == spawned_by:
                 return row.id, AgentStatus(row.status)
         return None
 
     def run_result(self, run_id: str) -> RunResult:
-        with self.engine.connect() as conn:
+        def read(conn: Connection) -> RunResult:
             row = (
                 conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
             )
             if row is None:
                 raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
             state = rebuild_state(conn, row)
-        return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
+            return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
+
+        return self._read(f"reading the result of run {run_id}", read)
+
+    # --- checking -------------------------------------------------------------------------------
+
+    def verify(self) -> list[str]:
+        """Check the whole ledger; what is wrong, one line per problem (empty: all is well).
+
+        Every row's checksum, the positions of every conversation, buffer, run and step
+        (contiguous, and as many steps as the run counted) and, on SQLite, ``PRAGMA
+        integrity_check`` (pages, and indexes against their tables: a row an index lost) and
+        ``foreign_key_check``. Reads the whole database: its time grows with the file.
+        """
+        return self._read("verifying the ledger", _verify)
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _read(self, what: str, read: Callable[[Connection], T]) -> T:
+        """``read`` on a connection of its own: tried again while the database is locked, a
+        failed database as :class:`LedgerUnavailableError`, and a row that cannot be decoded
+        (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
+
+        def work() -> T:
+            with self.engine.connect() as conn:
+                return read(conn)
+
+        return self._decode(what, lambda _: with_retries(self.settings, work, what=what), None)
+
+    @staticmethod
+    def _decode(what: str, decode: Callable[[Any], T], row: Any) -> T:
+        try:
+            return decode(row)
+        except _UNDECODABLE as exc:
+            raise LedgerCorruptError(
+                f"{what}: a row could not be decoded ({type(exc).__name__}: "
+                f"{' '.join(str(exc).split())[:300]}). The database is damaged; restore it from "
+                "a backup (for SQLite, with its -wal and -shm files)."
+            ) from exc
+
+
+_UNDECODABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
+"""What decoding a damaged row raises: bad JSON or UTF-8, a value out of its enum, a missing
+field (pydantic's ValidationError is a ValueError)."""
 
 
 def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
-    """Each run's own spend, summed from its step rows."""
+    """Each run's own spend, summed from its step rows (each checked against its checksum)."""
     s = step_executions.c
-    # A step called the model when it holds the model's message; one without a cost is unpriced.
-    unpriced = func.sum(case((and_(s.message_id.is_not(None), s.cost_usd.is_(None)), 1), else_=0))
-    rows = conn.execute(
-        select(
-            s.run_id,
-            *(func.coalesce(func.sum(s[name]), 0).label(name) for name in USAGE_COLUMNS),
-            func.sum(s.cost_usd).label("cost_usd"),
-            func.count().label("steps"),
-            unpriced.label("unpriced"),
-        )
-        .where(s.run_id.in_(run_ids))
-        .group_by(s.run_id)
-    ).mappings()
-    return {
-        row["run_id"]: Spend(
+    spends: dict[str, Spend] = {}
+    query = select(step_executions).where(s.run_id.in_(run_ids)).order_by(s.run_id, s.step_index)
+    for row in conn.execute(query).mappings():
+        verify(step_executions, row)
+        # A step called the model when it holds the model's message; one without a cost is
+        # unpriced.
+        step = Spend(
             usage=usage_of(row),
             cost_usd=row["cost_usd"],
-            steps=row["steps"],
-            fully_priced=not row["unpriced"],
+            steps=1,
+            fully_priced=row["message_id"] is None or row["cost_usd"] is not None,
         )
-        for row in rows
-    }
+        run_id = row["run_id"]
+        spends[run_id] = spends[run_id] + step if run_id in spends else step
+    return spends
 
 
 @dataclass(frozen=True)
@@ -579,6 +671,87 @@ def _hit(row: Any) -> SearchHit:
     )
 
 
+_FTS_CHECK = (
+    "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('integrity-check')"
+)
+"""FTS5's own check of its index against the text it holds (``PRAGMA integrity_check`` does not
+look inside a full-text index)."""
+
+
+def _sqlite_problems(conn: Connection) -> list[str]:
+    """What SQLite finds wrong with the file: ``integrity_check`` (pages, and every index
+    against its table) and FTS5's check of the full-text index."""
+    found = conn.exec_driver_sql("PRAGMA integrity_check").scalars().all()
+    problems = [f"integrity_check: {p}" for p in found if p != "ok"]
+    has_fts = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE name = 'conversation_messages_fts'"
+    ).first()
+    if has_fts:
+        try:
+            conn.exec_driver_sql(_FTS_CHECK)
+        except DatabaseError as exc:
+            problems.append(f"the full-text index: {' '.join(str(exc.orig).split())}")
+    return problems
+
+
+_GAPS = {
+    "conversation_messages": ("conversation_id", "seq"),
+    "execution_buffer_rows": ("run_id", "seq"),
+    "step_executions": ("run_id", "step_index"),
+    "tool_executions": ("step_id", "position"),
+}
+
+
+def _verify(conn: Connection) -> list[str]:
+    problems: list[str] = []
+    if conn.dialect.name == "sqlite":
+        problems += _sqlite_problems(conn)
+        for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all():
+            problems.append(f"foreign_key_check: row {row[1]} of {row[0]} refers to no {row[2]}")
+    problems += mismatches(conn)
+    for name, (owner, position) in _GAPS.items():
+        table = metadata.tables[name]
+        gaps = conn.execute(
+            select(table.c[owner], func.count(), func.min(table.c[position]))
+            .group_by(table.c[owner])
+            .having(
+                or_(
+                    func.min(table.c[position]) != 0,
+                    func.max(table.c[position]) != func.count() - 1,
+                )
+            )
+        ).all()
+        problems += [f"{name}: the positions of {g[0]} have gaps" for g in gaps]
+    counted = select(step_executions.c.run_id, func.count().label("n")).group_by(
+        step_executions.c.run_id
+    )
+    sub = counted.subquery()
+    mismatched = conn.execute(
+        select(agent_runs.c.id, agent_runs.c.step_count, func.coalesce(sub.c.n, 0))
+        .outerjoin(sub, sub.c.run_id == agent_runs.c.id)
+        .where(agent_runs.c.step_count != func.coalesce(sub.c.n, 0))
+    ).all()
+    problems += [f"run {m[0]} counted {m[1]} steps but has {m[2]} step rows" for m in mismatched]
+    results: dict[str, list[str]] = {}
+    for step_id, call_id in conn.execute(
+        select(tool_executions.c.step_id, tool_executions.c.tool_call_id).order_by(
+            tool_executions.c.step_id, tool_executions.c.position
+        )
+    ):
+        results.setdefault(step_id, []).append(call_id)
+    steps_with_calls = select(
+        step_executions.c.run_id, step_executions.c.id, step_executions.c.tool_calls
+    ).where(step_executions.c.tool_calls.is_not(None))
+    for run_id, step_id, calls in conn.execute(steps_with_calls):
+        called = [c.get("id") for c in calls or () if isinstance(c, dict)]
+        held = results.get(step_id, [])
+        if called != held:
+            problems.append(
+                f"run {run_id}, step {step_id}: called tools {called}, has results for {held}"
+            )
+    return problems
+
+
 def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
     """Check the database can be opened, then bring it to the newest schema."""
     url = make_url(str(engine.url))
@@ -610,8 +783,8 @@ def _probe_sqlite(engine: Engine, *, verify: bool) -> None:
         for table in list(tables):
             conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
         if verify:
-            problems = conn.exec_driver_sql("PRAGMA quick_check").scalars().all()
-            if problems != ["ok"]:
+            problems = _sqlite_problems(conn)
+            if problems:
                 raise sqlite3.DatabaseError(
                     "database disk image is malformed: " + "; ".join(problems[:5])
                 )

@@ -8,12 +8,22 @@ from typing import Any
 
 from ..continuation import ContinuationOutcome, ExecutionBudget, StopReason
 from ..drivers import split_output
+from ..errors import LedgerCorruptError
 from ..llm import InferenceResponse
 from ..messages import Message, Messages, Role, ToolCall
 from ..state import AgentState
 from ..steps import AgentStep, StepExecution, StepType, ToolExecution
 from ..usage import Spend, Usage
+from ._checksum import verify
 from .records import ConversationRecord, RunRecord
+from .tables import (
+    agent_runs,
+    conversation_messages,
+    conversations,
+    execution_buffer_rows,
+    step_executions,
+    tool_executions,
+)
 
 Row = Mapping[Any, Any]
 USAGE_COLUMNS = (
@@ -23,6 +33,19 @@ USAGE_COLUMNS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+
+
+def in_sequence(rows: Sequence[Row], key: str, start: int, what: str) -> Sequence[Row]:
+    """``rows``, after checking that their ``key`` counts up from ``start`` with no gap: a row
+    an index lost in a damaged file shows as a gap instead of a shorter answer."""
+    for expected, row in enumerate(rows, start):
+        if row[key] != expected:
+            raise LedgerCorruptError(
+                f"{what}: the row at {key} {expected} is missing (the next one read is at "
+                f"{row[key]}). The database file is damaged; restore it from a backup, and see "
+                "`agentledger db verify`."
+            )
+    return rows
 
 
 def usage_columns(usage: Usage) -> dict[str, int]:
@@ -59,6 +82,8 @@ def message_columns(message: Message) -> dict[str, Any]:
 
 
 def message_of(row: Row) -> Message:
+    """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
+    verify(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
     return Message(
         id=row["id"],
         role=Role(row["role"]),
@@ -143,6 +168,7 @@ def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
 
 
 def tool_execution_of(row: Row) -> ToolExecution:
+    verify(tool_executions, row)
     metadata = row["metadata"] or {}
     return ToolExecution(
         id=row["id"],
@@ -167,8 +193,17 @@ def tool_execution_of(row: Row) -> ToolExecution:
 def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
     """A step rebuilt from its row and its tool rows: trace and response exactly as they were
     (what the model saw as input is not stored, so ``input_messages`` is empty)."""
-    executions = tuple(tool_execution_of(t) for t in tools)
+    verify(step_executions, row)
+    tool_rows = in_sequence(list(tools), "position", 0, f"the tool executions of step {row['id']}")
+    executions = tuple(tool_execution_of(t) for t in tool_rows)
     assistant = _assistant_of(row)
+    called = [c.id for c in assistant.tool_calls] if assistant is not None else []
+    if called and called != [e.tool_call.id for e in executions]:
+        raise LedgerCorruptError(
+            f"step {row['id']} called tools {called} but the ledger holds results for "
+            f"{[e.tool_call.id for e in executions]}: the database file is damaged; restore it "
+            "from a backup, and see `agentledger db verify`."
+        )
     response = None
     if assistant is not None:
         response = InferenceResponse(
@@ -247,10 +282,12 @@ def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
 
 
 def conversation_record(row: Row) -> ConversationRecord:
+    verify(conversations, row)
     return ConversationRecord.model_validate({**row, "metadata": row["metadata"] or {}})
 
 
 def run_record(row: Row) -> RunRecord:
+    verify(agent_runs, row)
     return RunRecord.model_validate(
         {**row, "usage": usage_of(row), "metadata": row["metadata"] or {}}
     )

@@ -8,8 +8,9 @@ cannot write into the run that replaced it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -28,15 +29,25 @@ from sqlalchemy import (
 )
 
 from .._ids import Clock, new_id
+from .._text import printable
 from ..continuation import ExecutionBudget
-from ..errors import ConversationBusyError, LeaseLostError, NotFoundError, UsageError
+from ..errors import (
+    ConversationBusyError,
+    LeaseLostError,
+    LedgerCorruptError,
+    LedgerUnavailableError,
+    NotFoundError,
+    UsageError,
+)
 from ..messages import Message, Messages, MessageStore
 from ..recording import filed_messages
 from ..state import AgentState, AgentStatus
 from ..steps import StepExecution
+from ._checksum import sealed, verify
 from ._engine import EngineSettings, with_retries, write_transaction
 from ._rows import (
     budget_json,
+    in_sequence,
     message_columns,
     message_of,
     run_columns_at_end,
@@ -96,10 +107,27 @@ class RunTransactions:
                 if user_message is not None:
                     seq = _next_seq(conn, state.conversation_id)
                     row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
-                    conn.execute(insert(conversation_messages), row)
+                    conn.execute(insert(conversation_messages), sealed(conversation_messages, row))
 
-        with_retries(self.settings, work, what=f"beginning run {run_id}")
-        self._hold(run_id, _Lease(token, state.conversation_id))
+        lease = _Lease(token, state.conversation_id)
+        try:
+            self._write(
+                work,
+                f"beginning run {run_id}",
+                took_effect=select(conversations.c.id).where(
+                    conversations.c.id == state.conversation_id,
+                    conversations.c.lease_holder == token,
+                ),
+            )
+        except LedgerUnavailableError as exc:
+            # The begin may have taken effect unseen: end that run failed if it did, so that
+            # its conversation is free at once rather than when the lease expires.
+            self._hold(run_id, lease)
+            with contextlib.suppress(Exception):
+                self.fail_run(state, f"{type(exc).__name__}: {exc}")
+            self._drop(run_id)
+            raise
+        self._hold(run_id, lease)
 
     def record_step(self, before: AgentState, after: AgentState) -> None:
         run_id, execution = _run_id(after), after.current_execution
@@ -108,18 +136,21 @@ class RunTransactions:
         lease = self._lease_of(run_id)
         filed = filed_messages(before, after)
         buffer = [
-            {
-                **message_columns(message),
-                "run_id": run_id,
-                "step_index": execution.step_index,
-                "seq": lease.next_buffer_seq + n,
-                "section": section,
-            }
+            sealed(
+                execution_buffer_rows,
+                {
+                    **message_columns(message),
+                    "run_id": run_id,
+                    "step_index": execution.step_index,
+                    "seq": lease.next_buffer_seq + n,
+                    "section": section,
+                },
+            )
             for n, (section, message) in enumerate(filed)
         ]
-        step = step_columns(run_id, execution)
+        step = sealed(step_executions, step_columns(run_id, execution))
         tools = [
-            tool_columns(run_id, step["id"], execution.step_index, n, e)
+            sealed(tool_executions, tool_columns(run_id, step["id"], execution.step_index, n, e))
             for n, e in enumerate(execution.step.tool_executions)
         ]
 
@@ -138,7 +169,11 @@ class RunTransactions:
                 if buffer:
                     conn.execute(insert(execution_buffer_rows), buffer)
 
-        with_retries(self.settings, work, what=f"recording step {execution.step_index} of {run_id}")
+        self._write(
+            work,
+            f"recording step {execution.step_index} of {run_id}",
+            took_effect=select(step_executions.c.id).where(step_executions.c.id == step["id"]),
+        )
         lease.next_buffer_seq += len(buffer)
 
     def commit_run(self, state: AgentState) -> None:
@@ -152,7 +187,10 @@ class RunTransactions:
                 new = _unpersisted(conn, state)
                 seq = _next_seq(conn, state.conversation_id)
                 rows = [
-                    _message_row(m, state.conversation_id, seq + n, "messages", run_id)
+                    sealed(
+                        conversation_messages,
+                        _message_row(m, state.conversation_id, seq + n, "messages", run_id),
+                    )
                     for n, m in enumerate(new)
                 ]
                 if rows:
@@ -160,16 +198,49 @@ class RunTransactions:
                 conn.execute(
                     delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
                 )
-                values = run_columns_at_end(state, state.status.value, None, now)
-                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**values))
+                end_run(conn, run_id, run_columns_at_end(state, state.status.value, None, now))
                 self._release(conn, state.conversation_id, lease, now, bump_version=True)
 
+        # When it raises, the lease stays held: the caller ends the run with fail_run.
+        self._write(
+            work,
+            f"committing run {run_id}",
+            took_effect=select(agent_runs.c.id)
+            .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
+            .where(
+                agent_runs.c.id == run_id,
+                agent_runs.c.status == state.status.value,
+                or_(
+                    conversations.c.lease_holder.is_(None),
+                    conversations.c.lease_holder != lease.token,
+                ),
+            ),
+        )
+        self._drop(run_id)
+
+    def _write(self, work: Callable[[], None], what: str, *, took_effect: Any) -> None:
+        """Run the transaction ``work``. When the database fails, ask it once whether the
+        transaction took effect all the same (its COMMIT went through and only the
+        acknowledgement was lost: ``took_effect`` selects a row then). If it did, that is the
+        truth and the run goes on; if it did not, or the database cannot say, the error stands.
+        """
         try:
-            with_retries(self.settings, work, what=f"committing run {run_id}")
-        finally:
-            self._drop(run_id)
+            with_retries(self.settings, work, what=what)
+        except LedgerUnavailableError:
+            try:
+                with self.engine.connect() as conn:
+                    confirmed = conn.execute(took_effect).first() is not None
+            except Exception:  # still away: the caller gets the original error
+                confirmed = False
+            if not confirmed:
+                raise
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
+        """End the run ``failed``, keeping what it recorded, and free its conversation.
+
+        The totals are those of the step rows, not of ``state``: a step whose commit went
+        through while its acknowledgement was lost is in the ledger, and counts.
+        """
         run_id = _run_id(state)
         lease = self._lease_of(run_id)
 
@@ -177,10 +248,15 @@ class RunTransactions:
             now = self.clock()
             with write_transaction(self.engine) as conn:
                 self._fence(conn, run_id, lease, now)
-                values = run_columns_at_end(
-                    state, AgentStatus.FAILED.value, error or state.error, now
+                values = recorded_totals(
+                    conn,
+                    state.conversation_id,
+                    run_id,
+                    AgentStatus.FAILED.value,
+                    error or state.error,
+                    now,
                 )
-                conn.execute(update(agent_runs).where(agent_runs.c.id == run_id).values(**values))
+                end_run(conn, run_id, values)
                 self._release(conn, state.conversation_id, lease, now, bump_version=False)
 
         try:
@@ -212,7 +288,13 @@ class RunTransactions:
                 conn.execute(
                     update(agent_runs)
                     .where(agent_runs.c.id == run_id)
-                    .values(status="running", heartbeat_at=now, finished_at=None, error=None)
+                    .values(
+                        status="running",
+                        heartbeat_at=now,
+                        finished_at=None,
+                        error=None,
+                        checksum=None,  # a running run's totals change: sealed again at its end
+                    )
                 )
                 claimed["state"] = rebuild_state(conn, run)
                 claimed["buffer_seq"] = _next_buffer_seq(conn, run_id)
@@ -275,17 +357,20 @@ class RunTransactions:
             )
         conn.execute(
             insert(conversations),
-            {
-                "id": conversation_id,
-                "kind": "subagent" if parent_run_id else "main",
-                "parent_run_id": parent_run_id,
-                "version": 0,
-                "lease_holder": token,
-                "lease_run_id": run_id,
-                "lease_expires_at": expires,
-                "created_at": now,
-                "updated_at": now,
-            },
+            sealed(
+                conversations,
+                {
+                    "id": conversation_id,
+                    "kind": "subagent" if parent_run_id else "main",
+                    "parent_run_id": parent_run_id,
+                    "version": 0,
+                    "lease_holder": token,
+                    "lease_run_id": run_id,
+                    "lease_expires_at": expires,
+                    "created_at": now,
+                    "updated_at": now,
+                },
+            ),
         )
 
     def _fence(self, conn: Connection, run_id: str, lease: _Lease, now: datetime) -> None:
@@ -525,6 +610,7 @@ def _cas_lease(
 def rebuild_state(conn: Connection, run: Any) -> AgentState:
     """The state of a run as the ledger holds it: the conversation, the buffer, the steps."""
     run_id = run["id"]
+    verify(agent_runs, run)
     messages = (
         conn.execute(
             select(conversation_messages)
@@ -543,6 +629,15 @@ def rebuild_state(conn: Connection, run: Any) -> AgentState:
         .mappings()
         .all()
     )
+    in_sequence(messages, "seq", 0, f"conversation {run['conversation_id']}")
+    in_sequence(buffer, "seq", 0, f"the execution buffer of run {run_id}")
+    steps = load_steps(conn, run_id)
+    if len(steps) != run["step_count"]:
+        raise LedgerCorruptError(
+            f"run {run_id} recorded {run['step_count']} steps but the ledger reads {len(steps)}: "
+            "the database file is damaged; restore it from a backup, and see "
+            "`agentledger db verify`."
+        )
     store = store_of([*messages, *buffer])
     state = AgentState(
         conversation_id=run["conversation_id"],
@@ -550,7 +645,7 @@ def rebuild_state(conn: Connection, run: Any) -> AgentState:
         parent_run_id=run["parent_run_id"],
         root_run_id=run["root_run_id"],
         depth=run["depth"],
-        step_executions=load_steps(conn, run_id),
+        step_executions=steps,
         status=AgentStatus.RUNNING,
         budget=ExecutionBudget.model_validate(run["budget"] or {}),
         run_started_at=run["started_at"],
@@ -568,6 +663,37 @@ def store_of(rows: Iterable[Any], base: MessageStore | None = None) -> MessageSt
     for name, messages in sections.items():
         store = store.section(name).append_messages(messages)
     return store
+
+
+def end_run(
+    conn: Connection, run_id: str, values: dict[str, Any], *, only_if_running: bool = False
+) -> bool:
+    """Write the columns that end a run, with the checksum of the whole row they make.
+    With ``only_if_running``, a run that is no longer running is left alone (False)."""
+    row = _run_row_of(conn, run_id)
+    if only_if_running and row["status"] != "running":
+        return False
+    statement = update(agent_runs).where(agent_runs.c.id == run_id)
+    if only_if_running:
+        statement = statement.where(agent_runs.c.status == "running")
+    ended = sealed(agent_runs, {**row, **values})
+    return bool(conn.execute(statement.values(**values, checksum=ended["checksum"])).rowcount)
+
+
+def recorded_totals(
+    conn: Connection,
+    conversation_id: str,
+    run_id: str,
+    status: str,
+    error: str | None,
+    now: datetime,
+) -> dict[str, Any]:
+    """The columns that end a run, with totals summed from the step rows it recorded."""
+    recorded = AgentState(
+        conversation_id=conversation_id, run_id=run_id, step_executions=load_steps(conn, run_id)
+    )
+    # An exception's message may hold what no backend stores (a NUL): it is diagnostics, escaped.
+    return run_columns_at_end(recorded, status, printable(error) if error else error, now)
 
 
 def load_steps(conn: Connection, run_id: str) -> tuple[StepExecution, ...]:
@@ -589,6 +715,7 @@ def load_steps(conn: Connection, run_id: str) -> tuple[StepExecution, ...]:
     by_step: dict[str, list[Any]] = {}
     for tool in tools:
         by_step.setdefault(tool["step_id"], []).append(tool)
+    in_sequence(steps, "step_index", 0, f"the steps of run {run_id}")
     return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)
 
 

@@ -14,7 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import JSON, Column, DateTime, Index, MetaData, UniqueConstraint
+from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, MetaData, UniqueConstraint
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
@@ -67,6 +67,12 @@ def _json(name: str, *, nullable: bool = True) -> Any:
     return Field(default=None, sa_column=Column(name, JSONType, nullable=nullable))
 
 
+def _checksum() -> Any:
+    """A CRC-32 of the row's columns (``agentledger.ledger._checksum``); NULL for runs still
+    running."""
+    return Field(default=None, sa_type=BigInteger, nullable=True)
+
+
 def _time(*, nullable: bool = False, index: bool = False) -> Any:
     return Field(default=None, sa_type=UTCDateTime, nullable=nullable, index=index)
 
@@ -85,6 +91,7 @@ class Conversation(LedgerTable, table=True):
     created_at: datetime = _time()
     updated_at: datetime = _time(index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
+    checksum: int | None = _checksum()
 
 
 class ConversationMessage(LedgerTable, table=True):
@@ -112,6 +119,7 @@ class ConversationMessage(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     created_at: datetime = _time()
+    checksum: int | None = _checksum()
 
 
 class AgentRun(LedgerTable, table=True):
@@ -140,6 +148,7 @@ class AgentRun(LedgerTable, table=True):
     fully_priced: bool = True
     budget: dict[str, JsonValue] | None = _json("budget")
     metadata_: dict[str, JsonValue] | None = _json("metadata")
+    checksum: int | None = _checksum()
 
 
 class ExecutionBufferRow(LedgerTable, table=True):
@@ -159,6 +168,7 @@ class ExecutionBufferRow(LedgerTable, table=True):
     reasoning: str | None = None
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     created_at: datetime = _time()
+    checksum: int | None = _checksum()
 
 
 class StepExecutionRow(LedgerTable, table=True):
@@ -191,6 +201,7 @@ class StepExecutionRow(LedgerTable, table=True):
     tool_calls: list[JsonValue] | None = _json("tool_calls")
     reasoning: str | None = None
     metadata_: dict[str, JsonValue] | None = _json("metadata")
+    checksum: int | None = _checksum()
 
 
 class ToolExecutionRow(LedgerTable, table=True):
@@ -213,6 +224,7 @@ class ToolExecutionRow(LedgerTable, table=True):
     duration_ms: float
     child_run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
+    checksum: int | None = _checksum()
 
 
 conversations = metadata.tables["conversations"]
@@ -221,3 +233,13 @@ agent_runs = metadata.tables["agent_runs"]
 execution_buffer_rows = metadata.tables["execution_buffer_rows"]
 step_executions = metadata.tables["step_executions"]
 tool_executions = metadata.tables["tool_executions"]
+
+LEDGER_TABLES = (
+    conversations,
+    conversation_messages,
+    agent_runs,
+    execution_buffer_rows,
+    step_executions,
+    tool_executions,
+)
+"""The ledger's tables, each written before the ones that refer to it."""

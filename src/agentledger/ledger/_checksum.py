@@ -1,0 +1,135 @@
+"""Row checksums: a damaged database file gives an error, never a different answer.
+
+SQLite keeps no checksum of its pages: a flipped bit inside a stored value reads back as a
+different value, and nothing notices. Every row the ledger writes therefore carries a
+``checksum`` column, a CRC-32 of the row's columns in a canonical text form that reads back the
+same on SQLite and PostgreSQL (times in UTC, JSON with sorted keys, integral numbers as
+integers). Each row is checked when the library reads it; a mismatch is a
+:class:`LedgerCorruptError` naming the table and the row.
+
+What is covered: every column of the rows that never change (messages, buffer rows, steps,
+tool executions); the identity of a conversation (id, kind, title, parent run, metadata,
+creation time), not the lease and version columns that change with every run; every column of
+a run except ``heartbeat_at``, from the moment it ends (a running run's totals change with
+every step: its ``checksum`` is NULL until commit, failure or abandon). Revision 0003, which
+added the column, computed it for the rows already there.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, Table, select
+
+from ..errors import LedgerCorruptError
+from .tables import LEDGER_TABLES, agent_runs, conversations
+
+CHECKSUM = "checksum"
+
+_UNCOVERED = {
+    conversations.name: {
+        "version",
+        "lease_holder",
+        "lease_run_id",
+        "lease_expires_at",
+        "updated_at",
+    },
+    agent_runs.name: {"heartbeat_at"},
+}
+
+COVERED: dict[str, tuple[str, ...]] = {
+    table.name: tuple(
+        c.name
+        for c in table.columns
+        if c.name != CHECKSUM and c.name not in _UNCOVERED.get(table.name, ())
+    )
+    for table in LEDGER_TABLES
+}
+"""The columns each table's checksum covers, in table order."""
+
+
+def checksum(table: Table, row: Mapping[Any, Any]) -> int:
+    """The checksum of ``row`` (its covered columns; a missing one counts as NULL)."""
+    return checksum_over(COVERED[table.name], row)
+
+
+def checksum_over(columns: Sequence[str], row: Mapping[Any, Any]) -> int:
+    """The checksum of ``row``'s ``columns``, as read back through the ledger's column types.
+
+    A revision that adds a covered column must compute the checksums of existing rows again
+    (0003 shows how), with the columns of its own time.
+    """
+    text = "\x1f".join(_canonical(row.get(name)) for name in columns)
+    return zlib.crc32(text.encode("utf-8", "surrogatepass"))
+
+
+def sealed(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its checksum."""
+    row[CHECKSUM] = checksum(table, row)
+    return row
+
+
+def verify(table: Table, row: Mapping[Any, Any]) -> None:
+    """Raise :class:`LedgerCorruptError` unless ``row`` matches its checksum (rows without one,
+    and partial rows that do not hold the column, are not checked)."""
+    stored = row.get(CHECKSUM)
+    if stored is None or stored == checksum(table, row):
+        return
+    raise LedgerCorruptError(
+        f"row {row.get('id')!r} of {table.name} does not match its checksum: the database file "
+        "is damaged. Restore it from a backup (for SQLite, with its -wal and -shm files); "
+        "`agentledger db verify` lists every damaged row."
+    )
+
+
+def mismatches(conn: Connection) -> list[str]:
+    """Every row of the ledger whose checksum does not match it, one line each."""
+    return [
+        f"row {row['id']!r} of {table.name} does not match its checksum"
+        for table in LEDGER_TABLES
+        for row in conn.execute(select(table).where(table.c[CHECKSUM].is_not(None))).mappings()
+        if row[CHECKSUM] != checksum(table, row)
+    ]
+
+
+def _canonical(value: Any) -> str:
+    if value is None:
+        return "~"
+    kind = type(value)
+    if isinstance(value, str):
+        return "s" + value
+    if kind is bool or kind is int:
+        return f"i{int(value)}"
+    if kind is float:
+        return f"i{_whole(value)}" if value.is_integer() else f"f{value!r}"
+    if isinstance(value, datetime):
+        return "t" + value.astimezone(UTC).isoformat()
+    if isinstance(value, dict | list | tuple):
+        # As it reads back: keys as text and tuples as lists (what JSON makes of them).
+        stored = json.loads(json.dumps(value))
+        return "j" + json.dumps(
+            _integral(stored), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        )
+    raise TypeError(f"no canonical form for a {kind.__name__} column value")
+
+
+def _integral(value: Any) -> Any:
+    """JSON with integral floats as integers: PostgreSQL's JSONB reads ``1e3`` back as 1000."""
+    if isinstance(value, float):
+        return _whole(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        return {k: _integral(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_integral(v) for v in value]
+    return value
+
+
+def _whole(value: float) -> int:
+    """An integral float as the integer its shortest decimal form names, as JSONB keeps it:
+    ``1e23`` is 10**23, where ``int(1e23)`` is the binary float's 99999999999999991611392."""
+    return int(Decimal(repr(value)))
