@@ -562,7 +562,11 @@ def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
         if unsealed
         else ""
     )
-    pages = "; integrity_check and foreign_key_check found nothing" if sqlite else ""
+    pages = (
+        "; integrity_check, foreign_key_check and the full-text index check found nothing"
+        if sqlite
+        else ""
+    )
     return (
         f"ok: {rows}{running}: every checksum matches, no position is missing and every run "
         f"has the steps it counted{pages}"

@@ -19,6 +19,7 @@ from sqlalchemy import (
     Connection,
     Engine,
     and_,
+    bindparam,
     delete,
     false,
     func,
@@ -64,6 +65,25 @@ from .tables import (
     tool_executions,
 )
 
+# The statements of every step, built once (building and keying a statement costs more than
+# running it through SQLAlchemy's compiled cache).
+_FENCE = (
+    update(conversations)
+    .where(
+        conversations.c.id == bindparam("conversation_id"),
+        conversations.c.lease_holder == bindparam("token"),
+    )
+    .values(lease_expires_at=bindparam("expires"))
+)
+_BEAT = (
+    update(agent_runs)
+    .where(agent_runs.c.id == bindparam("run_id"))
+    .values(heartbeat_at=bindparam("beat"), step_count=bindparam("steps"))
+)
+_INSERT_STEP = insert(step_executions)
+_INSERT_TOOLS = insert(tool_executions)
+_INSERT_BUFFER = insert(execution_buffer_rows)
+
 RESUME_PREFIX = "resume:"
 """Lease tokens taken by ``claim_run`` begin with this."""
 
@@ -74,6 +94,8 @@ class _Lease:
     conversation_id: str
     next_buffer_seq: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
+    run_row: dict[str, Any] | None = None
+    """The run's row as this process wrote or read it, so that sealing its end needs no read."""
 
 
 class RunTransactions:
@@ -96,6 +118,7 @@ class RunTransactions:
     ) -> None:
         run_id = _run_id(state)
         token = new_id()
+        lease = _Lease(token, state.conversation_id)
 
         def work() -> None:
             now = self.clock()
@@ -103,18 +126,18 @@ class RunTransactions:
                 self._take_lease(
                     conn, state.conversation_id, run_id, token, now, state.parent_run_id
                 )
-                conn.execute(insert(agent_runs), _run_row(state, agent_name, now))
+                lease.run_row = _run_row(state, agent_name, now)
+                conn.execute(insert(agent_runs), lease.run_row)
                 if user_message is not None:
                     seq = _next_seq(conn, state.conversation_id)
                     row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
                     conn.execute(insert(conversation_messages), sealed(conversation_messages, row))
 
-        lease = _Lease(token, state.conversation_id)
         try:
             self._write(
                 work,
                 f"beginning run {run_id}",
-                took_effect=select(conversations.c.id).where(
+                took_effect=lambda: select(conversations.c.id).where(
                     conversations.c.id == state.conversation_id,
                     conversations.c.lease_holder == token,
                 ),
@@ -158,21 +181,19 @@ class RunTransactions:
             now = self.clock()
             with write_transaction(self.engine) as conn:
                 self._fence(conn, run_id, lease, now)
-                conn.execute(
-                    update(agent_runs)
-                    .where(agent_runs.c.id == run_id)
-                    .values(heartbeat_at=now, step_count=after.step_count)
-                )
-                conn.execute(insert(step_executions), step)
+                conn.execute(_BEAT, {"run_id": run_id, "beat": now, "steps": after.step_count})
+                conn.execute(_INSERT_STEP, step)
                 if tools:
-                    conn.execute(insert(tool_executions), tools)
+                    conn.execute(_INSERT_TOOLS, tools)
                 if buffer:
-                    conn.execute(insert(execution_buffer_rows), buffer)
+                    conn.execute(_INSERT_BUFFER, buffer)
 
         self._write(
             work,
             f"recording step {execution.step_index} of {run_id}",
-            took_effect=select(step_executions.c.id).where(step_executions.c.id == step["id"]),
+            took_effect=lambda: select(step_executions.c.id).where(
+                step_executions.c.id == step["id"]
+            ),
         )
         lease.next_buffer_seq += len(buffer)
 
@@ -198,27 +219,32 @@ class RunTransactions:
                 conn.execute(
                     delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
                 )
-                end_run(conn, run_id, run_columns_at_end(state, state.status.value, None, now))
+                values = run_columns_at_end(state, state.status.value, None, now)
+                end_run(conn, run_id, values, row=lease.run_row)
                 self._release(conn, state.conversation_id, lease, now, bump_version=True)
 
         # When it raises, the lease stays held: the caller ends the run with fail_run.
         self._write(
             work,
             f"committing run {run_id}",
-            took_effect=select(agent_runs.c.id)
-            .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
-            .where(
-                agent_runs.c.id == run_id,
-                agent_runs.c.status == state.status.value,
-                or_(
-                    conversations.c.lease_holder.is_(None),
-                    conversations.c.lease_holder != lease.token,
-                ),
+            took_effect=lambda: (
+                select(agent_runs.c.id)
+                .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
+                .where(
+                    agent_runs.c.id == run_id,
+                    agent_runs.c.status == state.status.value,
+                    or_(
+                        conversations.c.lease_holder.is_(None),
+                        conversations.c.lease_holder != lease.token,
+                    ),
+                )
             ),
         )
         self._drop(run_id)
 
-    def _write(self, work: Callable[[], None], what: str, *, took_effect: Any) -> None:
+    def _write(
+        self, work: Callable[[], None], what: str, *, took_effect: Callable[[], Any]
+    ) -> None:
         """Run the transaction ``work``. When the database fails, ask it once whether the
         transaction took effect all the same (its COMMIT went through and only the
         acknowledgement was lost: ``took_effect`` selects a row then). If it did, that is the
@@ -229,7 +255,7 @@ class RunTransactions:
         except LedgerUnavailableError:
             try:
                 with self.engine.connect() as conn:
-                    confirmed = conn.execute(took_effect).first() is not None
+                    confirmed = conn.execute(took_effect()).first() is not None
             except Exception:  # still away: the caller gets the original error
                 confirmed = False
             if not confirmed:
@@ -256,7 +282,7 @@ class RunTransactions:
                     error or state.error,
                     now,
                 )
-                end_run(conn, run_id, values)
+                end_run(conn, run_id, values, row=lease.run_row)
                 self._release(conn, state.conversation_id, lease, now, bump_version=False)
 
         try:
@@ -298,10 +324,12 @@ class RunTransactions:
                 )
                 claimed["state"] = rebuild_state(conn, run)
                 claimed["buffer_seq"] = _next_buffer_seq(conn, run_id)
+                claimed["row"] = dict(run)
 
         with_retries(self.settings, work, what=f"claiming run {run_id}")
         state: AgentState = claimed["state"]
-        self._hold(run_id, _Lease(token, state.conversation_id, claimed["buffer_seq"]))
+        lease = _Lease(token, state.conversation_id, claimed["buffer_seq"], run_row=claimed["row"])
+        self._hold(run_id, lease)
         return state
 
     # --- leases ---------------------------------------------------------------------------------
@@ -376,12 +404,12 @@ class RunTransactions:
     def _fence(self, conn: Connection, run_id: str, lease: _Lease, now: datetime) -> None:
         """Extend the lease if this process still holds it; fail loudly if it does not."""
         held = conn.execute(
-            update(conversations)
-            .where(
-                conversations.c.id == lease.conversation_id,
-                conversations.c.lease_holder == lease.token,
-            )
-            .values(lease_expires_at=now + self.lease)
+            _FENCE,
+            {
+                "conversation_id": lease.conversation_id,
+                "token": lease.token,
+                "expires": now + self.lease,
+            },
         ).rowcount
         if not held:
             raise LeaseLostError(
@@ -666,11 +694,18 @@ def store_of(rows: Iterable[Any], base: MessageStore | None = None) -> MessageSt
 
 
 def end_run(
-    conn: Connection, run_id: str, values: dict[str, Any], *, only_if_running: bool = False
+    conn: Connection,
+    run_id: str,
+    values: dict[str, Any],
+    *,
+    only_if_running: bool = False,
+    row: dict[str, Any] | None = None,
 ) -> bool:
-    """Write the columns that end a run, with the checksum of the whole row they make.
-    With ``only_if_running``, a run that is no longer running is left alone (False)."""
-    row = _run_row_of(conn, run_id)
+    """Write the columns that end a run, with the checksum of the whole row they make (``row``:
+    the run's row as this process knows it, else it is read). With ``only_if_running``, a run
+    that is no longer running is left alone (False)."""
+    if row is None or only_if_running:
+        row = dict(_run_row_of(conn, run_id))
     if only_if_running and row["status"] != "running":
         return False
     statement = update(agent_runs).where(agent_runs.c.id == run_id)
