@@ -35,7 +35,11 @@ test: lint typecheck
 soak: $(VENV)/.installed-dev
 	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ARGS)
 
-bench: $(VENV)/.installed-dev
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[dev,bench]'
+	touch $@
+
+bench: $(VENV)/.installed-dev $(VENV)/.installed-bench
 	$(BIN)/python -m bench $(BENCH_ARGS)
 
 clean:

@@ -6,9 +6,15 @@
 2. the ledger's cost per step against plain ``sqlite3`` writing the same rows, with
    ``synchronous=FULL`` and ``NORMAL`` (``bench/ledger.py``);
 3. the cost of a turn at 50 and at 1000 turns of history, which should be flat,
-4. the database's size per turn (``bench/history.py``), and
+4. the database's size per turn (``bench/history.py``),
 5. DuckDB's ``run_rollup`` and ``tool_stats`` against SQLite alone on a synthetic ledger of
-   1,000,000 steps in 100,000 runs, 10x fewer with ``--quick`` (``bench/analytics.py``).
+   1,000,000 steps in 100,000 runs, 10x fewer with ``--quick`` (``bench/analytics.py``), and
+6. recording one turn at 50, 200 and 1000 turns of history (``--quick``: 50 and 200), through
+   ``Agent.run``, through the Recorder API alone, through plain ``sqlite3``, and through
+   LangGraph's ``SqliteSaver`` and the OpenAI Agents SDK's ``SQLiteSession`` when installed
+   (``pip install -e '.[bench]'``), each system in a process of its own;
+7. loading the conversation back for the next inference, cold and warm, against ``sqlite3``;
+8. the database's size per turn for each of those systems (``bench/recording.py``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import analytics, history, ledger, loop
+from . import analytics, history, ledger, loop, recording
 from ._common import DEFAULT, FULL, QUICK
 from ._report import environment, render
 
@@ -32,7 +38,9 @@ def main(argv: list[str] | None = None) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true", help="a short run (< 1 min), a smoke check")
+    size.add_argument(
+        "--quick", action="store_true", help="a short run (about a minute), a smoke check"
+    )
     size.add_argument("--full", action="store_true", help="more repetitions")
     parser.add_argument("--output", type=Path, default=Path(__file__).with_name("RESULTS.md"))
     parser.add_argument(
@@ -51,6 +59,7 @@ def main(argv: list[str] | None = None) -> None:
         sections.append(ledger.run(sizes, Path(tmp)))
         sections.extend(history.run(sizes, Path(tmp)))
         sections.append(analytics.run(sizes, Path(tmp)))
+        sections.extend(recording.run(sizes, Path(tmp)))
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m bench", *args_list])
     report = render(command=command, mode=sizes.name, env=env, sections=sections, elapsed=elapsed)

@@ -10,6 +10,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PACKAGES = ("agentledger", "pydantic", "pydantic-core", "SQLAlchemy", "sqlmodel", "alembic")
+PEERS = ("langgraph", "langgraph-checkpoint-sqlite", "langchain-core", "openai-agents")
+"""The peers of ``bench/recording.py`` (the ``bench`` extra), named in the report's header."""
 
 
 @dataclass(frozen=True)
@@ -65,11 +67,13 @@ def _version(package: str) -> str:
 
 def environment(tempdir: str) -> list[str]:
     packages = ", ".join(f"{p} {_version(p)}" for p in PACKAGES)
+    peers = ", ".join(f"{p} {_version(p)}" for p in PEERS)
     return [
         f"Machine: {platform.machine()}, {_cpu()}, {os.cpu_count()} CPUs, "
         f"{platform.system()} {platform.release()}.",
         f"Python {platform.python_version()} ({platform.python_implementation()}), "
         f"SQLite {sqlite3.sqlite_version}; {packages}.",
+        f"Peers: {peers}.",
         f"Database files in a temporary directory under `{tempdir}`.",
     ]
 

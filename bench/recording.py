@@ -1,0 +1,631 @@
+"""Recording one turn of an agent: agentledger against plain ``sqlite3`` and against its peers.
+
+A turn is a user message, three tool-calling steps each making one ``lookup`` call with a
+~1 KB result, and a final answer, from a scripted model: recording only, no real model. A step
+is one of its four inferences, so the cost per step is the turn's / 4. Every system records
+that turn in a SQLite file:
+
+- ``agentledger Agent.run``: the whole loop, a ``ScriptedLLM`` and ``lookup``, on
+  ``Ledger.open(path, synchronous=...)``;
+- ``agentledger recorder alone``: the same rows through the Recorder API only:
+  ``load_conversation``, ``begin_run``, ``record_step`` x4, ``commit_run``, with the states of
+  an in-memory run of the same agent prepared before the clock starts (``bench/_turns.py``);
+- ``raw sqlite3``: :class:`bench._raw.RawLedger`, the same rows in the same six transactions;
+- LangGraph's ``SqliteSaver`` and the OpenAI Agents SDK's ``SQLiteSession``, when installed
+  (``bench/_peers.py`` says what each does).
+
+agentledger and raw run with ``synchronous=NORMAL`` and ``FULL``; LangGraph with ``NORMAL``
+(its connection is ours to set); the SDK's session at SQLite's default (it opens its own
+connections), which is ``FULL``.
+
+Each system, at each history length, lives in a worker process of its own
+(``bench/_workers.py``) that opens its database once and builds the conversation's history
+(untimed, all workers in parallel); then the parent asks each worker for one timed turn in
+turn, the order rotating, several repetitions, and takes medians. Then loading the
+conversation back for the next inference, at the longest history, and the file size per turn.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from . import _peers
+from ._common import Samples, Sizes, ms, us
+from ._raw import check_same_rows, row_profile
+from ._report import Row, Section
+from ._turns import MESSAGES_PER_TURN, STEPS_PER_TURN, Loads, Turns
+from ._workers import Worker, gather, interleaved_calls
+
+AGENT, RECORDER, RAW = "agentledger Agent.run", "agentledger recorder alone", "raw sqlite3"
+LANGGRAPH, SESSION = _peers.LANGGRAPH, _peers.SESSION
+OURS = {AGENT: "agent", RECORDER: "recorder", RAW: "raw"}
+MODES = ("NORMAL", "FULL")
+PEER_MODES = {LANGGRAPH: "NORMAL", SESSION: "FULL"}
+"""The ``synchronous`` each peer runs at: LangGraph's is set on the connection we give its
+saver; the session's is SQLite's default, checked when it runs."""
+LIKE_FOR_LIKE = {LANGGRAPH: AGENT, SESSION: RECORDER}
+"""What each peer is held against: LangGraph's ``invoke`` runs its whole loop, as
+``Agent.run`` does; the session only stores items, as the recorder alone does."""
+COLD, WARM, RAW_LOAD = "cold", "warm", "raw"
+
+TARGET_RECORDER = 1.5  # recorder alone / raw, per turn
+TARGET_AGENT = 3.0  # Agent.run / raw, per turn
+TARGET_FLAT = 1.2  # turn @ the longest history / turn @ the shortest
+TARGET_LOAD = 1.5  # cold load_conversation / raw
+
+
+@dataclass(frozen=True)
+class Plan:
+    histories: tuple[int, ...]
+    reps: int
+    load_reps: int
+    modes: tuple[str, ...] = MODES
+
+
+PLANS = {
+    "quick": Plan((50, 200), reps=15, load_reps=15),
+    "default": Plan((50, 200, 1000), reps=25, load_reps=25),
+    "full": Plan((50, 200, 1000), reps=51, load_reps=51),
+}
+
+
+@dataclass(frozen=True)
+class System:
+    """One system at one ``synchronous`` setting, and how a worker sets it up."""
+
+    label: str
+    mode: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.label} {self.mode}"
+
+    @property
+    def is_peer(self) -> bool:
+        return self.label not in OURS
+
+    def worker(self, path: Path) -> Worker:
+        if self.label == LANGGRAPH:
+            return Worker(self.name, _peers.LangGraphTurns, path=str(path), synchronous=self.mode)
+        if self.label == SESSION:
+            return Worker(self.name, _peers.SessionTurns, path=str(path))
+        kind = OURS[self.label]
+        return Worker(self.name, Turns, path=str(path), kind=kind, synchronous=self.mode)
+
+
+def key(system: System, turns: int) -> str:
+    return f"{system.name} @ {turns}"
+
+
+def systems(plan: Plan, tmp: Path) -> tuple[list[System], dict[str, str]]:
+    """The systems to measure, and the peers skipped with the reason."""
+    found = [System(label, mode) for mode in plan.modes for label in OURS]
+    skipped: dict[str, str] = {}
+    for peer, mode in PEER_MODES.items():
+        gone = _peers.missing(peer)
+        if gone:
+            skipped[peer] = (
+                f"not installed ({', '.join(gone)}): `pip install -e '.[bench]'` (`make bench` "
+                "does)"
+            )
+        else:
+            found.append(System(peer, mode))
+    need = sum(_peers.langgraph_bytes(turns + plan.reps) for turns in plan.histories)
+    free = shutil.disk_usage(tmp).free
+    if LANGGRAPH not in skipped and free < 1.2 * need:
+        skipped[LANGGRAPH] = (
+            f"its files would need about {need / 1e9:,.1f} GB and {tmp} has "
+            f"{free / 1e9:,.1f} GB free (give --tmpdir a larger disk)"
+        )
+        found = [s for s in found if s.label != LANGGRAPH]
+    return found, skipped
+
+
+@dataclass
+class Measured:
+    plan: Plan
+    systems: list[System]
+    samples: Samples
+    """Seconds per turn, by :func:`key`."""
+    paths: dict[str, Path]
+    sizes: dict[str, int]
+    """File sizes after the history was built, before the timed turns."""
+    build_seconds: dict[str, float]
+    stored: dict[str, dict[str, int]]
+    """What each peer holds after its history was built."""
+    skipped: dict[str, str]
+    peer_synchronous: dict[str, int] = field(default_factory=dict)
+    loads: Samples = field(default_factory=Samples)
+    loaded_messages: int = 0
+
+
+def measure(plan: Plan, tmp: Path) -> Measured:
+    chosen, skipped = systems(plan, tmp)
+    with ExitStack() as stack:
+        print(f"  starting {len(chosen) * len(plan.histories)} workers ...", file=sys.stderr)
+        workers, paths = _start(chosen, plan, tmp, stack)
+        build_seconds = _build(workers, plan, skipped)
+        for name in [k for k, (system, _) in workers.items() if system.label in skipped]:
+            workers.pop(name)[1].close()
+        chosen = [s for s in chosen if s.label not in skipped]
+        _check_rows(plan, paths, extra=0)
+        peers = {k: w for k, (system, w) in workers.items() if system.is_peer}
+        stored = {k: w.call("stored") for k, w in peers.items()}
+        _check_peers(stored)
+        synchronous = {workers[k][0].label: int(w.call("synchronous")) for k, w in peers.items()}
+        handles = {k: w for k, (_, w) in workers.items()}
+        sizes = {k: int(w.call("size")) for k, w in handles.items()}
+        print(f"  {plan.reps} timed turns on each ...", file=sys.stderr, flush=True)
+        samples = interleaved_calls(handles, "turn", plan.reps)
+        _check_rows(plan, paths, extra=plan.reps)
+        measured = Measured(
+            plan, chosen, samples, paths, sizes, build_seconds, stored, skipped, synchronous
+        )
+        loaded = key(System(AGENT, plan.modes[0]), plan.histories[-1])
+        conversation_id = handles[loaded].call("conversation_id")
+        _measure_loads(measured, paths[loaded], conversation_id, stack)
+    return measured
+
+
+Workers = dict[str, tuple[System, Worker]]
+
+
+def _start(
+    chosen: list[System], plan: Plan, tmp: Path, stack: ExitStack
+) -> tuple[Workers, dict[str, Path]]:
+    workers: Workers = {}
+    paths: dict[str, Path] = {}
+    # The longest histories first: they take longest to build (LangGraph's most of all).
+    for turns in sorted(plan.histories, reverse=True):
+        for system in chosen:
+            name = key(system, turns)
+            slug = "-".join(system.name.lower().replace(".", " ").split())
+            paths[name] = tmp / f"recording-{slug}-{turns}.db"
+            worker = system.worker(paths[name])
+            stack.callback(worker.close)
+            workers[name] = (system, worker)
+    return workers, paths
+
+
+def _turns_of(name: str) -> int:
+    return int(name.rsplit(" @ ", 1)[1])
+
+
+def _build(workers: Workers, plan: Plan, skipped: dict[str, str]) -> dict[str, float]:
+    """Every history built at once (untimed); a peer that fails is skipped, with why."""
+    print(
+        f"  building the histories in parallel (LangGraph's at {plan.histories[-1]} turns "
+        "takes longest: every checkpoint holds the whole thread) ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    for name, (_, worker) in workers.items():
+        worker.send("grow", _turns_of(name))
+    started = time.perf_counter()
+
+    def arrived(name: str, seconds: float) -> None:
+        print(
+            f"    {name} turns built in {seconds:.1f} s "
+            f"({time.perf_counter() - started:.0f} s since the start)",
+            file=sys.stderr,
+            flush=True,
+        )
+
+    failed: dict[str, str] = {}
+    built = gather({k: w for k, (_, w) in workers.items()}, arrived, failed=failed)
+    # The histories' dirty pages (gigabytes of LangGraph checkpoints) go to disk now, not
+    # during the timed turns.
+    os.sync()
+    for name, error in failed.items():
+        system = workers[name][0]
+        if not system.is_peer:
+            raise AssertionError(f"building {name} failed: {error}")
+        last = error.strip().splitlines()[-1]
+        skipped[system.label] = f"failed while building its history: {last}"
+    return {k: float(v) for k, v in built.items()}
+
+
+def _check_rows(plan: Plan, paths: dict[str, Path], *, extra: int) -> None:
+    """agentledger's two systems and raw wrote the same rows (row counts and JSON lengths per
+    table), and the conversation holds two messages a turn."""
+    for mode in plan.modes:
+        for turns in plan.histories:
+            raw = paths[key(System(RAW, mode), turns)]
+            for label in (AGENT, RECORDER):
+                check_same_rows(paths[key(System(label, mode), turns)], raw)
+            messages = row_profile(raw)["conversation_messages"][0]
+            if messages != MESSAGES_PER_TURN * (turns + extra):
+                raise AssertionError(
+                    f"{raw.name}: {messages} conversation messages after {turns + extra} turns"
+                )
+
+
+def _check_peers(stored: dict[str, dict[str, int]]) -> None:
+    """Each peer holds every message of every turn."""
+    for name, counts in stored.items():
+        turns = _turns_of(name)
+        held = counts.get("messages", counts.get("items"))
+        if held != _peers.ITEMS_PER_TURN * turns:
+            raise AssertionError(
+                f"{name}: {held} messages after {turns} turns, not "
+                f"{_peers.ITEMS_PER_TURN * turns} (it holds {counts})"
+            )
+
+
+def _measure_loads(measured: Measured, path: Path, conversation_id: str, stack: ExitStack) -> None:
+    plan = measured.plan
+    print(f"  loading the conversation, {plan.load_reps} times each ...", file=sys.stderr)
+    loaders = {
+        kind: Worker(
+            f"load {kind}", Loads, path=str(path), conversation_id=conversation_id, kind=kind
+        )
+        for kind in (COLD, WARM, RAW_LOAD)
+    }
+    for loader in loaders.values():
+        stack.callback(loader.close)
+    counts = {kind: int(loader.call("count")) for kind, loader in loaders.items()}
+    expected = MESSAGES_PER_TURN * (plan.histories[-1] + plan.reps)
+    if set(counts.values()) != {expected}:
+        raise AssertionError(f"the loads read {counts} messages, not {expected} each")
+    measured.loads = interleaved_calls(loaders, "load", plan.load_reps)
+    measured.loaded_messages = expected
+
+
+# -- the report ---------------------------------------------------------------------------------
+
+
+def run(sizes: Sizes, tmp: Path) -> list[Section]:
+    plan = PLANS[sizes.name]
+    print(
+        f"recording a turn at {', '.join(map(str, plan.histories))} turns of history ...",
+        file=sys.stderr,
+        flush=True,
+    )
+    return report(measure(plan, tmp), quick=sizes.name == "quick")
+
+
+def report(measured: Measured, *, quick: bool = False) -> list[Section]:
+    view = View(measured)
+    return [turn_section(view, quick=quick), load_section(view), size_section(view)]
+
+
+def _x(value: float) -> str:
+    return f"{value:.2f}x"
+
+
+def _per_turn(seconds: float) -> str:
+    return f"{ms(seconds)} a turn, {us(seconds / STEPS_PER_TURN)} a step"
+
+
+class View:
+    """Medians and ratios of one measurement, by system and history length."""
+
+    def __init__(self, measured: Measured) -> None:
+        self.m = measured
+        self.plan = measured.plan
+        self.histories = measured.plan.histories
+        self.small, self.large = self.histories[0], self.histories[-1]
+
+    def system(self, label: str, mode: str) -> System:
+        return next(s for s in self.m.systems if s.label == label and s.mode == mode)
+
+    def ours(self, mode: str) -> tuple[System, System, System]:
+        agent, recorder, raw = (self.system(label, mode) for label in OURS)
+        return agent, recorder, raw
+
+    def peers(self) -> list[System]:
+        return [s for s in self.m.systems if s.is_peer]
+
+    def turn(self, system: System, turns: int) -> float:
+        return self.m.samples.median(key(system, turns))
+
+    def ratio(self, top: System, bottom: System, turns: int) -> float:
+        return self.turn(top, turns) / self.turn(bottom, turns)
+
+    def flat(self, system: System) -> float:
+        return self.turn(system, self.large) / self.turn(system, self.small)
+
+    def against(self, peer: System) -> System:
+        """The agentledger system held against ``peer``: its like, at the peer's
+        ``synchronous`` (or at this run's first mode, when that one was not measured)."""
+        mode = peer.mode if peer.mode in self.plan.modes else self.plan.modes[0]
+        return self.system(LIKE_FOR_LIKE[peer.label], mode)
+
+
+def turn_section(view: View, *, quick: bool = False) -> Section:
+    rows: list[Row] = []
+    for turns in view.histories:
+        rows += _rows_at(view, turns, headline=turns == view.large)
+    rows += _flatness_rows(view)
+    notes = turn_targets(view)
+    if quick:
+        notes.append(
+            f"Quick mode: {view.large} turns of history at most (run without --quick for 1000)."
+        )
+    notes += _turn_facts(view)
+    return Section(
+        title="6. Recording a turn: agentledger against raw sqlite3 and its peers",
+        about=(
+            "One turn (a user message, 3 tool-calling steps of one `lookup` call with a ~1 KB "
+            "result, an answer; scripted, no real model) recorded on a conversation already "
+            f"holding {', '.join(map(str, view.histories))} turns, in a SQLite file (WAL). "
+            f"Per step = the turn's time / {STEPS_PER_TURN} (its model calls: 3 tool-calling "
+            "steps and the answer). Each system at each history length runs in a process of "
+            "its own; one turn each in turn, the order rotating, "
+            f"{view.plan.reps} repetitions, medians (the histories grow by that many turns "
+            "while measured). `Agent.run`: the whole loop on a ledger. Recorder alone: "
+            "`load_conversation`, `begin_run`, `record_step` x4, `commit_run`, replaying the "
+            "states of an in-memory run of the same agent made before the clock starts. Raw: "
+            "`bench/_raw.py`, the same rows in the same 6 transactions, loading nothing "
+            "(checked: equal row counts and JSON lengths per table, before and after the timed "
+            "turns). The peers: see the notes."
+        ),
+        rows=rows,
+        notes=notes,
+    )
+
+
+def _rows_at(view: View, turns: int, *, headline: bool) -> list[Row]:
+    rows: list[Row] = []
+    for mode in view.plan.modes:
+        agent, recorder, raw = view.ours(mode)
+        rows += [
+            Row(f"@ {turns}: {s.name}", _per_turn(view.turn(s, turns)))
+            for s in (agent, recorder, raw)
+        ]
+        rows += [
+            Row(
+                f"@ {turns}, {mode}: recorder alone / raw (target ≤ {TARGET_RECORDER}x)",
+                "",
+                _x(view.ratio(recorder, raw, turns)),
+                headline=headline and mode == MODES[0],
+            ),
+            Row(
+                f"@ {turns}, {mode}: Agent.run / raw (target ≤ {TARGET_AGENT:.0f}x)",
+                "",
+                _x(view.ratio(agent, raw, turns)),
+                headline=headline and mode == MODES[0],
+            ),
+        ]
+    for peer in view.peers():
+        ours = view.against(peer)
+        rows += [
+            Row(f"@ {turns}: {peer.name}", _per_turn(view.turn(peer, turns))),
+            Row(
+                f"@ {turns}: {peer.label} / {ours.name} (target > 1x: agentledger faster)",
+                "",
+                _x(view.ratio(peer, ours, turns)),
+                headline=headline,
+            ),
+        ]
+    return rows
+
+
+def _flatness_rows(view: View) -> list[Row]:
+    rows: list[Row] = []
+    for mode in view.plan.modes:
+        for system in view.ours(mode):
+            ours = system.label != RAW
+            target = f" (target ≤ {TARGET_FLAT}x)" if ours else ""
+            rows.append(
+                Row(
+                    f"{system.name}: turn @ {view.large} / turn @ {view.small}{target}",
+                    "",
+                    _x(view.flat(system)),
+                    headline=ours and mode == MODES[0],
+                )
+            )
+    rows += [
+        Row(f"{peer.name}: turn @ {view.large} / turn @ {view.small}", "", _x(view.flat(peer)))
+        for peer in view.peers()
+    ]
+    return rows
+
+
+def _verdict(what: str, worst: float, target: float, where: str, *, at_most: bool) -> str:
+    """``Target met`` or ``missed``, with by how much, for the worst case ``worst``."""
+    sign = "≤" if at_most else ">"
+    met = worst <= target if at_most else worst > target
+    if met:
+        return f"Target met: {what} is {worst:.3g}x at worst ({where}), {sign} {target:g}x."
+    by = worst / target if at_most else target / worst
+    return (
+        f"Target missed: {what} is {worst:.3g}x at worst ({where}), not {sign} {target:g}x "
+        f"({'over' if at_most else 'short'} by a factor of {by:.2f})."
+    )
+
+
+def turn_targets(view: View) -> list[str]:
+    """Each target, met or missed, judged on its worst history length and mode."""
+    notes: list[str] = []
+    for label, target in ((RECORDER, TARGET_RECORDER), (AGENT, TARGET_AGENT)):
+        cases = [
+            (view.ratio(view.system(label, mode), view.system(RAW, mode), turns), mode, turns)
+            for mode in view.plan.modes
+            for turns in view.histories
+        ]
+        worst, mode, turns = max(cases)
+        notes.append(
+            _verdict(f"{label} / raw, per turn", worst, target, f"{mode}, @ {turns}", at_most=True)
+        )
+    flat = [
+        (view.flat(view.system(label, mode)), label, mode)
+        for mode in view.plan.modes
+        for label in (AGENT, RECORDER)
+    ]
+    worst_flat, label, mode = max(flat)
+    notes.append(
+        _verdict(
+            f"turn @ {view.large} / turn @ {view.small} (flatness)",
+            worst_flat,
+            TARGET_FLAT,
+            f"{label} {mode}",
+            at_most=True,
+        )
+    )
+    for peer in view.peers():
+        ours = view.against(peer)
+        worst, turns = min((view.ratio(peer, ours, t), t) for t in view.histories)
+        notes.append(
+            _verdict(
+                f"{peer.label} / {ours.name} (agentledger faster at every history length)",
+                worst,
+                1.0,
+                f"@ {turns}",
+                at_most=False,
+            )
+        )
+    return notes
+
+
+def _turn_facts(view: View) -> list[str]:
+    m = view.m
+    notes = [f"{peer}: skipped, {why}." for peer, why in m.skipped.items()]
+    for peer in view.peers():
+        notes += [_peer_note(view, peer), _other_pairing(view, peer)]
+    built = ", ".join(f"{s.name} {m.build_seconds[key(s, view.large)]:.1f} s" for s in m.systems)
+    notes.append(
+        f"Building the histories (untimed, all at once on {os.cpu_count()} CPUs) took, at "
+        f"{view.large} turns: {built}."
+    )
+    return notes
+
+
+def _other_pairing(view: View, peer: System) -> str:
+    """The peer against the other agentledger system, for the record."""
+    like = LIKE_FOR_LIKE[peer.label]
+    other = view.system(RECORDER if like == AGENT else AGENT, view.against(peer).mode)
+    ratios = ", ".join(f"{_x(view.ratio(peer, other, t))} @ {t}" for t in view.histories)
+    return f"{peer.label} / {other.name}, for the record: {ratios}."
+
+
+def _peer_note(view: View, peer: System) -> str:
+    m = view.m
+    found = _peers.versions(peer.label)
+    versions = ", ".join(f"{p} {v}" for p, v in found.items())
+    level = {0: "OFF", 1: "NORMAL", 2: "FULL", 3: "EXTRA"}.get(
+        m.peer_synchronous.get(peer.label, -1), "?"
+    )
+    ours = view.against(peer)
+    if peer.label == LANGGRAPH:
+        stored = m.stored.get(key(peer, view.large), {})
+        what = (
+            "a `StateGraph` of `messages` (`add_messages`), a scripted model node and the "
+            "prebuilt `ToolNode` running `lookup`, `tools_condition` between them, compiled "
+            "with `SqliteSaver` on a `sqlite3` connection we open (`synchronous` set on it: "
+            f"{level}; the saver sets WAL); one `invoke` per turn on one `thread_id`, "
+            "LangGraph's default durability (`async`: a checkpoint per super-step, each holding "
+            f"the whole message list). After {view.large} turns it held "
+            f"{stored.get('checkpoints', 0):,} checkpoints and {stored.get('writes', 0):,} "
+            "writes"
+        )
+    else:
+        what = (
+            "`SQLiteSession` on a file, given what the SDK's `Runner` gives it for the turn: "
+            "`get_items()` when the turn starts (the whole history, the next model input), "
+            "then 5 `add_items` calls (the user message; each tool call with its output; the "
+            "answer), 8 items a turn; no model and no `Runner`. It opens its own connections "
+            f"and offers no way to set `synchronous`: it ran at SQLite's default, {level}"
+        )
+    return f"{peer.label} ({versions}): {what}. Held against {ours.name}."
+
+
+def load_section(view: View) -> Section:
+    loads = view.m.loads
+    cold, warm, raw = (loads.median(kind) for kind in (COLD, WARM, RAW_LOAD))
+    history = view.large + view.plan.reps
+    ratio = cold / raw
+    return Section(
+        title="7. Loading a conversation for the next inference",
+        about=(
+            f"The conversation of `{AGENT} {view.plan.modes[0]}` after {history} turns "
+            f"({view.m.loaded_messages:,} messages), loaded {view.plan.load_reps} times each, "
+            "interleaved, each way in a process of its own. Cold: "
+            "`Ledger.load_conversation(id)` on a fresh `Ledger` handle each time (opened before "
+            "the clock starts; a fresh handle has no cache, as in a new process). Warm: the "
+            "same handle every time, after a first load (it reads only the rows added since). "
+            "Raw: on a fresh `sqlite3` connection (opened and its schema read before the clock "
+            "starts), one `SELECT` of the conversation's message rows ordered by `seq`, each "
+            "row made a `dict` of its columns with `tool_calls` and `metadata` decoded by "
+            "`json.loads` and `created_at` parsed into a UTC `datetime`, grouped by section; "
+            "no checksum or sequence check, no pydantic model."
+        ),
+        rows=[
+            Row("agentledger: load_conversation, fresh handle (cold)", ms(cold)),
+            Row("agentledger: load_conversation, same handle (warm)", ms(warm)),
+            Row("raw sqlite3: SELECT + decode into dicts", ms(raw)),
+            Row(f"cold / raw (target ≤ {TARGET_LOAD}x)", "", _x(ratio), headline=True),
+            Row("warm / raw", "", _x(warm / raw)),
+        ],
+        notes=[
+            _verdict("a cold load / raw", ratio, TARGET_LOAD, f"{history} turns", at_most=True),
+            "Checked before timing: the three read the same number of messages.",
+        ],
+    )
+
+
+def _bytes_per_turn(view: View, system: System, start: int, end: int) -> float:
+    grown = view.m.sizes[key(system, end)] - view.m.sizes[key(system, start)]
+    return grown / (end - start)
+
+
+def size_section(view: View) -> Section:
+    small, large = view.small, view.large
+    mode = view.plan.modes[0]
+    raw = view.system(RAW, mode)
+    raw_bytes = _bytes_per_turn(view, raw, small, large)
+    rows: list[Row] = []
+    for system in [*view.ours(mode), *view.peers()]:
+        grown = _bytes_per_turn(view, system, small, large)
+        ratio = _x(grown / raw_bytes) if raw_bytes > 0 else "n/a"
+        rows.append(
+            Row(
+                f"{system.name}: bytes per turn, {small} → {large} turns (/ raw)",
+                f"{grown:,.0f} B",
+                ratio,
+                headline=system.label in (AGENT, LANGGRAPH),
+            )
+        )
+    for peer in view.peers():
+        for start, end in zip(view.histories, view.histories[1:], strict=False):
+            if (start, end) != (small, large):
+                rows.append(
+                    Row(
+                        f"{peer.name}: bytes per turn, {start} → {end} turns",
+                        f"{_bytes_per_turn(view, peer, start, end):,.0f} B",
+                    )
+                )
+    for system in [*view.ours(mode), *view.peers()]:
+        size = view.m.sizes[key(system, large)]
+        rows.append(Row(f"{system.name}: file @ {large} turns", f"{size / 1e6:,.2f} MB"))
+    return Section(
+        title="8. Database size per turn, every system",
+        about=(
+            "Each file's size after `PRAGMA wal_checkpoint(TRUNCATE)`, once its history was "
+            f"built (before the timed turns); per turn = (size @ {large} − size @ {small}) / "
+            f"{large - small}, so fixed pages do not count. agentledger and raw at {mode} "
+            "(the setting does not change what is stored)."
+        ),
+        rows=rows,
+        notes=[
+            "agentledger's rows carry a `checksum` column (CRC-32 of the row) that the raw "
+            "writer leaves NULL.",
+            *_growth_notes(view),
+        ],
+    )
+
+
+def _growth_notes(view: View) -> list[str]:
+    if not any(p.label == LANGGRAPH for p in view.peers()):
+        return []
+    return [
+        "LangGraph's bytes per turn grow with the history: each of a turn's nine checkpoints "
+        "(one per super-step) stores the thread's whole message list, so its file grows with "
+        "the square of the turns."
+    ]

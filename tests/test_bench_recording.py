@@ -1,0 +1,131 @@
+"""The recording benchmark (``bench/recording.py``) runs end to end at a tiny size: every
+system's rows are in its report (a peer that is not installed is skipped with a note), every
+ratio is a positive number, and the library's databases hold the rows the raw writer's does.
+Correctness only: the timing is ``make bench``'s."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+if str(ROOT) not in sys.path:  # bench/ is not installed: it sits next to tests/
+    sys.path.insert(0, str(ROOT))
+
+from bench import _peers, recording  # noqa: E402 (after the path above)
+from bench._raw import row_profile  # noqa: E402
+from bench._turns import Loads  # noqa: E402
+from bench._workers import Worker, WorkerError  # noqa: E402
+
+HISTORIES = (2, 4)
+PLAN = recording.Plan(HISTORIES, reps=2, load_reps=2)
+RATIO = re.compile(r"^\*{0,2}(\d+\.\d\d)x\*{0,2}$")
+PEERS = list(recording.PEER_MODES)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> recording.Measured:
+    return recording.measure(PLAN, tmp_path_factory.mktemp("bench-recording"))
+
+
+def rendered(measured: recording.Measured) -> str:
+    return "\n".join(line for s in recording.report(measured) for line in s.render())
+
+
+def table_rows(text: str) -> list[list[str]]:
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| ")]
+    return [[cell.strip(" |") for cell in row] for row in rows if row[0] != "| measure"]
+
+
+def installed(peer: str) -> bool:
+    return not _peers.missing(peer)
+
+
+def test_every_system_has_a_turn_row_at_every_history_length(measured):
+    measures = {row[0].strip("*") for row in table_rows(rendered(measured))}
+    ours = [f"{label} {mode}" for mode in recording.MODES for label in recording.OURS]
+    peers = [f"{peer} {mode}" for peer, mode in recording.PEER_MODES.items() if installed(peer)]
+    for turns in HISTORIES:
+        for name in ours + peers:
+            assert f"@ {turns}: {name}" in measures
+    for name in ours[:3] + peers:  # bytes per turn: one synchronous setting is enough
+        assert f"{name}: bytes per turn, 2 → 4 turns (/ raw)" in measures
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_a_peer_is_measured_when_installed_and_skipped_with_a_note_when_not(measured, peer):
+    text = rendered(measured)
+    if installed(peer):
+        assert f"@ 4: {peer} / agentledger" in text
+        assert f"{peer}: skipped" not in text
+    else:
+        assert f"- {peer}: skipped, not installed" in text
+        assert f"@ 4: {peer}" not in text
+
+
+@pytest.mark.parametrize("peer", PEERS)
+def test_the_report_says_a_peer_was_skipped_and_leaves_its_rows_out(measured, peer):
+    without = dataclasses.replace(
+        measured,
+        systems=[s for s in measured.systems if s.label != peer],
+        skipped={peer: "not installed (it)"},
+    )
+    text = rendered(without)
+    assert f"- {peer}: skipped, not installed (it)." in text
+    assert not any(peer in row[0] for row in table_rows(text))
+
+
+def test_every_ratio_is_a_positive_number(measured):
+    ratios = [row[2] for row in table_rows(rendered(measured)) if row[2]]
+    assert len(ratios) >= 20
+    for ratio in ratios:
+        found = RATIO.match(ratio)
+        assert found, ratio
+        assert float(found.group(1)) > 0
+
+
+def test_the_library_and_raw_databases_hold_the_same_rows(measured):
+    for mode in recording.MODES:
+        for turns in HISTORIES:
+            counts = {
+                label: {
+                    table: values[0]
+                    for table, values in row_profile(
+                        measured.paths[recording.key(recording.System(label, mode), turns)]
+                    ).items()
+                }
+                for label in recording.OURS
+            }
+            raw = counts[recording.RAW]
+            assert counts[recording.AGENT] == counts[recording.RECORDER] == raw
+            total = turns + PLAN.reps
+            assert raw["conversation_messages"] == 2 * total
+            assert raw["step_executions"] == 4 * total
+            assert raw["tool_executions"] == 3 * total
+            assert raw["execution_buffer_rows"] == 0
+
+
+def test_the_peers_hold_every_message_of_every_turn(measured):
+    for name, counts in measured.stored.items():
+        turns = int(name.rsplit(" @ ", 1)[1])
+        assert counts.get("messages", counts.get("items")) == 8 * turns, name
+
+
+def test_the_three_loads_read_the_whole_conversation(measured):
+    assert measured.loaded_messages == 2 * (HISTORIES[-1] + PLAN.reps)
+    assert set(measured.loads.times) == {recording.COLD, recording.WARM, recording.RAW_LOAD}
+
+
+def test_a_worker_that_cannot_set_its_system_up_says_why(tmp_path):
+    worker = Worker(
+        "broken", Loads, path=str(tmp_path / "none.db"), conversation_id="x", kind="cold"
+    )
+    try:
+        with pytest.raises(WorkerError, match="setting the system up failed"):
+            worker.call("count")
+    finally:
+        worker.close()
