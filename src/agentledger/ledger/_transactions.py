@@ -83,6 +83,10 @@ _BEAT = (
 _INSERT_STEP = insert(step_executions)
 _INSERT_TOOLS = insert(tool_executions)
 _INSERT_BUFFER = insert(execution_buffer_rows)
+_INSERT_MESSAGES = insert(conversation_messages)
+_FLUSH_BUFFER = delete(execution_buffer_rows).where(
+    execution_buffer_rows.c.run_id == bindparam("run_id")
+)
 
 RESUME_PREFIX = "resume:"
 """Lease tokens taken by ``claim_run`` begin with this."""
@@ -96,6 +100,11 @@ class _Lease:
     stop: threading.Event = field(default_factory=threading.Event)
     run_row: dict[str, Any] | None = None
     """The run's row as this process wrote or read it, so that sealing its end needs no read."""
+    next_seq: int | None = None
+    last_message_id: str | None = None
+    """Where the conversation ends, when this process wrote its last message (the user's, at
+    begin): nobody else writes to a conversation while its lease is held, so the commit needs
+    not look."""
 
 
 class RunTransactions:
@@ -131,7 +140,8 @@ class RunTransactions:
                 if user_message is not None:
                     seq = _next_seq(conn, state.conversation_id)
                     row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
-                    conn.execute(insert(conversation_messages), sealed(conversation_messages, row))
+                    conn.execute(_INSERT_MESSAGES, sealed(conversation_messages, row))
+                    lease.next_seq, lease.last_message_id = seq + 1, user_message.id
 
         try:
             self._write(
@@ -205,8 +215,12 @@ class RunTransactions:
             now = self.clock()
             with write_transaction(self.engine) as conn:
                 self._fence(conn, run_id, lease, now)
-                new = _unpersisted(conn, state)
-                seq = _next_seq(conn, state.conversation_id)
+                if lease.next_seq is not None and lease.last_message_id is not None:
+                    new = _after(state, lease.last_message_id)
+                    seq = lease.next_seq
+                else:
+                    new = _unpersisted(conn, state)
+                    seq = _next_seq(conn, state.conversation_id)
                 rows = [
                     sealed(
                         conversation_messages,
@@ -215,10 +229,8 @@ class RunTransactions:
                     for n, m in enumerate(new)
                 ]
                 if rows:
-                    conn.execute(insert(conversation_messages), rows)
-                conn.execute(
-                    delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
-                )
+                    conn.execute(_INSERT_MESSAGES, rows)
+                conn.execute(_FLUSH_BUFFER, {"run_id": run_id})
                 values = run_columns_at_end(state, state.status.value, None, now)
                 end_run(conn, run_id, values, row=lease.run_row)
                 self._release(conn, state.conversation_id, lease, now, bump_version=True)
@@ -566,9 +578,12 @@ def _unpersisted(conn: Connection, state: AgentState) -> Messages:
         .order_by(conversation_messages.c.seq.desc())
         .limit(1)
     ).scalar()
+    return state.messages() if last is None else _after(state, last)
+
+
+def _after(state: AgentState, last: str) -> Messages:
+    """The conversation messages of ``state`` after the message ``last``."""
     messages = state.messages()
-    if last is None:
-        return messages
     for index in range(len(messages) - 1, -1, -1):
         if messages[index].id == last:
             return messages[index + 1 :]
