@@ -65,8 +65,10 @@ def checksum_over(columns: Sequence[str], row: Mapping[Any, Any]) -> int:
     (0003 shows how), with the columns of its own time.
     """
     parts: list[str] = []
+    # A row read back holds every column: index it (a RowMapping's .get is slow Python).
+    get = row.get if isinstance(row, dict) else row.__getitem__
     for name in columns:
-        value = row.get(name)
+        value = get(name)
         kind = type(value)
         if isinstance(value, str):  # the common cases first, inline: this runs for every row
             parts.append("s" + value)
