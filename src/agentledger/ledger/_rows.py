@@ -84,6 +84,20 @@ def message_columns(message: Message) -> dict[str, Any]:
 def message_of(row: Row) -> Message:
     """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
     verify(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
+    if row["checksum"] is not None:
+        # The row is exactly what the ledger wrote from a validated message: build it again
+        # without validating it twice (a cold load of a long conversation is mostly this).
+        return Message.model_construct(
+            id=row["id"],
+            role=Role(row["role"]),
+            content=row["content"] or "",
+            name=row["name"],
+            tool_calls=tuple(ToolCall.model_construct(**c) for c in row["tool_calls"] or ()),
+            tool_call_id=row["tool_call_id"],
+            reasoning=row["reasoning"],
+            metadata=row["metadata"] or {},
+            created_at=row["created_at"],
+        )
     return Message(
         id=row["id"],
         role=Role(row["role"]),
