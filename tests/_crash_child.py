@@ -258,13 +258,11 @@ ROLES: dict[str, Callable[[dict[str, Any]], Any]] = {
 }
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
-    if spec["role"] == "crash":
-        crash(spec)
-        return 0
+def play_role(roles: dict[str, Callable[[dict[str, Any]], Any]], spec: dict[str, Any]) -> int:
+    """Play ``spec``'s role and write what came of it (its value, or the error) to the spec's
+    result file, for the parent to read."""
     try:
-        payload: dict[str, Any] = {"ok": ROLES[spec["role"]](spec)}
+        payload: dict[str, Any] = {"ok": roles[spec["role"]](spec)}
     except BaseException as exc:
         payload = {
             "error": {
@@ -275,6 +273,14 @@ def main(argv: list[str]) -> int:
         }
     write_json(Path(spec["result_file"]), payload)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+    if spec["role"] == "crash":
+        crash(spec)
+        return 0
+    return play_role(ROLES, spec)
 
 
 # --- the parent's side ------------------------------------------------------------------------

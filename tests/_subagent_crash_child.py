@@ -27,7 +27,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -39,6 +38,7 @@ from _crash_child import (
     barrier,
     die,
     lookup_tool,
+    play_role,
     rendezvous,
     scripted_model,
     summary,
@@ -341,18 +341,7 @@ def main(argv: list[str]) -> int:
     if spec["role"] in CRASHING:
         CRASHING[spec["role"]](spec)
         return 0
-    try:
-        payload: dict[str, Any] = {"ok": ROLES[spec["role"]](spec)}
-    except BaseException as exc:
-        payload = {
-            "error": {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
-        }
-    write_json(Path(spec["result_file"]), payload)
-    return 0
+    return play_role(ROLES, spec)
 
 
 # --- the parent's side ------------------------------------------------------------------------
