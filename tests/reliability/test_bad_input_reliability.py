@@ -34,6 +34,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -536,6 +537,9 @@ def test_tool_arguments_that_are_not_json_are_answered_with_an_error_and_kept_in
 class LedgerFile:
     data: bytes
     dump: list[tuple[str, Any]]
+    at: datetime
+    """When the original was read: every copy is read as of then, so that which runs are stale
+    (their lease expired) is the same for all, however long the sweep takes."""
 
 
 def dump(ledger: Ledger) -> list[tuple[str, Any]]:
@@ -592,9 +596,10 @@ def ledger_file(tmp_path_factory: pytest.TempPathFactory) -> LedgerFile:
     with Ledger.open(path) as ledger:
         record_representative_runs(ledger)
     assert not Path(f"{path}-wal").exists(), "the WAL was not checkpointed into the file"
-    with Ledger.open(path, migrate=False) as ledger:
+    at = datetime.now(UTC)
+    with Ledger.open(path, migrate=False, clock=lambda: at) as ledger:
         original = dump(ledger)
-    return LedgerFile(path.read_bytes(), original)
+    return LedgerFile(path.read_bytes(), original, at)
 
 
 def flipped(data: bytes, rng: random.Random) -> bytes:
@@ -605,11 +610,11 @@ def flipped(data: bytes, rng: random.Random) -> bytes:
     return bytes(copy)
 
 
-def read_copy(path: Path) -> tuple[str, Any]:
-    """How a damaged copy reads: ``("open error" | "read error" | "raw error" | "data",
-    detail)``."""
+def read_copy(path: Path, at: datetime) -> tuple[str, Any]:
+    """How a damaged copy reads, as of ``at``: ``("open error" | "read error" | "raw error" |
+    "data", detail)``."""
     try:
-        ledger = Ledger.open(path, migrate=False)
+        ledger = Ledger.open(path, migrate=False, clock=lambda: at)
     except AgentLedgerError as exc:
         return "open error", exc
     except Exception as exc:
@@ -669,7 +674,7 @@ def test_random_bit_flips_in_a_ledger_file_give_an_error_or_the_original_data(
         data = flipped(ledger_file.data, rng)
         path = tmp_path / f"copy-{n}.db"
         path.write_bytes(data)
-        kind, detail = read_copy(path)
+        kind, detail = read_copy(path, ledger_file.at)
         if kind == "open error":
             assert str(path) in str(detail), f"the error does not name the file: {detail}"
             outcomes[f"{type(detail).__name__} at open"] += 1
