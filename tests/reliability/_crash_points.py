@@ -32,7 +32,6 @@ import re
 import signal
 import threading
 import time
-import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -463,17 +462,7 @@ ROLES: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 def play(spec: dict[str, Any]) -> None:
     """Play the spec's role; write ``{"ok": ...}`` or ``{"error": ...}`` to its result file."""
-    try:
-        payload: dict[str, Any] = {"ok": ROLES[spec["role"]](spec)}
-    except BaseException as exc:
-        payload = {
-            "error": {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
-        }
-    write_json(Path(spec["result_file"]), payload)
+    _crash_child.play_role(ROLES, spec)
 
 
 def _forked(spec: dict[str, Any], output: str) -> None:
