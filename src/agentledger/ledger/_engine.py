@@ -12,6 +12,7 @@ import contextlib
 import os
 import random
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -30,6 +31,7 @@ from ..errors import (
     LedgerOpenError,
     LedgerUnavailableError,
 )
+from ._compiled import send
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -114,7 +116,7 @@ def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        send(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -212,8 +214,76 @@ def _cause(exc: BaseException) -> str:
     return f"{type(cause).__name__}: {text[:300]}"
 
 
-@contextlib.contextmanager
-def write_transaction(engine: Engine) -> Iterator[Connection]:
-    """One write transaction: ``BEGIN IMMEDIATE`` on SQLite, an ordinary one elsewhere."""
-    with engine.connect() as conn, conn.execution_options(**WRITE).begin():
-        yield conn
+class Connections:
+    """The connections of a ledger handle's transactions.
+
+    On SQLite a few are kept open between transactions (taking a connection from the pool
+    and giving it back costs more than a small transaction): one that just committed is used
+    again by the next transaction, of any thread; one whose transaction failed is closed, never
+    used again. On PostgreSQL every transaction takes its connection from the pool, which
+    checks it first (``pool_pre_ping``): a server restarted meanwhile costs nothing then.
+    A process forked from the one that opened them does not use them.
+    """
+
+    def __init__(self, engine: Engine, *, keep: int = 2) -> None:
+        self.engine = engine
+        self._keep = keep if engine.dialect.name == "sqlite" else 0
+        self._idle: dict[bool, list[Connection]] = {True: [], False: []}
+        self._pid = os.getpid()
+        self._lock = threading.Lock()
+
+    @contextlib.contextmanager
+    def transaction(self, *, write: bool) -> Iterator[Connection]:
+        """A connection inside one transaction (``BEGIN IMMEDIATE`` when ``write``, on SQLite),
+        committed when the block ends (a read is rolled back: it has nothing to commit), rolled
+        back when it raises."""
+        conn = self._take(write)
+        try:
+            transaction = conn.begin()
+            try:
+                yield conn
+            except BaseException:
+                transaction.rollback()
+                raise
+            if write:
+                transaction.commit()
+            else:
+                transaction.rollback()
+        except BaseException:
+            conn.close()
+            raise
+        self._give(conn, write)
+
+    def write(self) -> contextlib.AbstractContextManager[Connection]:
+        return self.transaction(write=True)
+
+    def read(self) -> contextlib.AbstractContextManager[Connection]:
+        return self.transaction(write=False)
+
+    def _take(self, write: bool) -> Connection:
+        with self._lock:
+            if self._pid != os.getpid():  # forked: the parent's connections are not ours
+                self._idle = {True: [], False: []}
+                self._pid = os.getpid()
+            idle = self._idle[write]
+            if idle:
+                return idle.pop()
+        conn = self.engine.connect()
+        return conn.execution_options(**WRITE) if write else conn
+
+    def _give(self, conn: Connection, write: bool) -> None:
+        with self._lock:
+            idle = self._idle[write]
+            if len(idle) < self._keep and not conn.invalidated and self._pid == os.getpid():
+                idle.append(conn)
+                return
+        conn.close()
+
+    def close(self) -> None:
+        """Close the connections kept open (the engine's pool is the caller's to dispose)."""
+        with self._lock:
+            kept = [*self._idle[True], *self._idle[False]]
+            self._idle = {True: [], False: []}
+        for conn in kept:
+            with contextlib.suppress(Exception):
+                conn.close()

@@ -14,6 +14,7 @@ from typing import Any, Literal, Self, TypeVar
 from sqlalchemy import (
     Connection,
     Engine,
+    bindparam,
     delete,
     func,
     insert,
@@ -41,7 +42,9 @@ from ..steps import StepExecution, ToolExecution
 from ..usage import Spend
 from . import _migrate
 from ._checksum import mismatches, sealed, verify
+from ._compiled import hot
 from ._engine import (
+    Connections,
     EngineSettings,
     Synchronous,
     is_busy,
@@ -49,7 +52,6 @@ from ._engine import (
     normalize_url,
     sqlite_path,
     with_retries,
-    write_transaction,
 )
 from ._rows import (
     conversation_record,
@@ -100,7 +102,8 @@ class Ledger:
         self.engine = engine
         self.settings = settings
         self.clock = clock
-        self._runs = RunTransactions(engine, settings, clock, lease_seconds)
+        self._connections = Connections(engine)
+        self._runs = RunTransactions(self._connections, settings, clock, lease_seconds)
         self._cache = _ConversationCache()
 
     @classmethod
@@ -156,6 +159,7 @@ class Ledger:
 
     def close(self) -> None:
         self._runs.close()
+        self._connections.close()
         self.engine.dispose()
 
     def __enter__(self) -> Self:
@@ -194,7 +198,7 @@ class Ledger:
         }
 
         def work() -> None:
-            with write_transaction(self.engine) as conn:
+            with self._connections.write() as conn:
                 conn.execute(insert(conversations), sealed(conversations, row))
 
         with_retries(self.settings, work, what="creating a conversation")
@@ -429,7 +433,7 @@ class Ledger:
     def _abandon(self, run_id: str, stale_after: float | None) -> RunRecord | None:
         def work() -> bool:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self._connections.write() as conn:
                 # Lock in the order claims, steps and commits do (the conversation's row, then
                 # the run's), then look again: a run resumed or finished meanwhile is not stale.
                 conversation_id = conn.execute(
@@ -483,24 +487,19 @@ class Ledger:
             return AgentState.empty(conversation_id=new_id())
 
         def read(conn: Connection) -> _Cached | None:
-            head = conn.execute(_head_query(conversation_id)).first()
-            if head is None:
+            sql = hot(conn.dialect)
+            head = sql.select(conn, _HEAD, {"conversation_id": conversation_id})
+            if not head:
                 return None
-            last_seq = -1 if head.last_seq is None else int(head.last_seq)
+            last_seq = -1 if head[0]["last_seq"] is None else int(head[0]["last_seq"])
             cached = self._cache.get(conversation_id)
             if cached is None or cached.last_seq > last_seq:
                 cached = _Cached(-1, MessageStore())
             if cached.last_seq < last_seq:
-                rows = conn.execute(
-                    select(conversation_messages)
-                    .where(
-                        conversation_messages.c.conversation_id == conversation_id,
-                        conversation_messages.c.seq > cached.last_seq,
-                    )
-                    .order_by(conversation_messages.c.seq)
-                ).mappings()
+                after = {"conversation_id": conversation_id, "after": cached.last_seq}
+                rows = sql.select(conn, _MESSAGES_AFTER, after)
                 what = f"conversation {conversation_id}"
-                fresh = in_sequence(rows.all(), "seq", cached.last_seq + 1, what)
+                fresh = in_sequence(rows, "seq", cached.last_seq + 1, what)
                 cached = _Cached(last_seq, store_of(fresh, cached.store))
             return cached
 
@@ -579,7 +578,7 @@ class Ledger:
         (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
 
         def work() -> T:
-            with self.engine.connect() as conn:
+            with self._connections.read() as conn:
                 return read(conn)
 
         return self._decode(what, lambda _: with_retries(self.settings, work, what=what), None)
@@ -650,15 +649,22 @@ class _ConversationCache:
                 self._entries.popitem(last=False)
 
 
-def _head_query(conversation_id: str) -> Any:
-    last_seq = (
-        select(func.max(conversation_messages.c.seq))
-        .where(conversation_messages.c.conversation_id == conversation_id)
-        .scalar_subquery()
+_HEAD = select(
+    conversations.c.id,
+    select(func.max(conversation_messages.c.seq))
+    .where(conversation_messages.c.conversation_id == bindparam("conversation_id"))
+    .scalar_subquery()
+    .label("last_seq"),
+).where(conversations.c.id == bindparam("conversation_id"))
+"""A conversation, if it exists, and the position of its last message."""
+_MESSAGES_AFTER = (
+    select(conversation_messages)
+    .where(
+        conversation_messages.c.conversation_id == bindparam("conversation_id"),
+        conversation_messages.c.seq > bindparam("after"),
     )
-    return select(conversations.c.id, last_seq.label("last_seq")).where(
-        conversations.c.id == conversation_id
-    )
+    .order_by(conversation_messages.c.seq)
+)
 
 
 def _hit(row: Any) -> SearchHit:

@@ -17,7 +17,6 @@ from typing import Any
 
 from sqlalchemy import (
     Connection,
-    Engine,
     and_,
     bindparam,
     delete,
@@ -45,7 +44,8 @@ from ..recording import filed_messages
 from ..state import AgentState, AgentStatus
 from ..steps import StepExecution
 from ._checksum import sealed, verify
-from ._engine import EngineSettings, with_retries, write_transaction
+from ._compiled import hot
+from ._engine import Connections, EngineSettings, with_retries
 from ._rows import (
     budget_json,
     in_sequence,
@@ -87,6 +87,45 @@ _INSERT_MESSAGES = insert(conversation_messages)
 _FLUSH_BUFFER = delete(execution_buffer_rows).where(
     execution_buffer_rows.c.run_id == bindparam("run_id")
 )
+_INSERT_RUN = insert(agent_runs)
+_TAKE_LEASE = (
+    update(conversations)
+    .where(
+        conversations.c.id == bindparam("conversation_id"),
+        or_(
+            conversations.c.lease_holder.is_(None),
+            conversations.c.lease_expires_at <= bindparam("now"),
+        ),
+    )
+    .values(
+        lease_holder=bindparam("token"),
+        lease_run_id=bindparam("run_id"),
+        lease_expires_at=bindparam("expires"),
+        updated_at=bindparam("now"),
+    )
+)
+_RELEASED = {
+    "lease_holder": None,
+    "lease_run_id": None,
+    "lease_expires_at": None,
+    "updated_at": bindparam("now"),
+}
+_RELEASE = (
+    update(conversations)
+    .where(
+        conversations.c.id == bindparam("conversation_id"),
+        conversations.c.lease_holder == bindparam("token"),
+    )
+    .values(**_RELEASED)
+)
+_RELEASE_AND_BUMP = _RELEASE.values(version=conversations.c.version + 1)
+_NEXT_SEQ = select(func.max(conversation_messages.c.seq).label("last")).where(
+    conversation_messages.c.conversation_id == bindparam("conversation_id")
+)
+_END_RUN = update(agent_runs).where(agent_runs.c.id == bindparam("run_id"))
+"""Sets the columns its row names (the run's end, and its checksum)."""
+_END_RUN_IF_RUNNING = _END_RUN.where(agent_runs.c.status == "running")
+_RUN_ROW = select(agent_runs).where(agent_runs.c.id == bindparam("run_id"))
 
 RESUME_PREFIX = "resume:"
 """Lease tokens taken by ``claim_run`` begin with this."""
@@ -111,14 +150,16 @@ class RunTransactions:
     """The SQL side of :class:`agentledger.Recorder`."""
 
     def __init__(
-        self, engine: Engine, settings: EngineSettings, clock: Clock, lease_seconds: float
+        self, connections: Connections, settings: EngineSettings, clock: Clock, lease_seconds: float
     ) -> None:
-        self.engine = engine
+        self.connections = connections
+        self.engine = engine = connections.engine
         self.settings = settings
         self.clock = clock
         self.lease = timedelta(seconds=lease_seconds)
         self._leases: dict[str, _Lease] = {}
         self._lock = threading.Lock()
+        self.sql = hot(engine.dialect)
 
     # --- the run's transactions ---------------------------------------------------------------
 
@@ -131,16 +172,16 @@ class RunTransactions:
 
         def work() -> None:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self.connections.write() as conn:
                 self._take_lease(
                     conn, state.conversation_id, run_id, token, now, state.parent_run_id
                 )
                 lease.run_row = _run_row(state, agent_name, now)
-                conn.execute(insert(agent_runs), lease.run_row)
+                self.sql.execute(conn, _INSERT_RUN, lease.run_row)
                 if user_message is not None:
                     seq = _next_seq(conn, state.conversation_id)
                     row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
-                    conn.execute(_INSERT_MESSAGES, sealed(conversation_messages, row))
+                    self.sql.execute(conn, _INSERT_MESSAGES, sealed(conversation_messages, row))
                     lease.next_seq, lease.last_message_id = seq + 1, user_message.id
 
         try:
@@ -189,14 +230,13 @@ class RunTransactions:
 
         def work() -> None:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self.connections.write() as conn:
                 self._fence(conn, run_id, lease, now)
-                conn.execute(_BEAT, {"run_id": run_id, "beat": now, "steps": after.step_count})
-                conn.execute(_INSERT_STEP, step)
-                if tools:
-                    conn.execute(_INSERT_TOOLS, tools)
-                if buffer:
-                    conn.execute(_INSERT_BUFFER, buffer)
+                sql = self.sql
+                sql.execute(conn, _BEAT, {"run_id": run_id, "beat": now, "steps": after.step_count})
+                sql.execute(conn, _INSERT_STEP, step)
+                sql.execute_many(conn, _INSERT_TOOLS, tools)
+                sql.execute_many(conn, _INSERT_BUFFER, buffer)
 
         self._write(
             work,
@@ -213,7 +253,7 @@ class RunTransactions:
 
         def work() -> None:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self.connections.write() as conn:
                 self._fence(conn, run_id, lease, now)
                 if lease.next_seq is not None and lease.last_message_id is not None:
                     new = _after(state, lease.last_message_id)
@@ -228,9 +268,8 @@ class RunTransactions:
                     )
                     for n, m in enumerate(new)
                 ]
-                if rows:
-                    conn.execute(_INSERT_MESSAGES, rows)
-                conn.execute(_FLUSH_BUFFER, {"run_id": run_id})
+                self.sql.execute_many(conn, _INSERT_MESSAGES, rows)
+                self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})
                 values = run_columns_at_end(state, state.status.value, None, now)
                 end_run(conn, run_id, values, row=lease.run_row)
                 self._release(conn, state.conversation_id, lease, now, bump_version=True)
@@ -284,7 +323,7 @@ class RunTransactions:
 
         def work() -> None:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self.connections.write() as conn:
                 self._fence(conn, run_id, lease, now)
                 values = recorded_totals(
                     conn,
@@ -310,7 +349,7 @@ class RunTransactions:
 
         def work() -> None:
             now = self.clock()
-            with write_transaction(self.engine) as conn:
+            with self.connections.write() as conn:
                 run = _run_row_of(conn, run_id)
                 conversation = (
                     conn.execute(
@@ -369,17 +408,16 @@ class RunTransactions:
         parent_run_id: str | None = None,
     ) -> None:
         expires = now + self.lease
-        taken = conn.execute(
-            update(conversations)
-            .where(
-                conversations.c.id == conversation_id,
-                or_(
-                    conversations.c.lease_holder.is_(None), conversations.c.lease_expires_at <= now
-                ),
-            )
-            .values(
-                lease_holder=token, lease_run_id=run_id, lease_expires_at=expires, updated_at=now
-            )
+        taken = self.sql.execute(
+            conn,
+            _TAKE_LEASE,
+            {
+                "conversation_id": conversation_id,
+                "token": token,
+                "run_id": run_id,
+                "expires": expires,
+                "now": now,
+            },
         ).rowcount
         if taken:
             return
@@ -415,7 +453,8 @@ class RunTransactions:
 
     def _fence(self, conn: Connection, run_id: str, lease: _Lease, now: datetime) -> None:
         """Extend the lease if this process still holds it; fail loudly if it does not."""
-        held = conn.execute(
+        held = self.sql.execute(
+            conn,
             _FENCE,
             {
                 "conversation_id": lease.conversation_id,
@@ -439,20 +478,10 @@ class RunTransactions:
         *,
         bump_version: bool,
     ) -> None:
-        values: dict[str, Any] = {
-            "lease_holder": None,
-            "lease_run_id": None,
-            "lease_expires_at": None,
-            "updated_at": now,
-        }
-        if bump_version:
-            values["version"] = conversations.c.version + 1
-        conn.execute(
-            update(conversations)
-            .where(
-                conversations.c.id == conversation_id, conversations.c.lease_holder == lease.token
-            )
-            .values(**values)
+        self.sql.execute(
+            conn,
+            _RELEASE_AND_BUMP if bump_version else _RELEASE,
+            {"conversation_id": conversation_id, "token": lease.token, "now": now},
         )
 
     def _hold(self, run_id: str, lease: _Lease) -> None:
@@ -471,7 +500,7 @@ class RunTransactions:
         while not lease.stop.wait(interval):
             try:
                 now = self.clock()
-                with write_transaction(self.engine) as conn:
+                with self.connections.write() as conn:
                     held = conn.execute(
                         update(conversations)
                         .where(
@@ -550,16 +579,15 @@ def _message_row(
     }
 
 
-def _next_seq(conn: Connection, conversation_id: str) -> int:
-    """The next position in a conversation."""
-    return _next(
-        conn, conversation_messages.c.seq, conversation_messages.c.conversation_id, conversation_id
-    )
-
-
 def _next_buffer_seq(conn: Connection, run_id: str) -> int:
     """The next position in a run's execution buffer."""
     return _next(conn, execution_buffer_rows.c.seq, execution_buffer_rows.c.run_id, run_id)
+
+
+def _next_seq(conn: Connection, conversation_id: str) -> int:
+    """The next position in a conversation."""
+    (row,) = hot(conn.dialect).select(conn, _NEXT_SEQ, {"conversation_id": conversation_id})
+    return 0 if row["last"] is None else int(row["last"]) + 1
 
 
 def _next(conn: Connection, seq: Any, owner: Any, owner_id: str) -> int:
@@ -594,11 +622,11 @@ def _after(state: AgentState, last: str) -> Messages:
     )
 
 
-def _run_row_of(conn: Connection, run_id: str) -> Any:
-    run = conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-    if run is None:
+def _run_row_of(conn: Connection, run_id: str) -> dict[str, Any]:
+    rows = hot(conn.dialect).select(conn, _RUN_ROW, {"run_id": run_id})
+    if not rows:
         raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
-    return run
+    return rows[0]
 
 
 def _check_claimable(run: Any, conversation: Any, now: datetime, stale_after: float | None) -> None:
@@ -720,14 +748,13 @@ def end_run(
     the run's row as this process knows it, else it is read). With ``only_if_running``, a run
     that is no longer running is left alone (False)."""
     if row is None or only_if_running:
-        row = dict(_run_row_of(conn, run_id))
+        row = _run_row_of(conn, run_id)
     if only_if_running and row["status"] != "running":
         return False
-    statement = update(agent_runs).where(agent_runs.c.id == run_id)
-    if only_if_running:
-        statement = statement.where(agent_runs.c.status == "running")
     ended = sealed(agent_runs, {**row, **values})
-    return bool(conn.execute(statement.values(**values, checksum=ended["checksum"])).rowcount)
+    statement = _END_RUN_IF_RUNNING if only_if_running else _END_RUN
+    columns = {**values, "checksum": ended["checksum"], "run_id": run_id}
+    return bool(hot(conn.dialect).execute(conn, statement, columns).rowcount)
 
 
 def recorded_totals(

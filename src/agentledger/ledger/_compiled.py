@@ -1,0 +1,200 @@
+"""The hot statements, compiled once per dialect and run on the driver's cursor.
+
+A step of a run is a handful of small statements. Sent through SQLAlchemy's ``execute``, each
+pays for looking its compiled form up, building an execution context and wrapping the result:
+several times what the database itself takes. Here a statement is compiled once, with the bind
+processors of its columns' types (the same ones SQLAlchemy would apply, so the stored values
+are exactly the same), and run on the cursor of the SQLAlchemy :class:`Connection` the
+transaction holds. The connection's ``before_cursor_execute`` and ``after_cursor_execute``
+listeners still see every statement (with SQLAlchemy's own arguments, the execution context
+aside, which is ``None``), and a driver error comes out as SQLAlchemy's
+:class:`~sqlalchemy.exc.DBAPIError`, a lost connection invalidated, as from ``execute``.
+"""
+
+from __future__ import annotations
+
+import threading
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Insert, Update
+from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.sql import ClauseElement, Select
+
+Processor = Callable[[Any], Any] | None
+_MISSING = object()
+
+
+class Compiled:
+    """One statement compiled for one dialect: its SQL text and how to bind a row to it."""
+
+    __slots__ = ("_binds", "_columns", "_dialect", "_selected", "positional", "sql")
+
+    def __init__(
+        self, statement: ClauseElement, dialect: Dialect, keys: Sequence[str] | None = None
+    ) -> None:
+        compiled = statement.compile(dialect=dialect, column_keys=list(keys or ()) or None)
+        self.sql = compiled.string
+        self.positional = bool(compiled.positional)
+        by_name = {name: bind for bind, name in compiled.bind_names.items()}
+        names = compiled.positiontup if compiled.positional else list(by_name)
+        assert names is not None
+        defaults = _scalar_defaults(statement)
+        self._binds: list[tuple[str, Any, Processor]] = []
+        for name in names:
+            bind = by_name[name]
+            fallback = defaults.get(name, _MISSING if bind.required else bind.effective_value)
+            processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
+            self._binds.append((name, fallback, processor))
+        self._dialect = dialect
+        self._selected = (
+            [(c.name, c.type.dialect_impl(dialect)) for c in statement.selected_columns]
+            if isinstance(statement, Select)
+            else []
+        )
+        self._columns: list[tuple[str, Processor]] | None = None
+
+    def params(self, row: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
+        """``row``'s values in the statement's order (or by name), through the bind processors;
+        a column the row leaves out takes its scalar default."""
+        values = []
+        for name, fallback, processor in self._binds:
+            value = row.get(name, fallback)
+            if value is _MISSING:
+                raise KeyError(f"no value for {name!r} in {self.sql.split('(')[0].strip()}")
+            values.append(value if processor is None else processor(value))
+        if self.positional:
+            return values
+        return {name: value for (name, _, _), value in zip(self._binds, values, strict=True)}
+
+    def rows(self, cursor: Any) -> list[dict[str, Any]]:
+        """The rows of a select as dicts by column name, through the result processors."""
+        columns = self._columns
+        if columns is None:  # some drivers' processors depend on the type the cursor reports
+            self._columns = columns = [
+                (name, impl.result_processor(self._dialect, description[1]))
+                for (name, impl), description in zip(
+                    self._selected, cursor.description, strict=True
+                )
+            ]
+        out = []
+        for values in cursor.fetchall():
+            row = {}
+            for (name, processor), value in zip(columns, values, strict=True):
+                row[name] = value if processor is None or value is None else processor(value)
+            out.append(row)
+        return out
+
+
+def _scalar_defaults(statement: ClauseElement) -> dict[str, Any]:
+    """The scalar Python-side defaults of an insert's table, by column key."""
+    if not isinstance(statement, Insert):
+        return {}
+    return {
+        column.key: column.default.arg  # type: ignore[attr-defined]
+        for column in statement.table.columns  # type: ignore[attr-defined]
+        if column.default is not None and column.default.is_scalar
+    }
+
+
+class Statements:
+    """The compiled forms of a ledger's hot statements, for its engine's dialect."""
+
+    def __init__(self, dialect: Dialect) -> None:
+        self.dialect = dialect
+        self._compiled: dict[tuple[int, tuple[str, ...]], Compiled] = {}
+        self._keep: list[ClauseElement] = []  # the statements keyed by id() stay alive
+        self._lock = threading.Lock()
+
+    def of(self, statement: ClauseElement, keys: Sequence[str] = ()) -> Compiled:
+        key = (id(statement), tuple(keys))
+        found = self._compiled.get(key)
+        if found is None:
+            found = Compiled(statement, self.dialect, keys)
+            with self._lock:
+                self._keep.append(statement)
+                self._compiled[key] = found
+        return found
+
+    def execute(
+        self,
+        conn: Connection,
+        statement: ClauseElement,
+        row: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Run ``statement`` with one row of values; the driver's cursor (``rowcount``).
+
+        An insert's row names its columns; so does an update's, which sets those of its keys
+        that are columns (its where clause's bind names are not column names)."""
+        row = row or {}
+        keys = tuple(row) if isinstance(statement, Insert | Update) else ()
+        compiled = self.of(statement, keys)
+        return _send(conn, compiled, compiled.params(row), many=False)
+
+    def execute_many(
+        self, conn: Connection, statement: Insert, rows: Sequence[Mapping[str, Any]]
+    ) -> None:
+        """Insert ``rows`` (with the same keys) in one ``executemany``."""
+        if not rows:
+            return
+        compiled = self.of(statement, tuple(rows[0]))
+        _send(conn, compiled, [compiled.params(row) for row in rows], many=True)
+
+    def select(
+        self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
+    ) -> list[dict[str, Any]]:
+        """The rows of a select, as dicts by column name."""
+        compiled = self.of(statement)
+        return compiled.rows(_send(conn, compiled, compiled.params(row or {}), many=False))
+
+
+_BY_DIALECT: weakref.WeakKeyDictionary[Dialect, Statements] = weakref.WeakKeyDictionary()
+_BY_DIALECT_LOCK = threading.Lock()
+
+
+def hot(dialect: Dialect) -> Statements:
+    """The compiled statements of ``dialect`` (one set per engine)."""
+    found = _BY_DIALECT.get(dialect)
+    if found is None:
+        with _BY_DIALECT_LOCK:
+            found = _BY_DIALECT.setdefault(dialect, Statements(dialect))
+    return found
+
+
+def _send(conn: Connection, compiled: Compiled, params: Any, *, many: bool) -> Any:
+    return send(conn, compiled.sql, params, many=many)
+
+
+def send(conn: Connection, sql: str, params: Any = (), *, many: bool = False) -> Any:
+    """Run ``sql`` on the driver's cursor of ``conn``, as ``exec_driver_sql`` would (listeners,
+    errors) at a fraction of its cost; the cursor."""
+    dbapi_connection = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    cursor = dbapi_connection.cursor()
+    events = conn.dispatch
+    try:
+        if events.before_cursor_execute:
+            for listener in events.before_cursor_execute:
+                listener(conn, cursor, sql, params, None, many)
+        if many:
+            cursor.executemany(sql, params)
+        else:
+            cursor.execute(sql, params)
+        if events.after_cursor_execute:
+            for listener in events.after_cursor_execute:
+                listener(conn, cursor, sql, params, None, many)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        lost = conn.dialect.is_disconnect(exc, dbapi_connection, cursor)
+        if lost:
+            conn.invalidate(exc)
+        raise DBAPIError.instance(
+            sql,
+            params,
+            exc,
+            conn.dialect.loaded_dbapi.Error,
+            connection_invalidated=lost,
+            dialect=conn.dialect,
+        ) from exc
+    return cursor
