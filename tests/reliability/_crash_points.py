@@ -13,7 +13,7 @@ The points are tripped without touching the library: SQLAlchemy events on the le
 count the write transactions of the phase (``begin`` with the ledger's write option, in the
 main thread, so a heartbeat never counts) and kill at a statement of the n-th one
 (``before_cursor_execute``), at its ``commit`` event (every statement sent, no COMMIT yet), or
-when its connection goes back to the pool (``checkin``: the COMMIT is done); the scenario's
+as soon as the driver's COMMIT returns (the dialect's ``do_commit``, wrapped); the scenario's
 tool (from ``_crash_child``) kills inside itself. A kill is ``os._exit(70)`` or SIGKILL.
 
 Children are forked from a forkserver that has agentledger, SQLAlchemy and psycopg imported
@@ -353,7 +353,14 @@ class Tripwire:
         event.listen(engine, "before_cursor_execute", self._statement)
         event.listen(engine, "commit", self._commit)
         event.listen(engine, "rollback", self._rollback)
-        event.listen(engine, "checkin", self._checkin)
+        do_commit = engine.dialect.do_commit
+
+        def commit_then_check(dbapi_connection: Any) -> None:
+            do_commit(dbapi_connection)
+            if self.committed and threading.current_thread() is threading.main_thread():
+                kill(self.mode)
+
+        engine.dialect.do_commit = commit_then_check  # type: ignore[method-assign]
 
     def _begin(self, conn: Any) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -380,10 +387,6 @@ class Tripwire:
     def _rollback(self, conn: Any) -> None:
         if conn is self.armed:
             self.armed = None
-
-    def _checkin(self, *_: Any) -> None:
-        if self.committed and threading.current_thread() is threading.main_thread():
-            kill(self.mode)
 
 
 def crash_point(spec: dict[str, Any]) -> dict[str, Any]:
