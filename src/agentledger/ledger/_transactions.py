@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -80,6 +81,11 @@ _BEAT = (
     .where(agent_runs.c.id == bindparam("run_id"))
     .values(heartbeat_at=bindparam("beat"), step_count=bindparam("steps"))
 )
+_HEARTBEAT = (
+    update(agent_runs)
+    .where(agent_runs.c.id == bindparam("run_id"))
+    .values(heartbeat_at=bindparam("beat"))
+)
 _INSERT_STEP = insert(step_executions)
 _INSERT_TOOLS = insert(tool_executions)
 _INSERT_BUFFER = insert(execution_buffer_rows)
@@ -137,6 +143,9 @@ class _Lease:
     conversation_id: str
     next_buffer_seq: int = 0
     stop: threading.Event = field(default_factory=threading.Event)
+    """Set when the run ends here, or when its lease turned out to be lost: no more beats."""
+    due: float = 0.0
+    """When the heartbeat renews the lease next (``time.monotonic()``)."""
     run_row: dict[str, Any] | None = None
     """The run's row as this process wrote or read it, so that sealing its end needs no read."""
     next_seq: int | None = None
@@ -159,6 +168,9 @@ class RunTransactions:
         self.lease = timedelta(seconds=lease_seconds)
         self._leases: dict[str, _Lease] = {}
         self._lock = threading.Lock()
+        self._interval = max(lease_seconds / 3, 0.05)
+        self._beating: threading.Thread | None = None
+        self._closed = threading.Event()
         self.sql = hot(engine.dialect)
 
     # --- the run's transactions ---------------------------------------------------------------
@@ -485,40 +497,58 @@ class RunTransactions:
         )
 
     def _hold(self, run_id: str, lease: _Lease) -> None:
+        lease.due = time.monotonic() + self._interval
         with self._lock:
             self._leases[run_id] = lease
-        beat = threading.Thread(
-            target=self._heartbeat,
-            args=(run_id, lease),
-            name=f"agentledger-heartbeat-{run_id}",
-            daemon=True,
-        )
-        beat.start()
+            beating = self._beating is not None and self._beating.is_alive()
+            if not beating and not self._closed.is_set():
+                # One thread per handle beats for all its runs (started at the first, and again
+                # in a forked child, which has no thread of its parent's).
+                self._beating = threading.Thread(
+                    target=self._heartbeat, name="agentledger-heartbeat", daemon=True
+                )
+                self._beating.start()
 
-    def _heartbeat(self, run_id: str, lease: _Lease) -> None:
-        interval = max(self.lease.total_seconds() / 3, 0.05)
-        while not lease.stop.wait(interval):
-            try:
-                now = self.clock()
-                with self.connections.write() as conn:
-                    held = conn.execute(
-                        update(conversations)
-                        .where(
-                            conversations.c.id == lease.conversation_id,
-                            conversations.c.lease_holder == lease.token,
-                        )
-                        .values(lease_expires_at=now + self.lease)
-                    ).rowcount
-                    if held:
-                        conn.execute(
-                            update(agent_runs)
-                            .where(agent_runs.c.id == run_id)
-                            .values(heartbeat_at=now)
-                        )
-                if not held:
-                    return
-            except Exception:  # a missed beat is retried at the next interval
-                continue
+    def _heartbeat(self) -> None:
+        """Renew every held lease a third of the way through its life, until the handle closes.
+        A missed beat is tried again at the next interval; a lease found lost is let go."""
+        wait = self._interval
+        while not self._closed.wait(wait):
+            now = time.monotonic()
+            with self._lock:
+                due = [(r, lease) for r, lease in self._leases.items() if lease.due <= now]
+                upcoming = [lease.due for lease in self._leases.values() if lease.due > now]
+            for run_id, lease in due:
+                lease.due = now + self._interval
+                with contextlib.suppress(Exception):
+                    if not self._beat(run_id, lease):
+                        lease.stop.set()
+                        self._forget(run_id, lease)
+            wait = max(min(upcoming, default=now + self._interval) - time.monotonic(), 0.01)
+
+    def _beat(self, run_id: str, lease: _Lease) -> bool:
+        """Extend ``lease`` and note the run's heartbeat; False if the lease is no longer held."""
+        if lease.stop.is_set():
+            return True
+        now = self.clock()
+        with self.connections.write() as conn:
+            held = self.sql.execute(
+                conn,
+                _FENCE,
+                {
+                    "conversation_id": lease.conversation_id,
+                    "token": lease.token,
+                    "expires": now + self.lease,
+                },
+            ).rowcount
+            if held:
+                self.sql.execute(conn, _HEARTBEAT, {"run_id": run_id, "beat": now})
+        return bool(held)
+
+    def _forget(self, run_id: str, lease: _Lease) -> None:
+        with self._lock:
+            if self._leases.get(run_id) is lease:
+                del self._leases[run_id]
 
     def _lease_of(self, run_id: str) -> _Lease:
         with self._lock:
@@ -537,11 +567,15 @@ class RunTransactions:
             lease.stop.set()
 
     def close(self) -> None:
+        self._closed.set()
         with self._lock:
             leases = list(self._leases.values())
             self._leases.clear()
+            beating, self._beating = self._beating, None
         for lease in leases:
             lease.stop.set()
+        if beating is not None and beating is not threading.current_thread():
+            beating.join(timeout=5)
 
 
 def _run_id(state: AgentState) -> str:
