@@ -57,7 +57,12 @@ def steps_limit(state: AgentState) -> ContinuationDecision:
     limit = state.budget.max_steps
     if limit is None:
         return ContinuationDecision.abstain()
-    steps = state.spend().steps
+    steps = state.step_count + sum(  # state.spend().steps, without summing the tokens too
+        tool.subtree.steps
+        for execution in state.step_executions
+        for tool in execution.step.tool_executions
+        if tool.subtree is not None
+    )
     if steps >= limit:
         return ContinuationDecision.stop(StopReason.STEPS_LIMIT, f"{steps} of {limit} steps")
     return ContinuationDecision.abstain()

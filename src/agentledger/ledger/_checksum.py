@@ -121,7 +121,7 @@ def _canonical(value: Any) -> str:
 
 
 def _time(value: datetime) -> str:
-    return "t" + value.astimezone(UTC).isoformat()
+    return "t" + (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
 
 
 def _float(value: float) -> str:

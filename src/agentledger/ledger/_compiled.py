@@ -22,69 +22,86 @@ from sqlalchemy import Connection, Insert, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, Select
+from sqlalchemy.sql.compiler import SQLCompiler
 
-Processor = Callable[[Any], Any] | None
 _MISSING = object()
 
 
 class Compiled:
     """One statement compiled for one dialect: its SQL text and how to bind a row to it."""
 
-    __slots__ = ("_binds", "_columns", "_dialect", "_selected", "positional", "sql")
+    __slots__ = (
+        "_dialect",
+        "_fetch",
+        "_names",
+        "_required",
+        "_results",
+        "_selected",
+        "_to_bind",
+        "positional",
+        "sql",
+    )
 
     def __init__(
         self, statement: ClauseElement, dialect: Dialect, keys: Sequence[str] | None = None
     ) -> None:
         compiled = statement.compile(dialect=dialect, column_keys=list(keys or ()) or None)
+        assert isinstance(compiled, SQLCompiler)
         self.sql = compiled.string
         self.positional = bool(compiled.positional)
         by_name = {name: bind for bind, name in compiled.bind_names.items()}
         names = compiled.positiontup if compiled.positional else list(by_name)
         assert names is not None
         defaults = _scalar_defaults(statement)
-        self._binds: list[tuple[str, Any, Processor]] = []
-        for name in names:
+        self._names = list(names)
+        self._fetch: list[tuple[str, Any]] = []
+        self._to_bind: list[tuple[int, Callable[[Any], Any]]] = []
+        for index, name in enumerate(names):
             bind = by_name[name]
             fallback = defaults.get(name, _MISSING if bind.required else bind.effective_value)
+            self._fetch.append((name, fallback))
             processor = bind.type.dialect_impl(dialect).bind_processor(dialect)
-            self._binds.append((name, fallback, processor))
+            if processor is not None:
+                self._to_bind.append((index, processor))
+        self._required = {name for name, fallback in self._fetch if fallback is _MISSING}
         self._dialect = dialect
         self._selected = (
             [(c.name, c.type.dialect_impl(dialect)) for c in statement.selected_columns]
             if isinstance(statement, Select)
             else []
         )
-        self._columns: list[tuple[str, Processor]] | None = None
+        self._results: list[tuple[str, Callable[[Any], Any]]] | None = None
 
     def params(self, row: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
         """``row``'s values in the statement's order (or by name), through the bind processors;
         a column the row leaves out takes its scalar default."""
-        values = []
-        for name, fallback, processor in self._binds:
-            value = row.get(name, fallback)
-            if value is _MISSING:
+        for name in self._required:
+            if name not in row:
                 raise KeyError(f"no value for {name!r} in {self.sql.split('(')[0].strip()}")
-            values.append(value if processor is None else processor(value))
+        get = row.get
+        values = [get(name, fallback) for name, fallback in self._fetch]
+        for index, processor in self._to_bind:
+            values[index] = processor(values[index])
         if self.positional:
             return values
-        return {name: value for (name, _, _), value in zip(self._binds, values, strict=True)}
+        return dict(zip(self._names, values, strict=True))
 
     def rows(self, cursor: Any) -> list[dict[str, Any]]:
         """The rows of a select as dicts by column name, through the result processors."""
-        columns = self._columns
-        if columns is None:  # some drivers' processors depend on the type the cursor reports
-            self._columns = columns = [
-                (name, impl.result_processor(self._dialect, description[1]))
-                for (name, impl), description in zip(
-                    self._selected, cursor.description, strict=True
-                )
-            ]
-        out = []
-        for values in cursor.fetchall():
-            row = {}
-            for (name, processor), value in zip(columns, values, strict=True):
-                row[name] = value if processor is None or value is None else processor(value)
-            out.append(row)
+        if self._results is None:  # some drivers' processors depend on the type the cursor says
+            results: list[tuple[str, Callable[[Any], Any]]] = []
+            for (name, impl), description in zip(self._selected, cursor.description, strict=True):
+                processor = impl.result_processor(self._dialect, description[1])
+                if processor is not None:
+                    results.append((name, processor))
+            self._results = results
+        names = [name for name, _ in self._selected]
+        out = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        for name, process in self._results:
+            for row in out:
+                value = row[name]
+                if value is not None:
+                    row[name] = process(value)
         return out
 
 
@@ -94,7 +111,7 @@ def _scalar_defaults(statement: ClauseElement) -> dict[str, Any]:
         return {}
     return {
         column.key: column.default.arg  # type: ignore[attr-defined]
-        for column in statement.table.columns  # type: ignore[attr-defined]
+        for column in statement.table.columns
         if column.default is not None and column.default.is_scalar
     }
 

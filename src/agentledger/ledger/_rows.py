@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
 
 from ..continuation import ContinuationOutcome, ExecutionBudget, StopReason
 from ..drivers import split_output
@@ -87,16 +89,20 @@ def message_of(row: Row) -> Message:
     if row["checksum"] is not None:
         # The row is exactly what the ledger wrote from a validated message: build it again
         # without validating it twice (a cold load of a long conversation is mostly this).
-        return Message.model_construct(
-            id=row["id"],
-            role=Role(row["role"]),
-            content=row["content"] or "",
-            name=row["name"],
-            tool_calls=tuple(ToolCall.model_construct(**c) for c in row["tool_calls"] or ()),
-            tool_call_id=row["tool_call_id"],
-            reasoning=row["reasoning"],
-            metadata=row["metadata"] or {},
-            created_at=row["created_at"],
+        calls = row["tool_calls"]
+        return _rebuilt(
+            Message,
+            {
+                "role": Role(row["role"]),
+                "content": row["content"] or "",
+                "name": row["name"],
+                "tool_calls": tuple(_tool_call(c) for c in calls) if calls else (),
+                "tool_call_id": row["tool_call_id"],
+                "reasoning": row["reasoning"],
+                "metadata": row["metadata"] or {},
+                "id": row["id"],
+                "created_at": row["created_at"],
+            },
         )
     return Message(
         id=row["id"],
@@ -108,6 +114,33 @@ def message_of(row: Row) -> Message:
         reasoning=row["reasoning"],
         metadata=row["metadata"] or {},
         created_at=row["created_at"],
+    )
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _rebuilt(model: type[M], values: dict[str, Any]) -> M:
+    """An instance of ``model`` (frozen, no private attributes) holding ``values``, every field
+    given, unvalidated: what ``model_construct`` makes, without its per-field bookkeeping. Only
+    for values the ledger wrote from a validated instance, read back intact."""
+    instance = model.__new__(model)
+    object.__setattr__(instance, "__dict__", values)
+    object.__setattr__(instance, "__pydantic_fields_set__", set(values))
+    object.__setattr__(instance, "__pydantic_extra__", None)
+    object.__setattr__(instance, "__pydantic_private__", None)
+    return instance
+
+
+def _tool_call(stored: dict[str, Any]) -> ToolCall:
+    return _rebuilt(
+        ToolCall,
+        {
+            "id": stored["id"],
+            "name": stored["name"],
+            "arguments": stored.get("arguments", {}),
+            "raw_arguments": stored.get("raw_arguments"),
+        },
     )
 
 

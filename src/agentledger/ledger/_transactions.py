@@ -110,7 +110,7 @@ _TAKE_LEASE = (
         updated_at=bindparam("now"),
     )
 )
-_RELEASED = {
+_RELEASED: dict[str, Any] = {
     "lease_holder": None,
     "lease_run_id": None,
     "lease_expires_at": None,

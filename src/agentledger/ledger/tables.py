@@ -10,6 +10,7 @@ run tree, never added in.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -57,6 +58,34 @@ class UTCDateTime(TypeDecorator[datetime]):
         if value is None:
             return None
         return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+    # SQLite keeps the time as text: there, one step each way instead of two (the same text as
+    # SQLAlchemy's own DATETIME writes, ``YYYY-MM-DD HH:MM:SS.ffffff``, read as it reads it).
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().bind_processor(dialect)
+
+        def process(value: datetime | None) -> str | None:
+            if value is None:
+                return None
+            if value.tzinfo is None:
+                raise ValueError(f"naive datetime {value!r}: the ledger stores aware UTC times")
+            return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+
+        return process
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
+        if dialect.name != "sqlite":
+            return super().result_processor(dialect, coltype)
+
+        def process(value: str | None) -> datetime | None:
+            if value is None:
+                return None
+            moment = datetime.fromisoformat(value)
+            return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+
+        return process
 
 
 JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
