@@ -9,7 +9,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from datetime import UTC, datetime
 
@@ -45,4 +44,5 @@ def new_id() -> str:
         counter = _counter
     tail = int.from_bytes(os.urandom(8)) & ((1 << 62) - 1)
     value = (ms << 80) | (0x7 << 76) | (counter << 64) | (0b10 << 62) | tail
-    return str(uuid.UUID(int=value))
+    digits = f"{value:032x}"  # str(uuid.UUID(int=value)), without building the object
+    return f"{digits[:8]}-{digits[8:12]}-{digits[12:16]}-{digits[16:20]}-{digits[20:]}"

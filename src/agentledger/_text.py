@@ -57,6 +57,27 @@ def find_unstorable(value: object, path: str = "") -> Unstorable | None:
 
     ``path`` is the name of ``value`` itself, the start of every path reported.
     """
+    # Nearly every value is clean: look first without building the paths.
+    return _find(value, path) if _holds_unstorable(value) else None
+
+
+def _holds_unstorable(value: object) -> bool:
+    if isinstance(value, str):
+        return _UNSTORABLE.search(value) is not None
+    if isinstance(value, Mapping):
+        return any(
+            (isinstance(key, str) and _UNSTORABLE.search(key) is not None)
+            or _holds_unstorable(item)
+            for key, item in value.items()
+        )
+    if isinstance(value, list | tuple):
+        return any(_holds_unstorable(item) for item in value)
+    if isinstance(value, BaseModel):
+        return any(_holds_unstorable(getattr(value, name)) for name in type(value).model_fields)
+    return False
+
+
+def _find(value: object, path: str) -> Unstorable | None:
     if isinstance(value, str):
         match = _UNSTORABLE.search(value)
         return None if match is None else Unstorable(match.group(), match.start(), path)
@@ -74,7 +95,7 @@ def _in_mapping(value: Mapping[object, object], path: str) -> Unstorable | None:
         inner = f"{path}[{key!r}]"  # repr escapes NUL and surrogates
         if isinstance(key, str) and (match := _UNSTORABLE.search(key)) is not None:
             return Unstorable(match.group(), match.start(), inner, in_key=True)
-        found = find_unstorable(item, inner)
+        found = _find(item, inner)
         if found is not None:
             return found
     return None
@@ -82,7 +103,7 @@ def _in_mapping(value: Mapping[object, object], path: str) -> Unstorable | None:
 
 def _in_sequence(value: list[object] | tuple[object, ...], path: str) -> Unstorable | None:
     for index, item in enumerate(value):
-        found = find_unstorable(item, f"{path}[{index}]")
+        found = _find(item, f"{path}[{index}]")
         if found is not None:
             return found
     return None
@@ -90,7 +111,7 @@ def _in_sequence(value: list[object] | tuple[object, ...], path: str) -> Unstora
 
 def _in_model(value: BaseModel, path: str) -> Unstorable | None:
     for name in type(value).model_fields:
-        found = find_unstorable(getattr(value, name), f"{path}.{name}" if path else name)
+        found = _find(getattr(value, name), f"{path}.{name}" if path else name)
         if found is not None:
             return found
     return None
