@@ -10,6 +10,7 @@ from typing import Literal
 from ._ids import Clock, utc_now
 from ._text import check_storable
 from .agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
+from .context import ContextBudget, ObservationMasking
 from .continuation import ExecutionBudget
 from .criteria import DEFAULT_STOP_FINISH_REASONS, Criterion, default_criteria
 from .drivers import Driver, ToolCallingDriver
@@ -55,6 +56,7 @@ class AgentBuilder:
     recorder: Recorder | None = None
     subagents: tuple[SubagentSpec, ...] = ()
     subagent_policy: SubagentPolicy = field(default_factory=SubagentPolicy)
+    context_budget: ContextBudget | None = None
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -88,6 +90,12 @@ class AgentBuilder:
         """Limits per run; a limit left ``None`` in ``budget`` keeps the builder's."""
         merged = {**self.budget.model_dump(), **budget.model_dump(exclude_none=True)}
         return self._with(budget=ExecutionBudget.model_validate(merged))
+
+    def with_context_budget(self, max_tokens: int, *, keep_recent: int = 3) -> AgentBuilder:
+        """Keep what the model is sent within ``max_tokens`` (estimated: see
+        :mod:`agentledger.context`): before a step that would exceed it, the oldest tool results
+        of the run are masked, the ``keep_recent`` most recent ones left raw."""
+        return self._with(context_budget=ContextBudget(max_tokens, keep_recent=keep_recent))
 
     def with_processors(
         self, *processors: StateProcessor | Iterable[StateProcessor]
@@ -167,7 +175,7 @@ class AgentBuilder:
             AgentConfig(
                 driver=self._driver(),
                 tools=ToolSet(tools),
-                processors=(*self.processors, *self._builtin_processors()),
+                processors=(*self.processors, *self._context(), *self._builtin_processors()),
                 criteria=(*default_criteria(self.stop_finish_reasons), *self.criteria),
                 budget=self.budget,
                 clock=self.clock,
@@ -213,6 +221,10 @@ class AgentBuilder:
                 "or .with_driver(...)."
             )
         return ToolCallingDriver(llm=self.llm, model=self.model, settings=self.settings)
+
+    def _context(self) -> tuple[StateProcessor, ...]:
+        budget = self.context_budget
+        return () if budget is None else (ObservationMasking(budget),)
 
     def _builtin_processors(self) -> tuple[StateProcessor, ...]:
         # Outermost first: post-step work runs innermost first, so the trace reaches the
