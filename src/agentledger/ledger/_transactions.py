@@ -465,16 +465,7 @@ class RunTransactions:
 
     def _fence(self, conn: Connection, run_id: str, lease: _Lease, now: datetime) -> None:
         """Extend the lease if this process still holds it; fail loudly if it does not."""
-        held = self.sql.execute(
-            conn,
-            _FENCE,
-            {
-                "conversation_id": lease.conversation_id,
-                "token": lease.token,
-                "expires": now + self.lease,
-            },
-        ).rowcount
-        if not held:
+        if not self._extend(conn, lease, now):
             raise LeaseLostError(
                 f"run {run_id} lost its lease on conversation {lease.conversation_id}: it was not "
                 "renewed in time and another process took the conversation over. This process's "
@@ -532,18 +523,15 @@ class RunTransactions:
             return True
         now = self.clock()
         with self.connections.write() as conn:
-            held = self.sql.execute(
-                conn,
-                _FENCE,
-                {
-                    "conversation_id": lease.conversation_id,
-                    "token": lease.token,
-                    "expires": now + self.lease,
-                },
-            ).rowcount
+            held = self._extend(conn, lease, now)
             if held:
                 self.sql.execute(conn, _HEARTBEAT, {"run_id": run_id, "beat": now})
-        return bool(held)
+        return held
+
+    def _extend(self, conn: Connection, lease: _Lease, now: datetime) -> bool:
+        """Push the lease's expiry on if this process still holds it (False if it does not)."""
+        row = {"conversation_id": lease.conversation_id, "token": lease.token}
+        return bool(self.sql.execute(conn, _FENCE, {**row, "expires": now + self.lease}).rowcount)
 
     def _forget(self, run_id: str, lease: _Lease) -> None:
         with self._lock:
