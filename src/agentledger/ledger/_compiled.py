@@ -148,7 +148,7 @@ class Statements:
         row = row or {}
         keys = tuple(row) if isinstance(statement, Insert | Update) else ()
         compiled = self.of(statement, keys)
-        return _send(conn, compiled, compiled.params(row), many=False)
+        return send(conn, compiled.sql, compiled.params(row))
 
     def execute_many(
         self, conn: Connection, statement: Insert, rows: Sequence[Mapping[str, Any]]
@@ -157,14 +157,14 @@ class Statements:
         if not rows:
             return
         compiled = self.of(statement, tuple(rows[0]))
-        _send(conn, compiled, [compiled.params(row) for row in rows], many=True)
+        send(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
 
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The rows of a select, as dicts by column name."""
         compiled = self.of(statement)
-        return compiled.rows(_send(conn, compiled, compiled.params(row or {}), many=False))
+        return compiled.rows(send(conn, compiled.sql, compiled.params(row or {})))
 
 
 _BY_DIALECT: weakref.WeakKeyDictionary[Dialect, Statements] = weakref.WeakKeyDictionary()
@@ -178,10 +178,6 @@ def hot(dialect: Dialect) -> Statements:
         with _BY_DIALECT_LOCK:
             found = _BY_DIALECT.setdefault(dialect, Statements(dialect))
     return found
-
-
-def _send(conn: Connection, compiled: Compiled, params: Any, *, many: bool) -> Any:
-    return send(conn, compiled.sql, params, many=many)
 
 
 def send(conn: Connection, sql: str, params: Any = (), *, many: bool = False) -> Any:

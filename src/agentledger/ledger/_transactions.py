@@ -162,7 +162,7 @@ class RunTransactions:
         self, connections: Connections, settings: EngineSettings, clock: Clock, lease_seconds: float
     ) -> None:
         self.connections = connections
-        self.engine = engine = connections.engine
+        self.engine = connections.engine
         self.settings = settings
         self.clock = clock
         self.lease = timedelta(seconds=lease_seconds)
@@ -171,7 +171,7 @@ class RunTransactions:
         self._interval = max(lease_seconds / 3, 0.05)
         self._beating: threading.Thread | None = None
         self._closed = threading.Event()
-        self.sql = hot(engine.dialect)
+        self.sql = hot(self.engine.dialect)
 
     # --- the run's transactions ---------------------------------------------------------------
 
@@ -603,18 +603,15 @@ def _message_row(
 
 def _next_buffer_seq(conn: Connection, run_id: str) -> int:
     """The next position in a run's execution buffer."""
-    return _next(conn, execution_buffer_rows.c.seq, execution_buffer_rows.c.run_id, run_id)
+    column = execution_buffer_rows.c
+    last = conn.execute(select(func.max(column.seq)).where(column.run_id == run_id)).scalar()
+    return 0 if last is None else int(last) + 1
 
 
 def _next_seq(conn: Connection, conversation_id: str) -> int:
     """The next position in a conversation."""
     (row,) = hot(conn.dialect).select(conn, _NEXT_SEQ, {"conversation_id": conversation_id})
     return 0 if row["last"] is None else int(row["last"]) + 1
-
-
-def _next(conn: Connection, seq: Any, owner: Any, owner_id: str) -> int:
-    last = conn.execute(select(func.max(seq)).where(owner == owner_id)).scalar()
-    return 0 if last is None else int(last) + 1
 
 
 def _unpersisted(conn: Connection, state: AgentState) -> Messages:
