@@ -36,7 +36,7 @@ from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
-from agentledger.ledger._checksum import COVERED, checksum_over
+from agentledger.ledger._checksum import COVERED, checksum
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 VERSION_TABLE = "agentledger_version"
@@ -188,9 +188,11 @@ class Database:
                 if projected:
                     conn.execute(table.insert(), _parents_first(table, projected))
 
-    def fill_empty_columns(self) -> dict[str, list[str]]:
+    def fill_empty_columns(
+        self, skip: Mapping[str, Sequence[str]] | None = None
+    ) -> dict[str, list[str]]:
         """Give every nullable column that is NULL in every row a value in one row, so the data
-        exercises every column; what was filled, by table."""
+        exercises every column (but those in ``skip``); what was filled, by table."""
         metadata = self.reflect()
         filled: dict[str, list[str]] = {}
         with self.engine.begin() as conn:
@@ -200,6 +202,8 @@ class Database:
                 if first is None:
                     continue
                 for column in table.columns:
+                    if column.name in (skip or {}).get(table.name, ()):
+                        continue
                     if _holds_a_value(conn, column):
                         continue
                     value = _value_for(conn, table, column, own_id=first[0])
@@ -231,7 +235,7 @@ def _reseal(conn: Any, reflected: MetaData) -> None:
             conn.execute(
                 update(table)
                 .where(table.c.id == row["id"])
-                .values(checksum=checksum_over(COVERED[name], row))
+                .values(checksum=checksum(table, row))
             )
 
 
@@ -334,6 +338,12 @@ def get_weather(city: str) -> str:
 
 
 @tool
+def forecast(city: str) -> str:
+    """The week's forecast for a city, at length."""
+    return " ".join(f"Day {day}: 22C and sunny in {city}." for day in range(1, 15))
+
+
+@tool
 def convert(amount: float, currency: str) -> str:
     """Convert an amount of US dollars into another currency."""
     if currency.upper() != "EUR":
@@ -349,7 +359,7 @@ def _answer(text_: str, **fields: Any) -> InferenceResponse:
     return InferenceResponse(content=text_, finish_reason="stop", **fields)
 
 
-def record_representative_runs(ledger: Ledger) -> dict[str, str]:
+def record_representative_runs(ledger: Ledger, *, compaction: bool = True) -> dict[str, str]:
     """Real agents recorded in ``ledger``, so that every table gets rows; their ids by name.
 
     - ``trip``: a conversation of two runs with tool calls (two in parallel), reasoning, usage
@@ -358,7 +368,8 @@ def record_representative_runs(ledger: Ledger) -> dict[str, str]:
     - ``failed``: a run whose model ran out of responses after one step (status ``failed``,
       buffer kept);
     - ``stale``: a run begun and stepped through a ledger handle that was then closed, as if its
-      process died (status ``running``, lease held, buffer rows left).
+      process died (status ``running``, lease held, buffer rows left);
+    - with ``compaction``, :func:`record_compactions`.
     """
     ids: dict[str, str] = {}
     usage = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 40}
@@ -428,7 +439,40 @@ def record_representative_runs(ledger: Ledger) -> dict[str, str]:
     ids.update(failed=result.conversation_id, failed_run=result.run_id)
 
     ids.update(zip(("stale", "stale_run"), begin_stale_run(ledger), strict=True))
+    if compaction:
+        ids.update(record_compactions(ledger))
     return ids
+
+
+def record_compactions(ledger: Ledger) -> dict[str, str]:
+    """``compacted``: a conversation whose run masked old tool results before a step, then
+    whose first run was summarized (a summary; messages out of the context, pointing at it)."""
+    lisbon = ToolCall(id="call_lisbon", name="forecast", arguments={"city": "Lisbon"})
+    llm = ScriptedLLM(
+        [
+            _calls(lisbon, usage={"input_tokens": 300}),
+            _calls(ToolCall(id="call_porto", name="forecast", arguments={"city": "Porto"})),
+            _answer("Sunny in both.", usage={"input_tokens": 400}),
+            _answer("Still sunny."),
+        ]
+    )
+    summarizer = ScriptedLLM(
+        [_answer("They asked about the weather in Lisbon and Porto.", usage={"input_tokens": 90})]
+    )
+    agent = (
+        AgentBuilder()
+        .with_llm(llm)
+        .with_name("compacted")
+        .with_tools([forecast])
+        .with_context_budget(60, keep_recent=1, summarize_at=1.0, summarizer=summarizer)
+        .with_ledger(ledger)
+        .build()
+    )
+    first = agent.run("Weather in Lisbon and in Porto, one after the other?")
+    agent.run("And now?", first.conversation_id)
+    compaction = agent.compact(first.conversation_id, force=True)
+    assert compaction is not None and compaction.summary_id is not None
+    return {"compacted": first.conversation_id, "compacted_run": first.run_id}
 
 
 def begin_stale_run(ledger: Ledger) -> tuple[str, str]:

@@ -30,9 +30,10 @@ from _ledger_support import Database
 from agentledger import AgentBuilder, LedgerCorruptError, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
-from agentledger.ledger._checksum import COVERED, checksum, checksum_over
+from agentledger.ledger._checksum import ADDED, COVERED, checksum, checksum_over
 from agentledger.ledger.tables import (
     agent_runs,
+    context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
@@ -49,6 +50,7 @@ TABLES = (
     execution_buffer_rows,
     step_executions,
     tool_executions,
+    context_compactions,
 )
 """Parents first: the order rows can be inserted in."""
 
@@ -133,6 +135,20 @@ def record(url: str) -> Recorded:
         first = agent.run("Weather in Paris and Lisbon, then Rome?", conversation.id)
         second = agent.run("Thanks!", conversation.id)
         assert first.status == second.status == "completed"
+        # A conversation summarized once: a summary, messages out of the context, compactions.
+        summarized = ScriptedLLM(
+            [InferenceResponse(content="They said hello.", usage={"input_tokens": 40})]
+        )
+        compacting = (
+            AgentBuilder()
+            .with_llm(ScriptedLLM([InferenceResponse(content="Noted.")] * 2))
+            .with_context_budget(10_000, keep_recent=2, summarizer=summarized)
+            .with_ledger(ledger)
+            .build()
+        )
+        hello = compacting.run("Hello.")
+        compacting.run("Hello again.", hello.conversation_id)
+        assert compacting.compact(hello.conversation_id, force=True) is not None
         running_conversation, running_run = harness.begin_stale_run(ledger)
     return Recorded(
         url=url,
@@ -204,7 +220,10 @@ def test_a_run_is_sealed_when_it_ends_and_not_before(recorded):
 
 def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_heartbeat():
     uncovered = {
-        table.name: sorted(set(table.columns.keys()) - set(COVERED[table.name])) for table in TABLES
+        table.name: sorted(
+            set(table.columns.keys()) - set(COVERED[table.name]) - set(ADDED.get(table.name, ()))
+        )
+        for table in TABLES
     }
     assert uncovered == {
         "conversations": [
@@ -216,7 +235,15 @@ def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_hea
         "execution_buffer_rows": ["checksum"],
         "step_executions": ["checksum"],
         "tool_executions": ["checksum"],
+        "context_compactions": ["checksum"],
     }
+    # Added after 0003: covered once they differ from their defaults (sealed rows still match).
+    assert ADDED == {"conversation_messages": {"in_context": True, "summary_id": None}}
+    row = {c: None for c in COVERED["conversation_messages"]}
+    same = checksum(conversation_messages, {**row, "in_context": True, "summary_id": None})
+    assert checksum(conversation_messages, row) == same
+    assert checksum(conversation_messages, {**row, "in_context": False}) != same
+    assert checksum(conversation_messages, {**row, "summary_id": "s"}) != same
 
 
 # --- the canonical form -------------------------------------------------------------------------
@@ -444,6 +471,12 @@ CHANGES = {
         MESSAGE_1,
         ("messages", "load_conversation"),
     ),
+    "a message taken out of the context": Change(
+        "conversation_messages",
+        "UPDATE conversation_messages SET in_context = false WHERE id = :id",
+        MESSAGE_1,
+        ("messages",),
+    ),
     "a step's output tokens": Change(
         "step_executions",
         "UPDATE step_executions SET output_tokens = output_tokens + 1 WHERE id = :id",
@@ -622,7 +655,7 @@ def test_db_verify_says_ok_and_what_it_checked_on_a_clean_ledger(recorded):
 
     assert result.exit_code == 0, result.output
     assert result.output.startswith("ok: ")
-    counted = "2 conversations, 5 conversation_messages, 3 agent_runs, 2 execution_buffer_rows"
+    counted = "3 conversations, 10 conversation_messages, 5 agent_runs, 2 execution_buffer_rows"
     assert counted in result.output
     assert "1 without a checksum" in result.output
     assert "every checksum matches" in result.output

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import pytest
 from sqlalchemy import Engine, event
+from click.testing import CliRunner
 from sqlalchemy.engine import make_url
 
 import _migration_harness as harness
 from _migration_harness import Database, Rows
 from agentledger import AgentBuilder, SchemaVersionError
+from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM
@@ -122,13 +124,20 @@ def test_upgrading_to_a_revision_keeps_every_row_its_predecessor_held(
     harness.check_upgrade_keeps_rows(db_url, previous, revision, representative_rows)
 
 
+ONLY_AT_HEAD = {
+    "context_compactions": [c.name for c in ledger_tables.context_compactions.columns],
+    "conversation_messages": ["summary_id"],
+}
+"""What the previous revision cannot hold: a ledger holding it is not downgraded (below)."""
+
+
 def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(db_url):
     assert PREVIOUS is not None
     with Ledger.open(db_url) as ledger:
-        ids = harness.record_representative_runs(ledger)
+        ids = harness.record_representative_runs(ledger, compaction=False)
     with Database(db_url) as database:
-        database.fill_empty_columns()
-        assert database.empty_columns() == {}
+        database.fill_empty_columns(skip=ONLY_AT_HEAD)
+        assert database.empty_columns() == ONLY_AT_HEAD
         columns = database.columns()
         before = database.snapshot(columns)
 
@@ -156,6 +165,24 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
         assert len(answers) == 3
         assert found == answers
         assert [h.message.content for h in ledger.search("Porto")] == [harness.STALE_USER_TEXT]
+
+
+def test_a_ledger_holding_compactions_is_not_downgraded_and_is_left_untouched(db_url):
+    with Ledger.open(db_url) as ledger:
+        harness.record_compactions(ledger)
+    with Database(db_url) as database:
+        before = database.snapshot()
+
+    assert PREVIOUS is not None
+    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", PREVIOUS])
+
+    assert result.exit_code == 1
+    assert "cannot downgrade below revision 0004" in result.output
+    assert "2 context compaction event(s) and 2 message(s)" in result.output
+    assert "Nothing was changed" in result.output
+    with Database(db_url) as database:
+        assert database.versions() == [HEAD]
+        assert database.snapshot() == before
 
 
 def test_search_finds_messages_written_after_a_downgrade_and_upgrade(db_url):

@@ -7,23 +7,45 @@ code over values; asking the model and running tools happen in the driver.
 from __future__ import annotations
 
 import contextlib
+import logging
+import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
 from ._ids import Clock, new_id
 from ._text import check_storable
+from .context import (
+    Compaction,
+    CompactionKind,
+    CompactionStatus,
+    ContextBudget,
+    Summarizer,
+    estimate_tokens,
+    plan_summary,
+    summary_message,
+)
 from .continuation import ExecutionBudget, StopReason
 from .criteria import Criterion, decide, pending_outcome
 from .drivers import Driver, StepRequest
-from .errors import ConversationBusyError, LeaseLostError, ProcessorError
+from .errors import (
+    CompactionError,
+    ConversationBusyError,
+    LeaseLostError,
+    LedgerError,
+    ProcessorError,
+    UsageError,
+)
 from .executor import ToolExecutor
+from .llm import InferenceResponse
 from .messages import Message, Role
 from .processors import StateProcessor, run_chain
 from .recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
 from .state import AgentState, AgentStatus
 from .steps import StepExecution
 from .tools import EMPTY_TOOLS, ToolContext, ToolSet
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_FINAL_INSTRUCTION = (
     "You have reached the limit of this run ({reason}) and cannot call tools any more. "
@@ -56,6 +78,8 @@ class AgentConfig:
     final_instruction: str = DEFAULT_FINAL_INSTRUCTION
     max_parallel_tools: int = 1
     recorder: Recorder = field(default_factory=InMemoryRecorder)
+    context_budget: ContextBudget | None = None
+    summarizer: Summarizer | None = None
 
 
 class Agent:
@@ -106,8 +130,94 @@ class Agent:
     def run(self, user_text: str, conversation_id: str | None = None) -> RunResult:
         """One run on a conversation, recorded: the user message is stored first, every step
         as it happens, and the answer committed with the run (a new conversation when
-        ``conversation_id`` is None)."""
-        return self._start(self.config.recorder.load_conversation(conversation_id), user_text)
+        ``conversation_id`` is None).
+
+        With a context budget, a conversation grown past its share of the budget is summarized
+        first (:meth:`compact`); if that fails, the run goes on with the conversation as it was
+        (the failure is logged and recorded)."""
+        state = self.config.recorder.load_conversation(conversation_id)
+        if conversation_id is not None and self.config.summarizer is not None:
+            check_storable(user_text, "the user message")
+            incoming = Message(role=Role.USER, content=user_text)
+            try:
+                state = self._summarize(state, incoming=incoming, force=False)[0]
+            except CompactionError as exc:
+                logger.warning("%s; the run goes on with the whole conversation", exc)
+        return self._start(state, user_text)
+
+    def compact(self, conversation_id: str, *, force: bool = False) -> Compaction | None:
+        """Summarize the oldest messages of a conversation now, if it takes more than its share
+        of the context budget (or, with ``force``, whatever its size): the compaction recorded,
+        or ``None`` when there was nothing to do.
+
+        Raises :class:`CompactionError` when the summary could not be made (the conversation is
+        then exactly as it was), and :class:`ConversationBusyError` while a run holds it.
+        """
+        if self.config.summarizer is None:
+            raise UsageError(
+                f"agent {self.name!r} has no summarizer: build it with "
+                "AgentBuilder.with_context_budget(max_tokens) (summarize=True, the default)"
+            )
+        state = self.config.recorder.load_conversation(conversation_id)
+        return self._summarize(state, incoming=None, force=force)[1]
+
+    def _summarize(
+        self, state: AgentState, *, incoming: Message | None, force: bool
+    ) -> tuple[AgentState, Compaction | None]:
+        """Summarize ``state``'s conversation if :func:`plan_summary` says so; the state to go
+        on with, and what was recorded."""
+        budget, summarizer = self.config.context_budget, self.config.summarizer
+        assert budget is not None and summarizer is not None
+        fixed = [Message.system(self.config.system_prompt)] if self.config.system_prompt else []
+        if incoming is not None:
+            fixed.append(incoming)
+        plan = plan_summary(state, budget, fixed=fixed, force=force)
+        if plan is None:
+            return state, None
+        recorder, started = self.config.recorder, time.perf_counter()
+        attempt = Compaction(
+            conversation_id=state.conversation_id,
+            kind=CompactionKind.SUMMARY,
+            messages=len(plan.previous) + len(plan.moved),
+            tokens_before=plan.tokens_before,
+            tokens_after=plan.tokens_before,
+            model=summarizer.model,
+            created_at=self.config.clock(),
+        )
+        response = None
+        try:
+            response = summarizer.summarize(
+                plan.previous.append_messages(plan.moved), budget.summary_limit
+            )
+            if not response.content.strip():
+                raise CompactionError("the model returned an empty summary")
+            check_storable(response.content, "the summary")
+        except Exception as exc:
+            failed = attempt.model_copy(
+                update={
+                    "status": CompactionStatus.FAILED,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "duration_ms": (time.perf_counter() - started) * 1000,
+                    **(_spent(response) if response is not None else {}),
+                }
+            )
+            with contextlib.suppress(LedgerError):  # the model's error is the one to report
+                recorder.record_compaction(state, failed, summary=None, moved=())
+            raise CompactionError(
+                f"summarizing conversation {state.conversation_id} failed ({failed.error}); "
+                "the conversation is unchanged"
+            ) from exc
+        summary = summary_message(response.content, plan, attempt.id)
+        compaction = attempt.model_copy(
+            update={
+                "tokens_after": estimate_tokens((summary, *plan.kept)) + plan.fixed_tokens,
+                "summary_id": summary.id,
+                "duration_ms": (time.perf_counter() - started) * 1000,
+                **_spent(response),
+            }
+        )
+        recorder.record_compaction(state, compaction, summary=summary, moved=plan.moved)
+        return recorder.load_conversation(state.conversation_id), compaction
 
     def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
         """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
@@ -244,6 +354,14 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
+
+
+def _spent(response: InferenceResponse) -> dict[str, object]:
+    """What a summarization call spent, as :class:`Compaction` fields."""
+    spent: dict[str, object] = {"usage": response.usage, "cost_usd": response.cost_usd}
+    if response.model:
+        spent["model"] = response.model
+    return spent
 
 
 def _settled(state: AgentState) -> AgentState:

@@ -10,7 +10,13 @@ from typing import Literal
 from ._ids import Clock, utc_now
 from ._text import check_storable
 from .agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
-from .context import ContextBudget, ObservationMasking
+from .context import (
+    CarryMaskedTrace,
+    CarryOver,
+    ContextBudget,
+    ObservationMasking,
+    Summarizer,
+)
 from .continuation import ExecutionBudget
 from .criteria import DEFAULT_STOP_FINISH_REASONS, Criterion, default_criteria
 from .drivers import Driver, ToolCallingDriver
@@ -41,7 +47,7 @@ class AgentBuilder:
     driver: Driver | None = None
     tools: tuple[Tool | Callable[..., object], ...] = ()
     system_prompt: str | None = None
-    separated_tool_trace: bool = True
+    carry_over: CarryOver = CarryOver.SEPARATED
     budget: ExecutionBudget = ExecutionBudget(max_steps=DEFAULT_MAX_STEPS)
     processors: tuple[StateProcessor, ...] = ()
     criteria: tuple[Criterion, ...] = ()
@@ -57,6 +63,9 @@ class AgentBuilder:
     subagents: tuple[SubagentSpec, ...] = ()
     subagent_policy: SubagentPolicy = field(default_factory=SubagentPolicy)
     context_budget: ContextBudget | None = None
+    summarize: bool = True
+    summarizer: LLM | None = None
+    summary_model: str | None = None
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -78,8 +87,22 @@ class AgentBuilder:
 
     def with_separated_tool_trace(self, enabled: bool = True) -> AgentBuilder:
         """``True`` (the default): only user messages and answers reach the conversation.
-        ``False``: every step's output is appended to it (inline)."""
-        return self._with(separated_tool_trace=enabled)
+        ``False``: every step's output is appended to it (inline). The same as
+        :meth:`with_carry_over` ``"separated"`` and ``"inline"``."""
+        return self._with(carry_over=CarryOver.SEPARATED if enabled else CarryOver.INLINE)
+
+    def with_carry_over(self, policy: CarryOver | str) -> AgentBuilder:
+        """What a finished run leaves in the conversation for later runs: ``"separated"`` (the
+        answer only, the default), ``"inline"`` (tool calls, results and answer) or
+        ``"masked"`` (tool calls and answer, each result replaced by a placeholder saying
+        where the full result is)."""
+        try:
+            return self._with(carry_over=CarryOver(policy))
+        except ValueError:
+            choices = ", ".join(repr(p.value) for p in CarryOver)
+            raise ConfigurationError(
+                f"unknown carry-over policy {policy!r}: choose one of {choices}"
+            ) from None
 
     def with_max_steps(self, max_steps: int | None) -> AgentBuilder:
         """At most ``max_steps`` steps per run (default 20), plus a final-response step;
@@ -91,11 +114,39 @@ class AgentBuilder:
         merged = {**self.budget.model_dump(), **budget.model_dump(exclude_none=True)}
         return self._with(budget=ExecutionBudget.model_validate(merged))
 
-    def with_context_budget(self, max_tokens: int, *, keep_recent: int = 3) -> AgentBuilder:
+    def with_context_budget(
+        self,
+        max_tokens: int,
+        *,
+        keep_recent: int = 3,
+        summarize: bool = True,
+        summarize_at: float = 0.5,
+        summary_tokens: int | None = None,
+        summarizer: LLM | None = None,
+        summary_model: str | None = None,
+    ) -> AgentBuilder:
         """Keep what the model is sent within ``max_tokens`` (estimated: see
-        :mod:`agentledger.context`): before a step that would exceed it, the oldest tool results
-        of the run are masked, the ``keep_recent`` most recent ones left raw."""
-        return self._with(context_budget=ContextBudget(max_tokens, keep_recent=keep_recent))
+        :mod:`agentledger.context`).
+
+        - Within a run, before a step that would exceed it, the oldest tool results of the run
+          are masked, the ``keep_recent`` most recent ones left raw.
+        - Between runs (with ``summarize``, the default), a conversation that takes more than
+          ``summarize_at`` of the budget has its oldest messages summarized into a system
+          message, by the agent's own model or by ``summarizer`` (with ``summary_model``); a
+          summary may take ``summary_tokens``. ``Agent.compact`` does it on demand.
+        """
+        budget = ContextBudget(
+            max_tokens,
+            keep_recent=keep_recent,
+            summarize_at=summarize_at,
+            summary_tokens=summary_tokens,
+        )
+        return self._with(
+            context_budget=budget,
+            summarize=summarize,
+            summarizer=summarizer,
+            summary_model=summary_model,
+        )
 
     def with_processors(
         self, *processors: StateProcessor | Iterable[StateProcessor]
@@ -185,6 +236,8 @@ class AgentBuilder:
                 final_instruction=self.final_instruction,
                 max_parallel_tools=self.max_parallel_tools,
                 recorder=recorder,
+                context_budget=self.context_budget,
+                summarizer=self._summarizer(),
             )
         )
 
@@ -226,13 +279,30 @@ class AgentBuilder:
         budget = self.context_budget
         return () if budget is None else (ObservationMasking(budget),)
 
+    def _summarizer(self) -> Summarizer | None:
+        if self.context_budget is None or not self.summarize:
+            return None
+        if self.summarizer is not None:
+            return Summarizer(self.summarizer, model=self.summary_model)
+        llm = self.llm if self.llm is not None else getattr(self.driver, "llm", None)
+        if llm is None:
+            raise ConfigurationError(
+                "with_context_budget(): summarizing needs a model, and the agent's driver has "
+                "none this builder can see. Pass summarizer=<an LLM>, or summarize=False."
+            )
+        model = self.summary_model if self.summary_model is not None else self.model
+        return Summarizer(llm, model=model, settings=self.settings)
+
     def _builtin_processors(self) -> tuple[StateProcessor, ...]:
         # Outermost first: post-step work runs innermost first, so the trace reaches the
-        # buffer, then the answer reaches the conversation, then the buffer is cleared.
-        if self.separated_tool_trace:
-            return (
-                ClearExecutionBuffer(),
-                AppendStepMessages(separate_tool_trace=True),
-                AppendToolTraceToBuffer(),
-            )
-        return (AppendStepMessages(separate_tool_trace=False),)
+        # buffer, then (masked) the conversation, then the answer reaches the conversation,
+        # then the buffer is cleared.
+        if self.carry_over is CarryOver.INLINE:
+            return (AppendStepMessages(separate_tool_trace=False),)
+        carried = (CarryMaskedTrace(),) if self.carry_over is CarryOver.MASKED else ()
+        return (
+            ClearExecutionBuffer(),
+            AppendStepMessages(separate_tool_trace=True),
+            *carried,
+            AppendToolTraceToBuffer(),
+        )

@@ -15,19 +15,38 @@ what the model needs least). :func:`mask_observations` replaces the oldest tool 
 execution buffer with a short placeholder (which tool, how long the result was, where the full
 result is) until the context fits the budget, and never touches the ``keep_recent`` most recent
 ones; a tool call keeps its result message, so every call is still answered.
+
+**Summarization.** Between runs, when the conversation takes more than ``summarize_at`` of the
+budget, its oldest messages move to the ``buffer`` section and a model call (:class:`Summarizer`)
+writes what they said into one system message in the ``summary`` section; the moved messages
+(and the summary before, which the new one takes in) leave the model's context. The ledger
+keeps every one of them, out of context and pointing at the summary that replaced them, so the
+conversation as the user saw it never changes (:func:`plan_summary` chooses what moves).
+
+**Carry-over.** What a finished run leaves in the conversation for later runs
+(:class:`CarryOver`): its answer only, everything it did, or its tool calls with their results
+masked.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
 
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
+
+from ._ids import new_id, utc_now
 from .errors import ConfigurationError
+from .llm import LLM, InferenceRequest, InferenceResponse, ModelSettings
 from .messages import Message, Messages, Role
 from .processors import Next
-from .state import AgentState
+from .state import AgentState, AgentStatus
+from .steps import ContextMasking
+from .usage import Usage
 
 CHARS_PER_TOKEN = 4
 """Characters per token in :func:`estimate_tokens`."""
@@ -35,6 +54,8 @@ TOKENS_PER_MESSAGE = 4
 """Tokens :func:`estimate_tokens` adds per message for its role and framing."""
 MASKED_KEY = "masked"
 """Where a masked tool result keeps what it replaced, in ``Message.metadata``."""
+SUMMARY_KEY = "summary"
+"""Where a summary message says what it replaced, in ``Message.metadata``."""
 
 
 def message_characters(message: Message) -> int:
@@ -76,10 +97,18 @@ def context_tokens(state: AgentState, messages: Iterable[Message] | None = None)
 class ContextBudget:
     """How many tokens an agent's context may hold (``max_tokens``), and how many of the most
     recent messages stay raw whatever the budget says (``keep_recent``: tool results when
-    masking, conversation messages when summarizing)."""
+    masking, conversation messages when summarizing).
+
+    Before a run, a conversation that takes more than ``summarize_at`` of ``max_tokens`` (with
+    the system prompt and the new user message) is summarized down to half that share, which
+    leaves the rest of the budget to the run; a summary may take ``summary_tokens`` (by
+    default an eighth of the budget).
+    """
 
     max_tokens: int
     keep_recent: int = 3
+    summarize_at: float = 0.5
+    summary_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if self.max_tokens <= 0:
@@ -92,6 +121,23 @@ class ContextBudget:
                 f"keep_recent is how many recent messages stay raw: 0 or more, not "
                 f"{self.keep_recent}"
             )
+        if not 0 < self.summarize_at <= 1:
+            raise ConfigurationError(
+                f"summarize_at is the share of max_tokens the conversation may take before it "
+                f"is summarized: more than 0 and at most 1, not {self.summarize_at}"
+            )
+        if self.summary_tokens is not None and self.summary_tokens <= 0:
+            raise ConfigurationError(
+                f"summary_tokens is how long a summary may be: more than 0, not "
+                f"{self.summary_tokens}"
+            )
+
+    @property
+    def summary_limit(self) -> int:
+        """The tokens a summary may take."""
+        if self.summary_tokens is not None:
+            return self.summary_tokens
+        return max(self.max_tokens // 8, 16)
 
 
 @dataclass(frozen=True)
@@ -170,10 +216,263 @@ class ObservationMasking:
 
     def process(self, state: AgentState, next: Next) -> AgentState:
         masking = mask_observations(state, self.budget)
-        if masking.masked:
-            section = state.store.section(state.EXECUTION_BUFFER_SECTION)
-            state = state.with_message_store(section.set_messages(masking.messages))
-        return next(state)
+        if not masking.masked:
+            return next(state)
+        section = state.store.section(state.EXECUTION_BUFFER_SECTION)
+        after = next(state.with_message_store(section.set_messages(masking.messages)))
+        execution = after.current_execution
+        if execution is None or execution.step_index != state.step_count:
+            return after  # a processor inside did not take the step: nothing to report on
+        report = ContextMasking(
+            masked=masking.masked,
+            tokens_before=masking.tokens_before,
+            tokens_after=masking.tokens_after,
+        )
+        step = execution.step.model_copy(update={"context_masking": report})
+        return after.with_step_execution(execution.model_copy(update={"step": step}))
 
     def __repr__(self) -> str:
         return f"ObservationMasking({self.budget!r})"
+
+
+# --- summarization between runs -------------------------------------------------------------------
+
+
+class CompactionKind(StrEnum):
+    """What a compaction did; the values of ``context_compactions.kind``."""
+
+    MASKING = "masking"
+    """Old tool results of a run's execution buffer replaced by placeholders, before a step."""
+    SUMMARY = "summary"
+    """The oldest conversation messages replaced by a summary, between runs."""
+
+
+class CompactionStatus(StrEnum):
+    COMPLETED = "completed"
+    FAILED = "failed"
+    """The summary could not be made: the conversation was left exactly as it was."""
+
+
+class Compaction(BaseModel):
+    """One compaction of a conversation's context, as ``context_compactions`` records it: what
+    left the context (``messages``), the tokens before and after (their difference is what it
+    saved), and for a summary, the model call that made it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    id: str = Field(default_factory=new_id)
+    conversation_id: str
+    kind: CompactionKind
+    status: CompactionStatus = CompactionStatus.COMPLETED
+    messages: int = 0
+    """Tool results masked, or messages (with the summary before) summarized."""
+    tokens_before: int
+    tokens_after: int
+    run_id: str | None = None
+    """Masking: the run whose step it was."""
+    step_index: int | None = None
+    first_seq: int | None = None
+    """Summary: the positions (``seq``) of the first and last message it replaced."""
+    last_seq: int | None = None
+    summary_id: str | None = None
+    """Summary: the id of the summary message."""
+    model: str | None = None
+    usage: Usage = Usage()
+    cost_usd: float | None = None
+    error: str | None = None
+    created_at: datetime = Field(default_factory=utc_now)
+    duration_ms: float = 0.0
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+    @property
+    def tokens_saved(self) -> int:
+        return self.tokens_before - self.tokens_after
+
+
+@dataclass(frozen=True)
+class SummaryPlan:
+    """What :func:`plan_summary` chose: the messages that leave the context (the summary before,
+    if any, then the oldest conversation messages, in order) and the tokens of the context
+    before, with the system prompt and the incoming message."""
+
+    previous: Messages
+    moved: Messages
+    kept: Messages
+    tokens_before: int
+    fixed_tokens: int
+
+
+def plan_summary(
+    state: AgentState,
+    budget: ContextBudget,
+    *,
+    fixed: Sequence[Message] = (),
+    force: bool = False,
+) -> SummaryPlan | None:
+    """The oldest conversation messages to summarize so that the conversation, with ``fixed``
+    (the system prompt and the next user message), takes at most half of ``summarize_at`` of
+    the budget; ``None`` when it is within ``summarize_at`` already (unless ``force``) or when
+    nothing can move.
+
+    The ``keep_recent`` newest messages stay. The cut never separates a tool call from its
+    results, and moves to the start of a run (a user message) when one is within reach, so the
+    messages left are whole runs.
+    """
+    previous = state.store.select(state.SUMMARY_SECTION, state.BUFFER_SECTION)
+    messages = list(state.messages())
+    fixed_tokens = estimate_tokens(fixed)
+    sizes = [estimate_tokens((m,)) for m in messages]
+    before = estimate_tokens(previous) + sum(sizes) + fixed_tokens
+    limit = budget.max_tokens * budget.summarize_at
+    if before <= limit and not force:
+        return None
+    movable = len(messages) - min(budget.keep_recent, len(messages))
+    target = limit / 2 - budget.summary_limit - fixed_tokens
+    cut, remaining = 0, sum(sizes)
+    while cut < movable and (remaining > target or (force and cut == 0)):
+        remaining -= sizes[cut]
+        cut += 1
+    cut = _run_boundary(messages, cut, movable)
+    if cut == 0:
+        return None
+    return SummaryPlan(
+        previous=previous,
+        moved=Messages.of(*messages[:cut]),
+        kept=Messages.of(*messages[cut:]),
+        tokens_before=before,
+        fixed_tokens=fixed_tokens,
+    )
+
+
+def _run_boundary(messages: list[Message], cut: int, movable: int) -> int:
+    """``cut`` moved forward to the next user message within ``movable``, or, without one, to
+    the first place that does not leave a tool result without its call; 0 when there is none."""
+    for index in range(cut, movable + 1):
+        if index == len(messages) or messages[index].role is Role.USER:
+            return index
+    for index in range(cut, movable + 1):
+        if index == len(messages) or messages[index].role is not Role.TOOL:
+            return index
+    return 0
+
+
+SUMMARY_INSTRUCTIONS = (
+    "You condense the earlier part of a conversation between a user and an AI assistant into "
+    "a summary the assistant will read instead of it. Keep every fact, decision, number, name, "
+    "open question and promise the rest of the conversation may need; say who asked for what. "
+    "Leave out greetings and repetition. Write plain prose or short bullets, in the "
+    "conversation's language, and nothing else."
+)
+"""The system prompt of a summarization call."""
+
+SUMMARY_HEADER = "Summary of the earlier conversation ({count} messages):\n\n"
+"""The start of a summary message's text, before what the model wrote."""
+
+
+def transcript(messages: Iterable[Message]) -> str:
+    """``messages`` as the text a summarizer reads: one paragraph each, with who said it."""
+    parts: list[str] = []
+    for message in messages:
+        if message.role is Role.TOOL:
+            who = f"tool result ({message.name or message.tool_call_id})"
+        elif message.role is Role.SYSTEM:
+            who = "earlier summary" if SUMMARY_KEY in message.metadata else "system"
+        else:
+            who = message.role.value
+        text = message.content
+        if message.tool_calls:
+            calls = ", ".join(
+                f"{c.name}({c.raw_arguments or json.dumps(dict(c.arguments), ensure_ascii=False)})"
+                for c in message.tool_calls
+            )
+            text = f"{text}\n[calls {calls}]" if text else f"[calls {calls}]"
+        parts.append(f"{who}: {text}")
+    return "\n\n".join(parts)
+
+
+@dataclass(frozen=True)
+class Summarizer:
+    """Writes a summary with a model: the agent's own (the default) or one given to
+    :meth:`agentledger.AgentBuilder.with_context_budget`."""
+
+    llm: LLM
+    model: str | None = None
+    settings: ModelSettings = ModelSettings()
+    instructions: str = SUMMARY_INSTRUCTIONS
+
+    def request(self, messages: Messages, max_tokens: int) -> InferenceRequest:
+        limit = self.settings.max_output_tokens
+        settings = self.settings.model_copy(
+            update={"max_output_tokens": max_tokens if limit is None else min(limit, max_tokens)}
+        )
+        prompt = (
+            "Summarize this conversation so far (an earlier summary, if there is one, comes "
+            f"first):\n\n{transcript(messages)}"
+        )
+        return InferenceRequest(
+            messages=Messages.of(Message.system(self.instructions), Message.user(prompt)),
+            model=self.model,
+            settings=settings,
+        )
+
+    def summarize(self, messages: Messages, max_tokens: int) -> InferenceResponse:
+        return self.llm.complete(self.request(messages, max_tokens))
+
+
+def summary_message(text: str, plan: SummaryPlan, compaction_id: str) -> Message:
+    """The system message that replaces ``plan.moved`` (and the summary before) in the
+    context."""
+    count = len(plan.previous) + len(plan.moved)
+    return Message(
+        role=Role.SYSTEM,
+        content=SUMMARY_HEADER.format(count=count) + text.strip(),
+        metadata={SUMMARY_KEY: {"messages": count, "compaction_id": compaction_id}},
+    )
+
+
+# --- carry-over -----------------------------------------------------------------------------------
+
+
+class CarryOver(StrEnum):
+    """What a finished run leaves in the conversation for the runs after it."""
+
+    SEPARATED = "separated"
+    """The answer only; the tool trace stays in the ledger's trace tables (the default)."""
+    INLINE = "inline"
+    """Everything the run did: tool calls, results and answer."""
+    MASKED = "masked"
+    """The tool calls and the answer, each result replaced by a placeholder saying where it is
+    (:func:`placeholder`): later runs know what was done without its bulk."""
+
+
+def carried_trace(trace: Iterable[Message]) -> list[Message]:
+    """A run's trace as :attr:`CarryOver.MASKED` leaves it in the conversation: new messages
+    (new ids), results masked, reasoning left out (it is trace, never conversation)."""
+    carried: list[Message] = []
+    for message in trace:
+        if message.role is Role.TOOL:
+            message = message if is_masked(message) else placeholder(message)
+        elif not message.tool_calls:
+            continue
+        carried.append(message.model_copy(update={"id": new_id(), "reasoning": None}))
+    return carried
+
+
+class CarryMaskedTrace:
+    """Files a finished run's tool trace in the conversation with its results masked
+    (:attr:`CarryOver.MASKED`), before its answer. A failed run files nothing yet: it keeps its
+    buffer, and files it when it is resumed and ends."""
+
+    def can_process(self, state: AgentState) -> bool:
+        return True
+
+    def process(self, state: AgentState, next: Next) -> AgentState:
+        after = next(state)
+        outcome = after.continuation_outcome
+        if outcome is None or outcome.should_continue or after.status is AgentStatus.FAILED:
+            return after
+        carried = carried_trace(after.execution_buffer())
+        if not carried:
+            return after
+        section = after.store.section(AgentState.DEFAULT_SECTION)
+        return after.with_message_store(section.append_messages(carried))

@@ -19,13 +19,15 @@
     │   │       ├── ProviderAuthenticationError  401/403: the API key was refused
     │   │       ├── ProviderRequestError         another 4xx: the request was refused
     │   │       └── ProviderResponseError        the answer could not be understood
-    │   └── ProcessorError            a state processor broke the step contract
+    │   ├── ProcessorError            a state processor broke the step contract
+    │   └── CompactionError           a summary of the conversation could not be made
     └── LedgerError                   the ledger could not do what was asked
         ├── ConversationBusyError     another run holds the conversation's lease
         ├── LeaseLostError            another process took this run's conversation over
         ├── LedgerBusyError           the database stayed locked beyond the retries
         ├── LedgerUnavailableError    the database failed or went away while recording
         ├── SchemaVersionError        the database's schema is newer than this code
+        ├── MigrationError            a migration refused to run: it would lose data
         ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
         └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
 
@@ -123,6 +125,11 @@ class ProcessorError(RunError):
     """A state processor did not keep the processor contract."""
 
 
+class CompactionError(RunError):
+    """Summarizing a conversation failed (the model call, or an empty summary). The
+    conversation is exactly as it was: nothing left the model's context."""
+
+
 class NotFoundError(UsageError):
     """No conversation, run or step has the id given."""
 
@@ -158,6 +165,10 @@ class LedgerUnavailableError(LedgerError):
 
 class SchemaVersionError(LedgerError):
     """The database was migrated by a newer agentledger than this one."""
+
+
+class MigrationError(LedgerError):
+    """A migration refused to run because it would lose data; nothing was changed."""
 
 
 class LedgerOpenError(LedgerError):

@@ -8,12 +8,13 @@ arrives, ``record_step`` after every step, then ``commit_run`` or ``fail_run``. 
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from pydantic import BaseModel, ConfigDict
 
 from ._ids import new_id
+from .context import Compaction
 from .continuation import StopReason
 from .errors import ConversationBusyError, NotFoundError
 from .messages import Message, Messages
@@ -105,6 +106,21 @@ class Recorder(Protocol):
         """Take over a stale or failed run: its state, rebuilt, ready to continue."""
         ...
 
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        """Record a compaction of ``state``'s conversation. With a ``summary``, all or nothing:
+        the summary joins the ``summary`` section, and ``moved`` (the oldest conversation
+        messages) and the summaries before it leave the context, kept and pointing at it.
+        Raises :class:`ConversationBusyError` while a run holds the conversation, or when the
+        messages are no longer in its context."""
+        ...
+
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         """Top-level runs still ``running`` whose process is gone (lease expired, or heartbeat
         older than ``stale_after`` seconds). A stale subagent run is not listed: resuming its
@@ -156,6 +172,7 @@ class InMemoryRecorder:
         self._conversations: dict[str, AgentState] = {}
         self._runs: dict[str, AgentState] = {}
         self._busy: dict[str, str] = {}
+        self._compactions: dict[str, list[Compaction]] = {}
         self._lock = threading.Lock()
 
     def load_conversation(self, conversation_id: str | None) -> AgentState:
@@ -208,6 +225,46 @@ class InMemoryRecorder:
             assert state.run_id is not None
             self._runs[state.run_id] = state.model_copy(update={"status": AgentStatus.FAILED})
             self._release(state)
+
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        with self._lock:
+            cid = state.conversation_id
+            if summary is not None:
+                if cid in self._busy:
+                    raise ConversationBusyError(
+                        f"conversation {cid} is busy: run {self._busy[cid]} is in progress on "
+                        "it. Compact it once the run has ended."
+                    )
+                stored = self._conversations[cid]
+                replaced = {m.id for m in moved}
+                if not replaced <= {m.id for m in stored.messages()}:
+                    raise ConversationBusyError(
+                        f"conversation {cid} changed while its summary was being written: "
+                        "nothing was changed; load it and compact again"
+                    )
+                kept = stored.messages().filter(lambda m: m.id not in replaced)
+                store = (
+                    stored.store.section(AgentState.SUMMARY_SECTION)
+                    .set_messages(summary)
+                    .section(AgentState.BUFFER_SECTION)
+                    .clear()
+                    .section(AgentState.DEFAULT_SECTION)
+                    .set_messages(kept)
+                )
+                self._conversations[cid] = stored.with_message_store(store)
+            self._compactions.setdefault(cid, []).append(compaction)
+
+    def compactions(self, conversation_id: str) -> list[Compaction]:
+        """The compactions of a conversation in this process, oldest first."""
+        with self._lock:
+            return list(self._compactions.get(conversation_id, ()))
 
     def _release(self, state: AgentState) -> None:
         if self._busy.get(state.conversation_id) == state.run_id:

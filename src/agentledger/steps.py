@@ -81,6 +81,17 @@ class StepType(StrEnum):
     """The model's output could not be parsed (``ReActDriver``); the error was fed back to it."""
 
 
+class ContextMasking(BaseModel):
+    """What observation masking did before a step (:mod:`agentledger.context`): how many tool
+    results it masked, and the context's tokens before and after."""
+
+    model_config = ConfigDict(frozen=True)
+
+    masked: int
+    tokens_before: int
+    tokens_after: int
+
+
 class AgentStep(BaseModel):
     """One inference and the tools it called.
 
@@ -104,6 +115,8 @@ class AgentStep(BaseModel):
     started_at: datetime
     finished_at: datetime
     error: str | None = None
+    context_masking: ContextMasking | None = None
+    """Set when tool results were masked to fit the context before this step."""
 
     def output_messages(self) -> Messages:
         """Trace, then response: everything the step added, in order."""

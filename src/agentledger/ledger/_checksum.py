@@ -7,11 +7,13 @@ same on SQLite and PostgreSQL (times in UTC, JSON with sorted keys, integral num
 integers). Each row is checked when the library reads it; a mismatch is a
 :class:`LedgerCorruptError` naming the table and the row.
 
-What is covered: every column of the rows that never change (messages, buffer rows, steps,
-tool executions); the identity of a conversation (id, kind, title, parent run, metadata,
-creation time), not the lease and version columns that change with every run; every column of
-a run except ``heartbeat_at``, from the moment it ends (a running run's totals change with
-every step: its ``checksum`` is NULL until commit, failure or abandon). Revision 0003, which
+What is covered: every column of the rows that never change (buffer rows, steps, tool
+executions, compaction events) and of conversation messages (which change only when a summary
+takes them out of the model's context, and are sealed again then); the identity of a
+conversation (id, kind, title, parent run, metadata, creation time), not the lease and version
+columns that change with every run; every column of a run except ``heartbeat_at``, from the
+moment it ends (a running run's totals change with every step: its ``checksum`` is NULL until
+commit, failure or abandon). Revision 0003, which
 added the column, computed it for the rows already there.
 """
 
@@ -27,7 +29,7 @@ from typing import Any
 from sqlalchemy import Connection, Table, select
 
 from ..errors import LedgerCorruptError
-from .tables import LEDGER_TABLES, agent_runs, conversations
+from .tables import LEDGER_TABLES, agent_runs, conversation_messages, conversations
 
 CHECKSUM = "checksum"
 
@@ -42,27 +44,49 @@ _UNCOVERED = {
     agent_runs.name: {"heartbeat_at"},
 }
 
+ADDED: dict[str, dict[str, Any]] = {
+    conversation_messages.name: {"in_context": True, "summary_id": None},
+}
+"""Columns added after revision 0003, with their defaults: a row's checksum covers such a
+column only when its value is not the default, so the revision that adds one seals nothing
+again (every row already there holds the default) and a row sealed before it still matches."""
+
 COVERED: dict[str, tuple[str, ...]] = {
     table.name: tuple(
         c.name
         for c in table.columns
-        if c.name != CHECKSUM and c.name not in _UNCOVERED.get(table.name, ())
+        if c.name != CHECKSUM
+        and c.name not in _UNCOVERED.get(table.name, ())
+        and c.name not in ADDED.get(table.name, ())
     )
     for table in LEDGER_TABLES
 }
-"""The columns each table's checksum covers, in table order."""
+"""The columns each table's checksum always covers, in table order (and :data:`ADDED`)."""
 
 
 def checksum(table: Table, row: Mapping[Any, Any]) -> int:
-    """The checksum of ``row`` (its covered columns; a missing one counts as NULL)."""
-    return checksum_over(COVERED[table.name], row)
+    """The checksum of ``row`` (its covered columns; a missing one counts as NULL, a missing
+    added one as its default)."""
+    added = ADDED.get(table.name)
+    if added is None:
+        return checksum_over(COVERED[table.name], row)
+    get = row.get if isinstance(row, dict) else row.__getitem__
+    changed = [
+        (name, value)
+        for name, default in added.items()
+        if (value := get(name) if name in row else default) != default
+    ]
+    return checksum_over(COVERED[table.name], row, changed)
 
 
-def checksum_over(columns: Sequence[str], row: Mapping[Any, Any]) -> int:
-    """The checksum of ``row``'s ``columns``, as read back through the ledger's column types.
+def checksum_over(
+    columns: Sequence[str], row: Mapping[Any, Any], added: Sequence[tuple[str, Any]] = ()
+) -> int:
+    """The checksum of ``row``'s ``columns`` (and of the ``added`` columns, named, given as
+    name and value), as read back through the ledger's column types.
 
-    A revision that adds a covered column must compute the checksums of existing rows again
-    (0003 shows how), with the columns of its own time.
+    A revision that adds a column either lists it in :data:`ADDED` or computes the checksums
+    of existing rows again (0003 shows how), with the columns of its own time.
     """
     # A row read back holds every column: index it (a RowMapping's .get is slow Python).
     get = row.get if isinstance(row, dict) else row.__getitem__
@@ -71,6 +95,7 @@ def checksum_over(columns: Sequence[str], row: Mapping[Any, Any]) -> int:
         parts = [_FORMS[type(value)](value) for value in values]
     except KeyError:
         parts = [_canonical(value) for value in values]
+    parts.extend(f"{name}={_canonical(value)}" for name, value in added)
     return zlib.crc32("\x1f".join(parts).encode("utf-8", "surrogatepass"))
 
 

@@ -7,7 +7,7 @@ import re
 import sqlite3
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Self, TypeVar
 
@@ -16,6 +16,7 @@ from sqlalchemy import (
     Engine,
     bindparam,
     delete,
+    false,
     func,
     insert,
     or_,
@@ -28,6 +29,7 @@ from sqlalchemy.exc import DatabaseError
 
 from .._ids import Clock, new_id, utc_now
 from .._text import check_storable
+from ..context import Compaction
 from ..errors import (
     ConfigurationError,
     LedgerCorruptError,
@@ -54,6 +56,7 @@ from ._engine import (
     with_retries,
 )
 from ._rows import (
+    compaction_of,
     conversation_record,
     in_sequence,
     message_of,
@@ -73,6 +76,7 @@ from ._transactions import (
 from .records import ConversationRecord, RunRecord, RunTree, SearchHit
 from .tables import (
     agent_runs,
+    context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
@@ -237,7 +241,38 @@ class Ledger:
         )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
-        """A section of a conversation as committed: by default the conversation itself."""
+        """A section of a conversation as committed: by default the conversation itself (the
+        messages a summary replaced are in the ``buffer`` section, the summaries in
+        ``summary``; see :meth:`history` and :meth:`model_context`)."""
+        return self._conversation_rows(conversation_id, lambda r: r["section"] == section)
+
+    def history(self, conversation_id: str) -> Messages:
+        """The conversation as the user saw it: every message of it in order, those a summary
+        replaced included (and the summaries left out). No compaction changes it."""
+        sections = (AgentState.DEFAULT_SECTION, AgentState.BUFFER_SECTION)
+        return self._conversation_rows(conversation_id, lambda r: r["section"] in sections)
+
+    def model_context(self, conversation_id: str) -> Messages:
+        """The conversation as the model sees it now: the summary, then the messages still in
+        its context (what a new run starts from, before its own trace)."""
+        state = self.load_conversation(conversation_id)
+        return state.store.select(*AgentState.INFERENCE_SECTIONS)
+
+    def compactions(self, conversation_id: str) -> list[Compaction]:
+        """Every compaction of a conversation's context, oldest first: the summaries made
+        between its runs, the observation masking within them, and the failed attempts."""
+        self.conversation(conversation_id)
+        query = (
+            select(context_compactions)
+            .where(context_compactions.c.conversation_id == conversation_id)
+            .order_by(context_compactions.c.created_at, context_compactions.c.id)
+        )
+        return self._read(
+            f"reading the compactions of conversation {conversation_id}",
+            lambda conn: [compaction_of(r) for r in conn.execute(query).mappings()],
+        )
+
+    def _conversation_rows(self, conversation_id: str, wanted: Callable[[Any], bool]) -> Messages:
         self.conversation(conversation_id)
         query = (
             select(conversation_messages)
@@ -249,7 +284,7 @@ class Ledger:
         def read(conn: Connection) -> Messages:
             # Every section is read, so that a row missing from any shows as a gap in seq.
             rows = in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
-            return Messages(tuple(message_of(r) for r in rows if r["section"] == section))
+            return Messages(tuple(message_of(r) for r in rows if wanted(r)))
 
         return self._read(f"reading the messages of {what}", read)
 
@@ -481,7 +516,9 @@ class Ledger:
         """The conversation's committed messages, as a state ready for a new run.
 
         Conversations only grow, so a handle keeps the ones it loaded and, next time, reads
-        only the rows added since: loading stays as cheap at a thousand turns as at ten.
+        only the rows added since: loading stays as cheap at a thousand turns as at ten. What a
+        summary replaced comes before everything still in the context: a load starts after
+        it, and a compaction since the last load makes it read the context again.
         """
         if conversation_id is None:
             return AgentState.empty(conversation_id=new_id())
@@ -492,15 +529,17 @@ class Ledger:
             if not head:
                 return None
             last_seq = -1 if head[0]["last_seq"] is None else int(head[0]["last_seq"])
+            # What a summary replaced precedes everything still in the context.
+            start = 0 if head[0]["replaced"] is None else int(head[0]["replaced"]) + 1
             cached = self._cache.get(conversation_id)
-            if cached is None or cached.last_seq > last_seq:
-                cached = _Cached(-1, MessageStore())
+            if cached is None or cached.last_seq > last_seq or cached.start != start:
+                cached = _Cached(start - 1, start, MessageStore())
             if cached.last_seq < last_seq:
                 after = {"conversation_id": conversation_id, "after": cached.last_seq}
                 rows = sql.select(conn, _MESSAGES_AFTER, after)
                 what = f"conversation {conversation_id}"
                 fresh = in_sequence(rows, "seq", cached.last_seq + 1, what)
-                cached = _Cached(last_seq, store_of(fresh, cached.store))
+                cached = _Cached(last_seq, start, store_of(fresh, cached.store))
             return cached
 
         cached = self._read(f"loading conversation {conversation_id}", read)
@@ -526,6 +565,16 @@ class Ledger:
 
     def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
         return self._runs.claim_run(run_id, stale_after=stale_after)
+
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        self._runs.record_compaction(state, compaction, summary=summary, moved=moved)
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
         # Subagent runs are resumed through their parent, whose redone spawn finds them.
@@ -623,6 +672,7 @@ def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
 @dataclass(frozen=True)
 class _Cached:
     last_seq: int
+    start: int
     store: MessageStore
 
 
@@ -655,8 +705,16 @@ _HEAD = select(
     .where(conversation_messages.c.conversation_id == bindparam("conversation_id"))
     .scalar_subquery()
     .label("last_seq"),
+    select(func.max(conversation_messages.c.seq))
+    .where(
+        conversation_messages.c.conversation_id == bindparam("conversation_id"),
+        conversation_messages.c.in_context.is_(false()),
+    )
+    .scalar_subquery()
+    .label("replaced"),
 ).where(conversations.c.id == bindparam("conversation_id"))
-"""A conversation, if it exists, and the position of its last message."""
+"""A conversation, if it exists, the position of its last message, and that of the last
+message a summary replaced."""
 _MESSAGES_AFTER = (
     select(conversation_messages)
     .where(

@@ -8,6 +8,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
+from ..context import Compaction
 from ..continuation import ContinuationOutcome, ExecutionBudget, StopReason
 from ..drivers import split_output
 from ..errors import LedgerCorruptError
@@ -20,6 +21,7 @@ from ._checksum import verify
 from .records import ConversationRecord, RunRecord
 from .tables import (
     agent_runs,
+    context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
@@ -337,4 +339,25 @@ def run_record(row: Row) -> RunRecord:
     verify(agent_runs, row)
     return RunRecord.model_validate(
         {**row, "usage": usage_of(row), "metadata": row["metadata"] or {}}
+    )
+
+
+def compaction_columns(compaction: Compaction) -> dict[str, Any]:
+    return {
+        **compaction.model_dump(exclude={"usage", "metadata"}),
+        **usage_columns(compaction.usage),
+        "kind": compaction.kind.value,
+        "status": compaction.status.value,
+        "metadata": compaction.metadata or None,
+    }
+
+
+def compaction_of(row: Row) -> Compaction:
+    verify(context_compactions, row)
+    return Compaction.model_validate(
+        {
+            **{k: v for k, v in row.items() if k not in USAGE_COLUMNS and k != "checksum"},
+            "usage": usage_of(row),
+            "metadata": row["metadata"] or {},
+        }
     )

@@ -31,6 +31,7 @@ from sqlalchemy import (
 
 from .._ids import Clock, new_id
 from .._text import printable
+from ..context import Compaction, CompactionKind
 from ..continuation import ExecutionBudget
 from ..errors import (
     ConversationBusyError,
@@ -49,6 +50,7 @@ from ._compiled import hot
 from ._engine import Connections, EngineSettings, with_retries
 from ._rows import (
     budget_json,
+    compaction_columns,
     in_sequence,
     message_columns,
     message_of,
@@ -59,6 +61,7 @@ from ._rows import (
 )
 from .tables import (
     agent_runs,
+    context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
@@ -94,6 +97,7 @@ _FLUSH_BUFFER = delete(execution_buffer_rows).where(
     execution_buffer_rows.c.run_id == bindparam("run_id")
 )
 _INSERT_RUN = insert(agent_runs)
+_INSERT_COMPACTION = insert(context_compactions)
 _TAKE_LEASE = (
     update(conversations)
     .where(
@@ -132,6 +136,16 @@ _END_RUN = update(agent_runs).where(agent_runs.c.id == bindparam("run_id"))
 """Sets the columns its row names (the run's end, and its checksum)."""
 _END_RUN_IF_RUNNING = _END_RUN.where(agent_runs.c.status == "running")
 _RUN_ROW = select(agent_runs).where(agent_runs.c.id == bindparam("run_id"))
+_TAKE_OUT_OF_CONTEXT = (
+    update(conversation_messages)
+    .where(conversation_messages.c.id == bindparam("row_id"))
+    .values(
+        section=bindparam("new_section"),
+        in_context=False,
+        summary_id=bindparam("new_summary"),
+        checksum=bindparam("new_checksum"),
+    )
+)
 
 RESUME_PREFIX = "resume:"
 """Lease tokens taken by ``claim_run`` begin with this."""
@@ -235,6 +249,7 @@ class RunTransactions:
             for n, (section, message) in enumerate(filed)
         ]
         step = sealed(step_executions, step_columns(run_id, execution))
+        masking = _masking_row(after, run_id, execution)
         tools = [
             sealed(tool_executions, tool_columns(run_id, step["id"], execution.step_index, n, e))
             for n, e in enumerate(execution.step.tool_executions)
@@ -249,6 +264,8 @@ class RunTransactions:
                 sql.execute(conn, _INSERT_STEP, step)
                 sql.execute_many(conn, _INSERT_TOOLS, tools)
                 sql.execute_many(conn, _INSERT_BUFFER, buffer)
+                if masking is not None:
+                    sql.execute(conn, _INSERT_COMPACTION, masking)
 
         self._write(
             work,
@@ -304,6 +321,116 @@ class RunTransactions:
             ),
         )
         self._drop(run_id)
+
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        """Record ``compaction``; with a ``summary``, in the same transaction: the summary
+        appended to the ``summary`` section, and the messages it replaced (``moved``, and the
+        summaries before it) taken out of the context and pointed at it, conversation messages
+        moved to the ``buffer`` section. Refused, with nothing written, while a run holds the
+        conversation or when the messages are no longer in the context."""
+        conversation_id = state.conversation_id
+        replaced = [
+            *(
+                m.id
+                for m in state.store.select(AgentState.SUMMARY_SECTION, AgentState.BUFFER_SECTION)
+            ),
+            *(m.id for m in moved),
+        ]
+
+        def work() -> None:
+            now = self.clock()
+            row = compaction_columns(compaction)
+            with self.connections.write() as conn:
+                if summary is not None:
+                    row.update(self._replace(conn, conversation_id, summary, replaced, now))
+                self.sql.execute(conn, _INSERT_COMPACTION, sealed(context_compactions, row))
+
+        self._write(
+            work,
+            f"recording a compaction of conversation {conversation_id}",
+            took_effect=lambda: select(context_compactions.c.id).where(
+                context_compactions.c.id == compaction.id
+            ),
+        )
+
+    def _replace(
+        self,
+        conn: Connection,
+        conversation_id: str,
+        summary: Message,
+        replaced: Sequence[str],
+        now: datetime,
+    ) -> dict[str, Any]:
+        """Write ``summary`` in place of the messages ``replaced``; the compaction's positions."""
+        # Taking the conversation's row first serializes this with runs and other compactions.
+        claimed = conn.execute(
+            update(conversations)
+            .where(
+                conversations.c.id == conversation_id,
+                or_(
+                    conversations.c.lease_holder.is_(None),
+                    conversations.c.lease_expires_at <= now,
+                ),
+            )
+            .values(version=conversations.c.version + 1, updated_at=now)
+        ).rowcount
+        if not claimed:
+            raise ConversationBusyError(
+                f"conversation {conversation_id} is busy: a run is in progress on it. "
+                "Compact it once the run has ended."
+            )
+        columns = conversation_messages.c
+        rows = [
+            dict(r)
+            for r in conn.execute(
+                select(conversation_messages)
+                .where(columns.conversation_id == conversation_id, columns.id.in_(replaced))
+                .order_by(columns.seq)
+            ).mappings()
+        ]
+        if len(rows) != len(set(replaced)) or not all(r["in_context"] for r in rows):
+            raise ConversationBusyError(
+                f"conversation {conversation_id} changed while its summary was being written "
+                "(another process compacted it): nothing was changed; load it and compact again"
+            )
+        seq = _next_seq(conn, conversation_id)
+        for r in rows:
+            verify(conversation_messages, r)
+            if r["section"] == AgentState.DEFAULT_SECTION:
+                r["section"] = AgentState.BUFFER_SECTION
+            r.update(in_context=False, summary_id=summary.id)
+        self.sql.execute(
+            conn,
+            _INSERT_MESSAGES,
+            sealed(
+                conversation_messages,
+                _message_row(summary, conversation_id, seq, AgentState.SUMMARY_SECTION, None),
+            ),
+        )
+        conn.execute(
+            _TAKE_OUT_OF_CONTEXT,
+            [
+                {
+                    "row_id": r["id"],
+                    "new_section": r["section"],
+                    "new_summary": summary.id,
+                    "new_checksum": sealed(conversation_messages, r)["checksum"],
+                }
+                for r in rows
+            ],
+        )
+        positions = [r["seq"] for r in rows if r["section"] == AgentState.BUFFER_SECTION]
+        return {
+            "first_seq": min(positions, default=None),
+            "last_seq": max(positions, default=None),
+        }
 
     def _write(
         self, work: Callable[[], None], what: str, *, took_effect: Callable[[], Any]
@@ -589,6 +716,24 @@ def _run_row(state: AgentState, agent_name: str, now: datetime) -> dict[str, Any
     }
 
 
+def _masking_row(state: AgentState, run_id: str, execution: StepExecution) -> dict[str, Any] | None:
+    """The ``context_compactions`` row of the masking done before ``execution``, if any."""
+    masking = execution.step.context_masking
+    if masking is None:
+        return None
+    compaction = Compaction(
+        conversation_id=state.conversation_id,
+        kind=CompactionKind.MASKING,
+        messages=masking.masked,
+        tokens_before=masking.tokens_before,
+        tokens_after=masking.tokens_after,
+        run_id=run_id,
+        step_index=execution.step_index,
+        created_at=execution.started_at,
+    )
+    return sealed(context_compactions, compaction_columns(compaction))
+
+
 def _message_row(
     message: Message, conversation_id: str, seq: int, section: str, run_id: str | None
 ) -> dict[str, Any]:
@@ -748,6 +893,8 @@ def store_of(rows: Iterable[Any], base: MessageStore | None = None) -> MessageSt
     to their sections."""
     sections: dict[str, list[Message]] = {}
     for row in rows:
+        if row.get("in_context", True) is False:
+            continue  # replaced by a summary: kept in the ledger, out of the model's context
         sections.setdefault(row["section"], []).append(message_of(row))
     store = base if base is not None else MessageStore()
     for name, messages in sections.items():

@@ -15,7 +15,16 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import JsonValue
-from sqlalchemy import JSON, BigInteger, Column, DateTime, Index, MetaData, UniqueConstraint
+from sqlalchemy import (
+    JSON,
+    BigInteger,
+    Column,
+    DateTime,
+    Index,
+    MetaData,
+    UniqueConstraint,
+    true,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import registry
@@ -133,6 +142,12 @@ class ConversationMessage(LedgerTable, table=True):
             "section",
             "seq",
         ),
+        Index(
+            "ix_conversation_messages_conversation_id_in_context_seq",
+            "conversation_id",
+            "in_context",
+            "seq",
+        ),
     )
 
     id: str = Field(primary_key=True)
@@ -148,6 +163,8 @@ class ConversationMessage(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     created_at: datetime = _time()
+    in_context: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
+    summary_id: str | None = None
     checksum: int | None = _checksum()
 
 
@@ -256,12 +273,42 @@ class ToolExecutionRow(LedgerTable, table=True):
     checksum: int | None = _checksum()
 
 
+class ContextCompactionRow(LedgerTable, table=True):
+    __tablename__ = "context_compactions"
+
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
+    step_index: int | None = None
+    kind: str
+    status: str
+    messages: int = 0
+    first_seq: int | None = None
+    last_seq: int | None = None
+    summary_id: str | None = Field(default=None, foreign_key="conversation_messages.id")
+    tokens_before: int
+    tokens_after: int
+    model: str | None = None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+    reasoning_tokens: int = 0
+    cost_usd: float | None = None
+    error: str | None = None
+    created_at: datetime = _time(index=True)
+    duration_ms: float = 0.0
+    metadata_: dict[str, JsonValue] | None = _json("metadata")
+    checksum: int | None = _checksum()
+
+
 conversations = metadata.tables["conversations"]
 conversation_messages = metadata.tables["conversation_messages"]
 agent_runs = metadata.tables["agent_runs"]
 execution_buffer_rows = metadata.tables["execution_buffer_rows"]
 step_executions = metadata.tables["step_executions"]
 tool_executions = metadata.tables["tool_executions"]
+context_compactions = metadata.tables["context_compactions"]
 
 LEDGER_TABLES = (
     conversations,
@@ -270,5 +317,6 @@ LEDGER_TABLES = (
     execution_buffer_rows,
     step_executions,
     tool_executions,
+    context_compactions,
 )
 """The ledger's tables, each written before the ones that refer to it."""
