@@ -171,6 +171,27 @@ def test_show_prints_the_question_and_the_answer_and_no_tool_output(shared):
     assert "get_weather" not in output
 
 
+def test_show_prints_the_conversation_as_the_user_saw_it_and_as_the_model_sees_it(db_url):
+    with Ledger.open(db_url) as ledger:
+        ids = harness.record_compactions(ledger)
+    conversation = ids["compacted"]
+    question = "Weather in Lisbon and in Porto, one after the other?"
+
+    as_user = flat(ok("--db", db_url, "show", conversation))
+    assert "as the user saw it" in as_user
+    assert question in as_user and "(summarized)" in as_user
+    assert "And now?" in as_user and "Still sunny." in as_user
+    assert "Summary of the earlier conversation" not in as_user
+
+    as_model = flat(ok("--db", db_url, "show", conversation, "--as", "model"))
+    assert "as the model sees it" in as_model
+    assert as_model.index("Summary of the earlier conversation") < as_model.index("And now?")
+    assert question not in as_model and "(summarized)" not in as_model
+
+    summaries = flat(ok("--db", db_url, "show", conversation, "--section", "summary"))
+    assert "They asked about the weather in Lisbon and Porto." in summaries
+
+
 def test_trace_prints_the_steps_the_tool_and_the_tokens(shared):
     output = flat(ok("--db", shared.url, "trace", shared.run_id))
     assert shared.run_id in output

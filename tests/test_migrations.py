@@ -15,8 +15,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Engine, event
 from click.testing import CliRunner
+from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
 import _migration_harness as harness

@@ -10,6 +10,7 @@ from importlib.metadata import version as _version
 
 from .agent import Agent, AgentConfig, FinalResponse
 from .builder import AgentBuilder
+from .context import CarryOver, Compaction, ContextBudget
 from .continuation import (
     ContinuationDecision,
     ContinuationOutcome,
@@ -21,6 +22,7 @@ from .criteria import Criterion, FinishReasonCriterion, StopWhen, stop_when
 from .drivers import Driver, StepRequest, ToolCallingDriver
 from .errors import (
     AgentLedgerError,
+    CompactionError,
     ConfigurationError,
     ConversationBusyError,
     LeaseLostError,
@@ -30,6 +32,7 @@ from .errors import (
     LedgerOpenError,
     LedgerUnavailableError,
     LLMError,
+    MigrationError,
     NotFoundError,
     ProcessorError,
     ProviderAuthenticationError,
@@ -78,8 +81,12 @@ __all__ = [
     "AgentStep",
     "AppendStepMessages",
     "AppendToolTraceToBuffer",
+    "CarryOver",
     "ClearExecutionBuffer",
+    "Compaction",
+    "CompactionError",
     "ConfigurationError",
+    "ContextBudget",
     "ContinuationDecision",
     "ContinuationOutcome",
     "ConversationBusyError",
@@ -100,6 +107,7 @@ __all__ = [
     "Message",
     "MessageStore",
     "Messages",
+    "MigrationError",
     "NotFoundError",
     "ProcessorError",
     "ProviderAuthenticationError",

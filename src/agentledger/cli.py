@@ -127,22 +127,40 @@ def conversations(ctx: click.Context, limit: int) -> None:
 @cli.command()
 @click.argument("conversation")
 @click.option(
-    "--section",
-    default="messages",
+    "--as",
+    "view",
+    type=click.Choice(["user", "model"]),
+    default="user",
     show_default=True,
-    help="messages (the conversation), summary or buffer.",
+    help="user: the conversation as the user saw it, including what summaries replaced. "
+    "model: what the model sees now, the summary first.",
+)
+@click.option(
+    "--section",
+    default=None,
+    help="Only this section: messages (the conversation), summary or buffer (the messages "
+    "summaries replaced).",
 )
 @click.pass_context
-def show(ctx: click.Context, conversation: str, section: str) -> None:
-    """The conversation: what the user said and what the agent answered."""
+def show(ctx: click.Context, conversation: str, view: str, section: str | None) -> None:
+    """The conversation: what the user said and what the agent answered; with --as model,
+    what the model sees of it now."""
     with _ledger(ctx) as ledger:
         record = ledger.conversation(conversation)
+        if section is not None:
+            messages, heading = ledger.messages(conversation, section), f"section {section}"
+        elif view == "model":
+            messages, heading = ledger.model_context(conversation), "as the model sees it"
+        else:
+            messages, heading = ledger.history(conversation), "as the user saw it"
+        summarized = {m.id for m in ledger.messages(conversation, "buffer")}
         console = _console()
-        console.rule(f"conversation {record.id} · version {record.version}")
-        for message in ledger.messages(conversation, section):
-            style = "bold cyan" if message.role == "user" else "bold green"
+        console.rule(f"conversation {record.id} · version {record.version} · {heading}")
+        for message in messages:
+            style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
+            note = " [dim](summarized)[/dim]" if message.id in summarized else ""
             console.print(
-                f"[{style}]{message.role}[/{style}] [dim]{_time(message.created_at)}[/dim]"
+                f"[{style}]{message.role}[/{style}] [dim]{_time(message.created_at)}[/dim]{note}"
             )
             console.print(message.content, markup=False)
             console.print()
