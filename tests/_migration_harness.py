@@ -233,9 +233,7 @@ def _reseal(conn: Any, reflected: MetaData) -> None:
         table = ledger_tables.metadata.tables[name]
         for row in conn.execute(select(table).where(table.c.checksum.is_not(None))).mappings():
             conn.execute(
-                update(table)
-                .where(table.c.id == row["id"])
-                .values(checksum=checksum(table, row))
+                update(table).where(table.c.id == row["id"]).values(checksum=checksum(table, row))
             )
 
 

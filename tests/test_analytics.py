@@ -5,7 +5,8 @@ agents recorded through the real ``Agent`` (a lead, a researcher it spawns twice
 one researcher spawns, and a solo agent whose model has no price), on a clock that only moves
 when a model "thinks" or a tool "works", so every duration is known; against invariants over
 random run trees (hypothesis), on SQLite and PostgreSQL; and against the ``duckdb`` command
-line running the same SQL files.
+line running the same SQL files. The context views are checked against the ledger's rows for a
+conversation compacted by observation masking and by summaries (one of them failed).
 """
 
 from __future__ import annotations
@@ -58,6 +59,7 @@ from agentledger import (
     tool,
 )
 from agentledger.analytics import Analytics, attach_statement, export_parquet, script
+from agentledger.context import estimate_tokens
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
@@ -297,17 +299,21 @@ def record_team(url: str) -> Team:
 
 
 class Teams:
-    """The team recorded once per backend for the whole module, on first use."""
+    """The team (or another scenario: ``record``) recorded once per backend for the whole
+    module, on first use."""
 
-    def __init__(self, tmp: pytest.TempPathFactory) -> None:
+    def __init__(
+        self, tmp: pytest.TempPathFactory, record: Callable[[str], Team] = record_team
+    ) -> None:
         self.tmp = tmp
+        self.record = record
         self.recorded: dict[str, Team] = {}
         self.cleanups: list[Callable[[], None]] = []
 
     def get(self, backend: str, server: PostgresServer | None = None) -> Team:
         """The team on ``backend``; ``server`` is the PostgreSQL server for ``postgresql``."""
         if backend not in self.recorded:
-            self.recorded[backend] = record_team(self._database(backend, server))
+            self.recorded[backend] = self.record(self._database(backend, server))
         return self.recorded[backend]
 
     def _database(self, backend: str, server: PostgresServer | None) -> str:
@@ -842,11 +848,21 @@ CLI_VIEWS: dict[str, Callable[[Analytics], duckdb.DuckDBPyRelation]] = {
 def test_the_sql_files_in_the_duckdb_cli_give_the_same_rows_as_the_python_api(
     team: Team, tmp_path: Path
 ) -> None:
+    check_in_duckdb_cli(team, CLI_VIEWS, tmp_path)
+
+
+def check_in_duckdb_cli(
+    team: Team,
+    methods: dict[str, Callable[[Analytics], duckdb.DuckDBPyRelation]],
+    tmp_path: Path,
+) -> None:
+    """The views ``methods`` name, queried in the ``duckdb`` command line over ``script()``,
+    give the rows (at least one) their methods give."""
     views = tmp_path / "views.sql"
     views.write_text(script(team.url), encoding="utf-8")
     # What a user types at the prompt of `duckdb -init views.sql`: each view into a CSV file.
     typed = [".mode csv", ".nullvalue NULL"]
-    for view in CLI_VIEWS:
+    for view in methods:
         typed += [f".once {view}.csv", f"SELECT * FROM {view} ORDER BY ALL;"]
 
     completed = subprocess.run(
@@ -861,7 +877,7 @@ def test_the_sql_files_in_the_duckdb_cli_give_the_same_rows_as_the_python_api(
 
     assert completed.returncode == 0, completed.stderr
     assert "Error" not in completed.stderr, completed.stderr
-    for view, method in CLI_VIEWS.items():
+    for view, method in methods.items():
         text = (tmp_path / f"{view}.csv").read_text(encoding="utf-8")
         header, *printed = list(csv.reader(io.StringIO(text)))
         relation = method(team.analytics).order("ALL")
@@ -897,6 +913,7 @@ def test_the_script_loads_the_scanner_from_its_package_and_attaches_read_only(te
 LEDGER_TABLES = (
     "agent_runs",
     "agentledger_version",
+    "context_compactions",
     "conversation_messages",
     "conversations",
     "execution_buffer_rows",
@@ -914,7 +931,8 @@ def test_export_parquet_writes_every_table_by_day_with_all_its_rows(
 
     assert files == sorted(target.rglob("*.parquet")) and files
     tables = {f.relative_to(target).parts[0] for f in files}
-    assert tables == set(LEDGER_TABLES) - {"execution_buffer_rows"}  # every run committed: empty
+    # every run committed, nothing compacted: those two are empty
+    assert tables == set(LEDGER_TABLES) - {"execution_buffer_rows", "context_compactions"}
     for f in files:
         table, *middle, _ = f.relative_to(target).parts
         assert middle == ([] if table == "agentledger_version" else [middle[0]]), f
@@ -943,6 +961,415 @@ def test_export_parquet_writes_every_table_by_day_with_all_its_rows(
         "S": date(2030, 1, 2),
     }
     reader.close()
+
+
+# --- the context: its compactions, and its size over a conversation's life ------------------------
+
+CONTEXT_BUDGET = 600
+"""The talker's context budget, in tokens: small, so a few runs fill it."""
+SUMMARY_COST = 2**-10
+
+
+@tool
+def fetch(page: int) -> str:
+    """Fetch a page of the archive."""
+    return f"page {page}: " + "z" * 400
+
+
+def reporting(
+    output_tokens: int, *, cache_read_tokens: int = 0, **response: Any
+) -> Callable[[InferenceRequest], InferenceResponse]:
+    """A response whose provider reports, as its input, the tokens ``estimate_tokens`` gives
+    the request: the provider's count and the library's agree, so every step was sent exactly
+    what the compaction before it left."""
+
+    def respond(request: InferenceRequest) -> InferenceResponse:
+        spent = usage(
+            estimate_tokens(request.messages), output_tokens, cache_read_tokens=cache_read_tokens
+        )
+        return InferenceResponse(usage=spent, **response)
+
+    return respond
+
+
+def fetches(*pages: int) -> Callable[[InferenceRequest], InferenceResponse]:
+    calls = [ToolCall(id=f"fetch_{p}", name="fetch", arguments={"page": p}) for p in pages]
+    return reporting(10, tool_calls=calls, cost_usd=2**-6, finish_reason="tool_calls")
+
+
+def summarizer_down(_request: InferenceRequest) -> InferenceResponse:
+    raise RuntimeError("the summarizer is down")
+
+
+@dataclass
+class Compacted(Team):
+    """The compaction scenario; ``summarizer_inputs``: the estimated tokens of each request
+    the summarizer got, in order."""
+
+    summarizer_inputs: list[int] = field(default_factory=list)
+
+
+def record_compacted(url: str) -> Compacted:
+    """The talker keeps its context within 600 tokens, the 2 most recent tool results raw.
+    Runs T1 to T3 of its conversation answer; before T4 the conversation is summarized, and T4
+    fetches five pages in four steps, the oldest results masked before steps 3 and 4; the
+    summary before T5 fails (the run goes on with the whole conversation), the one before T6 is
+    made, and after T6 the conversation is compacted again on demand, with no run after it.
+    Then a lead, with no budget, has a helper subagent help in a conversation of its own. The
+    clock moves a second at every reading."""
+    clock = FakeClock(start=DAY_ONE, tick=timedelta(seconds=1))
+    answers = reporting(50, content="Answer " + "x" * 200, cost_usd=2**-6, finish_reason="stop")
+    chat = ScriptedLLM(
+        [answers] * 3 + [fetches(1), fetches(2), fetches(3, 4), fetches(5)] + [answers] * 3,
+        model="model-chat",
+    )
+    summary = reporting(3, cache_read_tokens=2, content="What was said.", cost_usd=SUMMARY_COST)
+    summarizer = ScriptedLLM([summary, summarizer_down, summary, summary], model="model-summary")
+    helper = SubagentSpec(
+        name="helper",
+        description="Helps.",
+        llm=ScriptedLLM([answer("Helped.", usage=usage(5, 1))], model="model-small"),
+    )
+    lead_llm = ScriptedLLM(
+        [spawn(("helper", "Help."), usage=usage(8, 2)), answer("Done.", usage=usage(20, 2))],
+        model="model-chat",
+    )
+    with Ledger.open(url, clock=clock) as ledger:
+        base = AgentBuilder().with_clock(clock).with_ledger(ledger)
+        talker = (
+            base.with_name("talker")
+            .with_llm(chat)
+            .with_tools([fetch])
+            .with_context_budget(CONTEXT_BUDGET, keep_recent=2, summarizer=summarizer)
+            .build()
+        )
+        first = talker.run("Hello " + "y" * 200)
+        talks = [first]
+        for n in range(2, 7):
+            talks.append(talker.run(f"And {n} " + "y" * 200, first.conversation_id))
+        assert talker.compact(first.conversation_id, force=True) is not None
+        lead = base.with_name("lead").with_llm(lead_llm).with_subagents([helper]).build()
+        delegated = lead.run("Delegate.")
+    for result in (*talks, delegated):
+        assert result.status is AgentStatus.COMPLETED, result
+    return Compacted(
+        url=url,
+        runs={
+            **{f"T{n}": result.run_id for n, result in enumerate(talks, 1)},
+            "L": delegated.run_id,
+            "H": delegated.child_run_ids[0],
+        },
+        conversations={"A": first.conversation_id, "B": delegated.conversation_id},
+        summarizer_inputs=[estimate_tokens(r.messages) for r in summarizer.requests],
+    )
+
+
+@pytest.fixture(scope="module")
+def compacteds(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Teams]:
+    recorded = Teams(tmp_path_factory, record_compacted)
+    yield recorded
+    recorded.close()
+
+
+@pytest.fixture(scope="module", params=BACKENDS)
+def compacted(request: pytest.FixtureRequest, compacteds: Teams) -> Compacted:
+    if request.param == "sqlite":
+        recorded = compacteds.get("sqlite")
+    else:
+        recorded = compacteds.get("postgresql", request.getfixturevalue("pg_server"))
+    assert isinstance(recorded, Compacted)
+    return recorded
+
+
+def rows_of(relation: duckdb.DuckDBPyRelation) -> list[dict[str, Any]]:
+    return [dict(zip(relation.columns, row, strict=True)) for row in relation.fetchall()]
+
+
+def as_duckdb_gives(value: datetime | str) -> datetime:
+    """A timestamp as raw SQL gives it (text from SQLite, with a zone from PostgreSQL) as
+    DuckDB hands it back: UTC, without a zone."""
+    moment = datetime.fromisoformat(value) if isinstance(value, str) else value
+    return moment.astimezone(UTC).replace(tzinfo=None) if moment.tzinfo else moment
+
+
+COMPACTION_COLUMNS = [
+    "run_id",
+    "step_index",
+    "kind",
+    "status",
+    "messages",
+    "first_seq",
+    "last_seq",
+    "summary_id",
+    "tokens_before",
+    "tokens_after",
+    "model",
+    *TOKEN_COLUMNS,
+    "cost_usd",
+    "error",
+    "duration_ms",
+]
+
+
+def test_compaction_events_give_every_compaction_as_the_ledger_records_it(
+    compacted: Compacted,
+) -> None:
+    events = rows_of(compacted.analytics.compaction_events())
+    with Database(compacted.url) as db:
+        recorded = db.rows("SELECT * FROM context_compactions ORDER BY created_at, id")
+    with Ledger.open(compacted.url) as ledger:
+        compactions = ledger.compactions(compacted.conversations["A"])
+
+    assert [e["compaction_id"] for e in events] == [r["id"] for r in recorded]
+    assert [c.id for c in compactions] == [r["id"] for r in recorded]
+    for event, row in zip(events, recorded, strict=True):
+        assert pick(event, COMPACTION_COLUMNS) == pick(row, COMPACTION_COLUMNS)
+        assert event["created_at"] == as_duckdb_gives(row["created_at"])
+        assert event["tokens_saved"] == row["tokens_before"] - row["tokens_after"]
+        assert event["conversation_id"] == row["conversation_id"] == compacted.conversations["A"]
+        assert event["conversation_kind"] == "main"
+    # the agent of the run each compaction shrank: none yet for the summary made on demand
+    assert [e["agent_name"] for e in events] == ["talker"] * 5 + [None]
+    # What happened, worked out by hand: the summary before T4 replaced T1's and T2's question
+    # and answer (seq 0 to 3; T3's, the 2 most recent, stay); T4 masked one result before its
+    # step 3 and two before step 4 (masking starts from the whole results at every step); the
+    # summary before T5 failed and changed nothing; the one before T6 replaced the summary
+    # before it (seq 6) and T3's and T4's questions and answers (seq 4 to 8); the last, the
+    # summary before it and T5's question and answer (seq 9 and 10).
+    assert [pick(e, ["kind", "status", "messages", "first_seq", "last_seq"]) for e in events] == [
+        ("summary", "completed", 4, 0, 3),
+        ("masking", "completed", 1, None, None),
+        ("masking", "completed", 2, None, None),
+        ("summary", "failed", 3, None, None),
+        ("summary", "completed", 5, 4, 8),
+        ("summary", "completed", 3, 9, 10),
+    ]
+    assert all(e["tokens_saved"] > 0 for e in events if e["status"] == "completed")
+    failed = events[3]
+    assert (failed["tokens_saved"], failed["summary_id"], failed["error"]) == (
+        0,
+        None,
+        "RuntimeError: the summarizer is down",
+    )
+    # A summary's call spent what the summarizer reported; a masking and a failed call, nothing.
+    spent = ["model", *TOKEN_COLUMNS, "cost_usd"]
+    first, _, third, fourth = compacted.summarizer_inputs
+    assert [pick(e, spent) for e in events] == [
+        ("model-summary", first, 3, 2, 0, 0, SUMMARY_COST),
+        (None, 0, 0, 0, 0, 0, None),
+        (None, 0, 0, 0, 0, 0, None),
+        (None, 0, 0, 0, 0, 0, None),
+        ("model-summary", third, 3, 2, 0, 0, SUMMARY_COST),
+        ("model-summary", fourth, 3, 2, 0, 0, SUMMARY_COST),
+    ]
+
+
+def test_compaction_events_name_the_step_whose_context_each_compaction_shrank(
+    compacted: Compacted,
+) -> None:
+    events = rows_of(compacted.analytics.compaction_events())
+    labels = compacted.labels()
+
+    placed = [
+        (
+            labels.get(e["run_id"]),
+            e["step_index"],
+            labels.get(e["before_run_id"]),
+            e["before_step_index"],
+        )
+        for e in events
+    ]
+
+    # A masking, its own step; a summary, the first step of the conversation's next run: after
+    # its summary message, or for a failed summary (which wrote none), started after it. The
+    # summary made on demand after T6 has no run after it yet.
+    assert placed == [
+        (None, None, "T4", 0),
+        ("T4", 3, "T4", 3),
+        ("T4", 4, "T4", 4),
+        (None, None, "T5", 0),
+        (None, None, "T6", 0),
+        (None, None, None, None),
+    ]
+
+
+SIZE_COLUMNS = ["conversation_id", "run_id", "agent_name", "step_index", "input_tokens"]
+
+
+def test_context_size_gives_every_step_of_every_main_conversation_in_order(
+    compacted: Compacted,
+) -> None:
+    sizes = rows_of(compacted.analytics.context_size())
+    with Database(compacted.url) as db:
+        steps = db.rows(
+            "SELECT r.conversation_id, s.run_id, r.agent_name, s.step_index, s.input_tokens, "
+            "s.started_at, s.message_id FROM step_executions AS s "
+            "JOIN agent_runs AS r ON r.id = s.run_id "
+            "JOIN conversations AS c ON c.id = r.conversation_id "
+            "WHERE c.kind = 'main' ORDER BY r.conversation_id, r.started_at, s.step_index"
+        )
+
+    assert [pick(s, SIZE_COLUMNS) for s in sizes] == [pick(s, SIZE_COLUMNS) for s in steps]
+    for size, step in zip(sizes, steps, strict=True):
+        assert size["started_at"] == as_duckdb_gives(step["started_at"])
+        assert size["called_model"] == (step["message_id"] is not None)
+    # Runs and steps counted over each conversation; the helper's conversation is a subagent's.
+    numbered = [
+        (compacted.label(s["run_id"]), s["run_number"], s["step_index"], s["step_number"])
+        for s in sizes
+    ]
+    talker = [
+        ("T1", 1, 0, 1),
+        ("T2", 2, 0, 2),
+        ("T3", 3, 0, 3),
+        *(("T4", 4, n, 4 + n) for n in range(5)),
+        ("T5", 5, 0, 9),
+        ("T6", 6, 0, 10),
+    ]
+    lead = [("L", 1, 0, 1), ("L", 1, 1, 2)]
+    talker_first = compacted.conversations["A"] < compacted.conversations["B"]
+    assert numbered == (talker + lead if talker_first else lead + talker)
+
+
+def test_context_size_shows_what_the_compactions_just_before_each_step_took_out(
+    compacted: Compacted,
+) -> None:
+    sizes = by(compacted.analytics.context_size(), "run_id", "step_index")
+    with Database(compacted.url) as db:
+        recorded = db.rows("SELECT * FROM context_compactions ORDER BY created_at, id")
+    runs = compacted.runs
+    # Where each compaction lands (see the test above): a masking on its step, the summaries on
+    # the first step of T4, T5 and T6, the last one nowhere (no run came after it).
+    summaries_before = iter([runs["T4"], runs["T5"], runs["T6"], "(none)"])
+    landed: dict[tuple[str, int], list[dict[str, Any]]] = {}
+    for row in recorded:
+        if row["kind"] == "masking":
+            landed.setdefault((row["run_id"], row["step_index"]), []).append(row)
+        else:
+            landed.setdefault((next(summaries_before), 0), []).append(row)
+
+    for key, size in sizes.items():
+        rows = landed.get(key, [])
+        done = [r for r in rows if r["status"] == "completed"]
+        assert size["compactions"] == len(rows), key
+        assert size["tokens_saved"] == sum(r["tokens_before"] - r["tokens_after"] for r in done)
+        assert size["masked_results"] == sum(r["messages"] for r in done if r["kind"] == "masking")
+        assert size["summarized_messages"] == sum(
+            r["messages"] for r in done if r["kind"] == "summary"
+        )
+        # The provider was sent what the compaction left (a failed one left it all).
+        for r in rows:
+            assert size["input_tokens"] == r["tokens_after"], (key, r["kind"])
+    # The context shrank at each completed summary, and stayed within the budget in T4.
+    assert sizes[runs["T4"], 0]["input_tokens"] < sizes[runs["T3"], 0]["input_tokens"]
+    assert sizes[runs["T6"], 0]["input_tokens"] < sizes[runs["T5"], 0]["input_tokens"]
+    assert all(sizes[runs["T4"], n]["input_tokens"] <= CONTEXT_BUDGET for n in range(5))
+    # Each compaction lands on one step, but the last.
+    assert sum(s["compactions"] for s in sizes.values()) == len(recorded) - 1
+
+
+def test_context_size_counts_the_messages_in_and_out_of_context_when_each_run_began(
+    compacted: Compacted,
+) -> None:
+    sizes = rows_of(compacted.analytics.context_size())
+    with Database(compacted.url) as db:
+        messages = db.rows(
+            "SELECT id, conversation_id, seq, run_id, summary_id, in_context "
+            "FROM conversation_messages"
+        )
+    seq_of = {m["id"]: m["seq"] for m in messages}
+
+    for size in sizes:
+        began = min(m["seq"] for m in messages if m["run_id"] == size["run_id"])  # its question
+        there = [
+            m
+            for m in messages
+            if m["conversation_id"] == size["conversation_id"] and m["seq"] <= began
+        ]
+        # out of context: replaced by a summary written before the run's question
+        out = [m for m in there if m["summary_id"] and seq_of[m["summary_id"]] < began]
+        counted = (size["messages_in_context"], size["messages_out_of_context"])
+        assert counted == (len(there) - len(out), len(out)), size
+    first_steps = {
+        compacted.label(s["run_id"]): (s["messages_in_context"], s["messages_out_of_context"])
+        for s in sizes
+        if s["step_index"] == 0
+    }
+    # T4: the summary, T3's question and answer, its own question; T5: T4's two more and its
+    # own (the summary failed); T6: the new summary, T5's question and answer, its own.
+    assert first_steps == {
+        "T1": (1, 0),
+        "T2": (3, 0),
+        "T3": (5, 0),
+        "T4": (4, 4),
+        "T5": (6, 4),
+        "T6": (4, 9),
+        "L": (1, 0),
+    }
+    # What the ledger's in_context says now: out of context, what was when T6 began and what
+    # the summary made after it replaced.
+    talk = [m for m in messages if m["conversation_id"] == compacted.conversations["A"]]
+    with Database(compacted.url) as db:
+        last = db.scalar("SELECT messages FROM context_compactions ORDER BY created_at DESC")
+    assert sum(1 for m in talk if not m["in_context"]) == first_steps["T6"][1] + last
+
+
+def test_the_context_views_give_the_same_results_on_postgresql_and_sqlite(
+    compacteds: Teams, pg_server: PostgresServer
+) -> None:
+    on_sqlite, on_postgres = compacteds.get("sqlite"), compacteds.get("postgresql", pg_server)
+
+    def results(recorded: Team) -> dict[str, Any]:
+        analytics, labels = recorded.analytics, recorded.labels()
+        relations = {
+            # ids made afresh, and durations measured, differ from one recording to the next
+            "compaction_events": analytics.compaction_events().project(
+                "* EXCLUDE (compaction_id, summary_id, duration_ms)"
+            ),
+            "context_size": analytics.context_size(),
+            "conversation_runs": analytics.sql("SELECT * FROM conversation_runs"),
+        }
+        return {
+            name: (
+                [str(t) for t in relation.types],
+                sorted((_relabelled(row, labels) for row in relation.fetchall()), key=repr),
+            )
+            for name, relation in relations.items()
+        }
+
+    sqlite_results, postgres_results = results(on_sqlite), results(on_postgres)
+    for name, result in sqlite_results.items():
+        assert postgres_results[name] == result, name
+
+
+def test_the_context_views_in_the_duckdb_cli_give_the_same_rows_as_the_python_api(
+    compacted: Compacted, tmp_path: Path
+) -> None:
+    views: dict[str, Callable[[Analytics], duckdb.DuckDBPyRelation]] = {
+        "compaction_events": lambda a: a.compaction_events(),
+        "context_size": lambda a: a.context_size(),
+    }
+    check_in_duckdb_cli(compacted, views, tmp_path)
+
+
+def test_export_parquet_writes_the_compactions_with_all_their_rows(
+    compacted: Compacted, tmp_path: Path
+) -> None:
+    files = compacted.analytics.export_parquet(tmp_path)
+
+    exported = [f for f in files if f.relative_to(tmp_path).parts[0] == "context_compactions"]
+    assert [f.relative_to(tmp_path).parts[1] for f in exported] == ["day=2030-01-01"]
+    with Database(compacted.url) as db:
+        recorded = db.rows("SELECT id, tokens_before, tokens_after FROM context_compactions")
+    pattern = (tmp_path / "context_compactions" / "**" / "*.parquet").as_posix()
+    with duckdb.connect() as reader:
+        rows = reader.sql(
+            f"SELECT id, tokens_before, tokens_after FROM read_parquet('{pattern}')"
+        ).fetchall()
+    assert sorted(rows) == sorted(
+        pick(r, ["id", "tokens_before", "tokens_after"]) for r in recorded
+    )
+    assert len(rows) == 6
 
 
 # --- runs that are not finished, steps without a price ----------------------------------------
@@ -1046,6 +1473,8 @@ def test_an_empty_ledger_gives_empty_views_and_zero_counts(db_url: str) -> None:
             analytics.tree_shape(),
             analytics.running_runs(),
             analytics.unpriced_steps(),
+            analytics.compaction_events(),
+            analytics.context_size(),
         ):
             assert relation.fetchall() == []
         counts = one(analytics.completeness())

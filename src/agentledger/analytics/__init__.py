@@ -1,4 +1,5 @@
-"""Analytics over a ledger in DuckDB: the run tree rolled up, tools, models, agents, time.
+"""Analytics over a ledger in DuckDB: the run tree rolled up, tools, models, agents, time,
+and the model's context (its compactions, and its size over a conversation's life).
 
 The ledger is attached read-only; the views are SQL files shipped in ``sql/`` that run in the
 ``duckdb`` command line as well (``agentledger analytics sql`` prints them, ready to use).

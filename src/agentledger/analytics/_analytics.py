@@ -160,6 +160,25 @@ class Analytics:
         """Runs still running and steps without a price, counted: what totals do not cover."""
         return self._view("completeness")
 
+    def compaction_events(self) -> duckdb.DuckDBPyRelation:
+        """Every compaction of a conversation's context, oldest first: observation masking
+        within a run (``kind`` ``'masking'``, before the step ``step_index`` of ``run_id``) and
+        summaries between runs (``'summary'``), completed or failed; the messages taken out,
+        ``tokens_before``, ``tokens_after`` and ``tokens_saved``, and what a summary's model call
+        spent (``input_tokens``, ..., ``cost_usd``: not counted in the usage views, which sum
+        steps). ``before_run_id`` and ``before_step_index`` name the step whose context it
+        shrank first (for a summary, the first step of the conversation's next run)."""
+        return self._view("compaction_events")
+
+    def context_size(self) -> duckdb.DuckDBPyRelation:
+        """The context over each main conversation's life: one row per step of its runs, in
+        order (``run_number``, ``step_index``, ``step_number`` over the conversation), with the
+        ``input_tokens`` the provider reported for it (the real size of the context), what the
+        compactions just before it saved (``compactions``, ``tokens_saved``,
+        ``masked_results``, ``summarized_messages``), and the conversation's messages in and out
+        of the context when its run began."""
+        return self._view("context_size")
+
     def sql(self, query: str, params: Sequence[object] | None = None) -> duckdb.DuckDBPyRelation:
         """Any query over the views and the ledger's tables (``ledger.<table>``)."""
         return self.connection.sql(query, params=params)
