@@ -501,16 +501,28 @@ def begin_stale_run(ledger: Ledger) -> tuple[str, str]:
 
 
 @contextlib.contextmanager
-def representative_source(directory: Path) -> Iterator[tuple[Rows, dict[str, str]]]:
+def representative_source(
+    directory: Path, *, compaction: bool = True
+) -> Iterator[tuple[Rows, dict[str, str]]]:
     """A SQLite ledger at the newest schema in ``directory`` holding the representative runs
-    (and a value in every column); its rows, typed, and the runs' ids."""
+    (and a value in every column); its rows, typed, and the runs' ids. Without
+    ``compaction``, only what revision 0003 can hold too (no compaction, every message in the
+    context): the rows of an old ledger, whose checksums still match once upgraded."""
     path = directory / "representative.db"
     with Ledger.open(path) as ledger:
-        ids = record_representative_runs(ledger)
+        ids = record_representative_runs(ledger, compaction=compaction)
     with Database(path) as database:
-        database.fill_empty_columns()
-        assert database.empty_columns() == {}
+        skip = None if compaction else ONLY_SINCE_0004
+        database.fill_empty_columns(skip=skip)
+        assert database.empty_columns() == (skip or {})
         yield database.typed_rows(), ids
+
+
+ONLY_SINCE_0004 = {
+    "context_compactions": [c.name for c in ledger_tables.context_compactions.columns],
+    "conversation_messages": ["summary_id"],
+}
+"""What revision 0003 cannot hold: left empty in a ledger that stands for an old one."""
 
 
 # --- the check every revision gets ----------------------------------------------------------------

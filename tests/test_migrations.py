@@ -124,10 +124,7 @@ def test_upgrading_to_a_revision_keeps_every_row_its_predecessor_held(
     harness.check_upgrade_keeps_rows(db_url, previous, revision, representative_rows)
 
 
-ONLY_AT_HEAD = {
-    "context_compactions": [c.name for c in ledger_tables.context_compactions.columns],
-    "conversation_messages": ["summary_id"],
-}
+ONLY_AT_HEAD = harness.ONLY_SINCE_0004
 """What the previous revision cannot hold: a ledger holding it is not downgraded (below)."""
 
 

@@ -39,7 +39,8 @@ OPENERS = 4
 
 @pytest.fixture(scope="module")
 def representative_rows(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Rows]:
-    with harness.representative_source(tmp_path_factory.mktemp("source")) as (rows, _ids):
+    source = tmp_path_factory.mktemp("source")
+    with harness.representative_source(source, compaction=False) as (rows, _ids):
         yield rows
 
 
