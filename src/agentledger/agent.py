@@ -178,7 +178,7 @@ class Agent:
         attempt = Compaction(
             conversation_id=state.conversation_id,
             kind=CompactionKind.SUMMARY,
-            messages=len(plan.previous) + len(plan.moved),
+            messages=plan.replaced,
             tokens_before=plan.tokens_before,
             tokens_after=plan.tokens_before,
             model=summarizer.model,

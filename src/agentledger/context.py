@@ -301,6 +301,11 @@ class SummaryPlan:
     tokens_before: int
     fixed_tokens: int
 
+    @property
+    def replaced(self) -> int:
+        """How many messages the summary replaces: the summary before, and those moved."""
+        return len(self.previous) + len(self.moved)
+
 
 def plan_summary(
     state: AgentState,
@@ -422,11 +427,10 @@ class Summarizer:
 def summary_message(text: str, plan: SummaryPlan, compaction_id: str) -> Message:
     """The system message that replaces ``plan.moved`` (and the summary before) in the
     context."""
-    count = len(plan.previous) + len(plan.moved)
     return Message(
         role=Role.SYSTEM,
-        content=SUMMARY_HEADER.format(count=count) + text.strip(),
-        metadata={SUMMARY_KEY: {"messages": count, "compaction_id": compaction_id}},
+        content=SUMMARY_HEADER.format(count=plan.replaced) + text.strip(),
+        metadata={SUMMARY_KEY: {"messages": plan.replaced, "compaction_id": compaction_id}},
     )
 
 
