@@ -2,24 +2,22 @@
 
 The conversation (user messages and final answers) and the execution trace (tool calls, tool
 results, reasoning, errors) are kept apart. This module is the public door: everything listed
-in ``__all__`` is public API.
+in ``__all__`` is public API and can be imported from here. ``import agentledger`` loads the
+values (pydantic) and the error tree; every other name is loaded when first used, so a program
+pays for what it uses: the SQL ledger loads SQLAlchemy, the HTTP providers httpx, analytics
+DuckDB, and none of them is loaded by the agent itself.
+
+The packages, from the bottom up: ``values`` (immutable values), ``core`` (pure code over
+them), ``recording`` (the recorder interface), ``loop`` (the agent loop), ``drivers``, then
+``builder`` and ``llm`` (providers) on top of the loop; ``ledger`` (SQL) records through the
+recorder interface, ``analytics`` reads the ledger's tables, and ``cli`` sits on everything.
 """
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
+from __future__ import annotations
 
-from .agent import Agent, AgentConfig, FinalResponse
-from .builder import AgentBuilder
-from .context import CarryOver, Compaction, ContextBudget
-from .continuation import (
-    ContinuationDecision,
-    ContinuationOutcome,
-    ExecutionBudget,
-    StopReason,
-    Verdict,
-)
-from .criteria import Criterion, FinishReasonCriterion, StopWhen, stop_when
-from .drivers import Driver, StepRequest, ToolCallingDriver
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from .errors import (
     AgentLedgerError,
     CompactionError,
@@ -50,28 +48,135 @@ from .errors import (
     UnstorableTextError,
     UsageError,
 )
-from .executor import ToolExecutor
-from .messages import Message, Messages, MessageStore, Role, Section, ToolCall
-from .processors import (
-    AppendStepMessages,
-    AppendToolTraceToBuffer,
-    ClearExecutionBuffer,
-    StateProcessor,
+from .values import (
+    LLM,
+    AgentState,
+    AgentStatus,
+    AgentStep,
+    Compaction,
+    ContinuationDecision,
+    ContinuationOutcome,
+    ExecutionBudget,
+    InferenceRequest,
+    InferenceResponse,
+    Message,
+    Messages,
+    MessageStore,
+    ModelSettings,
+    Role,
+    Section,
+    Spend,
+    StepExecution,
+    StepType,
+    StopReason,
+    ToolCall,
+    ToolExecution,
+    ToolSchema,
+    Usage,
+    Verdict,
 )
-from .react import ReActDriver
-from .recording import InMemoryRecorder, Recorder, RunResult
-from .state import AgentState, AgentStatus
-from .steps import AgentStep, StepExecution, StepType, ToolExecution
-from .subagents import SpawnSubagentTool, SubagentPolicy, SubagentSpec
-from .tools import FunctionTool, Tool, ToolContext, ToolOutput, ToolSchema, ToolSet, tool
-from .usage import Spend, Usage
 
-try:
-    __version__ = _version("agentledger")
-except _PackageNotFoundError:  # pragma: no cover - running from a source tree without install
-    __version__ = "0.0.0"
+if TYPE_CHECKING:
+    from .analytics import Analytics
+    from .builder import (
+        AgentBuilder,
+    )
+    from .core import (
+        AppendStepMessages,
+        AppendToolTraceToBuffer,
+        CarryOver,
+        ClearExecutionBuffer,
+        ContextBudget,
+        Criterion,
+        FinishReasonCriterion,
+        FunctionTool,
+        StateProcessor,
+        StopWhen,
+        Tool,
+        ToolContext,
+        ToolOutput,
+        ToolSet,
+        estimate_tokens,
+        stop_when,
+        tool,
+    )
+    from .drivers import (
+        ReActDriver,
+        ToolCallingDriver,
+    )
+    from .ledger import Ledger
+    from .llm import (
+        AnthropicMessages,
+        OpenAIChat,
+        Price,
+        PriceTable,
+        RetryPolicy,
+        ScriptedLLM,
+    )
+    from .loop import (
+        Agent,
+        AgentConfig,
+        Driver,
+        FinalResponse,
+        SpawnSubagentTool,
+        StepRequest,
+        SubagentPolicy,
+        SubagentSpec,
+        ToolExecutor,
+    )
+    from .recording import (
+        InMemoryRecorder,
+        Recorder,
+        RunResult,
+    )
+
+_LAZY = {
+    "Agent": "agentledger.loop",
+    "AgentBuilder": "agentledger.builder",
+    "AgentConfig": "agentledger.loop",
+    "Analytics": "agentledger.analytics",
+    "AnthropicMessages": "agentledger.llm",
+    "AppendStepMessages": "agentledger.core",
+    "AppendToolTraceToBuffer": "agentledger.core",
+    "CarryOver": "agentledger.core",
+    "ClearExecutionBuffer": "agentledger.core",
+    "ContextBudget": "agentledger.core",
+    "Criterion": "agentledger.core",
+    "Driver": "agentledger.loop",
+    "FinalResponse": "agentledger.loop",
+    "FinishReasonCriterion": "agentledger.core",
+    "FunctionTool": "agentledger.core",
+    "InMemoryRecorder": "agentledger.recording",
+    "Ledger": "agentledger.ledger",
+    "OpenAIChat": "agentledger.llm",
+    "Price": "agentledger.llm",
+    "PriceTable": "agentledger.llm",
+    "ReActDriver": "agentledger.drivers",
+    "Recorder": "agentledger.recording",
+    "RetryPolicy": "agentledger.llm",
+    "RunResult": "agentledger.recording",
+    "ScriptedLLM": "agentledger.llm",
+    "SpawnSubagentTool": "agentledger.loop",
+    "StateProcessor": "agentledger.core",
+    "StepRequest": "agentledger.loop",
+    "StopWhen": "agentledger.core",
+    "SubagentPolicy": "agentledger.loop",
+    "SubagentSpec": "agentledger.loop",
+    "Tool": "agentledger.core",
+    "ToolCallingDriver": "agentledger.drivers",
+    "ToolContext": "agentledger.core",
+    "ToolExecutor": "agentledger.loop",
+    "ToolOutput": "agentledger.core",
+    "ToolSet": "agentledger.core",
+    "estimate_tokens": "agentledger.core",
+    "stop_when": "agentledger.core",
+    "tool": "agentledger.core",
+}
+"""Public names loaded when first used (``from agentledger import Ledger`` loads the ledger),
+and the package that has each."""
 
 __all__ = [
+    "LLM",
     "Agent",
     "AgentBuilder",
     "AgentConfig",
@@ -79,6 +184,8 @@ __all__ = [
     "AgentState",
     "AgentStatus",
     "AgentStep",
+    "Analytics",
+    "AnthropicMessages",
     "AppendStepMessages",
     "AppendToolTraceToBuffer",
     "CarryOver",
@@ -97,8 +204,11 @@ __all__ = [
     "FinishReasonCriterion",
     "FunctionTool",
     "InMemoryRecorder",
+    "InferenceRequest",
+    "InferenceResponse",
     "LLMError",
     "LeaseLostError",
+    "Ledger",
     "LedgerBusyError",
     "LedgerCorruptError",
     "LedgerError",
@@ -108,7 +218,11 @@ __all__ = [
     "MessageStore",
     "Messages",
     "MigrationError",
+    "ModelSettings",
     "NotFoundError",
+    "OpenAIChat",
+    "Price",
+    "PriceTable",
     "ProcessorError",
     "ProviderAuthenticationError",
     "ProviderConnectionError",
@@ -120,11 +234,13 @@ __all__ = [
     "ProviderTimeoutError",
     "ReActDriver",
     "Recorder",
+    "RetryPolicy",
     "Role",
     "RunError",
     "RunResult",
     "SchemaVersionError",
     "ScriptExhaustedError",
+    "ScriptedLLM",
     "Section",
     "SpawnSubagentTool",
     "Spend",
@@ -151,6 +267,31 @@ __all__ = [
     "UsageError",
     "Verdict",
     "__version__",
+    "estimate_tokens",
     "stop_when",
     "tool",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        value: Any = _version()
+    elif name in _LAZY:
+        value = getattr(importlib.import_module(_LAZY[name]), name)
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("agentledger")
+    except PackageNotFoundError:  # pragma: no cover - a source tree without install
+        return "0.0.0"

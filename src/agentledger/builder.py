@@ -7,30 +7,36 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._ids import Clock, utc_now
-from ._text import check_storable
-from .agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
-from .context import (
-    CarryMaskedTrace,
-    CarryOver,
-    ContextBudget,
-    ObservationMasking,
-    Summarizer,
-)
-from .continuation import ExecutionBudget
-from .criteria import DEFAULT_STOP_FINISH_REASONS, Criterion, default_criteria
-from .drivers import Driver, ToolCallingDriver
-from .errors import ConfigurationError
-from .llm import LLM, ModelSettings
-from .processors import (
+from .core import (
+    DEFAULT_STOP_FINISH_REASONS,
     AppendStepMessages,
     AppendToolTraceToBuffer,
+    CarryMaskedTrace,
+    CarryOver,
     ClearExecutionBuffer,
+    ContextBudget,
+    Criterion,
+    ObservationMasking,
     StateProcessor,
+    Summarizer,
+    Tool,
+    ToolSet,
+    default_criteria,
 )
-from .recording import InMemoryRecorder, Recorder
-from .subagents import SpawnSubagentTool, SubagentPolicy, SubagentSpec
-from .tools import Tool, ToolSet
+from .drivers import ToolCallingDriver
+from .errors import ConfigurationError
+from .loop import (
+    DEFAULT_FINAL_INSTRUCTION,
+    Agent,
+    AgentConfig,
+    Driver,
+    FinalResponse,
+    SpawnSubagentTool,
+    SubagentPolicy,
+    SubagentSpec,
+)
+from .recording import HasRecorder, InMemoryRecorder, Recorder
+from .values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
 
 DEFAULT_MAX_STEPS = 20
 
@@ -48,7 +54,9 @@ class AgentBuilder:
     tools: tuple[Tool | Callable[..., object], ...] = ()
     system_prompt: str | None = None
     carry_over: CarryOver = CarryOver.SEPARATED
-    budget: ExecutionBudget = ExecutionBudget(max_steps=DEFAULT_MAX_STEPS)
+    budget: ExecutionBudget = field(
+        default_factory=lambda: ExecutionBudget(max_steps=DEFAULT_MAX_STEPS)
+    )
     processors: tuple[StateProcessor, ...] = ()
     criteria: tuple[Criterion, ...] = ()
     stop_finish_reasons: frozenset[str] = DEFAULT_STOP_FINISH_REASONS
@@ -206,10 +214,11 @@ class AgentBuilder:
             subagent_policy=policy if policy is not None else self.subagent_policy,
         )
 
-    def with_ledger(self, ledger: Recorder) -> AgentBuilder:
-        """Record ``Agent.run`` in ``ledger`` (an :class:`agentledger.ledger.Ledger`, or any
-        :class:`Recorder`). Without one, runs are kept in memory."""
-        return self._with(recorder=ledger)
+    def with_ledger(self, ledger: HasRecorder | Recorder) -> AgentBuilder:
+        """Record ``Agent.run`` in ``ledger``: a :class:`agentledger.ledger.Ledger` (its
+        ``recorder``), or any :class:`Recorder`. Without one, runs are kept in memory."""
+        recorder = ledger.recorder if isinstance(ledger, HasRecorder) else ledger
+        return self._with(recorder=recorder)
 
     def build(self) -> Agent:
         check_storable(self.name, "the agent's name")  # set directly, or a subagent's

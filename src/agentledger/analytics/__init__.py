@@ -13,7 +13,6 @@ from ._html import render_html, write_html
 from ._report import (
     Column,
     Completeness,
-    ExportedTable,
     Report,
     ReportTable,
     RunCost,
@@ -21,10 +20,8 @@ from ._report import (
     Totals,
     UsagePoint,
     build_report,
-    render_export,
-    render_terminal,
-    summarize_export,
 )
+from ._terminal import ExportedTable, render_export, render_terminal, summarize_export
 
 __all__ = [
     "Analytics",

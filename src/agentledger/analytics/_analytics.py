@@ -14,8 +14,8 @@ import duckdb
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
-from ..ledger._engine import normalize_url, sqlite_path
-from ..ledger._migrate import VERSION_TABLE, check_not_newer, head_revision
+from ..ledger import normalize_url, sqlite_path
+from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from . import _extensions
 
 LEDGER = "ledger"
@@ -316,10 +316,10 @@ def _check_revision(connection: duckdb.DuckDBPyConnection, url: str) -> None:
         ) from None
     revision = rows[0][0] if rows else None
     check_not_newer(revision)
-    if revision != head_revision():
+    if revision != head():
         raise SchemaVersionError(
             f"{shown} is at schema revision {revision!r}, older than this agentledger's "
-            f"{head_revision()!r}. Upgrade it first: agentledger --db {shown} db upgrade"
+            f"{head()!r}. Upgrade it first: agentledger --db {shown} db upgrade"
         )
 
 

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Literal
 
 from . import _charts
+from ._format import compact, cost_text, count, money_axis, ms_text, percent, plural, time_text
 from ._report import (
     BucketUnit,
     Column,
@@ -21,14 +22,6 @@ from ._report import (
     ToolStat,
     Totals,
     UsagePoint,
-    compact,
-    cost_text,
-    count,
-    money_axis,
-    ms_text,
-    percent,
-    plural,
-    time_text,
 )
 
 TREE_RUNS = 5

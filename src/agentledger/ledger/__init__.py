@@ -1,19 +1,33 @@
 """The SQL ledger: conversations, runs, steps and tool executions in SQLite or PostgreSQL.
 
 ``Ledger.open(url)`` connects and migrates; ``AgentBuilder().with_ledger(ledger)`` records every
-``Agent.run`` in it. The tables are public API (``schema/README.md``).
+``Agent.run`` in it (through ``ledger.recorder``). The tables are public API
+(``schema/README.md``); their SQLModel classes are :mod:`agentledger.ledger.tables`, and
+:class:`Conversation` and :class:`AgentRun` are the rows ``Ledger`` returns. Migrations are
+plain functions in :mod:`agentledger.ledger.migrate`; row checksums are
+:mod:`agentledger.ledger.checksums`.
+
+This package imports the values and the recorder interface, never the loop, a driver or a
+provider.
 """
 
-from ._engine import EngineSettings
+from ._engine import EngineSettings, normalize_url, sqlite_path
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
-from .records import ConversationRecord, RunRecord, RunTree, SearchHit
+from ._run_tree import RunTree
+from ._search import SearchHit
+from ._writes import LedgerRecorder
+from .tables import AgentRun, Conversation, ConversationKind
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
-    "ConversationRecord",
+    "AgentRun",
+    "Conversation",
+    "ConversationKind",
     "EngineSettings",
     "Ledger",
-    "RunRecord",
+    "LedgerRecorder",
     "RunTree",
     "SearchHit",
+    "normalize_url",
+    "sqlite_path",
 ]

@@ -31,7 +31,8 @@ from ..errors import (
     LedgerOpenError,
     LedgerUnavailableError,
 )
-from ._compiled import send
+from ..values import Clock
+from ._statements import run_on_cursor
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -116,7 +117,7 @@ def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
-        send(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
+        run_on_cursor(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -287,3 +288,55 @@ class Connections:
         for conn in kept:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+UNDECODABLE = (ValueError, TypeError)
+"""What reading a damaged row raises once its checksum matched (or it has none): JSON, UTF-8,
+a time or an enum value that cannot be decoded, a value of the wrong type (pydantic's
+ValidationError and UnicodeDecodeError are ValueErrors). Anything else is a bug, not damage,
+and is not dressed up as a damaged database."""
+
+
+@dataclass(frozen=True)
+class Database:
+    """A ledger handle's database: its engine, the connections it keeps open, its settings and
+    its clock. Every transaction goes through :meth:`read` or :meth:`write`, which retry while
+    the database is locked and turn its failures into the ledger's errors."""
+
+    engine: Engine
+    connections: Connections
+    settings: EngineSettings
+    clock: Clock
+
+    def read(self, what: str, read: Callable[[Connection], T]) -> T:
+        """``read`` on a connection of its own: tried again while the database is locked, a
+        failed database as :class:`LedgerUnavailableError`, and a row that cannot be decoded
+        (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
+
+        def work() -> T:
+            with self.connections.read() as conn:
+                return read(conn)
+
+        return decoded(what, lambda: with_retries(self.settings, work, what=what))
+
+    def write(self, what: str, work: Callable[[Connection], T]) -> T:
+        """``work`` in one write transaction, retried whole while the database is locked."""
+
+        def attempt() -> T:
+            with self.connections.write() as conn:
+                return work(conn)
+
+        return with_retries(self.settings, attempt, what=what)
+
+
+def decoded(what: str, decode: Callable[[], T]) -> T:
+    """``decode()``, with what a damaged row raises (:data:`UNDECODABLE`) as a
+    :class:`LedgerCorruptError` saying what was being read."""
+    try:
+        return decode()
+    except UNDECODABLE as exc:
+        raise LedgerCorruptError(
+            f"{what}: a row could not be decoded ({type(exc).__name__}: "
+            f"{' '.join(str(exc).split())[:300]}). The database is damaged; restore it from "
+            "a backup (for SQLite, with its -wal and -shm files)."
+        ) from exc

@@ -1,52 +1,44 @@
-"""``Ledger``: the SQL store of conversations, runs, steps and tool executions."""
+"""``Ledger``: a handle on the SQL store of conversations, runs, steps and tool executions.
+
+A handle opens (and migrates) the database, answers every read of the public API, abandons
+stale runs and verifies the ledger; it hands out its :attr:`Ledger.recorder`, which records
+runs (``AgentBuilder().with_ledger(ledger)`` takes it from there).
+"""
 
 from __future__ import annotations
 
 import os
-import re
 import sqlite3
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
-from typing import Any, Literal, Self, TypeVar
+from collections.abc import Callable
+from typing import Any, Self, TypeVar
 
-from sqlalchemy import (
-    Connection,
-    Engine,
-    bindparam,
-    delete,
-    false,
-    func,
-    insert,
-    or_,
-    select,
-    text,
-    update,
-)
+from sqlalchemy import Connection, Engine, func, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
-from .._ids import Clock, new_id, utc_now
-from .._text import check_storable
-from ..context import Compaction
 from ..errors import (
     ConfigurationError,
-    LedgerCorruptError,
     LedgerOpenError,
     NotFoundError,
     SchemaVersionError,
 )
-from ..messages import Message, Messages, MessageStore
-from ..recording import SPAWNED_BY, RunResult
-from ..state import AgentState, AgentStatus
-from ..steps import StepExecution, ToolExecution
-from ..usage import Spend
-from . import _migrate
-from ._checksum import mismatches, sealed, verify
-from ._compiled import hot
+from ..values import (
+    AgentState,
+    AgentStatus,
+    Clock,
+    Compaction,
+    Message,
+    Messages,
+    StepExecution,
+    ToolExecution,
+    check_storable,
+    new_id,
+    utc_now,
+)
+from . import migrate as migrations
 from ._engine import (
     Connections,
+    Database,
     EngineSettings,
     Synchronous,
     is_busy,
@@ -55,48 +47,36 @@ from ._engine import (
     sqlite_path,
     with_retries,
 )
-from ._rows import (
-    compaction_of,
-    conversation_record,
-    in_sequence,
-    message_of,
-    run_record,
-    usage_of,
-)
-from ._transactions import (
-    RunTransactions,
-    end_run,
-    load_steps,
-    rebuild_state,
-    recorded_totals,
-    stale_condition,
-    stale_query,
-    store_of,
-)
-from .records import ConversationRecord, RunRecord, RunTree, SearchHit
+from ._reads import counted_steps, load_steps
+from ._recovery import abandon, stale_query
+from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_of
+from ._run_tree import RunTree, read_run_tree
+from ._runs import run_row
+from ._search import SearchHit, hit_of, search_statement
+from ._verification import find_damage, probe_sqlite
+from ._writes import LedgerRecorder
+from .checksums import COVERED, sealed
 from .tables import (
+    AgentRun,
+    Conversation,
+    ConversationKind,
     agent_runs,
     context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
     metadata,
-    step_executions,
-    tool_executions,
 )
 
-T = TypeVar("T")
-
 DEFAULT_LEASE_SECONDS = 60.0
-_ABANDONED = "abandoned by recover(): its process stopped before the run ended"
-_COLUMNS = ", ".join(f"m.{c.name}" for c in conversation_messages.columns)
+T = TypeVar("T")
 
 
 class Ledger:
     """Conversations, runs, steps and tool executions in SQLite or PostgreSQL.
 
-    ``Ledger.open(url)`` connects and migrates the database to the newest schema. A ledger is
-    also a :class:`agentledger.Recorder`: give it to ``AgentBuilder.with_ledger`` and every
+    ``Ledger.open(url)`` connects and migrates the database to the newest schema. Its
+    :attr:`recorder` records runs: give the ledger to ``AgentBuilder.with_ledger`` and every
     ``Agent.run`` is recorded as a sequence of short transactions.
     """
 
@@ -106,9 +86,9 @@ class Ledger:
         self.engine = engine
         self.settings = settings
         self.clock = clock
-        self._connections = Connections(engine)
-        self._runs = RunTransactions(self._connections, settings, clock, lease_seconds)
-        self._cache = _ConversationCache()
+        self._database = Database(engine, Connections(engine), settings, clock)
+        self.recorder = LedgerRecorder(self._database, lease_seconds)
+        """The :class:`~agentledger.recording.Recorder` that records runs in this ledger."""
 
     @classmethod
     def open(
@@ -134,8 +114,7 @@ class Ledger:
         settings = EngineSettings(synchronous=synchronous, busy_timeout=busy_timeout)
         normalized = normalize_url(url)
         path = sqlite_path(normalized)
-        fresh = path is not None and not path.exists()
-        if fresh and not migrate:
+        if path is not None and not path.exists() and not migrate:
             raise SchemaVersionError(
                 f"no ledger at {path} (an empty database is at no schema revision): open it "
                 "with migrate=True (the default), or create it with `agentledger db upgrade`"
@@ -162,8 +141,8 @@ class Ledger:
         return self.engine.dialect.name
 
     def close(self) -> None:
-        self._runs.close()
-        self._connections.close()
+        self.recorder.close()
+        self._database.connections.close()
         self.engine.dispose()
 
     def __enter__(self) -> Self:
@@ -175,24 +154,24 @@ class Ledger:
     def __repr__(self) -> str:
         return f"Ledger({self.url!r})"
 
-    # --- conversations ------------------------------------------------------------------------
+    # --- conversations --------------------------------------------------------------------------
 
     def create_conversation(
         self,
         *,
         title: str | None = None,
-        kind: str = "main",
+        kind: ConversationKind | str = ConversationKind.MAIN,
         parent_run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         conversation_id: str | None = None,
-    ) -> ConversationRecord:
+    ) -> Conversation:
         check_storable(title, "the conversation's title")
         check_storable(metadata, "the conversation's metadata")
         now = self.clock()
-        new = conversation_id or new_id()
+        created = conversation_id or new_id()
         row = {
-            "id": new,
-            "kind": kind,
+            "id": created,
+            "kind": ConversationKind(kind).value,
             "title": title,
             "parent_run_id": parent_run_id,
             "version": 0,
@@ -200,44 +179,38 @@ class Ledger:
             "updated_at": now,
             "metadata": metadata or None,
         }
-
-        def work() -> None:
-            with self._connections.write() as conn:
-                conn.execute(insert(conversations), sealed(conversations, row))
-
-        with_retries(self.settings, work, what="creating a conversation")
-        return self.conversation(new)
-
-    def conversation(self, conversation_id: str) -> ConversationRecord:
-        row = self._read(
-            f"reading conversation {conversation_id}",
-            lambda conn: (
-                conn.execute(select(conversations).where(conversations.c.id == conversation_id))
-                .mappings()
-                .first()
-            ),
+        self._database.write(
+            "creating a conversation",
+            lambda conn: conn.execute(insert(conversations), sealed(conversations, row)),
         )
-        if row is None:
-            raise NotFoundError(
-                f"no conversation {conversation_id!r} in this ledger "
-                "(see `agentledger conversations`)"
-            )
-        return self._decode(f"conversation {conversation_id}", conversation_record, row)
+        return self.conversation(created)
+
+    def conversation(self, conversation_id: str) -> Conversation:
+        query = select(conversations).where(conversations.c.id == conversation_id)
+
+        def read(conn: Connection) -> Conversation:
+            row = conn.execute(query).mappings().first()
+            if row is None:
+                raise NotFoundError(
+                    f"no conversation {conversation_id!r} in this ledger "
+                    "(see `agentledger conversations`)"
+                )
+            return conversation_of(row)
+
+        return self._read(f"reading conversation {conversation_id}", read)
 
     def conversations(
-        self, *, kind: str | None = None, limit: int | None = None
-    ) -> list[ConversationRecord]:
+        self, *, kind: ConversationKind | str | None = None, limit: int | None = None
+    ) -> list[Conversation]:
         """Conversations, most recently updated first."""
         query = select(conversations).order_by(
             conversations.c.updated_at.desc(), conversations.c.id.desc()
         )
         if kind is not None:
-            query = query.where(conversations.c.kind == kind)
+            query = query.where(conversations.c.kind == ConversationKind(kind).value)
         return self._read(
             "listing conversations",
-            lambda conn: [
-                conversation_record(r) for r in conn.execute(query.limit(limit)).mappings()
-            ],
+            lambda conn: [conversation_of(r) for r in conn.execute(query.limit(limit)).mappings()],
         )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
@@ -255,7 +228,7 @@ class Ledger:
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in
         its context (what a new run starts from, before its own trace)."""
-        state = self.load_conversation(conversation_id)
+        state = self.recorder.load_conversation(conversation_id)
         return state.store.select(*AgentState.INFERENCE_SECTIONS)
 
     def compactions(self, conversation_id: str) -> list[Compaction]:
@@ -290,24 +263,16 @@ class Ledger:
 
     # --- runs -----------------------------------------------------------------------------------
 
-    def run(self, run_id: str) -> RunRecord:
-        row = self._read(
-            f"reading run {run_id}",
-            lambda conn: (
-                conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-            ),
-        )
-        if row is None:
-            raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
-        return self._decode(f"run {run_id}", run_record, row)
+    def run(self, run_id: str) -> AgentRun:
+        return self._read(f"reading run {run_id}", lambda conn: run_of(run_row(conn, run_id)))
 
     def runs(
         self,
         conversation_id: str | None = None,
         *,
-        status: str | None = None,
+        status: AgentStatus | str | None = None,
         limit: int | None = None,
-    ) -> list[RunRecord]:
+    ) -> list[AgentRun]:
         """Runs, oldest first within a conversation, newest first across the ledger."""
         query = select(agent_runs)
         if conversation_id is not None:
@@ -318,56 +283,23 @@ class Ledger:
         else:
             query = query.order_by(agent_runs.c.started_at.desc(), agent_runs.c.id.desc())
         if status is not None:
-            query = query.where(agent_runs.c.status == status)
+            query = query.where(agent_runs.c.status == AgentStatus(status).value)
         return self._read(
             "listing runs",
-            lambda conn: [run_record(r) for r in conn.execute(query.limit(limit)).mappings()],
+            lambda conn: [run_of(r) for r in conn.execute(query.limit(limit)).mappings()],
         )
 
     def run_tree(self, run_id: str) -> RunTree:
         """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
-        usage. Give a root run's id for the whole tree (``RunRecord.root_run_id``)."""
+        usage. Give a root run's id for the whole tree (``AgentRun.root_run_id``)."""
         top = self.run(run_id)
-
-        def read(conn: Connection) -> RunTree:
-            rows = (
-                conn.execute(
-                    select(agent_runs)
-                    .where(agent_runs.c.root_run_id == top.root_run_id)
-                    .order_by(agent_runs.c.started_at, agent_runs.c.id)
-                )
-                .mappings()
-                .all()
-            )
-            spends = _step_spends(conn, [r["id"] for r in rows])
-            records = [run_record(r) for r in rows]
-            children: dict[str | None, list[RunRecord]] = {}
-            for record in records:
-                children.setdefault(record.parent_run_id, []).append(record)
-
-            def node(record: RunRecord, seen: frozenset[str]) -> RunTree:
-                if record.id in seen:
-                    raise ValueError(f"run {record.id} is its own ancestor")
-                kids = tuple(node(c, seen | {record.id}) for c in children.get(record.id, ()))
-                return RunTree(run=record, exclusive=spends.get(record.id, Spend()), children=kids)
-
-            top_record = next((r for r in records if r.id == run_id), None)
-            if top_record is None:
-                raise ValueError(f"run {run_id} is not in the tree of its root {top.root_run_id}")
-            return node(top_record, frozenset())
-
-        return self._read(f"reading the run tree of {run_id}", read)
+        return self._read(f"reading the run tree of {run_id}", lambda c: read_run_tree(c, top))
 
     def steps(self, run_id: str) -> tuple[StepExecution, ...]:
         """The run's steps, rebuilt with their tool executions and outcomes."""
         run = self.run(run_id)
         steps = self._read(f"reading the steps of run {run_id}", lambda c: load_steps(c, run_id))
-        if len(steps) != run.step_count:
-            raise LedgerCorruptError(
-                f"run {run_id} recorded {run.step_count} steps but the ledger reads "
-                f"{len(steps)}: the database file is damaged; restore it from a backup, and see "
-                "`agentledger db verify`."
-            )
+        counted_steps(steps, run_id, run.step_count)
         return steps
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
@@ -391,15 +323,12 @@ class Ledger:
             .order_by(execution_buffer_rows.c.seq)
         )
         what = f"the execution buffer of run {run_id}"
-        return self._read(
-            f"reading {what}",
-            lambda conn: Messages(
-                tuple(
-                    message_of(r)
-                    for r in in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
-                )
-            ),
-        )
+
+        def read(conn: Connection) -> Messages:
+            rows = in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
+            return Messages(tuple(message_of(r) for r in rows))
+
+        return self._read(f"reading {what}", read)
 
     # --- search ---------------------------------------------------------------------------------
 
@@ -407,205 +336,36 @@ class Ledger:
         self, query: str, *, conversation_id: str | None = None, limit: int = 20
     ) -> list[SearchHit]:
         """Conversation messages matching every word of ``query``, best matches first."""
-        words = re.findall(r"\w+", query)
-        if not words:
+        found = search_statement(self.dialect, query, conversation_id, limit)
+        if found is None:
             return []
-        if self.dialect == "sqlite":
-            statement = text(
-                "SELECT " + _COLUMNS + " FROM conversation_messages_fts f "
-                "JOIN conversation_messages m ON m.id = f.message_id "
-                "WHERE conversation_messages_fts MATCH :match "
-                + ("AND f.conversation_id = :conversation_id " if conversation_id else "")
-                + "ORDER BY f.rank, m.seq LIMIT :limit"
-            )
-            params: dict[str, Any] = {"match": " ".join(f'"{w}"' for w in words)}
-        else:
-            statement = text(
-                "SELECT " + _COLUMNS + " FROM conversation_messages m "
-                "WHERE to_tsvector('simple', m.content) @@ plainto_tsquery('simple', :match) "
-                + ("AND m.conversation_id = :conversation_id " if conversation_id else "")
-                + "ORDER BY ts_rank(to_tsvector('simple', m.content), "
-                "plainto_tsquery('simple', :match)) DESC, m.seq LIMIT :limit"
-            )
-            params = {"match": " ".join(words)}
-        params.update(conversation_id=conversation_id, limit=limit)
-        typed = statement.columns(*conversation_messages.columns)  # JSON and times decoded
+        statement, params = found
         return self._read(
             f"searching for {query!r}",
-            lambda conn: [_hit(r) for r in conn.execute(typed, params).mappings()],
+            lambda conn: [hit_of(r) for r in conn.execute(statement, params).mappings()],
         )
 
     # --- recovery -------------------------------------------------------------------------------
 
-    def stale_runs(self, stale_after: float | None = None) -> list[RunRecord]:
+    def stale_runs(self, stale_after: float | None = None) -> list[AgentRun]:
         """Runs still ``running`` whose process is gone: their conversation's lease expired (or
         another run took it), or, with ``stale_after``, they have not beaten for that long."""
         query = stale_query(self.clock(), stale_after)
         return self._read(
             "looking for stale runs",
-            lambda conn: [run_record(r) for r in conn.execute(query).mappings()],
+            lambda conn: [run_of(r) for r in conn.execute(query).mappings()],
         )
 
-    def recover(
-        self, mode: Literal["abandon", "resume"] = "abandon", stale_after: float | None = None
-    ) -> list[RunRecord]:
-        """Mark every stale run ``interrupted``, flush its buffer and free its conversation.
+    def recover(self, *, stale_after: float | None = None) -> list[AgentRun]:
+        """Abandon every stale run: mark it ``interrupted``, flush its buffer and free its
+        conversation; the runs abandoned.
 
         The conversations stay clean: a run's answer only ever reaches them at its commit.
-        Resuming needs the agent's model and tools: that is ``Agent.recover``.
+        Resuming stale runs instead needs the agent's model and tools: that is
+        ``Agent.recover`` (or ``Agent.resume(run_id)``).
         """
-        if mode != "abandon":
-            raise ConfigurationError(
-                "Ledger.recover can only abandon stale runs; to resume them, call "
-                "Agent.recover() (or Agent.resume(run_id)) on an agent built with this ledger"
-            )
-        return [
-            r
-            for r in (self._abandon(run.id, stale_after) for run in self.stale_runs(stale_after))
-            if r
-        ]
-
-    def _abandon(self, run_id: str, stale_after: float | None) -> RunRecord | None:
-        def work() -> bool:
-            now = self.clock()
-            with self._connections.write() as conn:
-                # Lock in the order claims, steps and commits do (the conversation's row, then
-                # the run's), then look again: a run resumed or finished meanwhile is not stale.
-                conversation_id = conn.execute(
-                    select(agent_runs.c.conversation_id).where(agent_runs.c.id == run_id)
-                ).scalar()
-                conn.execute(
-                    select(conversations.c.id)
-                    .where(conversations.c.id == conversation_id)
-                    .with_for_update()
-                )
-                still_stale = conn.execute(
-                    select(agent_runs.c.id, agent_runs.c.conversation_id)
-                    .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
-                    .where(agent_runs.c.id == run_id, stale_condition(now, stale_after))
-                    .with_for_update(of=agent_runs)
-                ).first()
-                if still_stale is None:
-                    return False
-                totals = recorded_totals(
-                    conn, still_stale.conversation_id, run_id, "interrupted", _ABANDONED, now
-                )
-                totals["stop_reason"] = None
-                end_run(conn, run_id, totals, only_if_running=True)
-                conn.execute(
-                    delete(execution_buffer_rows).where(execution_buffer_rows.c.run_id == run_id)
-                )
-                conn.execute(
-                    update(conversations)
-                    .where(
-                        conversations.c.id == still_stale.conversation_id,
-                        conversations.c.lease_run_id == run_id,
-                    )
-                    .values(
-                        lease_holder=None, lease_run_id=None, lease_expires_at=None, updated_at=now
-                    )
-                )
-                return True
-
-        abandoned = with_retries(self.settings, work, what=f"abandoning run {run_id}")
-        return self.run(run_id) if abandoned else None
-
-    # --- the Recorder interface ---------------------------------------------------------------
-
-    def load_conversation(self, conversation_id: str | None) -> AgentState:
-        """The conversation's committed messages, as a state ready for a new run.
-
-        Conversations only grow, so a handle keeps the ones it loaded and, next time, reads
-        only the rows added since: loading stays as cheap at a thousand turns as at ten. What a
-        summary replaced comes before everything still in the context: a load starts after
-        it, and a compaction since the last load makes it read the context again.
-        """
-        if conversation_id is None:
-            return AgentState.empty(conversation_id=new_id())
-
-        def read(conn: Connection) -> _Cached | None:
-            sql = hot(conn.dialect)
-            head = sql.select(conn, _HEAD, {"conversation_id": conversation_id})
-            if not head:
-                return None
-            last_seq = -1 if head[0]["last_seq"] is None else int(head[0]["last_seq"])
-            # What a summary replaced precedes everything still in the context.
-            start = 0 if head[0]["replaced"] is None else int(head[0]["replaced"]) + 1
-            cached = self._cache.get(conversation_id)
-            if cached is None or cached.last_seq > last_seq or cached.start != start:
-                cached = _Cached(start - 1, start, MessageStore())
-            if cached.last_seq < last_seq:
-                after = {"conversation_id": conversation_id, "after": cached.last_seq}
-                rows = sql.select(conn, _MESSAGES_AFTER, after)
-                what = f"conversation {conversation_id}"
-                fresh = in_sequence(rows, "seq", cached.last_seq + 1, what)
-                cached = _Cached(last_seq, start, store_of(fresh, cached.store))
-            return cached
-
-        cached = self._read(f"loading conversation {conversation_id}", read)
-        if cached is None:
-            self.conversation(conversation_id)  # raises NotFoundError
-        assert cached is not None
-        self._cache.put(conversation_id, cached)
-        return AgentState.empty(conversation_id=conversation_id).with_message_store(cached.store)
-
-    def begin_run(
-        self, state: AgentState, *, user_message: Message | None, agent_name: str
-    ) -> None:
-        self._runs.begin_run(state, user_message=user_message, agent_name=agent_name)
-
-    def record_step(self, before: AgentState, after: AgentState) -> None:
-        self._runs.record_step(before, after)
-
-    def commit_run(self, state: AgentState) -> None:
-        self._runs.commit_run(state)
-
-    def fail_run(self, state: AgentState, error: str | None = None) -> None:
-        self._runs.fail_run(state, error)
-
-    def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
-        return self._runs.claim_run(run_id, stale_after=stale_after)
-
-    def record_compaction(
-        self,
-        state: AgentState,
-        compaction: Compaction,
-        *,
-        summary: Message | None,
-        moved: Iterable[Message],
-    ) -> None:
-        self._runs.record_compaction(state, compaction, summary=summary, moved=moved)
-
-    def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
-        # Subagent runs are resumed through their parent, whose redone spawn finds them.
-        return [run.id for run in self.stale_runs(stale_after) if run.parent_run_id is None]
-
-    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
-        query = (
-            select(agent_runs.c.id, agent_runs.c.status, agent_runs.c.metadata)
-            .where(agent_runs.c.parent_run_id == parent_run_id)
-            .order_by(agent_runs.c.started_at)
-        )
-        rows = self._read(
-            f"looking for the subagent runs of {parent_run_id}",
-            lambda conn: conn.execute(query).all(),
-        )
-        for row in rows:
-            if (row.metadata or {}).get(SPAWNED_BY) == spawned_by:
-                return row.id, AgentStatus(row.status)
-        return None
-
-    def run_result(self, run_id: str) -> RunResult:
-        def read(conn: Connection) -> RunResult:
-            row = (
-                conn.execute(select(agent_runs).where(agent_runs.c.id == run_id)).mappings().first()
-            )
-            if row is None:
-                raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
-            state = rebuild_state(conn, row)
-            return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
-
-        return self._read(f"reading the result of run {run_id}", read)
+        stale = self.stale_runs(stale_after)
+        return [self.run(r.id) for r in stale if abandon(self._database, r.id, stale_after)]
 
     # --- checking -------------------------------------------------------------------------------
 
@@ -613,207 +373,31 @@ class Ledger:
         """Check the whole ledger; what is wrong, one line per problem (empty: all is well).
 
         Every row's checksum, the positions of every conversation, buffer, run and step
-        (contiguous, and as many steps as the run counted) and, on SQLite, ``PRAGMA
-        integrity_check`` (pages, and indexes against their tables: a row an index lost) and
-        ``foreign_key_check``. Reads the whole database: its time grows with the file.
+        (contiguous, as many steps as each run counted and as many tool executions as each step
+        did) and, on SQLite, ``PRAGMA integrity_check`` (pages, and indexes against their
+        tables: a row an index lost), ``foreign_key_check`` and the full-text index's own
+        check. Reads the whole database: its time grows with the file.
         """
-        return self._read("verifying the ledger", _verify)
+        return self._read("verifying the ledger", find_damage)
 
-    # --- reading --------------------------------------------------------------------------------
+    def row_counts(self) -> dict[str, tuple[int, int]]:
+        """Each table's rows, and how many of them carry a checksum (what :meth:`verify`
+        checks), by table name."""
+
+        def count(conn: Connection) -> dict[str, tuple[int, int]]:
+            counted: dict[str, tuple[int, int]] = {}
+            for name in COVERED:
+                table = metadata.tables[name]
+                rows, sealed_rows = conn.execute(
+                    select(func.count(), func.count(table.c.checksum))
+                ).one()
+                counted[name] = (rows, sealed_rows)
+            return counted
+
+        return self._read("counting the ledger's rows", count)
 
     def _read(self, what: str, read: Callable[[Connection], T]) -> T:
-        """``read`` on a connection of its own: tried again while the database is locked, a
-        failed database as :class:`LedgerUnavailableError`, and a row that cannot be decoded
-        (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
-
-        def work() -> T:
-            with self._connections.read() as conn:
-                return read(conn)
-
-        return self._decode(what, lambda _: with_retries(self.settings, work, what=what), None)
-
-    @staticmethod
-    def _decode(what: str, decode: Callable[[Any], T], row: Any) -> T:
-        try:
-            return decode(row)
-        except _UNDECODABLE as exc:
-            raise LedgerCorruptError(
-                f"{what}: a row could not be decoded ({type(exc).__name__}: "
-                f"{' '.join(str(exc).split())[:300]}). The database is damaged; restore it from "
-                "a backup (for SQLite, with its -wal and -shm files)."
-            ) from exc
-
-
-_UNDECODABLE = (ValueError, TypeError, KeyError, IndexError, AttributeError)
-"""What decoding a damaged row raises: bad JSON or UTF-8, a value out of its enum, a missing
-field (pydantic's ValidationError is a ValueError)."""
-
-
-def _step_spends(conn: Any, run_ids: Sequence[str]) -> dict[str, Spend]:
-    """Each run's own spend, summed from its step rows (each checked against its checksum)."""
-    s = step_executions.c
-    spends: dict[str, Spend] = {}
-    query = select(step_executions).where(s.run_id.in_(run_ids)).order_by(s.run_id, s.step_index)
-    for row in conn.execute(query).mappings():
-        verify(step_executions, row)
-        # A step called the model when it holds the model's message; one without a cost is
-        # unpriced.
-        step = Spend(
-            usage=usage_of(row),
-            cost_usd=row["cost_usd"],
-            steps=1,
-            fully_priced=row["message_id"] is None or row["cost_usd"] is not None,
-        )
-        run_id = row["run_id"]
-        spends[run_id] = spends[run_id] + step if run_id in spends else step
-    return spends
-
-
-@dataclass(frozen=True)
-class _Cached:
-    last_seq: int
-    start: int
-    store: MessageStore
-
-
-class _ConversationCache:
-    """The conversations this handle loaded, least recently used dropped first."""
-
-    def __init__(self, size: int = 256) -> None:
-        self._entries: OrderedDict[str, _Cached] = OrderedDict()
-        self._size = size
-        self._lock = threading.Lock()
-
-    def get(self, conversation_id: str) -> _Cached | None:
-        with self._lock:
-            entry = self._entries.get(conversation_id)
-            if entry is not None:
-                self._entries.move_to_end(conversation_id)
-            return entry
-
-    def put(self, conversation_id: str, entry: _Cached) -> None:
-        with self._lock:
-            self._entries[conversation_id] = entry
-            self._entries.move_to_end(conversation_id)
-            while len(self._entries) > self._size:
-                self._entries.popitem(last=False)
-
-
-_HEAD = select(
-    conversations.c.id,
-    select(func.max(conversation_messages.c.seq))
-    .where(conversation_messages.c.conversation_id == bindparam("conversation_id"))
-    .scalar_subquery()
-    .label("last_seq"),
-    select(func.max(conversation_messages.c.seq))
-    .where(
-        conversation_messages.c.conversation_id == bindparam("conversation_id"),
-        conversation_messages.c.in_context.is_(false()),
-    )
-    .scalar_subquery()
-    .label("replaced"),
-).where(conversations.c.id == bindparam("conversation_id"))
-"""A conversation, if it exists, the position of its last message, and that of the last
-message a summary replaced."""
-_MESSAGES_AFTER = (
-    select(conversation_messages)
-    .where(
-        conversation_messages.c.conversation_id == bindparam("conversation_id"),
-        conversation_messages.c.seq > bindparam("after"),
-    )
-    .order_by(conversation_messages.c.seq)
-)
-
-
-def _hit(row: Any) -> SearchHit:
-    return SearchHit(
-        conversation_id=row["conversation_id"],
-        section=row["section"],
-        seq=row["seq"],
-        run_id=row["run_id"],
-        message=message_of(row),
-    )
-
-
-_FTS_CHECK = (
-    "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('integrity-check')"
-)
-"""FTS5's own check of its index against the text it holds (``PRAGMA integrity_check`` does not
-look inside a full-text index)."""
-
-
-def _sqlite_problems(conn: Connection) -> list[str]:
-    """What SQLite finds wrong with the file: ``integrity_check`` (pages, and every index
-    against its table) and FTS5's check of the full-text index."""
-    found = conn.exec_driver_sql("PRAGMA integrity_check").scalars().all()
-    problems = [f"integrity_check: {p}" for p in found if p != "ok"]
-    has_fts = conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE name = 'conversation_messages_fts'"
-    ).first()
-    if has_fts:
-        try:
-            conn.exec_driver_sql(_FTS_CHECK)
-        except DatabaseError as exc:
-            problems.append(f"the full-text index: {' '.join(str(exc.orig).split())}")
-    return problems
-
-
-_GAPS = {
-    "conversation_messages": ("conversation_id", "seq"),
-    "execution_buffer_rows": ("run_id", "seq"),
-    "step_executions": ("run_id", "step_index"),
-    "tool_executions": ("step_id", "position"),
-}
-
-
-def _verify(conn: Connection) -> list[str]:
-    problems: list[str] = []
-    if conn.dialect.name == "sqlite":
-        problems += _sqlite_problems(conn)
-        for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all():
-            problems.append(f"foreign_key_check: row {row[1]} of {row[0]} refers to no {row[2]}")
-    problems += mismatches(conn)
-    for name, (owner, position) in _GAPS.items():
-        table = metadata.tables[name]
-        gaps = conn.execute(
-            select(table.c[owner], func.count(), func.min(table.c[position]))
-            .group_by(table.c[owner])
-            .having(
-                or_(
-                    func.min(table.c[position]) != 0,
-                    func.max(table.c[position]) != func.count() - 1,
-                )
-            )
-        ).all()
-        problems += [f"{name}: the positions of {g[0]} have gaps" for g in gaps]
-    counted = select(step_executions.c.run_id, func.count().label("n")).group_by(
-        step_executions.c.run_id
-    )
-    sub = counted.subquery()
-    mismatched = conn.execute(
-        select(agent_runs.c.id, agent_runs.c.step_count, func.coalesce(sub.c.n, 0))
-        .outerjoin(sub, sub.c.run_id == agent_runs.c.id)
-        .where(agent_runs.c.step_count != func.coalesce(sub.c.n, 0))
-    ).all()
-    problems += [f"run {m[0]} counted {m[1]} steps but has {m[2]} step rows" for m in mismatched]
-    results: dict[str, list[str]] = {}
-    for step_id, call_id in conn.execute(
-        select(tool_executions.c.step_id, tool_executions.c.tool_call_id).order_by(
-            tool_executions.c.step_id, tool_executions.c.position
-        )
-    ):
-        results.setdefault(step_id, []).append(call_id)
-    steps_with_calls = select(
-        step_executions.c.run_id, step_executions.c.id, step_executions.c.tool_calls
-    ).where(step_executions.c.tool_calls.is_not(None))
-    for run_id, step_id, calls in conn.execute(steps_with_calls):
-        called = [c.get("id") for c in calls or () if isinstance(c, dict)]
-        held = results.get(step_id, [])
-        if called != held:
-            problems.append(
-                f"run {run_id}, step {step_id}: called tools {called}, has results for {held}"
-            )
-    return problems
+        return self._database.read(what, read)
 
 
 def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
@@ -821,13 +405,13 @@ def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
     url = make_url(str(engine.url))
     try:
         if engine.dialect.name == "sqlite":
-            _probe_sqlite(engine, verify=verify)
+            probe_sqlite(engine, integrity=verify)
         if migrate:
-            _migrate.upgrade(engine)
-        elif not _migrate.is_current(engine):
+            migrations.upgrade(engine)
+        elif not migrations.is_current(engine):
             raise SchemaVersionError(
                 f"the database at {url.render_as_string(hide_password=True)} is not at the newest "
-                f"schema ({_migrate.head_revision()}); run `agentledger db upgrade`"
+                f"schema ({migrations.head()}); run `agentledger db upgrade`"
             )
     except (SchemaVersionError, ConfigurationError):
         raise
@@ -835,23 +419,6 @@ def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
         if is_busy(exc):
             raise  # with_retries tries again
         raise LedgerOpenError(_open_error(url, exc)) from exc
-
-
-def _probe_sqlite(engine: Engine, *, verify: bool) -> None:
-    """Read every table's first page (and, with ``verify``, check every page): damage shows
-    here as an error instead of later as a wrong answer."""
-    with engine.connect() as conn:
-        tables = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
-        ).scalars()
-        for table in list(tables):
-            conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
-        if verify:
-            problems = _sqlite_problems(conn)
-            if problems:
-                raise sqlite3.DatabaseError(
-                    "database disk image is malformed: " + "; ".join(problems[:5])
-                )
 
 
 def _open_error(url: Any, exc: Exception) -> str:

@@ -1,4 +1,11 @@
-"""Mapping between the domain's values and the ledger's rows, in both directions."""
+"""Mapping between the values and the ledger's rows, in both directions.
+
+Each fact has one column. A step's assistant message is its row's ``message_id``, ``content``,
+``reasoning`` and ``metadata``; its tool calls are its tool rows (``tool_call_id``,
+``tool_name``, ``arguments``, and ``metadata.raw_arguments`` for arguments that were not JSON),
+counted by ``tool_call_count``. Reading a step back builds each call once, from its tool row,
+and hands the same object to the message and to the execution.
+"""
 
 from __future__ import annotations
 
@@ -8,23 +15,34 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..context import Compaction
-from ..continuation import ContinuationOutcome, ExecutionBudget, StopReason
-from ..drivers import split_output
 from ..errors import LedgerCorruptError
-from ..llm import InferenceResponse
-from ..messages import Message, Messages, Role, ToolCall
-from ..state import AgentState
-from ..steps import AgentStep, StepExecution, StepType, ToolExecution
-from ..usage import Spend, Usage
-from ._checksum import verify
-from .records import ConversationRecord, RunRecord
+from ..values import (
+    AgentState,
+    AgentStatus,
+    AgentStep,
+    Compaction,
+    ContinuationOutcome,
+    ExecutionBudget,
+    Message,
+    Role,
+    Spend,
+    StepExecution,
+    StepType,
+    StopReason,
+    ToolCall,
+    ToolExecution,
+    Usage,
+)
+from .checksums import check_row
 from .tables import (
+    AgentRun,
+    Conversation,
     agent_runs,
     context_compactions,
     conversation_messages,
     conversations,
     execution_buffer_rows,
+    fields_of,
     step_executions,
     tool_executions,
 )
@@ -37,6 +55,7 @@ USAGE_COLUMNS = (
     "cache_write_tokens",
     "reasoning_tokens",
 )
+DAMAGED = "The database file is damaged; restore it from a backup, and see `agentledger db verify`."
 
 
 def in_sequence(rows: Sequence[Row], key: str, start: int, what: str) -> Sequence[Row]:
@@ -46,8 +65,7 @@ def in_sequence(rows: Sequence[Row], key: str, start: int, what: str) -> Sequenc
         if row[key] != expected:
             raise LedgerCorruptError(
                 f"{what}: the row at {key} {expected} is missing (the next one read is at "
-                f"{row[key]}). The database file is damaged; restore it from a backup, and see "
-                "`agentledger db verify`."
+                f"{row[key]}). {DAMAGED}"
             )
     return rows
 
@@ -58,6 +76,9 @@ def usage_columns(usage: Usage) -> dict[str, int]:
 
 def usage_of(row: Row) -> Usage:
     return Usage(**{name: row[name] or 0 for name in USAGE_COLUMNS})
+
+
+# --- messages ---------------------------------------------------------------------------------
 
 
 def tool_calls_json(calls: Sequence[ToolCall]) -> list[Any] | None:
@@ -87,36 +108,24 @@ def message_columns(message: Message) -> dict[str, Any]:
 
 def message_of(row: Row) -> Message:
     """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
-    verify(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
-    if row["checksum"] is not None:
-        # The row is exactly what the ledger wrote from a validated message: build it again
-        # without validating it twice (a cold load of a long conversation is mostly this).
-        calls = row["tool_calls"]
-        return _rebuilt(
-            Message,
-            {
-                "role": Role(row["role"]),
-                "content": row["content"] or "",
-                "name": row["name"],
-                "tool_calls": tuple(_tool_call(c) for c in calls) if calls else (),
-                "tool_call_id": row["tool_call_id"],
-                "reasoning": row["reasoning"],
-                "metadata": row["metadata"] or {},
-                "id": row["id"],
-                "created_at": row["created_at"],
-            },
-        )
-    return Message(
-        id=row["id"],
-        role=Role(row["role"]),
-        content=row["content"],
-        name=row["name"],
-        tool_calls=tuple(ToolCall.model_validate(c) for c in row["tool_calls"] or ()),
-        tool_call_id=row["tool_call_id"],
-        reasoning=row["reasoning"],
-        metadata=row["metadata"] or {},
-        created_at=row["created_at"],
-    )
+    check_row(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
+    values = {
+        "role": Role(row["role"]),
+        "content": row["content"] or "",
+        "name": row["name"],
+        "tool_calls": row["tool_calls"] or (),
+        "tool_call_id": row["tool_call_id"],
+        "reasoning": row["reasoning"],
+        "metadata": row["metadata"] or {},
+        "id": row["id"],
+        "created_at": row["created_at"],
+    }
+    if row["checksum"] is None:
+        return Message.model_validate(values)  # written by hand: check it
+    # The row is exactly what the ledger wrote from a validated message: build it again
+    # without validating it twice (a cold load of a long conversation is mostly this).
+    values["tool_calls"] = tuple(_tool_call(c) for c in values["tool_calls"])
+    return _rebuilt(Message, values)
 
 
 M = TypeVar("M", bound=BaseModel)
@@ -134,16 +143,19 @@ def _rebuilt(model: type[M], values: dict[str, Any]) -> M:
     return instance
 
 
-def _tool_call(stored: dict[str, Any]) -> ToolCall:
+def _tool_call(stored: Mapping[str, Any]) -> ToolCall:
     return _rebuilt(
         ToolCall,
         {
             "id": stored["id"],
             "name": stored["name"],
-            "arguments": stored.get("arguments", {}),
+            "arguments": stored.get("arguments") or {},
             "raw_arguments": stored.get("raw_arguments"),
         },
     )
+
+
+# --- steps and their tools ----------------------------------------------------------------------
 
 
 def step_columns(run_id: str, execution: StepExecution) -> dict[str, Any]:
@@ -169,7 +181,7 @@ def step_columns(run_id: str, execution: StepExecution) -> dict[str, Any]:
         "error": step.error,
         "message_id": assistant.id if assistant else None,
         "content": assistant.content if assistant else None,
-        "tool_calls": tool_calls_json(assistant.tool_calls) if assistant else None,
+        "tool_call_count": len(step.tool_executions),
         "reasoning": assistant.reasoning if assistant else None,
         "metadata": (assistant.metadata or None) if assistant else None,
     }
@@ -217,16 +229,19 @@ def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
 
 
 def tool_execution_of(row: Row) -> ToolExecution:
-    verify(tool_executions, row)
+    check_row(tool_executions, row)
     metadata = row["metadata"] or {}
+    call = _tool_call(
+        {
+            "id": row["tool_call_id"],
+            "name": row["tool_name"],
+            "arguments": row["arguments"],
+            "raw_arguments": metadata.get(RAW_ARGUMENTS_KEY),
+        }
+    )
     return ToolExecution(
         id=row["id"],
-        tool_call=ToolCall(
-            id=row["tool_call_id"],
-            name=row["tool_name"],
-            arguments=row["arguments"] or {},
-            raw_arguments=metadata.get(RAW_ARGUMENTS_KEY),
-        ),
+        tool_call=call,
         arguments=row["validated_arguments"],
         result=row["result"],
         is_error=row["is_error"],
@@ -240,40 +255,27 @@ def tool_execution_of(row: Row) -> ToolExecution:
 
 
 def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
-    """A step rebuilt from its row and its tool rows: trace and response exactly as they were
-    (what the model saw as input is not stored, so ``input_messages`` is empty)."""
-    verify(step_executions, row)
-    tool_rows = in_sequence(list(tools), "position", 0, f"the tool executions of step {row['id']}")
-    executions = tuple(tool_execution_of(t) for t in tool_rows)
-    assistant = _assistant_of(row)
-    called = [c.id for c in assistant.tool_calls] if assistant is not None else []
-    if called and called != [e.tool_call.id for e in executions]:
+    """A step rebuilt from its row and its tool rows: the assistant message and the tool
+    executions share each tool call (what the model saw as input is not stored, so
+    ``input_messages`` is empty)."""
+    check_row(step_executions, row)
+    what = f"the tool executions of step {row['id']}"
+    tool_rows = in_sequence(list(tools), "position", 0, what)
+    if len(tool_rows) != row["tool_call_count"]:
         raise LedgerCorruptError(
-            f"step {row['id']} called tools {called} but the ledger holds results for "
-            f"{[e.tool_call.id for e in executions]}: the database file is damaged; restore it "
-            "from a backup, and see `agentledger db verify`."
+            f"step {row['id']} called {row['tool_call_count']} tool(s) but the ledger holds "
+            f"{len(tool_rows)} tool execution(s) for it. {DAMAGED}"
         )
-    response = None
-    if assistant is not None:
-        response = InferenceResponse(
-            content=assistant.content,
-            tool_calls=assistant.tool_calls,
-            reasoning=assistant.reasoning,
-            usage=usage_of(row),
-            finish_reason=row["finish_reason"],
-            model=row["model"],
-            cost_usd=row["cost_usd"],
-            metadata=assistant.metadata,
-        )
-    trace, answer = split_output(assistant, executions) if assistant else (Messages(), Messages())
+    executions = tuple(tool_execution_of(t) for t in tool_rows)
     step = AgentStep(
         id=row["id"],
         step_type=StepType(row["step_type"]),
-        trace_messages=trace,
-        response_messages=answer,
-        inference_response=response,
-        assistant_message=assistant,
+        assistant_message=_assistant_of(row, executions),
         tool_executions=executions,
+        usage=usage_of(row),
+        cost_usd=row["cost_usd"],
+        model=row["model"],
+        finish_reason=row["finish_reason"],
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         error=row["error"],
@@ -288,25 +290,28 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
     return StepExecution(step_index=row["step_index"], step=step, outcome=outcome)
 
 
-def _assistant_of(row: Row) -> Message | None:
+def _assistant_of(row: Row, executions: Sequence[ToolExecution]) -> Message | None:
     if row["message_id"] is None:
         return None
     return Message(
         id=row["message_id"],
         role=Role.ASSISTANT,
         content=row["content"] or "",
-        tool_calls=tuple(ToolCall.model_validate(c) for c in row["tool_calls"] or ()),
+        tool_calls=tuple(e.tool_call for e in executions),
         reasoning=row["reasoning"],
         metadata=row["metadata"] or {},
         created_at=row["finished_at"],
     )
 
 
+# --- runs and conversations ---------------------------------------------------------------------
+
+
 def run_columns_at_end(
-    state: AgentState, status: str, error: str | None, now: datetime
+    state: AgentState, status: AgentStatus, error: str | None, now: datetime
 ) -> dict[str, Any]:
     return {
-        "status": status,
+        "status": status.value,
         "stop_reason": state.stop_reason.value if state.stop_reason else None,
         "error": error,
         "finished_at": now,
@@ -330,16 +335,17 @@ def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
     return budget.model_dump(mode="json", exclude_none=True)
 
 
-def conversation_record(row: Row) -> ConversationRecord:
-    verify(conversations, row)
-    return ConversationRecord.model_validate({**row, "metadata": row["metadata"] or {}})
+def conversation_of(row: Row) -> Conversation:
+    check_row(conversations, row)
+    return Conversation.model_construct(**fields_of(row))
 
 
-def run_record(row: Row) -> RunRecord:
-    verify(agent_runs, row)
-    return RunRecord.model_validate(
-        {**row, "usage": usage_of(row), "metadata": row["metadata"] or {}}
-    )
+def run_of(row: Row) -> AgentRun:
+    check_row(agent_runs, row)
+    return AgentRun.model_construct(**fields_of(row))
+
+
+# --- compactions --------------------------------------------------------------------------------
 
 
 def compaction_columns(compaction: Compaction) -> dict[str, Any]:
@@ -353,7 +359,7 @@ def compaction_columns(compaction: Compaction) -> dict[str, Any]:
 
 
 def compaction_of(row: Row) -> Compaction:
-    verify(context_compactions, row)
+    check_row(context_compactions, row)
     return Compaction.model_validate(
         {
             **{k: v for k, v in row.items() if k not in USAGE_COLUMNS and k != "checksum"},

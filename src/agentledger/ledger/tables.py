@@ -1,17 +1,25 @@
-"""The ledger's tables, as SQLModel classes. The schema is public API: ``schema/README.md``
-documents it table by table, and a test keeps these models, the migrations and the generated
-DDL in ``schema/`` from drifting apart.
+"""The ledger's tables, as SQLModel classes: one typed class per table. The schema is public
+API: ``schema/README.md`` documents it table by table, and a test keeps these models, the
+migrations and the generated DDL in ``schema/`` from drifting apart.
+
+:class:`Conversation` and :class:`AgentRun` are also the rows ``Ledger`` returns
+(``ledger.conversation(id)``, ``ledger.runs()``): detached instances, read without validating
+again what the ledger wrote (:func:`row_of`); changing one changes nothing in the database. The
+other tables are read back as the values they store (messages, steps, tool executions,
+compactions).
 
 Every id is a time-ordered text id (UUIDv7). Timestamps are stored in UTC and read back
-timezone-aware. JSON columns are JSON on SQLite and JSONB on PostgreSQL. Token totals on
-``agent_runs`` are the run's own steps (exclusive); what its subagents spent is derived from the
-run tree, never added in.
+timezone-aware. JSON columns are JSON on SQLite and JSONB on PostgreSQL. A column whose values
+are an enum (``agent_runs.status``, ``conversation_messages.role``, ...) is text in the
+database and the enum in Python. Token totals on ``agent_runs`` are the run's own steps
+(exclusive); what its subagents spent is derived from the run tree, never added in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any
 
 from pydantic import JsonValue
@@ -27,9 +35,20 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import registry
+from sqlalchemy.orm import configure_mappers, registry
 from sqlalchemy.types import TypeDecorator
 from sqlmodel import Field, SQLModel
+from sqlmodel.sql.sqltypes import AutoString
+
+from ..values import (
+    AgentStatus,
+    CompactionKind,
+    CompactionStatus,
+    Role,
+    StepType,
+    StopReason,
+    Usage,
+)
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -97,6 +116,25 @@ class UTCDateTime(TypeDecorator[datetime]):
         return process
 
 
+class EnumText(TypeDecorator[StrEnum]):
+    """A column of an enum's values: text in the database (the same DDL as a ``str`` column),
+    the enum in Python. A value that is not one of the enum's reads as a ``ValueError`` (a
+    damaged row)."""
+
+    impl = AutoString
+    cache_ok = True
+
+    def __init__(self, enum: type[StrEnum]) -> None:
+        super().__init__()
+        self.enum = enum
+
+    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
+        return None if value is None else self.enum(value).value
+
+    def process_result_value(self, value: Any, dialect: Dialect) -> StrEnum | None:
+        return None if value is None else self.enum(value)
+
+
 JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
 """JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``)."""
 
@@ -105,8 +143,8 @@ def _json(name: str, *, nullable: bool = True) -> Any:
     return Field(default=None, sa_column=Column(name, JSONType, nullable=nullable))
 
 
-def _checksum() -> Any:
-    """A CRC-32 of the row's columns (``agentledger.ledger._checksum``); NULL for runs still
+def _checksum_column() -> Any:
+    """A CRC-32 of the row's columns (``agentledger.ledger.checksums``); NULL for runs still
     running."""
     return Field(default=None, sa_type=BigInteger, nullable=True)
 
@@ -115,11 +153,24 @@ def _time(*, nullable: bool = False, index: bool = False) -> Any:
     return Field(default=None, sa_type=UTCDateTime, nullable=nullable, index=index)
 
 
+def _enum(enum: type[StrEnum], *, nullable: bool = False, index: bool = False, **kw: Any) -> Any:
+    return Field(sa_type=EnumText(enum), nullable=nullable, index=index, **kw)
+
+
+class ConversationKind(StrEnum):
+    """What a conversation is; the values of ``conversations.kind``."""
+
+    MAIN = "main"
+    """A user's conversation with an agent."""
+    SUBAGENT = "subagent"
+    """The isolated conversation of a subagent run."""
+
+
 class Conversation(LedgerTable, table=True):
     __tablename__ = "conversations"
 
     id: str = Field(primary_key=True)
-    kind: str = Field(default="main")
+    kind: ConversationKind = _enum(ConversationKind, default=ConversationKind.MAIN)
     title: str | None = None
     parent_run_id: str | None = Field(default=None, index=True)
     version: int = 0
@@ -129,7 +180,7 @@ class Conversation(LedgerTable, table=True):
     created_at: datetime = _time()
     updated_at: datetime = _time(index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
 
 
 class ConversationMessage(LedgerTable, table=True):
@@ -154,7 +205,7 @@ class ConversationMessage(LedgerTable, table=True):
     conversation_id: str = Field(foreign_key="conversations.id")
     section: str = Field(default="messages")
     seq: int
-    role: str
+    role: Role = _enum(Role)
     content: str = ""
     name: str | None = None
     tool_calls: list[JsonValue] | None = _json("tool_calls")
@@ -165,7 +216,7 @@ class ConversationMessage(LedgerTable, table=True):
     created_at: datetime = _time()
     in_context: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
     summary_id: str | None = None
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
 
 
 class AgentRun(LedgerTable, table=True):
@@ -178,8 +229,8 @@ class AgentRun(LedgerTable, table=True):
     depth: int = 0
     agent_name: str
     model: str | None = None
-    status: str = Field(index=True)
-    stop_reason: str | None = None
+    status: AgentStatus = _enum(AgentStatus, index=True)
+    stop_reason: StopReason | None = _enum(StopReason, nullable=True, default=None)
     error: str | None = None
     started_at: datetime = _time(index=True)
     finished_at: datetime | None = _time(nullable=True)
@@ -194,7 +245,25 @@ class AgentRun(LedgerTable, table=True):
     fully_priced: bool = True
     budget: dict[str, JsonValue] | None = _json("budget")
     metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
+
+    @property
+    def usage(self) -> Usage:
+        """The run's own steps' tokens (exclusive of its subagents'), as one value."""
+        return Usage(
+            input_tokens=self.input_tokens,
+            output_tokens=self.output_tokens,
+            cache_read_tokens=self.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens,
+        )
+
+    @property
+    def duration_ms(self) -> float | None:
+        """From its start to its end; ``None`` while it runs."""
+        if self.finished_at is None:
+            return None
+        return (self.finished_at - self.started_at).total_seconds() * 1000.0
 
 
 class ExecutionBufferRow(LedgerTable, table=True):
@@ -206,7 +275,7 @@ class ExecutionBufferRow(LedgerTable, table=True):
     step_index: int
     seq: int
     section: str
-    role: str
+    role: Role = _enum(Role)
     content: str = ""
     name: str | None = None
     tool_calls: list[JsonValue] | None = _json("tool_calls")
@@ -214,7 +283,7 @@ class ExecutionBufferRow(LedgerTable, table=True):
     reasoning: str | None = None
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     created_at: datetime = _time()
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
 
 
 class StepExecutionRow(LedgerTable, table=True):
@@ -224,7 +293,7 @@ class StepExecutionRow(LedgerTable, table=True):
     id: str = Field(primary_key=True)
     run_id: str = Field(foreign_key="agent_runs.id")
     step_index: int
-    step_type: str
+    step_type: StepType = _enum(StepType)
     model: str | None = None
     finish_reason: str | None = None
     started_at: datetime = _time(index=True)
@@ -237,17 +306,18 @@ class StepExecutionRow(LedgerTable, table=True):
     reasoning_tokens: int = 0
     cost_usd: float | None = None
     should_continue: bool
-    stop_reason: str | None = None
+    stop_reason: StopReason | None = _enum(StopReason, nullable=True, default=None)
     decided_by: str | None = None
     outcome_detail: str | None = None
     final_response_required: bool = False
     error: str | None = None
     message_id: str | None = None
     content: str | None = None
-    tool_calls: list[JsonValue] | None = _json("tool_calls")
     reasoning: str | None = None
     metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
+    tool_call_count: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
+    """How many tools the step called: its tool rows (revision 0005; last, as it was added)."""
 
 
 class ToolExecutionRow(LedgerTable, table=True):
@@ -270,7 +340,7 @@ class ToolExecutionRow(LedgerTable, table=True):
     duration_ms: float
     child_run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
 
 
 class ContextCompactionRow(LedgerTable, table=True):
@@ -280,8 +350,8 @@ class ContextCompactionRow(LedgerTable, table=True):
     conversation_id: str = Field(foreign_key="conversations.id", index=True)
     run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     step_index: int | None = None
-    kind: str
-    status: str
+    kind: CompactionKind = _enum(CompactionKind)
+    status: CompactionStatus = _enum(CompactionStatus)
     messages: int = 0
     first_seq: int | None = None
     last_seq: int | None = None
@@ -299,8 +369,10 @@ class ContextCompactionRow(LedgerTable, table=True):
     created_at: datetime = _time(index=True)
     duration_ms: float = 0.0
     metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum()
+    checksum: int | None = _checksum_column()
 
+
+configure_mappers()  # so that instances made with model_construct have their attributes
 
 conversations = metadata.tables["conversations"]
 conversation_messages = metadata.tables["conversation_messages"]
@@ -320,3 +392,13 @@ LEDGER_TABLES = (
     context_compactions,
 )
 """The ledger's tables, each written before the ones that refer to it."""
+
+
+def fields_of(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A row as read through the table's column types (keyed by column name), as the fields of
+    its class (``metadata_`` for ``metadata``): what ``Model.model_construct(**fields)`` takes.
+
+    The ledger builds the rows it returns that way, without validating again what it wrote and
+    checked against its checksum: a tenth of the cost of building the instance through its
+    ``__init__``."""
+    return {("metadata_" if name == "metadata" else name): value for name, value in row.items()}

@@ -1,15 +1,35 @@
-"""The model side: the provider-neutral request/response types, the ``LLM`` protocol, the HTTP
-providers (:class:`OpenAIChat`, :class:`AnthropicMessages`) with their retry policy and price
-table, and the scripted test double."""
+"""The model side: the HTTP providers (:class:`OpenAIChat`, :class:`AnthropicMessages`) with
+their retry policy, the price table, and :class:`ScriptedLLM`, the scripted test double.
 
-from ._anthropic import AnthropicMessages
-from ._http import HttpProvider, RetryPolicy
-from ._openai import OpenAIChat
+The provider-neutral request and response types and the ``LLM`` protocol are values
+(:mod:`agentledger.values`); they are re-exported here. The HTTP providers load httpx, so they
+are imported when first used: ``import agentledger.llm`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+from ..values import LLM, InferenceRequest, InferenceResponse, ModelSettings
 from ._pricing import Price, PriceTable
 from ._scripted import ScriptedLLM, ScriptItem
-from ._types import LLM, InferenceRequest, InferenceResponse, ModelSettings
+
+if TYPE_CHECKING:
+    from ._anthropic import AnthropicMessages
+    from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+    from ._openai import OpenAIChat
+
+_LAZY = {
+    "DEFAULT_TIMEOUT": "._http",
+    "AnthropicMessages": "._anthropic",
+    "HttpProvider": "._http",
+    "OpenAIChat": "._openai",
+    "RetryPolicy": "._http",
+}
 
 __all__ = [
+    "DEFAULT_TIMEOUT",
     "LLM",
     "AnthropicMessages",
     "HttpProvider",
@@ -23,3 +43,16 @@ __all__ = [
     "ScriptItem",
     "ScriptedLLM",
 ]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module, __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

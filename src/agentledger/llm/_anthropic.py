@@ -8,12 +8,18 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import JsonValue
 
-from ..messages import Message, Role, ToolCall
-from ..tools import ToolSchema
-from ..usage import Usage
+from ..values import (
+    InferenceRequest,
+    InferenceResponse,
+    Message,
+    ModelSettings,
+    Role,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
 from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
 from ._pricing import PriceTable
-from ._types import InferenceRequest, InferenceResponse, ModelSettings
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096

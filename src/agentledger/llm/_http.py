@@ -29,8 +29,8 @@ from ..errors import (
     ProviderServerError,
     ProviderTimeoutError,
 )
+from ..values import Clock, InferenceRequest, InferenceResponse, utc_now
 from ._pricing import PriceTable
-from ._types import InferenceRequest, InferenceResponse
 
 logger = logging.getLogger("agentledger.llm")
 
@@ -48,7 +48,8 @@ class RetryPolicy:
     at ``max_delay``, with jitter drawn from its upper half. A ``Retry-After`` (or
     ``retry-after-ms``) header replaces the computed delay; one longer than ``max_retry_after``
     is not waited for: the error is raised at once. ``max_retries=0`` disables retries.
-    ``sleep`` is the seam tests replace.
+    ``sleep`` waits and ``clock`` tells the time (a ``Retry-After`` given as an HTTP date is
+    measured against it): the seams tests replace.
     """
 
     max_retries: int = 4
@@ -58,6 +59,7 @@ class RetryPolicy:
     jitter: bool = True
     max_retry_after: float = 60.0
     sleep: Callable[[float], None] = time.sleep
+    clock: Clock = utc_now
 
     def __post_init__(self) -> None:
         if self.max_retries < 0 or self.initial_delay < 0 or self.max_delay < 0:
@@ -69,9 +71,6 @@ class RetryPolicy:
         """The computed delay before retry number ``retry``."""
         delay = min(self.max_delay, self.initial_delay * self.multiplier ** (retry - 1))
         return random.uniform(delay / 2, delay) if self.jitter else delay
-
-
-NO_RETRIES = RetryPolicy(max_retries=0)
 
 
 @dataclass(frozen=True)
@@ -277,7 +276,7 @@ class HttpProvider:
             f"{self.provider} {advice[0]} ({detail}). {advice[1]}",
             retryable=retryable,
             status_code=status,
-            retry_after=_retry_after(response.headers) if retryable else None,
+            retry_after=_retry_after(response.headers, self.retry.clock()) if retryable else None,
         )
 
     def _redact(self, text: str) -> str:
@@ -383,8 +382,9 @@ def _server_message(response: httpx.Response) -> str:
     return response.text
 
 
-def _retry_after(headers: httpx.Headers) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``Retry-After`` (seconds or an HTTP date)."""
+def _retry_after(headers: httpx.Headers, now: datetime) -> float | None:
+    """Seconds to wait, from ``retry-after-ms`` or ``Retry-After`` (seconds, or an HTTP date
+    that is ``now`` or later)."""
     milliseconds = headers.get("retry-after-ms")
     if milliseconds is not None:
         try:
@@ -404,7 +404,7 @@ def _retry_after(headers: httpx.Headers) -> float | None:
         return None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - datetime.now(UTC)).total_seconds())
+    return max(0.0, (when - now).total_seconds())
 
 
 def _package_version() -> str:

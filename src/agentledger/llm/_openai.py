@@ -9,13 +9,19 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import JsonValue
 
-from .._ids import new_id
-from ..messages import Message, Role, ToolCall
-from ..tools import ToolSchema
-from ..usage import Usage
+from ..values import (
+    InferenceRequest,
+    InferenceResponse,
+    Message,
+    ModelSettings,
+    Role,
+    ToolCall,
+    ToolSchema,
+    Usage,
+    new_id,
+)
 from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
 from ._pricing import PriceTable
-from ._types import InferenceRequest, InferenceResponse, ModelSettings
 
 
 class OpenAIChat(HttpProvider):

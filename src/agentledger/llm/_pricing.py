@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError
 
 from ..errors import ConfigurationError
-from ..usage import Usage
+from ..values import Usage
 
 _PER_TOKEN = 1_000_000
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
@@ -25,7 +25,7 @@ class Price(BaseModel):
     prompt cache; when one is ``None`` those tokens cost the ``input`` price.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     input: NonNegativeFloat
     output: NonNegativeFloat
@@ -58,7 +58,7 @@ class PriceTable(BaseModel):
     (unknown), never zero.
     """
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     version: str
     as_of: date

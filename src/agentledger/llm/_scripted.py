@@ -6,8 +6,8 @@ import threading
 from collections.abc import Callable, Iterable
 
 from ..errors import ScriptExhaustedError
+from ..values import InferenceRequest, InferenceResponse
 from ._pricing import PriceTable
-from ._types import InferenceRequest, InferenceResponse
 
 ScriptItem = InferenceResponse | Callable[[InferenceRequest], InferenceResponse]
 

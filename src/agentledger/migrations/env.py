@@ -12,9 +12,8 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
-from agentledger.ledger import tables
-from agentledger.ledger._engine import make_engine, normalize_url
-from agentledger.ledger._migrate import VERSION_TABLE, locked
+from agentledger.ledger import normalize_url, tables
+from agentledger.ledger.migrate import VERSION_TABLE, locked
 
 config = context.config
 
@@ -72,12 +71,8 @@ def run_online() -> None:
     if connection is not None:
         _configure(connection)
         return
-    engine = make_engine(_url())
-    try:
-        with locked(engine) as conn:
-            _configure(conn)
-    finally:
-        engine.dispose()
+    with locked(_url()) as conn:
+        _configure(conn)
 
 
 if context.is_offline_mode():

@@ -12,7 +12,7 @@ import sqlalchemy as sa
 from alembic import op
 
 from agentledger.ledger import tables
-from agentledger.ledger._checksum import checksum_over
+from agentledger.ledger.checksums import checksum_over
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -111,7 +111,20 @@ COVERED: dict[str, list[str]] = {
         "metadata",
     ],
 }
-"""The columns each checksum covers at this revision (``agentledger.ledger._checksum``)."""
+"""The columns each checksum covers at this revision (``agentledger.ledger.checksums``)."""
+
+RETIRED_TYPES = {"tool_calls": tables.JSONType}
+"""The types of columns this revision reads that later revisions dropped (0005:
+``step_executions.tool_calls``), which the models no longer describe."""
+
+
+def _column(table: sa.Table, name: str) -> sa.ColumnElement[object]:
+    """``table``'s column ``name``, read through the type the ledger gives it (times aware,
+    JSON decoded), as the checksum needs; a column dropped since, through its type then."""
+    if name in table.c:
+        return table.c[name]
+    return sa.column(name, RETIRED_TYPES[name])
+
 
 _BATCH = 2000
 
@@ -125,7 +138,7 @@ def upgrade() -> None:
     bind = op.get_bind()
     for name, columns in COVERED.items():
         table = tables.metadata.tables[name]
-        query = sa.select(*(table.c[c] for c in columns)).order_by(table.c.id)
+        query = sa.select(*(_column(table, c) for c in columns)).order_by(table.c.id)
         if name == "agent_runs":
             query = query.where(table.c.status != "running")  # sealed when they end
         set_checksum = (

@@ -7,7 +7,7 @@ Revises: 0003
 ``summary_id`` (the summary that replaced it), with an index to find where a conversation's
 context begins; ``context_compactions`` records each masking and summarization with its token
 delta. Every row already there is in context, with no summary: its checksum still matches (see
-``ADDED`` in ``agentledger.ledger._checksum``), so nothing is rewritten.
+``ADDED`` in ``agentledger.ledger.checksums``), so nothing is rewritten.
 """
 
 from __future__ import annotations

@@ -1,0 +1,11 @@
+"""The ``agentledger`` command: a thin shell over the library's functions.
+
+``cli`` is the click group; ``main`` is the console script. The commands live by concept:
+reading a ledger (``_browse``), migrations and verification (``_db``), talking to a model
+(``_talk``), analytics and exports (``_analytics``); the offline demo is :mod:`.demo`.
+"""
+
+from . import _analytics, _browse, _db, _talk  # noqa: F401 (they register their commands)
+from ._app import cli, main
+
+__all__ = ["cli", "main"]

@@ -1,0 +1,124 @@
+"""``agentledger analytics ...`` and ``agentledger export ...``: DuckDB over the ledger."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+from ..errors import AgentLedgerError
+from ._app import cli, console, database, render
+
+if TYPE_CHECKING:
+    from ..analytics import Analytics, Report
+
+
+@cli.group()
+def analytics() -> None:
+    """DuckDB analytics over the ledger (attached read-only): a report, and the views for the
+    duckdb shell."""
+
+
+@contextlib.contextmanager
+def _analytics(ctx: click.Context) -> Iterator[Analytics]:
+    """DuckDB over the --db ledger; library and DuckDB errors as CLI errors."""
+    import duckdb
+
+    from ..analytics import Analytics
+
+    try:
+        with Analytics.open(database(ctx)) as opened:
+            yield opened
+    except AgentLedgerError as exc:
+        raise click.ClickException(str(exc)) from exc
+    except duckdb.Error as exc:
+        raise click.ClickException(f"DuckDB failed on the ledger {database(ctx)}: {exc}") from exc
+
+
+@analytics.command()
+@click.option(
+    "--html",
+    "html_file",
+    type=click.Path(dir_okay=False, writable=True, path_type=Path),
+    default=None,
+    help="Also write the report, with charts, as one self-contained HTML page.",
+)
+@click.option(
+    "--top",
+    type=click.IntRange(min=1),
+    default=10,
+    show_default=True,
+    help="How many runs and conversations the tables list.",
+)
+@click.pass_context
+def report(ctx: click.Context, html_file: Path | None, top: int) -> None:
+    """Usage by conversation, agent and model, the most expensive runs, tools, the shape of
+    the run trees, and what the totals do not cover yet (running runs, unpriced steps)."""
+    from ..analytics import build_report, render_terminal
+
+    with _analytics(ctx) as opened:
+        built = build_report(opened, top=top)
+    written = None if html_file is None else _write_html(built, html_file)
+    render(render_terminal(built))
+    if written is not None:
+        console().print(f"wrote {written}", markup=False)
+
+
+def _write_html(built: Report, path: Path) -> Path:
+    from ..analytics import write_html
+
+    try:
+        return write_html(built, path)
+    except OSError as exc:
+        raise click.ClickException(
+            f"cannot write the report to {path}: {exc.strerror or exc}. "
+            "Choose a writable path with --html."
+        ) from exc
+
+
+@analytics.command("sql")
+@click.pass_context
+def analytics_sql(ctx: click.Context) -> None:
+    """A script for the duckdb shell that attaches the ledger and defines every view:
+
+    agentledger analytics sql > views.sql && duckdb -init views.sql
+    """
+    from ..analytics import script
+
+    with _analytics(ctx) as opened:
+        text = script(_absolute(opened.url))
+    click.echo(text)
+
+
+def _absolute(url: str) -> str:
+    """A SQLite ledger by its absolute path, so a script works from any directory."""
+    from ..ledger import sqlite_path
+
+    path = sqlite_path(url)
+    return url if path is None else str(path.resolve())
+
+
+@cli.group()
+def export() -> None:
+    """Copy the ledger out for other engines."""
+
+
+@export.command()
+@click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@click.pass_context
+def parquet(ctx: click.Context, directory: Path) -> None:
+    """Every table as Parquet under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD),
+    for Spark, DuckDB, Polars and other engines beyond one machine."""
+    from ..analytics import render_export, summarize_export
+
+    with _analytics(ctx) as opened:
+        try:
+            files = opened.export_parquet(directory)
+        except OSError as exc:
+            raise click.ClickException(
+                f"cannot write Parquet under {directory}: {exc.strerror or exc}"
+            ) from exc
+    render(render_export(directory, summarize_export(directory, files)))

@@ -1,0 +1,180 @@
+"""The commands that read a ledger: its conversations, runs, traces and search; recovering
+stale runs; and the offline demo."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+from rich.table import Table
+
+from ._app import cli, console, open_ledger, render, time_text
+from ._render import preview, run_tree_view
+
+
+@cli.command()
+@click.option(
+    "--db-file",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Where to keep the demo's ledger (default: a new temporary file).",
+)
+def demo(db_file: Path | None) -> None:
+    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger."""
+    from .demo import run_demo
+
+    run_demo(db_path=db_file)
+
+
+@cli.command()
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_context
+def conversations(ctx: click.Context, limit: int) -> None:
+    """Conversations, most recently updated first."""
+    with open_ledger(ctx) as ledger:
+        table = Table(
+            "id", "kind", "title", "version", "messages", "updated", title="conversations"
+        )
+        for c in ledger.conversations(limit=limit):
+            count = len(ledger.messages(c.id))
+            table.add_row(
+                c.id, c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
+            )
+        render(table)
+
+
+@cli.command()
+@click.argument("conversation")
+@click.option(
+    "--as",
+    "view",
+    type=click.Choice(["user", "model"]),
+    default="user",
+    show_default=True,
+    help="user: the conversation as the user saw it, including what summaries replaced. "
+    "model: what the model sees now, the summary first.",
+)
+@click.option(
+    "--section",
+    default=None,
+    help="Only this section: messages (the conversation), summary or buffer (the messages "
+    "summaries replaced).",
+)
+@click.pass_context
+def show(ctx: click.Context, conversation: str, view: str, section: str | None) -> None:
+    """The conversation: what the user said and what the agent answered; with --as model,
+    what the model sees of it now."""
+    with open_ledger(ctx) as ledger:
+        record = ledger.conversation(conversation)
+        if section is not None:
+            messages, heading = ledger.messages(conversation, section), f"section {section}"
+        elif view == "model":
+            messages, heading = ledger.model_context(conversation), "as the model sees it"
+        else:
+            messages, heading = ledger.history(conversation), "as the user saw it"
+        summarized = {m.id for m in ledger.messages(conversation, "buffer")}
+        out = console()
+        out.rule(f"conversation {record.id} · version {record.version} · {heading}")
+        for message in messages:
+            style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
+            note = " [dim](summarized)[/dim]" if message.id in summarized else ""
+            when = time_text(message.created_at)
+            out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
+            out.print(message.content, markup=False)
+            out.print()
+
+
+@cli.command()
+@click.argument("run")
+@click.pass_context
+def trace(ctx: click.Context, run: str) -> None:
+    """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
+    each with its own (exclusive) and its subtree's (inclusive) usage."""
+    with open_ledger(ctx) as ledger:
+        render(run_tree_view(ledger, ledger.run_tree(run)))
+
+
+@cli.command()
+@click.option("--conversation", default=None, help="Only this conversation's runs.")
+@click.option(
+    "--status",
+    type=click.Choice(["running", "completed", "stopped", "failed", "interrupted"]),
+    default=None,
+    help="Only the runs with this status.",
+)
+@click.option("--limit", type=int, default=50, show_default=True)
+@click.pass_context
+def runs(ctx: click.Context, conversation: str | None, status: str | None, limit: int) -> None:
+    """Runs, newest first."""
+    with open_ledger(ctx) as ledger:
+        table = Table(
+            "id",
+            "conversation",
+            "agent",
+            "status",
+            "stop",
+            "steps",
+            "tokens",
+            "cost",
+            "started",
+            title="runs",
+        )
+        for r in ledger.runs(conversation, status=status, limit=limit):
+            cost = "" if r.cost_usd is None else f"${r.cost_usd:.4f}"
+            table.add_row(
+                r.id,
+                r.conversation_id,
+                r.agent_name,
+                r.status,
+                r.stop_reason or "",
+                str(r.step_count),
+                str(r.usage.total_tokens),
+                cost,
+                time_text(r.started_at),
+            )
+        render(table)
+
+
+@cli.command()
+@click.argument("text")
+@click.option("--conversation", default=None, help="Only this conversation.")
+@click.option("--limit", type=int, default=20, show_default=True)
+@click.pass_context
+def search(ctx: click.Context, text: str, conversation: str | None, limit: int) -> None:
+    """Conversation messages that contain every word of TEXT."""
+    with open_ledger(ctx) as ledger:
+        table = Table("conversation", "seq", "role", "content", title=f"search: {text}")
+        for hit in ledger.search(text, conversation_id=conversation, limit=limit):
+            table.add_row(
+                hit.conversation_id,
+                str(hit.seq),
+                hit.message.role,
+                preview(hit.message.content, 80),
+            )
+        render(table)
+
+
+@cli.command()
+@click.option(
+    "--stale-after",
+    type=float,
+    default=None,
+    help="Also treat running runs silent for this many seconds as stale.",
+)
+@click.option("--dry-run", is_flag=True, help="List the stale runs without touching them.")
+@click.pass_context
+def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> None:
+    """Abandon stale runs: mark them interrupted and free their conversations.
+
+    To resume them instead, call Agent.recover() from code that has the agent's model and tools.
+    """
+    with open_ledger(ctx) as ledger:
+        stale = (
+            ledger.stale_runs(stale_after) if dry_run else ledger.recover(stale_after=stale_after)
+        )
+        verb = "stale" if dry_run else "abandoned"
+        for r in stale:
+            console().print(
+                f"{verb}: run {r.id} of conversation {r.conversation_id} ({r.step_count} steps)"
+            )
+        console().print(f"{len(stale)} run(s) {verb}")

@@ -1,0 +1,141 @@
+"""``agentledger db ...``: migrations (a thin shell over :mod:`agentledger.ledger.migrate`),
+verification and the schema's DDL."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import LedgerCorruptError, SchemaVersionError
+from ._app import cli, cli_errors, console, database, open_ledger, require_file
+
+_CREATE = "`agentledger db upgrade` creates one"
+
+
+@cli.group()
+def db() -> None:
+    """Schema migrations of the ledger (Alembic), verification, and the schema's DDL."""
+
+
+@db.command()
+@click.argument("revision", default="head")
+@click.pass_context
+def upgrade(ctx: click.Context, revision: str) -> None:
+    """Migrate the ledger up to REVISION (default: the newest)."""
+    from ..ledger import migrate
+
+    with cli_errors():
+        console().print(f"at revision {migrate.upgrade(database(ctx), revision)}")
+
+
+@db.command()
+@click.argument("revision")
+@click.pass_context
+def downgrade(ctx: click.Context, revision: str) -> None:
+    """Migrate the ledger down to REVISION (``base`` removes every table)."""
+    from ..ledger import migrate
+
+    require_file(ctx, _CREATE)
+    with cli_errors():
+        console().print(f"at revision {migrate.downgrade(database(ctx), revision) or 'base'}")
+
+
+@db.command()
+@click.pass_context
+def current(ctx: click.Context) -> None:
+    """The ledger's schema revision."""
+    from ..ledger import migrate
+
+    require_file(ctx, _CREATE)
+    with cli_errors():
+        revision, head = migrate.current(database(ctx)), migrate.head()
+    newest = " (head)" if revision == head else f" (newest: {head})"
+    console().print(f"{revision or 'base'}{newest}")
+
+
+@db.command()
+def history() -> None:
+    """The migrations this agentledger ships, newest first."""
+    from ..ledger import migrate
+
+    for revision in migrate.history():
+        console().print(
+            f"{revision.revision}  {revision.doc.splitlines()[0] if revision.doc else ''}"
+        )
+
+
+@db.command()
+@click.pass_context
+def check(ctx: click.Context) -> None:
+    """Exit 0 when the ledger is at the newest schema, 1 when it needs `db upgrade`."""
+    from ..ledger import migrate
+
+    require_file(ctx, _CREATE)
+    try:
+        migrate.check(database(ctx))
+    except SchemaVersionError as exc:
+        raise click.ClickException(str(exc)) from exc
+    console().print(f"up to date at {migrate.head()}")
+
+
+@db.command("verify")
+@click.pass_context
+def verify_command(ctx: click.Context) -> None:
+    """Check the whole ledger for damage: every row against its checksum, the positions of
+    every conversation, buffer, run and step, each run's and each step's counts and, on SQLite,
+    every page and index (integrity_check), every foreign key and the full-text index. Exit 1,
+    listing what is wrong, on damage."""
+    with open_ledger(ctx) as ledger:
+        try:
+            problems = ledger.verify()
+        except LedgerCorruptError as exc:  # SQLite could not even read the file through
+            problems = [str(exc)]
+        counts = None if problems else ledger.row_counts()
+        sqlite = ledger.dialect == "sqlite"
+    for problem in problems:
+        console().print(problem, markup=False, soft_wrap=True)
+    if counts is None:
+        console().print(
+            f"{len(problems)} problem(s): the ledger is damaged. Restore it from a backup "
+            "(for SQLite, with its -wal and -shm files).",
+            markup=False,
+            soft_wrap=True,
+        )
+        ctx.exit(1)
+    console().print(_verified(counts, sqlite=sqlite), markup=False, soft_wrap=True)
+
+
+def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
+    rows = ", ".join(f"{total} {name}" for name, (total, _) in counts.items())
+    unsealed = sum(total - sealed for total, sealed in counts.values())
+    running = (
+        f" ({unsealed} without a checksum, not checked: runs are sealed when they end)"
+        if unsealed
+        else ""
+    )
+    pages = (
+        "; integrity_check, foreign_key_check and the full-text index check found nothing"
+        if sqlite
+        else ""
+    )
+    return (
+        f"ok: {rows}{running}: every checksum matches, no position is missing and every run "
+        f"has the steps it counted{pages}"
+    )
+
+
+@db.command()
+@click.option(
+    "--dialect", type=click.Choice(["sqlite", "postgresql"]), default="sqlite", show_default=True
+)
+@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+def schema(dialect: str, output: Path | None) -> None:
+    """The schema's DDL, from the migrations (what schema/*.sql hold)."""
+    from ..ledger.schema import ddl
+
+    text = ddl("postgresql" if dialect == "postgresql" else "sqlite")
+    if output is None:
+        click.echo(text, nl=False)
+    else:
+        output.write_text(text, encoding="utf-8")

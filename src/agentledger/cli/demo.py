@@ -1,0 +1,573 @@
+"""The offline demo: a travel assistant with three tools, over two turns of one conversation.
+
+The model is scripted (no network), but it reads what the tools returned: each scripted step is
+a function of the request, so the answers are built from the real tool results. The demo shows
+the clean conversation beside the execution trace of every step, with its tokens.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import sqlite3
+import sys
+import tempfile
+from pathlib import Path
+
+from pydantic import JsonValue
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+from ..analytics import Analytics
+from ..builder import AgentBuilder
+from ..core import tool
+from ..ledger import Ledger
+from ..llm import Price, PriceTable, ScriptedLLM, ScriptItem
+from ..loop import Agent, SubagentSpec
+from ..recording import RunResult
+from ..values import (
+    AgentState,
+    InferenceRequest,
+    InferenceResponse,
+    Messages,
+    Role,
+    StepExecution,
+    ToolCall,
+    Usage,
+)
+from ._render import run_tree_view
+
+SYSTEM_PROMPT = "You are a travel assistant. Use the tools; quote prices in euros."
+
+_WEATHER = {"lisbon": "24°C, sunny, light wind from the Atlantic"}
+_HOTELS = {
+    "lisbon": [
+        {"name": "Casa do Largo", "tier": "mid-range", "usd_per_night": 142},
+        {"name": "Hotel Miradouro", "tier": "mid-range", "usd_per_night": 128},
+        {"name": "Palácio Sol", "tier": "luxury", "usd_per_night": 390},
+    ]
+}
+_USD_TO_EUR = 0.92
+
+
+@tool
+def get_weather(city: str) -> str:
+    """Current weather for a city.
+
+    Args:
+        city: The city name, in English.
+    """
+    return _WEATHER.get(city.lower(), "no forecast available")
+
+
+@tool
+def search_hotels(city: str, nights: int, tier: str = "mid-range") -> list[dict[str, object]]:
+    """Hotels in a city with their price per night in US dollars.
+
+    Args:
+        city: The city name, in English.
+        nights: How many nights the stay lasts.
+        tier: "budget", "mid-range" or "luxury".
+    """
+    found = [h for h in _HOTELS.get(city.lower(), []) if h["tier"] == tier]
+    return [
+        {**h, "nights": nights, "usd_total": int(str(h["usd_per_night"])) * nights} for h in found
+    ]
+
+
+@tool
+def convert_currency(amount: float, from_currency: str, to_currency: str) -> str:
+    """Convert an amount of money between USD and EUR.
+
+    Args:
+        amount: How much money.
+        from_currency: ISO code of the currency of ``amount``.
+        to_currency: ISO code of the currency wanted.
+    """
+    pair = (from_currency.upper(), to_currency.upper())
+    if pair == ("USD", "EUR"):
+        return f"{amount * _USD_TO_EUR:.2f} EUR"
+    if pair == ("EUR", "USD"):
+        return f"{amount / _USD_TO_EUR:.2f} USD"
+    raise ValueError(f"no exchange rate for {pair[0]} to {pair[1]}")
+
+
+def _tool_result(request: InferenceRequest, tool_name: str) -> str:
+    """The most recent result of ``tool_name`` among the messages the model was sent."""
+    for message in reversed(tuple(request.messages)):
+        if message.role is Role.TOOL and message.name == tool_name:
+            return message.content
+    raise LookupError(f"the model was not shown a result of {tool_name}")
+
+
+def _usage(request: InferenceRequest, output_tokens: int) -> Usage:
+    """Plausible token counts: about four characters a token for what the model was sent."""
+    sent = sum(
+        len(m.content) + len(json.dumps([c.arguments for c in m.tool_calls]))
+        for m in request.messages
+    )
+    sent += sum(len(t.model_dump_json()) for t in request.tools)
+    return Usage(input_tokens=sent // 4 + 12, output_tokens=output_tokens)
+
+
+def _call(
+    request: InferenceRequest, text: str, calls: list[ToolCall], output_tokens: int
+) -> InferenceResponse:
+    return InferenceResponse(
+        content=text,
+        tool_calls=calls,
+        usage=_usage(request, output_tokens),
+        finish_reason="tool_calls",
+    )
+
+
+def _cheapest(request: InferenceRequest) -> dict[str, JsonValue]:
+    hotels: list[dict[str, JsonValue]] = json.loads(_tool_result(request, "search_hotels"))
+    return min(hotels, key=lambda h: int(str(h["usd_total"])))
+
+
+def _script() -> list[ScriptItem]:
+    """Two turns. Turn 1: weather and hotels in parallel, a conversion, the answer.
+    Turn 2: a new search, a conversion with a malformed argument (fed back as an error), the
+    corrected call, the answer."""
+
+    def t1_search(r: InferenceRequest) -> InferenceResponse:
+        return _call(
+            r,
+            "I'll check the weather and mid-range hotels in Lisbon.",
+            [
+                ToolCall(id="call_w1", name="get_weather", arguments={"city": "Lisbon"}),
+                ToolCall(
+                    id="call_h1", name="search_hotels", arguments={"city": "Lisbon", "nights": 2}
+                ),
+            ],
+            46,
+        )
+
+    def t1_convert(r: InferenceRequest) -> InferenceResponse:
+        best = _cheapest(r)
+        args: dict[str, JsonValue] = {
+            "amount": best["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
+        return _call(r, "", [ToolCall(id="call_c1", name="convert_currency", arguments=args)], 28)
+
+    def t1_answer(r: InferenceRequest) -> InferenceResponse:
+        best, eur = _cheapest(r), _tool_result(r, "convert_currency")
+        text = (
+            f"Lisbon next Friday: {_tool_result(r, 'get_weather')}. The best mid-range option is "
+            f"{best['name']}: two nights for about {eur} (${best['usd_total']})."
+        )
+        reasoning = "Two hotels match; the cheaper total wins. Converted at the tool's rate."
+        return InferenceResponse(
+            content=text, reasoning=reasoning, usage=_usage(r, 58), finish_reason="stop"
+        )
+
+    def t2_search(r: InferenceRequest) -> InferenceResponse:
+        args: dict[str, JsonValue] = {"city": "Lisbon", "nights": 3}
+        return _call(r, "", [ToolCall(id="call_h2", name="search_hotels", arguments=args)], 24)
+
+    def t2_bad_convert(r: InferenceRequest) -> InferenceResponse:
+        args: dict[str, JsonValue] = {
+            "amount": "three nights' worth",
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
+        return _call(r, "", [ToolCall(id="call_c2", name="convert_currency", arguments=args)], 27)
+
+    def t2_convert(r: InferenceRequest) -> InferenceResponse:
+        args: dict[str, JsonValue] = {
+            "amount": _cheapest(r)["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
+        return _call(
+            r,
+            "The amount must be a number; retrying.",
+            [ToolCall(id="call_c3", name="convert_currency", arguments=args)],
+            31,
+        )
+
+    def t2_answer(r: InferenceRequest) -> InferenceResponse:
+        best, eur = _cheapest(r), _tool_result(r, "convert_currency")
+        text = f"Three nights at {best['name']} come to about {eur} (${best['usd_total']})."
+        return InferenceResponse(content=text, usage=_usage(r, 22), finish_reason="stop")
+
+    return [t1_search, t1_convert, t1_answer, t2_search, t2_bad_convert, t2_convert, t2_answer]
+
+
+def _coordinator_script() -> list[ScriptItem]:
+    """Turn 3: the assistant delegates the research, then the review, then answers."""
+
+    def research(r: InferenceRequest) -> InferenceResponse:
+        task = (
+            "Weather in Lisbon next Friday, and the cheapest mid-range hotel for 3 nights, in EUR."
+        )
+        call = ToolCall(
+            id="call_r3", name="spawn_subagent", arguments={"subagent": "researcher", "task": task}
+        )
+        return _call(r, "I'll have the researcher gather the facts.", [call], 38)
+
+    def review(r: InferenceRequest) -> InferenceResponse:
+        task = f"Check this trip plan before the user books it: {_tool_result(r, 'spawn_subagent')}"
+        call = ToolCall(
+            id="call_v3", name="spawn_subagent", arguments={"subagent": "reviewer", "task": task}
+        )
+        return _call(r, "", [call], 41)
+
+    def answer(r: InferenceRequest) -> InferenceResponse:
+        results = [
+            m.content for m in r.messages if m.role is Role.TOOL and m.name == "spawn_subagent"
+        ]
+        text = f"Here is the plan. {results[-2]} The reviewer says: {results[-1]}"
+        return InferenceResponse(content=text, usage=_usage(r, 64), finish_reason="stop")
+
+    return [research, review, answer]
+
+
+def _researcher_script() -> list[ScriptItem]:
+    """The researcher: weather and hotels at once, a conversion, its findings."""
+
+    def lookup(r: InferenceRequest) -> InferenceResponse:
+        calls = [
+            ToolCall(id="r_w", name="get_weather", arguments={"city": "Lisbon"}),
+            ToolCall(id="r_h", name="search_hotels", arguments={"city": "Lisbon", "nights": 3}),
+        ]
+        return _call(r, "", calls, 40)
+
+    def convert(r: InferenceRequest) -> InferenceResponse:
+        args: dict[str, JsonValue] = {
+            "amount": _cheapest(r)["usd_total"],
+            "from_currency": "USD",
+            "to_currency": "EUR",
+        }
+        return _call(r, "", [ToolCall(id="r_c", name="convert_currency", arguments=args)], 26)
+
+    def findings(r: InferenceRequest) -> InferenceResponse:
+        best = _cheapest(r)
+        text = (
+            f"Weather: {_tool_result(r, 'get_weather')}. Cheapest mid-range hotel: {best['name']}, "
+            f"3 nights for {_tool_result(r, 'convert_currency')} (${best['usd_total']})."
+        )
+        return InferenceResponse(content=text, usage=_usage(r, 44), finish_reason="stop")
+
+    return [lookup, convert, findings]
+
+
+def _reviewer_script() -> list[ScriptItem]:
+    def verdict(r: InferenceRequest) -> InferenceResponse:
+        text = "The total matches three nights at the quoted rate; fine to book."
+        return InferenceResponse(content=text, usage=_usage(r, 19), finish_reason="stop")
+
+    return [verdict]
+
+
+DEMO_PRICES = PriceTable.default().with_prices(
+    {
+        "scripted-travel-model": Price(input=0.15, output=0.60),
+        "scripted-research-model": Price(input=0.40, output=1.60),
+        "scripted-review-model": Price(input=1.00, output=5.00),
+    },
+    version="demo",
+)
+"""Made-up prices (US dollars per million tokens) for the scripted models, so that the demo's
+steps have a cost the way a real provider's do."""
+
+
+def team(prices: PriceTable | None = DEMO_PRICES) -> list[SubagentSpec]:
+    """The subagents the assistant may delegate to: a researcher with tools, a reviewer."""
+    return [
+        SubagentSpec(
+            name="researcher",
+            description="Looks up weather, hotels and prices with its tools; reports facts.",
+            system_prompt="You research trips. Use your tools; report only facts, prices in EUR.",
+            tools=[get_weather, search_hotels, convert_currency],
+            llm=ScriptedLLM(_researcher_script(), model="scripted-research-model", prices=prices),
+        ),
+        SubagentSpec(
+            name="reviewer",
+            description="Checks a plan for mistakes before the user acts on it.",
+            system_prompt="You review travel plans. Say what is wrong, or that it is fine.",
+            llm=ScriptedLLM(_reviewer_script(), model="scripted-review-model", prices=prices),
+        ),
+    ]
+
+
+TEAM_TURN = "Put the whole trip together for three nights, and have someone check it before I book."
+
+TURNS = (
+    "I'm flying to Lisbon next Friday for two nights. What's the weather, and what would a "
+    "mid-range hotel cost in euros?",
+    "And if I stay three nights?",
+)
+
+
+def build_agent(
+    *,
+    separated_tool_trace: bool = True,
+    ledger: Ledger | None = None,
+    prices: PriceTable | None = DEMO_PRICES,
+) -> tuple[Agent, ScriptedLLM]:
+    """The demo's agent and its scripted model, recording in ``ledger`` when given; its steps
+    are priced with ``prices`` (``None``: unpriced, their cost unknown)."""
+    llm = ScriptedLLM(
+        [*_script(), *_coordinator_script()], model="scripted-travel-model", prices=prices
+    )
+    builder = (
+        AgentBuilder()
+        .with_llm(llm)
+        .with_name("travel-assistant")
+        .with_system_prompt(SYSTEM_PROMPT)
+        .with_tools([get_weather, search_hotels, convert_currency])
+        .with_subagents(team(prices))
+        .with_parallel_tools(2)
+        .with_separated_tool_trace(separated_tool_trace)
+    )
+    return (builder.with_ledger(ledger) if ledger else builder).build(), llm
+
+
+def converse(agent: Agent) -> list[AgentState]:
+    """Both turns of the conversation, in memory; the state after each."""
+    state, states = AgentState.empty(), []
+    for text in TURNS:
+        state = agent.execute(state.with_user_message(text))
+        states.append(state)
+    return states
+
+
+def converse_recorded(agent: Agent) -> list[RunResult]:
+    """The three turns as recorded runs of one conversation."""
+    results: list[RunResult] = []
+    for text in (*TURNS, TEAM_TURN):
+        results.append(agent.run(text, results[-1].conversation_id if results else None))
+    return results
+
+
+def run_demo(console: Console | None = None, *, db_path: Path | None = None) -> list[AgentState]:
+    """Run the three turns, recorded in a SQLite ledger, and print them: the state after each.
+
+    Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
+    tools of its own) and a reviewer, and the run tree is shown with its usage."""
+    console = console or Console(width=None if Console().is_terminal else 120)
+    if db_path is None:
+        db_path = Path(tempfile.mkdtemp(prefix="agentledger-demo-")) / "demo.db"
+    console.rule("[bold]agentledger demo: a travel assistant and its subagents, offline[/bold]")
+    console.print(
+        "The conversation keeps what the user said and what the agent answered; every tool call, "
+        "tool result and bit of reasoning stays in the execution trace.\n"
+    )
+    with Ledger.open(db_path) as ledger:
+        agent, llm = build_agent(ledger=ledger)
+        results = converse_recorded(agent)
+        states = [r.state for r in results]
+        ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
+        for number, state in enumerate(states[:2], start=1):
+            _print_turn(console, number, state, llm.requests[ends[number - 1] - 1])
+        inline_agent, inline_llm = build_agent(separated_tool_trace=False)
+        inline = converse(inline_agent)
+        _print_summary(console, states[:2], first_request_of_turn_2=llm.requests[ends[0]])
+        console.print(
+            f"The same two turns inline (with_separated_tool_trace(False)) leave "
+            f"{len(inline[-1].messages())} messages in the conversation, and turn 2's first "
+            f"request carries {len(inline_llm.requests[ends[0]].messages)} messages instead of "
+            f"{len(llm.requests[ends[0]].messages)}: run 1's tool trace, sent again.\n"
+        )
+        _print_turn(console, 3, states[2], llm.requests[ends[2] - 1])
+        _print_team(console, ledger, results[-1])
+        _print_ledger(console, ledger, results)
+    _print_metrics(console, db_path)
+    _print_sql(console, db_path)
+    return states
+
+
+def _print_turn(console: Console, number: int, state: AgentState, last: InferenceRequest) -> None:
+    table = Table(show_lines=False, expand=True, title=f"Turn {number}", title_style="bold")
+    table.add_column("Conversation (what the user sees)", ratio=2, vertical="top")
+    table.add_column("Execution trace (this run's steps)", ratio=3, vertical="top")
+    table.add_row(_conversation(state), Group(*(_step(e) for e in state.step_executions)))
+    console.print(table)
+    outcome = state.continuation_outcome
+    assert outcome is not None
+    console.print(
+        f"  run {state.run_id} · [bold]{state.status}[/bold]: {outcome.detail} "
+        f"(judged by {outcome.decided_by}) · {state.step_count} steps · "
+        f"{state.usage.input_tokens} in / {state.usage.output_tokens} out tokens · the model's "
+        f"last request held {len(last.messages)} messages, "
+        f"{sum(1 for m in last.messages if m.is_tool_trace())} of them trace\n"
+    )
+
+
+def _conversation(state: AgentState) -> Group:
+    lines = []
+    for message in state.messages():
+        style = "cyan" if message.role is Role.USER else "green"
+        lines.append(Text.assemble((f"{message.role}: ", f"bold {style}"), message.content, "\n"))
+    return Group(*lines)
+
+
+def _step(execution: StepExecution) -> Panel:
+    step = execution.step
+    body = Text()
+    if (
+        step.assistant_message is not None
+        and step.assistant_message.content
+        and step.has_tool_calls()
+    ):
+        body.append(f"says: {step.assistant_message.content}\n", style="italic")
+    if step.assistant_message is not None and step.assistant_message.reasoning:
+        body.append(f"reasoning: {step.assistant_message.reasoning}\n", style="magenta")
+    for ex in step.tool_executions:
+        args = json.dumps(ex.tool_call.arguments, ensure_ascii=False)
+        body.append(f"→ {ex.tool_name}({args})\n", style="yellow")
+        body.append(f"  ← {_shorten(ex.result)}\n", style="red" if ex.is_error else "default")
+    if step.response_messages:
+        body.append("answer filed in the conversation\n", style="green")
+    u = step.usage
+    tokens = f"{u.input_tokens} in / {u.output_tokens} out"
+    title = f"step {execution.step_index} · {step.step_type} · {tokens}"
+    body.rstrip()
+    return Panel(body, title=title, title_align="left", border_style="dim")
+
+
+def _shorten(text: str, limit: int = 100) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _print_summary(
+    console: Console, states: list[AgentState], *, first_request_of_turn_2: InferenceRequest
+) -> None:
+    final = states[-1]
+    trace = sum(1 for s in states for e in s.step_executions for m in e.step.trace_messages)
+    errors = sum(len(e.step.tool_errors) for s in states for e in s.step_executions)
+    console.print(
+        Panel(
+            f"conversation: {len(final.messages())} messages "
+            f"({', '.join(m.role for m in final.messages())})\n"
+            f"execution trace: {sum(s.step_count for s in states)} steps, {trace} trace messages, "
+            f"{errors} tool error fed back to the model and corrected\n"
+            f"execution buffer now: {len(final.execution_buffer())} messages; turn 2's first "
+            f"request held {len(first_request_of_turn_2.messages)} messages, no trace of run 1\n"
+            f"tokens: {sum(s.usage.total_tokens for s in states)} over both runs",
+            title="Summary",
+            title_align="left",
+        )
+    )
+
+
+def _print_team(console: Console, ledger: Ledger, result: RunResult) -> None:
+    console.rule("[bold]Turn 3's run tree: the assistant and the subagents it delegated to[/bold]")
+    tree = ledger.run_tree(result.run_id)
+    console.print(run_tree_view(ledger, tree))
+    own, total = tree.exclusive.usage, tree.inclusive.usage
+    console.print(
+        f"The assistant's own steps spent {own.total_tokens} tokens; with its subagents, "
+        f"{total.total_tokens} (each run's row keeps only its own: the tree's totals are sums "
+        f"of step rows, so nothing is counted twice). Its conversation got one answer; the "
+        f"subagents' work stays in their own runs and conversations.\n"
+    )
+
+
+def _print_ledger(console: Console, ledger: Ledger, results: list[RunResult]) -> None:
+    conversation_id = results[-1].conversation_id
+    console.rule("[bold]What the ledger holds[/bold]")
+    stored = ledger.messages(conversation_id)
+    console.print(
+        f"conversation {conversation_id}, version {ledger.conversation(conversation_id).version}: "
+        f"{len(stored)} messages ({', '.join(m.role for m in stored)})"
+    )
+    for result in results:
+        trace = ledger.trace_messages(result.run_id)
+        same = trace == Messages(
+            tuple(m for e in result.state.step_executions for m in e.step.trace_messages)
+        )
+        console.print(
+            f"run {result.run_id}: {len(ledger.steps(result.run_id))} steps, "
+            f"{len(ledger.tool_executions(result.run_id))} tool executions, "
+            f"{len(ledger.buffer(result.run_id))} buffer rows left; its trace rebuilt from the "
+            f"step and tool rows: {len(trace)} messages, {'identical' if same else 'DIFFERENT'}"
+        )
+
+
+_ROLLUP = """
+SELECT agent_path AS run, exclusive_steps AS own_steps,
+       exclusive_input_tokens + exclusive_output_tokens AS own_tokens,
+       inclusive_input_tokens + inclusive_output_tokens AS tree_tokens,
+       printf('$%.6f', exclusive_cost_usd) AS own_cost,
+       printf('$%.6f', inclusive_cost_usd) AS tree_cost
+FROM run_rollup ORDER BY path
+"""
+_TOOLS = """
+SELECT tool_name, calls, errors, round(p50_ms, 3) AS p50_ms, round(p95_ms, 3) AS p95_ms
+FROM tool_stats ORDER BY calls DESC, tool_name
+"""
+
+
+def _print_metrics(console: Console, db_path: Path) -> None:
+    console.rule("[bold]Metrics: DuckDB over the same file, rolled up the run tree[/bold]")
+    with Analytics.open(db_path) as analytics:
+        for title, query in (
+            ("run_rollup: own and whole-tree usage", _ROLLUP),
+            ("tool_stats", _TOOLS),
+        ):
+            relation = analytics.sql(query)
+            table = Table(*relation.columns, title=title, title_justify="left")
+            for row in relation.fetchall():
+                table.add_row(*(str(v) for v in row))
+            console.print(table)
+    console.print(f"More: {_command()} --db {db_path} analytics report --html report.html\n")
+
+
+_QUERIES = (
+    (
+        "Where each table's rows went",
+        "SELECT 'conversation_messages' AS tbl, COUNT(*) AS n FROM conversation_messages "
+        "UNION ALL SELECT 'agent_runs', COUNT(*) FROM agent_runs "
+        "UNION ALL SELECT 'step_executions', COUNT(*) FROM step_executions "
+        "UNION ALL SELECT 'tool_executions', COUNT(*) FROM tool_executions "
+        "UNION ALL SELECT 'execution_buffer_rows', COUNT(*) FROM execution_buffer_rows",
+    ),
+    (
+        "Tokens per run, from its steps",
+        "SELECT r.status, r.step_count, SUM(s.input_tokens) AS input, "
+        "SUM(s.output_tokens) AS output "
+        "FROM agent_runs r JOIN step_executions s ON s.run_id = r.id "
+        "GROUP BY r.id ORDER BY r.started_at",
+    ),
+    (
+        "Tools: calls, errors and mean latency",
+        "SELECT tool_name, COUNT(*) AS calls, SUM(is_error) AS errors, "
+        "ROUND(AVG(duration_ms), 3) AS mean_ms FROM tool_executions "
+        "GROUP BY tool_name ORDER BY calls DESC, tool_name",
+    ),
+)
+
+
+def _print_sql(console: Console, db_path: Path) -> None:
+    console.rule("[bold]Plain SQL over the ledger[/bold]")
+    with contextlib.closing(sqlite3.connect(db_path)) as conn:
+        for title, query in _QUERIES:
+            cursor = conn.execute(query)
+            table = Table(*(d[0] for d in cursor.description), title=title, title_justify="left")
+            for row in cursor:
+                table.add_row(*(str(v) for v in row))
+            console.print(table)
+    command = _command()
+    console.print(
+        f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:\n"
+        f"  {command} --db {db_path} conversations\n"
+        f"  {command} --db {db_path} runs\n"
+        f"  sqlite3 {db_path} 'SELECT role, content FROM conversation_messages ORDER BY seq'"
+    )
+
+
+def _command() -> str:
+    """How to call the ``agentledger`` command from here: by name when it is on the PATH,
+    else by its path beside this interpreter (a virtual environment that is not activated)."""
+    if shutil.which("agentledger"):
+        return "agentledger"
+    beside = Path(sys.executable).parent / "agentledger"
+    return str(beside) if beside.exists() else f"{sys.executable} -m agentledger"

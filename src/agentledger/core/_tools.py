@@ -1,0 +1,288 @@
+"""Tools: what a model may call, described by a JSON schema and validated before they run.
+
+``@tool`` turns a typed Python function into a tool: the JSON schema of its arguments comes from
+the signature (through pydantic), the description from the docstring, and each parameter's
+description from an ``Args:`` section of the docstring or an ``Annotated[..., Field(...)]``.
+Anything else with a ``name``, a ``description``, an ``arguments_model`` and an ``invoke``
+method is a tool too (:class:`Tool`).
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+import typing
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol, overload, runtime_checkable
+
+from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
+
+from ..errors import ToolDefinitionError
+from ..values import AgentState, Spend, ToolCall, ToolSchema
+
+
+class ToolOutput(BaseModel):
+    """What a tool hands back, when it needs to say more than a plain return value.
+
+    Tools usually return a value (a string is sent as it is, anything else JSON-encoded);
+    returning a ``ToolOutput`` lets a tool mark its result as an error for the model, or link
+    the run of a subagent it started.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    content: str
+    is_error: bool = False
+    child_run_id: str | None = None
+    subtree: Spend | None = None
+    """What the subagent run this tool started spent, its own subagents included."""
+    metadata: dict[str, JsonValue] = Field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """Where a tool runs: the state before the step, the call, and the step's index.
+
+    A function tool receives it when it declares a parameter annotated ``ToolContext``; that
+    parameter is not part of the schema the model sees.
+    """
+
+    state: AgentState
+    tool_call: ToolCall
+    step_index: int
+    in_flight: Spend | None = None
+    """What the step that called this tool has spent so far (its inference), not yet in
+    ``state``: part of what the run has used when a subagent's budget is worked out."""
+
+    @property
+    def run_id(self) -> str | None:
+        return self.state.run_id
+
+    @property
+    def conversation_id(self) -> str:
+        return self.state.conversation_id
+
+    @property
+    def idempotency_key(self) -> str:
+        """``run_id:step_index:tool_call_id``, the same on every attempt at this call.
+
+        A step is redone after a crash, so a tool may run more than once for one call; a tool
+        with side effects can use this key to do them once.
+        """
+        return f"{self.run_id}:{self.step_index}:{self.tool_call.id}"
+
+
+@runtime_checkable
+class Tool(Protocol):
+    """Anything the agent can offer a model as a tool."""
+
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def arguments_model(self) -> type[BaseModel]:
+        """The pydantic model the model's arguments are validated against."""
+        ...
+
+    def invoke(self, arguments: BaseModel, context: ToolContext) -> object:
+        """Run with validated arguments; return a value or a :class:`ToolOutput`."""
+        ...
+
+
+def tool_schema(tool: Tool) -> ToolSchema:
+    """The JSON schema a model is shown for ``tool``."""
+    parameters = tool.arguments_model.model_json_schema()
+    parameters.pop("title", None)
+    return ToolSchema(name=tool.name, description=tool.description, parameters=parameters)
+
+
+@dataclass(frozen=True)
+class FunctionTool:
+    """A tool backed by a Python function; made by :func:`tool`."""
+
+    function: Callable[..., object]
+    name: str
+    description: str
+    arguments_model: type[BaseModel]
+    context_parameter: str | None = None
+
+    def invoke(self, arguments: BaseModel, context: ToolContext) -> object:
+        kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
+        if self.context_parameter is not None:
+            kwargs[self.context_parameter] = context
+        return self.function(**kwargs)
+
+    def __call__(self, *args: Any, **kwargs: Any) -> object:
+        """Call the underlying function directly, as if it were not a tool."""
+        return self.function(*args, **kwargs)
+
+
+@overload
+def tool(function: Callable[..., object], /) -> FunctionTool: ...
+@overload
+def tool(
+    *, name: str | None = None, description: str | None = None
+) -> Callable[[Callable[..., object]], FunctionTool]: ...
+def tool(
+    function: Callable[..., object] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
+    """Turn a typed function into a tool: ``@tool`` or ``@tool(name=..., description=...)``."""
+
+    def decorate(fn: Callable[..., object]) -> FunctionTool:
+        return function_tool(fn, name=name, description=description)
+
+    return decorate if function is None else decorate(function)
+
+
+def function_tool(
+    function: Callable[..., object], *, name: str | None = None, description: str | None = None
+) -> FunctionTool:
+    """The :class:`FunctionTool` for ``function``; what ``@tool`` does."""
+    if inspect.iscoroutinefunction(function):
+        raise ToolDefinitionError(
+            f"{function.__qualname__} is async; tools are called synchronously. "
+            "Wrap it in a function that runs it (for example with asyncio.run)."
+        )
+    tool_name = function.__name__ if name is None else name
+    if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
+        raise ToolDefinitionError(
+            f"tool name {tool_name!r} is not accepted by model APIs: use 1-64 letters, "
+            "digits, '_' or '-' (pass name=... to @tool)."
+        )
+    summary, parameter_docs = _parse_docstring(inspect.getdoc(function) or "")
+    model, context_parameter = _arguments_model(function, tool_name, parameter_docs)
+    return FunctionTool(
+        function=function,
+        name=tool_name,
+        description=description or summary or tool_name,
+        arguments_model=model,
+        context_parameter=context_parameter,
+    )
+
+
+_SECTION = re.compile(r"^(Args|Arguments|Parameters|Returns|Raises|Yields|Examples?):\s*$")
+_PARAM = re.compile(r"^\s+\*{0,2}(\w+)(?:\s*\([^)]*\))?\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    """The description before any section, and Google-style ``Args:`` descriptions."""
+    summary: list[str] = []
+    params: dict[str, str] = {}
+    section: str | None = None
+    current: str | None = None
+    param_indent: int | None = None
+    for line in doc.splitlines():
+        header = _SECTION.match(line)
+        if header:
+            section, current, param_indent = header.group(1), None, None
+        elif section is None:
+            summary.append(line)
+        elif section in _PARAMETER_SECTIONS:
+            indent = len(line) - len(line.lstrip())
+            match = _PARAM.match(line)
+            if match and (param_indent is None or indent <= param_indent):
+                param_indent, current = indent, match.group(1)
+                params[current] = match.group(2).strip()
+            elif current is not None and line.strip():
+                params[current] = f"{params[current]} {line.strip()}".strip()
+    return "\n".join(summary).strip(), params
+
+
+_PARAMETER_SECTIONS = frozenset({"Args", "Arguments", "Parameters"})
+
+
+def _arguments_model(
+    function: Callable[..., object], tool_name: str, docs: Mapping[str, str]
+) -> tuple[type[BaseModel], str | None]:
+    try:
+        hints = typing.get_type_hints(function, include_extras=True)
+    except (NameError, TypeError) as exc:
+        raise ToolDefinitionError(
+            f"cannot resolve the type hints of {function.__qualname__}: {exc}. "
+            "Import the types it names at module level."
+        ) from exc
+    fields: dict[str, Any] = {}
+    context_parameter: str | None = None
+    for parameter in inspect.signature(function).parameters.values():
+        annotation = _parameter_annotation(function, parameter, hints)
+        if annotation is ToolContext:
+            context_parameter = parameter.name
+            continue
+        default = ... if parameter.default is inspect.Parameter.empty else parameter.default
+        # A description in Annotated[..., Field(description=...)] stands unless the docstring
+        # gives one.
+        info = Field(default, description=docs[parameter.name]) if parameter.name in docs else None
+        fields[parameter.name] = (annotation, info if info is not None else Field(default))
+    model = create_model(_model_name(tool_name), __config__=ConfigDict(extra="forbid"), **fields)
+    return model, context_parameter
+
+
+def _parameter_annotation(
+    function: Callable[..., object], parameter: inspect.Parameter, hints: Mapping[str, Any]
+) -> Any:
+    if parameter.kind in (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD):
+        raise ToolDefinitionError(
+            f"{function.__qualname__} takes *{parameter.name}; a tool's arguments must be "
+            "named parameters so that a JSON schema can describe them."
+        )
+    if parameter.name not in hints:
+        raise ToolDefinitionError(
+            f"parameter {parameter.name!r} of {function.__qualname__} has no type annotation; "
+            "@tool builds the JSON schema the model sees from the annotations."
+        )
+    return hints[parameter.name]
+
+
+def _model_name(tool_name: str) -> str:
+    return "".join(part.capitalize() for part in re.split(r"[_-]+", tool_name)) + "Arguments"
+
+
+class ToolSet:
+    """An immutable set of tools with unique names, in the order given."""
+
+    __slots__ = ("_schemas", "_tools")
+
+    def __init__(self, tools: Iterable[Tool | Callable[..., object]] = ()) -> None:
+        by_name: dict[str, Tool] = {}
+        for item in tools:
+            resolved = item if isinstance(item, Tool) else function_tool(item)
+            if resolved.name in by_name:
+                raise ToolDefinitionError(
+                    f"two tools are named {resolved.name!r}; a model calls tools by name, so "
+                    "names must be unique (rename one with @tool(name=...))."
+                )
+            by_name[resolved.name] = resolved
+        self._tools: Mapping[str, Tool] = by_name
+        self._schemas = tuple(tool_schema(t) for t in by_name.values())  # built once, sent often
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> tuple[str, ...]:
+        return tuple(self._tools)
+
+    def schemas(self) -> tuple[ToolSchema, ...]:
+        return self._schemas
+
+    def __iter__(self) -> Iterator[Tool]:
+        return iter(self._tools.values())
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __repr__(self) -> str:
+        return f"ToolSet({', '.join(self._tools)})"
+
+
+EMPTY_TOOLS = ToolSet()

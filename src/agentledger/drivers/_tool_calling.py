@@ -1,0 +1,47 @@
+"""``ToolCallingDriver``: native tool calling, the default driver."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ..loop import StepRequest
+from ..values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
+from ._model_call import (
+    checked_response,
+    execute_tools,
+    failed_step,
+    inference_messages,
+    step_from_response,
+)
+
+
+@dataclass(frozen=True)
+class ToolCallingDriver:
+    """Native tool calling: the model is offered the tools' schemas and returns tool calls.
+
+    A failed model call does not raise: it becomes a step of type ``error`` whose ``error``
+    says what happened, and the run stops as ``failed``. So does a response holding text the
+    ledger cannot store (a NUL character or a lone surrogate): an ``UnstorableTextError``.
+    """
+
+    llm: LLM
+    model: str | None = None
+    settings: ModelSettings = field(default_factory=ModelSettings)
+
+    def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep:
+        started_at = request.clock()
+        messages = inference_messages(state, request)
+        inference = InferenceRequest(
+            messages=messages,
+            tools=() if request.is_final_response else request.tools.schemas(),
+            model=self.model,
+            settings=self.settings,
+        )
+        try:
+            response = checked_response(self.llm.complete(inference))
+        except Exception as exc:  # the run fails and keeps its buffer; it can be continued
+            return failed_step(exc, messages, request, started_at)
+        executions = execute_tools(response, state, request)
+        return step_from_response(
+            response, executions, messages, request, started_at, request.clock()
+        )

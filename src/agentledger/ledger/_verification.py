@@ -1,0 +1,136 @@
+"""Verification: finding damage in a ledger, at open (a quick probe of every table) and on
+demand (every row against its checksum, every position, every count; on SQLite the file's own
+checks too).
+
+SQLite keeps no checksum of its pages; a damaged page reads as an error when SQLite notices
+and as a different value when it does not. The probe at open reads the first page of every
+table, which finds most damage at once; :func:`find_damage` reads everything.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+
+from sqlalchemy import Connection, Engine, func, or_, select
+from sqlalchemy.exc import DatabaseError
+
+from .checksums import damaged_rows
+from .tables import agent_runs, metadata, step_executions, tool_executions
+
+_FTS_CHECK = (
+    "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('integrity-check')"
+)
+"""FTS5's own check of its index against the text it holds (``PRAGMA integrity_check`` does not
+look inside a full-text index)."""
+
+_POSITIONS = {
+    "conversation_messages": ("conversation_id", "seq"),
+    "execution_buffer_rows": ("run_id", "seq"),
+    "step_executions": ("run_id", "step_index"),
+    "tool_executions": ("step_id", "position"),
+}
+"""The tables whose rows are numbered within their owner, contiguously from 0."""
+
+
+def probe_sqlite(engine: Engine, *, integrity: bool) -> None:
+    """Read every table's first page (and, with ``integrity``, check every page): damage shows
+    here as an error instead of later as a wrong answer."""
+    with engine.connect() as conn:
+        tables = conn.exec_driver_sql(
+            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
+        ).scalars()
+        for table in list(tables):
+            conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
+        if integrity:
+            problems = sqlite_problems(conn)
+            if problems:
+                raise sqlite3.DatabaseError(
+                    "database disk image is malformed: " + "; ".join(problems[:5])
+                )
+
+
+def sqlite_problems(conn: Connection) -> list[str]:
+    """What SQLite finds wrong with the file: ``integrity_check`` (pages, and every index
+    against its table) and FTS5's check of the full-text index."""
+    found = conn.exec_driver_sql("PRAGMA integrity_check").scalars().all()
+    problems = [f"integrity_check: {p}" for p in found if p != "ok"]
+    has_fts = conn.exec_driver_sql(
+        "SELECT 1 FROM sqlite_master WHERE name = 'conversation_messages_fts'"
+    ).first()
+    if has_fts:
+        try:
+            conn.exec_driver_sql(_FTS_CHECK)
+        except DatabaseError as exc:
+            problems.append(f"the full-text index: {' '.join(str(exc.orig).split())}")
+    return problems
+
+
+def find_damage(conn: Connection) -> list[str]:
+    """Everything wrong with the ledger, one line per problem (empty: all is well)."""
+    problems: list[str] = []
+    if conn.dialect.name == "sqlite":
+        problems += sqlite_problems(conn)
+        for row in conn.exec_driver_sql("PRAGMA foreign_key_check").all():
+            problems.append(f"foreign_key_check: row {row[1]} of {row[0]} refers to no {row[2]}")
+    problems += damaged_rows(conn)
+    problems += _gaps(conn)
+    problems += _miscounted_steps(conn)
+    problems += _miscounted_tool_calls(conn)
+    return problems
+
+
+def _gaps(conn: Connection) -> list[str]:
+    """Owners whose rows are not numbered 0, 1, 2...: a row was lost."""
+    problems: list[str] = []
+    for name, (owner, position) in _POSITIONS.items():
+        table = metadata.tables[name]
+        gaps = conn.execute(
+            select(table.c[owner], func.count(), func.min(table.c[position]))
+            .group_by(table.c[owner])
+            .having(
+                or_(
+                    func.min(table.c[position]) != 0,
+                    func.max(table.c[position]) != func.count() - 1,
+                )
+            )
+        ).all()
+        problems += [f"{name}: the positions of {g[0]} have gaps" for g in gaps]
+    return problems
+
+
+def _miscounted_steps(conn: Connection) -> list[str]:
+    """Runs with fewer (or more) step rows than they counted: a step lost at the end."""
+    counted = (
+        select(step_executions.c.run_id, func.count().label("n"))
+        .group_by(step_executions.c.run_id)
+        .subquery()
+    )
+    found = func.coalesce(counted.c.n, 0)
+    mismatched = conn.execute(
+        select(agent_runs.c.id, agent_runs.c.step_count, found)
+        .outerjoin(counted, counted.c.run_id == agent_runs.c.id)
+        .where(agent_runs.c.step_count != found)
+    ).all()
+    return [f"run {m[0]} counted {m[1]} steps but has {m[2]} step rows" for m in mismatched]
+
+
+def _miscounted_tool_calls(conn: Connection) -> list[str]:
+    """Steps with fewer (or more) tool rows than the tool calls they counted: a tool execution
+    lost at the end of a step."""
+    counted = (
+        select(tool_executions.c.step_id, func.count().label("n"))
+        .group_by(tool_executions.c.step_id)
+        .subquery()
+    )
+    found = func.coalesce(counted.c.n, 0)
+    mismatched = conn.execute(
+        select(
+            step_executions.c.run_id, step_executions.c.id, step_executions.c.tool_call_count, found
+        )
+        .outerjoin(counted, counted.c.step_id == step_executions.c.id)
+        .where(step_executions.c.tool_call_count != found)
+    ).all()
+    return [
+        f"run {m[0]}, step {m[1]}: called {m[2]} tool(s), has {m[3]} tool execution(s)"
+        for m in mismatched
+    ]

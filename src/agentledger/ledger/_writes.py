@@ -1,0 +1,524 @@
+"""``LedgerRecorder``: a run as a sequence of short write transactions (begin, one per step,
+commit or fail), taking over a run to resume it, and compactions of a conversation's context.
+
+Every write of a run checks and extends its conversation's lease first (:mod:`._leases`). When
+the database fails in the middle of a write, the recorder asks it whether the transaction took
+effect all the same (its COMMIT went through and only the acknowledgement was lost): if so,
+that is the truth and the run goes on; if not, or if the database cannot say, the error stands.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterable, Sequence
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
+
+from ..errors import ConversationBusyError, LedgerUnavailableError, UsageError
+from ..recording import SPAWNED_BY, RunResult
+from ..values import (
+    AgentState,
+    AgentStatus,
+    Compaction,
+    CompactionKind,
+    FiledMessage,
+    Message,
+    Messages,
+    StepExecution,
+    new_id,
+)
+from ._engine import Database
+from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
+from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
+from ._recovery import check_claimable, stale_query
+from ._rows import (
+    budget_json,
+    compaction_columns,
+    message_columns,
+    run_columns_at_end,
+    step_columns,
+    tool_columns,
+)
+from ._runs import end_run, recorded_totals, run_row
+from ._statements import statements_for
+from .checksums import check_row, sealed
+from .tables import (
+    agent_runs,
+    context_compactions,
+    conversation_messages,
+    conversations,
+    execution_buffer_rows,
+    step_executions,
+    tool_executions,
+)
+
+# The statements of every step, built once (building and keying a statement costs more than
+# running it through a compiled cache).
+_RECORD_PROGRESS = (
+    update(agent_runs)
+    .where(agent_runs.c.id == bindparam("run_id"))
+    .values(heartbeat_at=bindparam("beat"), step_count=bindparam("steps"))
+)
+_INSERT_STEP = insert(step_executions)
+_INSERT_TOOLS = insert(tool_executions)
+_INSERT_BUFFER = insert(execution_buffer_rows)
+_INSERT_MESSAGES = insert(conversation_messages)
+_FLUSH_BUFFER = delete(execution_buffer_rows).where(
+    execution_buffer_rows.c.run_id == bindparam("run_id")
+)
+_INSERT_RUN = insert(agent_runs)
+_INSERT_COMPACTION = insert(context_compactions)
+_TAKE_OUT_OF_CONTEXT = (
+    update(conversation_messages)
+    .where(conversation_messages.c.id == bindparam("row_id"))
+    .values(
+        section=bindparam("new_section"),
+        in_context=False,
+        summary_id=bindparam("new_summary"),
+        checksum=bindparam("new_checksum"),
+    )
+)
+
+
+class LedgerRecorder:
+    """The ledger's :class:`agentledger.recording.Recorder`: what ``AgentBuilder.with_ledger``
+    records runs with (``ledger.recorder``)."""
+
+    def __init__(self, database: Database, lease_seconds: float) -> None:
+        self.database = database
+        self.leases = LeaseKeeper(database, lease_seconds)
+        self.conversations = ConversationLoader(database)
+        self.sql = statements_for(database.engine.dialect)
+
+    def close(self) -> None:
+        self.leases.close()
+
+    # --- reads the loop needs -------------------------------------------------------------------
+
+    def load_conversation(self, conversation_id: str | None) -> AgentState:
+        return self.conversations.load(conversation_id)
+
+    def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
+        # Subagent runs are resumed through their parent, whose redone spawn finds them.
+        query = stale_query(self.database.clock(), stale_after).where(
+            agent_runs.c.parent_run_id.is_(None)
+        )
+        return self.database.read(
+            "looking for stale runs", lambda conn: [r.id for r in conn.execute(query)]
+        )
+
+    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
+        query = (
+            select(agent_runs.c.id, agent_runs.c.status, agent_runs.c.metadata)
+            .where(agent_runs.c.parent_run_id == parent_run_id)
+            .order_by(agent_runs.c.started_at)
+        )
+        what = f"looking for the subagent runs of {parent_run_id}"
+        for row in self.database.read(what, lambda conn: conn.execute(query).all()):
+            if (row.metadata or {}).get(SPAWNED_BY) == spawned_by:
+                return row.id, AgentStatus(row.status)
+        return None
+
+    def run_result(self, run_id: str) -> RunResult:
+        def read(conn: Connection) -> RunResult:
+            row = run_row(conn, run_id)
+            state = rebuild_state(conn, row)
+            return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
+
+        return self.database.read(f"reading the result of run {run_id}", read)
+
+    # --- a run's transactions -------------------------------------------------------------------
+
+    def begin_run(
+        self, state: AgentState, *, user_message: Message | None, agent_name: str
+    ) -> None:
+        run_id = _run_id(state)
+        lease = Lease(new_id(), state.conversation_id)
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.take(
+                conn, state.conversation_id, run_id, lease.token, now, state.parent_run_id
+            )
+            lease.run_row = _run_row(state, agent_name, now)
+            self.sql.execute(conn, _INSERT_RUN, lease.run_row)
+            if user_message is not None:
+                seq = next_seq(conn, state.conversation_id)
+                row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
+                self.sql.execute(conn, _INSERT_MESSAGES, sealed(conversation_messages, row))
+                lease.next_seq, lease.last_message_id = seq + 1, user_message.id
+
+        try:
+            self._write(
+                work,
+                f"beginning run {run_id}",
+                took_effect=lambda: select(conversations.c.id).where(
+                    conversations.c.id == state.conversation_id,
+                    conversations.c.lease_holder == lease.token,
+                ),
+            )
+        except LedgerUnavailableError as exc:
+            # The begin may have taken effect unseen: end that run failed if it did, so that
+            # its conversation is free at once rather than when the lease expires.
+            self.leases.keep(run_id, lease)
+            with contextlib.suppress(Exception):
+                self.fail_run(state, f"{type(exc).__name__}: {exc}")
+            self.leases.drop(run_id)
+            raise
+        self.leases.keep(run_id, lease)
+
+    def record_step(
+        self, run_id: str, execution: StepExecution, filed: Sequence[FiledMessage]
+    ) -> None:
+        lease = self.leases.held(run_id)
+        index = execution.step_index
+        buffer = [
+            sealed(
+                execution_buffer_rows,
+                {
+                    **message_columns(message),
+                    "run_id": run_id,
+                    "step_index": index,
+                    "seq": lease.next_buffer_seq + n,
+                    "section": section,
+                },
+            )
+            for n, (section, message) in enumerate(filed)
+        ]
+        step = sealed(step_executions, step_columns(run_id, execution))
+        masking = _masking_row(lease.conversation_id, run_id, execution)
+        tools = [
+            sealed(tool_executions, tool_columns(run_id, step["id"], index, n, e))
+            for n, e in enumerate(execution.step.tool_executions)
+        ]
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.check(conn, run_id, lease, now)
+            sql = self.sql
+            sql.execute(conn, _RECORD_PROGRESS, {"run_id": run_id, "beat": now, "steps": index + 1})
+            sql.execute(conn, _INSERT_STEP, step)
+            sql.execute_many(conn, _INSERT_TOOLS, tools)
+            sql.execute_many(conn, _INSERT_BUFFER, buffer)
+            if masking is not None:
+                sql.execute(conn, _INSERT_COMPACTION, masking)
+
+        self._write(
+            work,
+            f"recording step {index} of {run_id}",
+            took_effect=lambda: select(step_executions.c.id).where(
+                step_executions.c.id == step["id"]
+            ),
+        )
+        lease.next_buffer_seq += len(buffer)
+
+    def commit_run(self, state: AgentState) -> None:
+        run_id = _run_id(state)
+        lease = self.leases.held(run_id)
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.check(conn, run_id, lease, now)
+            if lease.next_seq is not None and lease.last_message_id is not None:
+                new, seq = _after(state, lease.last_message_id), lease.next_seq
+            else:
+                new, seq = _unpersisted(conn, state), next_seq(conn, state.conversation_id)
+            rows = [
+                sealed(
+                    conversation_messages,
+                    _message_row(m, state.conversation_id, seq + n, "messages", run_id),
+                )
+                for n, m in enumerate(new)
+            ]
+            self.sql.execute_many(conn, _INSERT_MESSAGES, rows)
+            self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})
+            ended = run_columns_at_end(state, state.status, None, now)
+            end_run(conn, run_id, ended, row=lease.run_row)
+            self.leases.release(conn, lease, now, bump_version=True)
+
+        # When it raises, the lease stays held: the caller ends the run with fail_run.
+        self._write(
+            work,
+            f"committing run {run_id}",
+            took_effect=lambda: (
+                select(agent_runs.c.id)
+                .join(conversations, conversations.c.id == agent_runs.c.conversation_id)
+                .where(
+                    agent_runs.c.id == run_id,
+                    agent_runs.c.status == state.status.value,
+                    or_(
+                        conversations.c.lease_holder.is_(None),
+                        conversations.c.lease_holder != lease.token,
+                    ),
+                )
+            ),
+        )
+        self.leases.drop(run_id)
+
+    def fail_run(self, state: AgentState, error: str | None = None) -> None:
+        """End the run ``failed``, keeping what it recorded, and free its conversation.
+
+        The totals are those of the step rows, not of ``state``: a step whose commit went
+        through while its acknowledgement was lost is in the ledger, and counts.
+        """
+        run_id = _run_id(state)
+        lease = self.leases.held(run_id)
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.check(conn, run_id, lease, now)
+            failed, why = AgentStatus.FAILED, error or state.error
+            values = recorded_totals(conn, state.conversation_id, run_id, failed, why, now)
+            end_run(conn, run_id, values, row=lease.run_row)
+            self.leases.release(conn, lease, now, bump_version=False)
+
+        try:
+            self.database.write(f"marking run {run_id} failed", work)
+        finally:
+            self.leases.drop(run_id)
+
+    def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
+        lease: Lease | None = None
+
+        def work(conn: Connection) -> AgentState:
+            nonlocal lease
+            now = self.database.clock()
+            run = run_row(conn, run_id)
+            conversation = (
+                conn.execute(
+                    select(conversations).where(conversations.c.id == run["conversation_id"])
+                )
+                .mappings()
+                .one()
+            )
+            quiet = self.leases.protected_for(conversation, stale_after)
+            check_claimable(run, conversation, now, quiet)
+            token = RESUME_PREFIX + new_id()
+            self.leases.take_over(conn, conversation, run_id, token, now)
+            conn.execute(
+                update(agent_runs)
+                .where(agent_runs.c.id == run_id)
+                .values(
+                    status=AgentStatus.RUNNING,
+                    heartbeat_at=now,
+                    finished_at=None,
+                    error=None,
+                    checksum=None,  # a running run's totals change: sealed again at its end
+                )
+            )
+            state = rebuild_state(conn, run)
+            lease = Lease(token, state.conversation_id, next_buffer_seq(conn, run_id))
+            lease.run_row = dict(run)
+            return state
+
+        state = self.database.write(f"claiming run {run_id}", work)
+        assert lease is not None
+        self.leases.keep(run_id, lease)
+        return state
+
+    # --- compactions ----------------------------------------------------------------------------
+
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        """Record ``compaction``; with a ``summary``, in the same transaction: the summary
+        appended to the ``summary`` section, and the messages it replaced (``moved``, and the
+        summaries before it) taken out of the context and pointed at it, conversation messages
+        moved to the ``buffer`` section. Refused, with nothing written, while a run holds the
+        conversation or when the messages are no longer in the context."""
+        conversation_id = state.conversation_id
+        earlier = state.store.select(AgentState.SUMMARY_SECTION, AgentState.BUFFER_SECTION)
+        replaced = [*(m.id for m in earlier), *(m.id for m in moved)]
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            row = compaction_columns(compaction)
+            if summary is not None:
+                row.update(self._replace(conn, conversation_id, summary, replaced, now))
+            self.sql.execute(conn, _INSERT_COMPACTION, sealed(context_compactions, row))
+
+        self._write(
+            work,
+            f"recording a compaction of conversation {conversation_id}",
+            took_effect=lambda: select(context_compactions.c.id).where(
+                context_compactions.c.id == compaction.id
+            ),
+        )
+
+    def _replace(
+        self,
+        conn: Connection,
+        conversation_id: str,
+        summary: Message,
+        replaced: Sequence[str],
+        now: datetime,
+    ) -> dict[str, Any]:
+        """Write ``summary`` in place of the messages ``replaced``; the compaction's positions."""
+        _claim_for_compaction(conn, conversation_id, now)
+        columns = conversation_messages.c
+        rows = [
+            dict(r)
+            for r in conn.execute(
+                select(conversation_messages)
+                .where(columns.conversation_id == conversation_id, columns.id.in_(replaced))
+                .order_by(columns.seq)
+            ).mappings()
+        ]
+        if len(rows) != len(set(replaced)) or not all(r["in_context"] for r in rows):
+            raise ConversationBusyError(
+                f"conversation {conversation_id} changed while its summary was being written "
+                "(another process compacted it): nothing was changed; load it and compact again"
+            )
+        seq = next_seq(conn, conversation_id)
+        for r in rows:
+            check_row(conversation_messages, r)
+            if r["section"] == AgentState.DEFAULT_SECTION:
+                r["section"] = AgentState.BUFFER_SECTION
+            r.update(in_context=False, summary_id=summary.id)
+        summary_row = _message_row(summary, conversation_id, seq, AgentState.SUMMARY_SECTION, None)
+        self.sql.execute(conn, _INSERT_MESSAGES, sealed(conversation_messages, summary_row))
+        conn.execute(
+            _TAKE_OUT_OF_CONTEXT,
+            [
+                {
+                    "row_id": r["id"],
+                    "new_section": r["section"],
+                    "new_summary": summary.id,
+                    "new_checksum": sealed(conversation_messages, r)["checksum"],
+                }
+                for r in rows
+            ],
+        )
+        positions = [r["seq"] for r in rows if r["section"] == AgentState.BUFFER_SECTION]
+        return {
+            "first_seq": min(positions, default=None),
+            "last_seq": max(positions, default=None),
+        }
+
+    # --- writing --------------------------------------------------------------------------------
+
+    def _write(
+        self, work: Callable[[Connection], None], what: str, *, took_effect: Callable[[], Any]
+    ) -> None:
+        """Run the transaction ``work``. When the database fails, ask it once whether the
+        transaction took effect all the same (``took_effect()`` selects a row then). If it did,
+        that is the truth and the run goes on; if it did not, or the database cannot say, the
+        error stands."""
+        try:
+            self.database.write(what, work)
+        except LedgerUnavailableError:
+            try:
+                with self.database.engine.connect() as conn:
+                    confirmed = conn.execute(took_effect()).first() is not None
+            except Exception:  # still away: the caller gets the original error
+                confirmed = False
+            if not confirmed:
+                raise
+
+
+def _claim_for_compaction(conn: Connection, conversation_id: str, now: datetime) -> None:
+    """Take the conversation's row (serializing this with runs and other compactions) and
+    count a new version of it; :class:`ConversationBusyError` while a run holds it."""
+    claimed = conn.execute(
+        update(conversations)
+        .where(
+            conversations.c.id == conversation_id,
+            or_(conversations.c.lease_holder.is_(None), conversations.c.lease_expires_at <= now),
+        )
+        .values(version=conversations.c.version + 1, updated_at=now)
+    ).rowcount
+    if not claimed:
+        raise ConversationBusyError(
+            f"conversation {conversation_id} is busy: a run is in progress on it. "
+            "Compact it once the run has ended."
+        )
+
+
+def _run_id(state: AgentState) -> str:
+    if state.run_id is None:
+        raise UsageError("the state has no run: begin one first (Agent.run does)")
+    return state.run_id
+
+
+def _run_row(state: AgentState, agent_name: str, now: datetime) -> dict[str, Any]:
+    """The row of a run that begins: what the ledger inserts, and keeps to seal its end."""
+    run_id = _run_id(state)
+    return {
+        "id": run_id,
+        "conversation_id": state.conversation_id,
+        "parent_run_id": state.parent_run_id,
+        "root_run_id": state.root_run_id or run_id,
+        "depth": state.depth,
+        "agent_name": agent_name,
+        "status": AgentStatus.RUNNING.value,
+        "started_at": state.run_started_at or now,
+        "heartbeat_at": now,
+        "budget": budget_json(state.budget),
+        "metadata": state.metadata or None,
+    }
+
+
+def _masking_row(
+    conversation_id: str, run_id: str, execution: StepExecution
+) -> dict[str, Any] | None:
+    """The ``context_compactions`` row of the masking done before ``execution``, if any."""
+    masking = execution.step.context_masking
+    if masking is None:
+        return None
+    compaction = Compaction(
+        conversation_id=conversation_id,
+        kind=CompactionKind.MASKING,
+        messages=masking.masked,
+        tokens_before=masking.tokens_before,
+        tokens_after=masking.tokens_after,
+        run_id=run_id,
+        step_index=execution.step_index,
+        created_at=execution.started_at,
+    )
+    return sealed(context_compactions, compaction_columns(compaction))
+
+
+def _message_row(
+    message: Message, conversation_id: str, seq: int, section: str, run_id: str | None
+) -> dict[str, Any]:
+    return {
+        **message_columns(message),
+        "conversation_id": conversation_id,
+        "section": section,
+        "seq": seq,
+        "run_id": run_id,
+    }
+
+
+def _unpersisted(conn: Connection, state: AgentState) -> Messages:
+    """The conversation messages of ``state`` after the last one the ledger holds."""
+    last = conn.execute(
+        select(conversation_messages.c.id)
+        .where(
+            conversation_messages.c.conversation_id == state.conversation_id,
+            conversation_messages.c.section == AgentState.DEFAULT_SECTION,
+        )
+        .order_by(conversation_messages.c.seq.desc())
+        .limit(1)
+    ).scalar()
+    return state.messages() if last is None else _after(state, last)
+
+
+def _after(state: AgentState, last: str) -> Messages:
+    """The conversation messages of ``state`` after the message ``last``."""
+    messages = state.messages()
+    for index in range(len(messages) - 1, -1, -1):
+        if messages[index].id == last:
+            return messages[index + 1 :]
+    raise UsageError(
+        f"the state of run {state.run_id} does not contain the conversation's last stored "
+        f"message {last}: it was not loaded from this ledger's conversation "
+        f"{state.conversation_id}, so the ledger cannot tell which messages are new"
+    )

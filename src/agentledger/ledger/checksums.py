@@ -1,0 +1,233 @@
+"""Row checksums: a damaged database file gives an error, never a different answer.
+
+SQLite keeps no checksum of its pages: a flipped bit inside a stored value reads back as a
+different value, and nothing notices. Every row the ledger writes therefore carries a
+``checksum`` column, a CRC-32 of the row's columns in a canonical text form that reads back the
+same on SQLite and PostgreSQL (times in UTC, JSON with sorted keys, integral numbers as
+integers). Each row is checked when the library reads it; a mismatch is a
+:class:`LedgerCorruptError` naming the table and the row.
+
+What is covered: every column of the rows that never change (buffer rows, steps, tool
+executions, compaction events) and of conversation messages (which change only when a summary
+takes them out of the model's context, and are sealed again then); the identity of a
+conversation (id, kind, title, parent run, metadata, creation time), not the lease and version
+columns that change with every run; every column of a run except ``heartbeat_at``, from the
+moment it ends (a running run's totals change with every step: its ``checksum`` is NULL until
+commit, failure or abandon). Revision 0003, which
+added the column, computed it for the rows already there; 0005, which changed the columns of
+``step_executions``, computed those rows' checksums again.
+
+A migration that changes what a table's checksum covers uses :func:`checksum_over` with the
+columns of its own time (0003 and 0005 show how); :func:`checksum` is the newest revision's.
+"""
+
+from __future__ import annotations
+
+import json
+import zlib
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from sqlalchemy import Connection, Table, select
+
+from ..errors import LedgerCorruptError
+from ..values import (
+    AgentStatus,
+    CompactionKind,
+    CompactionStatus,
+    Role,
+    StepType,
+    StopReason,
+)
+from .tables import (
+    LEDGER_TABLES,
+    ConversationKind,
+    agent_runs,
+    conversation_messages,
+    conversations,
+)
+
+__all__ = [
+    "ADDED",
+    "CHECKSUM",
+    "COVERED",
+    "check_row",
+    "checksum",
+    "checksum_over",
+    "damaged_rows",
+    "sealed",
+]
+
+CHECKSUM = "checksum"
+
+_UNCOVERED = {
+    conversations.name: {
+        "version",
+        "lease_holder",
+        "lease_run_id",
+        "lease_expires_at",
+        "updated_at",
+    },
+    agent_runs.name: {"heartbeat_at"},
+}
+
+ADDED: dict[str, dict[str, Any]] = {
+    conversation_messages.name: {"in_context": True, "summary_id": None},
+}
+"""Columns added after revision 0003, with their defaults: a row's checksum covers such a
+column only when its value is not the default, so the revision that adds one seals nothing
+again (every row already there holds the default) and a row sealed before it still matches."""
+
+COVERED: dict[str, tuple[str, ...]] = {
+    table.name: tuple(
+        c.name
+        for c in table.columns
+        if c.name != CHECKSUM
+        and c.name not in _UNCOVERED.get(table.name, ())
+        and c.name not in ADDED.get(table.name, ())
+    )
+    for table in LEDGER_TABLES
+}
+"""The columns each table's checksum always covers, in table order (and :data:`ADDED`)."""
+
+
+def checksum(table: Table, row: Mapping[Any, Any]) -> int:
+    """The checksum of ``row`` (its covered columns; a missing one counts as NULL, a missing
+    added one as its default)."""
+    added = ADDED.get(table.name)
+    if added is None:
+        return checksum_over(COVERED[table.name], row)
+    get = row.get if isinstance(row, dict) else row.__getitem__
+    changed = [
+        (name, value)
+        for name, default in added.items()
+        if (value := get(name) if name in row else default) != default
+    ]
+    return checksum_over(COVERED[table.name], row, changed)
+
+
+def checksum_over(
+    columns: Sequence[str], row: Mapping[Any, Any], added: Sequence[tuple[str, Any]] = ()
+) -> int:
+    """The checksum of ``row``'s ``columns`` (and of the ``added`` columns, named, given as
+    name and value), as read back through the ledger's column types.
+
+    A revision that adds a column either lists it in :data:`ADDED` or computes the checksums
+    of existing rows again (0003 shows how), with the columns of its own time.
+    """
+    # A row read back holds every column: index it (a RowMapping's .get is slow Python).
+    get = row.get if isinstance(row, dict) else row.__getitem__
+    values = list(map(get, columns))
+    try:  # the exact types of nearly every value, by a table lookup: this runs for every row
+        parts = [_FORMS[type(value)](value) for value in values]
+    except KeyError:
+        parts = [_canonical(value) for value in values]
+    parts.extend(f"{name}={_canonical(value)}" for name, value in added)
+    return zlib.crc32("\x1f".join(parts).encode("utf-8", "surrogatepass"))
+
+
+def sealed(table: Table, row: dict[str, Any]) -> dict[str, Any]:
+    """``row`` with its checksum."""
+    row[CHECKSUM] = checksum(table, row)
+    return row
+
+
+def check_row(table: Table, row: Mapping[Any, Any]) -> None:
+    """Raise :class:`LedgerCorruptError` unless ``row`` matches its checksum (rows without one,
+    and partial rows that do not hold the column, are not checked)."""
+    stored = row.get(CHECKSUM)
+    if stored is None or stored == checksum(table, row):
+        return
+    raise LedgerCorruptError(
+        f"row {row.get('id')!r} of {table.name} does not match its checksum: the database file "
+        "is damaged. Restore it from a backup (for SQLite, with its -wal and -shm files); "
+        "`agentledger db verify` lists every damaged row."
+    )
+
+
+def damaged_rows(conn: Connection) -> list[str]:
+    """Every row of the ledger whose checksum does not match it, one line each."""
+    return [
+        f"row {row['id']!r} of {table.name} does not match its checksum"
+        for table in LEDGER_TABLES
+        for row in conn.execute(select(table).where(table.c[CHECKSUM].is_not(None))).mappings()
+        if row[CHECKSUM] != checksum(table, row)
+    ]
+
+
+def _canonical(value: Any) -> str:
+    if value is None:
+        return "~"
+    kind = type(value)
+    if isinstance(value, str):
+        return "s" + value
+    if kind is bool or kind is int:
+        return f"i{int(value)}"
+    if kind is float:
+        return _float(value)
+    if isinstance(value, datetime):
+        return _time(value)
+    if isinstance(value, dict | list | tuple):
+        return _json(value)
+    raise TypeError(f"no canonical form for a {kind.__name__} column value")
+
+
+def _time(value: datetime) -> str:
+    return "t" + (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
+
+
+def _float(value: float) -> str:
+    return f"i{_integer_of(value)}" if value.is_integer() else f"f{value!r}"
+
+
+def _json(value: Any) -> str:
+    return "j" + _dumps(_as_read_back(value))
+
+
+_FORMS: dict[type, Callable[[Any], str]] = {
+    str: "s".__add__,
+    type(None): "~".format,
+    int: "i{:d}".format,
+    bool: "i{:d}".format,
+    float: _float,
+    datetime: _time,
+    dict: _json,
+    list: _json,
+    tuple: _json,
+}
+"""The canonical form of a value of each common type (:func:`_canonical` for any other). An
+enum column's value is its text, as it was before the column read back as an enum."""
+for _enum in (
+    AgentStatus,
+    CompactionKind,
+    CompactionStatus,
+    ConversationKind,
+    Role,
+    StepType,
+    StopReason,
+):
+    _FORMS[_enum] = "s".__add__
+
+_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _as_read_back(value: Any) -> Any:
+    """A JSON value as it reads back: integral floats as integers (PostgreSQL's JSONB reads
+    ``1e3`` back as 1000), keys as text and tuples as lists (what JSON makes of them)."""
+    if isinstance(value, float):
+        return _integer_of(value) if value.is_integer() else value
+    if isinstance(value, dict):
+        if not all(type(key) is str for key in value):
+            value = json.loads(json.dumps(value))
+        return {k: _as_read_back(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_as_read_back(v) for v in value]
+    return value
+
+
+def _integer_of(value: float) -> int:
+    """An integral float as the integer its shortest decimal form names, as JSONB keeps it:
+    ``1e23`` is 10**23, where ``int(1e23)`` is the binary float's 99999999999999991611392."""
+    return int(Decimal(repr(value)))

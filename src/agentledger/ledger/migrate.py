@@ -1,0 +1,193 @@
+"""Schema migrations, as plain functions in the style of Alembic's ``command`` module: each
+takes the ledger's database (a file path, a ``sqlite:///`` or ``postgresql://`` URL, or a
+SQLAlchemy ``Engine``) and does one thing. ``agentledger db ...`` is a thin shell over them.
+
+The migrations are Alembic scripts shipped inside the package; the version table is
+``agentledger_version``, so a ledger can share a database with an application's own Alembic
+migrations. :func:`upgrade` and :func:`downgrade` take a lock first (``BEGIN IMMEDIATE`` on
+SQLite, an advisory lock on PostgreSQL), so several processes migrating one database at once
+migrate it once. A database migrated by a newer agentledger is refused
+(:class:`~agentledger.SchemaVersionError`), never touched.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from importlib.resources import as_file, files
+from pathlib import Path
+from typing import TextIO
+
+from alembic import command
+from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import Connection, Engine, text
+
+from ..errors import SchemaVersionError
+from ._engine import WRITE, make_engine
+
+__all__ = [
+    "VERSION_TABLE",
+    "Revision",
+    "Target",
+    "alembic_config",
+    "check",
+    "check_not_newer",
+    "current",
+    "downgrade",
+    "head",
+    "history",
+    "is_current",
+    "locked",
+    "upgrade",
+]
+
+VERSION_TABLE = "agentledger_version"
+"""Alembic's version table, named so it cannot clash with an application's own migrations."""
+
+_ADVISORY_LOCK = 0x616C6564  # "aled": the PostgreSQL advisory lock key for migrations
+
+Target = str | os.PathLike[str] | Engine
+"""The ledger to migrate: a file path, a ``sqlite:///`` or ``postgresql://`` URL, or an
+engine."""
+
+
+@dataclass(frozen=True)
+class Revision:
+    """One migration the package ships: its id, the one before it, and what it does."""
+
+    revision: str
+    down_revision: str | None
+    doc: str
+
+
+def upgrade(database: Target, revision: str = "head") -> str | None:
+    """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at."""
+    with locked(database) as conn:
+        check_not_newer(_current(conn))
+        command.upgrade(alembic_config(conn), revision)
+        return _current(conn)
+
+
+def downgrade(database: Target, revision: str) -> str | None:
+    """Migrate the ledger down to ``revision`` (``base`` removes every table); the revision it
+    is at (``None`` at base). A revision that would lose data refuses
+    (:class:`~agentledger.MigrationError`) and changes nothing."""
+    with locked(database) as conn:
+        check_not_newer(_current(conn))
+        command.downgrade(alembic_config(conn), revision)
+        return _current(conn)
+
+
+def current(database: Target) -> str | None:
+    """The ledger's revision (``None`` for an empty database)."""
+    with _engine(database) as engine, engine.connect() as conn:
+        return _current(conn)
+
+
+def check(database: Target) -> None:
+    """Raise :class:`~agentledger.SchemaVersionError` unless the ledger is at the newest
+    revision (saying to run ``agentledger db upgrade``, or that the ledger is newer than this
+    agentledger)."""
+    revision = current(database)
+    check_not_newer(revision)
+    if revision != head():
+        raise SchemaVersionError(
+            f"the ledger is at schema revision {revision or 'base'}, not the newest "
+            f"({head()}): run `agentledger db upgrade`"
+        )
+
+
+def history() -> list[Revision]:
+    """The migrations this agentledger ships, newest first."""
+    return [
+        Revision(
+            revision=script.revision,
+            down_revision=_single(script.down_revision),
+            doc=(script.doc or "").strip(),
+        )
+        for script in _scripts().walk_revisions()
+    ]
+
+
+def head() -> str:
+    """The newest revision this agentledger ships."""
+    heads = _scripts().get_heads()
+    if len(heads) != 1:
+        raise AssertionError(f"the packaged migrations have {len(heads)} heads: {heads}")
+    return heads[0]
+
+
+@contextlib.contextmanager
+def locked(database: Target) -> Iterator[Connection]:
+    """A connection to ``database`` in a write transaction that holds the migration lock
+    (committed when the block ends): where migrations run."""
+    with (
+        _engine(database) as engine,
+        engine.connect() as conn,
+        conn.execution_options(**WRITE).begin(),
+    ):
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": _ADVISORY_LOCK})
+        yield conn
+
+
+def alembic_config(connection: Connection | None = None, *, stdout: TextIO | None = None) -> Config:
+    """An Alembic config for the packaged migrations, bound to ``connection`` if given."""
+    config = Config(stdout=stdout) if stdout is not None else Config()
+    with as_file(files("agentledger") / "migrations") as location:
+        config.set_main_option("script_location", str(Path(location)))
+    config.attributes["connection"] = connection
+    return config
+
+
+# --- what Ledger.open and Analytics.open need ---------------------------------------------------
+
+
+def is_current(engine: Engine) -> bool:
+    """Whether the database is at the newest revision; :class:`SchemaVersionError` when it is
+    newer than this agentledger."""
+    with engine.connect() as conn:
+        revision = _current(conn)
+    check_not_newer(revision)
+    return revision == head()
+
+
+def check_not_newer(revision: str | None) -> None:
+    """Raise :class:`SchemaVersionError` when ``revision`` is not one this agentledger ships
+    (the database was migrated by a newer one)."""
+    if revision is not None and revision not in {r.revision for r in history()}:
+        raise SchemaVersionError(
+            f"the database is at schema revision {revision!r}, which this agentledger does not "
+            f"know (its newest is {head()!r}): it was migrated by a newer agentledger. "
+            "Upgrade agentledger, or open a database made by this version."
+        )
+
+
+def _current(connection: Connection) -> str | None:
+    context = MigrationContext.configure(connection, opts={"version_table": VERSION_TABLE})
+    return context.get_current_revision()
+
+
+def _scripts() -> ScriptDirectory:
+    return ScriptDirectory.from_config(alembic_config())
+
+
+def _single(down: str | Sequence[str] | None) -> str | None:
+    return down if down is None or isinstance(down, str) else down[0]
+
+
+@contextlib.contextmanager
+def _engine(database: Target) -> Iterator[Engine]:
+    """The engine of ``database``: the one given, or one made for a URL and disposed after."""
+    if isinstance(database, Engine):
+        yield database
+        return
+    engine = make_engine(os.fspath(database))
+    try:
+        yield engine
+    finally:
+        engine.dispose()

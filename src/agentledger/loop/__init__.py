@@ -1,0 +1,33 @@
+"""The agent loop: ``Agent`` steps until the continuation criteria say stop, through a driver
+(:class:`Driver`), running tools with the :class:`ToolExecutor` and recording each step with a
+recorder; subagents are runs spawned through a tool.
+
+This package imports the values, the pure code over them (:mod:`agentledger.core`) and the
+recorder interface; never a driver, a provider or the ledger.
+"""
+
+from ._agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
+from ._driver import Driver, StepRequest
+from ._executor import ToolExecutor
+from ._subagents import (
+    SPAWN_TOOL_NAME,
+    SpawnArguments,
+    SpawnSubagentTool,
+    SubagentPolicy,
+    SubagentSpec,
+)
+
+__all__ = [
+    "DEFAULT_FINAL_INSTRUCTION",
+    "SPAWN_TOOL_NAME",
+    "Agent",
+    "AgentConfig",
+    "Driver",
+    "FinalResponse",
+    "SpawnArguments",
+    "SpawnSubagentTool",
+    "StepRequest",
+    "SubagentPolicy",
+    "SubagentSpec",
+    "ToolExecutor",
+]

@@ -1,0 +1,393 @@
+"""The agent loop: steps until the continuation criteria say stop.
+
+What the loop decides (start or continue a run, what the next step is, go on or stop) is pure
+code over values; asking the model and running tools happen in the driver.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from ..core import (
+    EMPTY_TOOLS,
+    ContextBudget,
+    Criterion,
+    StateProcessor,
+    Summarizer,
+    ToolContext,
+    ToolSet,
+    decide,
+    estimate_tokens,
+    pending_outcome,
+    plan_summary,
+    run_chain,
+    summary_message,
+)
+from ..errors import (
+    CompactionError,
+    ConversationBusyError,
+    LeaseLostError,
+    LedgerError,
+    ProcessorError,
+    UsageError,
+)
+from ..recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
+from ..values import (
+    AgentState,
+    AgentStatus,
+    Clock,
+    Compaction,
+    CompactionKind,
+    CompactionStatus,
+    ExecutionBudget,
+    InferenceResponse,
+    Message,
+    Role,
+    StepExecution,
+    StopReason,
+    check_storable,
+    new_id,
+)
+from ._driver import Driver, StepRequest
+from ._executor import ToolExecutor
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_FINAL_INSTRUCTION = (
+    "You have reached the limit of this run ({reason}) and cannot call tools any more. "
+    "Answer the user now with what you have found so far, and say what is missing."
+)
+
+
+class FinalResponse(StrEnum):
+    """What a run stopped by a limit before the model answered does."""
+
+    GENERATE = "generate"
+    """One more inference, with no tools offered, asks the model for its answer."""
+    NONE = "none"
+    """The run ends without an answer."""
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    """Everything an :class:`Agent` runs with; made by :class:`agentledger.AgentBuilder`."""
+
+    driver: Driver
+    tools: ToolSet
+    processors: tuple[StateProcessor, ...]
+    criteria: tuple[Criterion, ...]
+    budget: ExecutionBudget
+    clock: Clock
+    name: str = "agent"
+    system_prompt: str | None = None
+    final_response: FinalResponse = FinalResponse.GENERATE
+    final_instruction: str = DEFAULT_FINAL_INSTRUCTION
+    max_parallel_tools: int = 1
+    recorder: Recorder = field(default_factory=InMemoryRecorder)
+    context_budget: ContextBudget | None = None
+    summarizer: Summarizer | None = None
+
+
+class Agent:
+    """Runs the loop over an :class:`AgentState`.
+
+    ``execute(state)`` runs until the run stops and returns the last state; ``iterate(state)``
+    yields the state after every step. A state whose last run finished starts a new run (a
+    fresh execution buffer, the conversation kept); a state whose run is still ``running`` or
+    ``failed`` continues that run.
+    """
+
+    def __init__(self, config: AgentConfig) -> None:
+        self.config = config
+        self._executor = ToolExecutor(
+            config.tools, clock=config.clock, max_parallel=config.max_parallel_tools
+        )
+        # A final-response step offers no tools; any call the model still makes gets an
+        # "unknown tool" result instead of running.
+        self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock)
+
+    @property
+    def name(self) -> str:
+        return self.config.name
+
+    @property
+    def tools(self) -> ToolSet:
+        return self.config.tools
+
+    @property
+    def processors(self) -> Sequence[StateProcessor]:
+        return self.config.processors
+
+    @property
+    def recorder(self) -> Recorder:
+        return self.config.recorder
+
+    def execute(self, state: AgentState) -> AgentState:
+        """Run ``state`` in memory until the run stops; the last state. Nothing is recorded."""
+        last = self.begin(state)
+        for after in self._continue(last):
+            last = after
+        return last
+
+    def iterate(self, state: AgentState) -> Iterator[AgentState]:
+        """Like :meth:`execute`, yielding the state after every step."""
+        yield from self._continue(self.begin(state))
+
+    def run(self, user_text: str, conversation_id: str | None = None) -> RunResult:
+        """One run on a conversation, recorded: the user message is stored first, every step
+        as it happens, and the answer committed with the run (a new conversation when
+        ``conversation_id`` is None).
+
+        With a context budget, a conversation grown past its share of the budget is summarized
+        first (:meth:`compact`); if that fails, the run goes on with the conversation as it was
+        (the failure is logged and recorded)."""
+        state = self.config.recorder.load_conversation(conversation_id)
+        if conversation_id is not None and self.config.summarizer is not None:
+            check_storable(user_text, "the user message")
+            incoming = Message(role=Role.USER, content=user_text)
+            try:
+                state = self._summarize(state, incoming=incoming, force=False)[0]
+            except CompactionError as exc:
+                logger.warning("%s; the run goes on with the whole conversation", exc)
+        return self._start(state, user_text)
+
+    def compact(self, conversation_id: str, *, force: bool = False) -> Compaction | None:
+        """Summarize the oldest messages of a conversation now, if it takes more than its share
+        of the context budget (or, with ``force``, whatever its size): the compaction recorded,
+        or ``None`` when there was nothing to do.
+
+        Raises :class:`CompactionError` when the summary could not be made (the conversation is
+        then exactly as it was), and :class:`ConversationBusyError` while a run holds it.
+        """
+        if self.config.summarizer is None:
+            raise UsageError(
+                f"agent {self.name!r} has no summarizer: build it with "
+                "AgentBuilder.with_context_budget(max_tokens) (summarize=True, the default)"
+            )
+        state = self.config.recorder.load_conversation(conversation_id)
+        return self._summarize(state, incoming=None, force=force)[1]
+
+    def _summarize(
+        self, state: AgentState, *, incoming: Message | None, force: bool
+    ) -> tuple[AgentState, Compaction | None]:
+        """Summarize ``state``'s conversation if :func:`plan_summary` says so; the state to go
+        on with, and what was recorded."""
+        budget, summarizer = self.config.context_budget, self.config.summarizer
+        assert budget is not None and summarizer is not None
+        fixed = [Message.system(self.config.system_prompt)] if self.config.system_prompt else []
+        if incoming is not None:
+            fixed.append(incoming)
+        plan = plan_summary(state, budget, fixed=fixed, force=force)
+        if plan is None:
+            return state, None
+        recorder, started = self.config.recorder, time.perf_counter()
+        attempt = Compaction(
+            conversation_id=state.conversation_id,
+            kind=CompactionKind.SUMMARY,
+            messages=plan.replaced,
+            tokens_before=plan.tokens_before,
+            tokens_after=plan.tokens_before,
+            model=summarizer.model,
+            created_at=self.config.clock(),
+        )
+        response = None
+        try:
+            response = summarizer.summarize(
+                plan.previous.append_messages(plan.moved), budget.summary_limit
+            )
+            if not response.content.strip():
+                raise CompactionError("the model returned an empty summary")
+            check_storable(response.content, "the summary")
+        except Exception as exc:
+            failed = attempt.model_copy(
+                update={
+                    "status": CompactionStatus.FAILED,
+                    "error": f"{type(exc).__name__}: {exc}",
+                    "duration_ms": (time.perf_counter() - started) * 1000,
+                    **(_spent(response) if response is not None else {}),
+                }
+            )
+            with contextlib.suppress(LedgerError):  # the model's error is the one to report
+                recorder.record_compaction(state, failed, summary=None, moved=())
+            raise CompactionError(
+                f"summarizing conversation {state.conversation_id} failed ({failed.error}); "
+                "the conversation is unchanged"
+            ) from exc
+        summary = summary_message(response.content, plan, attempt.id)
+        compaction = attempt.model_copy(
+            update={
+                "tokens_after": estimate_tokens((summary, *plan.kept)) + plan.fixed_tokens,
+                "summary_id": summary.id,
+                "duration_ms": (time.perf_counter() - started) * 1000,
+                **_spent(response),
+            }
+        )
+        recorder.record_compaction(state, compaction, summary=summary, moved=plan.moved)
+        return recorder.load_conversation(state.conversation_id), compaction
+
+    def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
+        """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
+        (``kind = 'subagent'``), a run one level deeper in the same tree, within ``budget``."""
+        recorder = self.config.recorder
+        origin = parent.state
+        state = recorder.load_conversation(None).model_copy(
+            update={
+                "parent_run_id": origin.run_id,
+                "root_run_id": origin.root_run_id or origin.run_id,
+                "depth": origin.depth + 1,
+                "budget": budget,
+                "metadata": {SPAWNED_BY: parent.idempotency_key},
+            }
+        )
+        return self._start(state, task)
+
+    def _start(self, state: AgentState, user_text: str) -> RunResult:
+        """Begin a run on ``state`` with the user's message, record it, and drive it. Text the
+        ledger cannot store is refused before anything is written."""
+        check_storable(user_text, "the user message")
+        user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
+        state = self.begin(state.with_messages(state.messages().append(user)))
+        self.config.recorder.begin_run(state, user_message=user, agent_name=self.name)
+        return self._drive(state)
+
+    def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
+        """Continue a run whose process died or whose model failed, with this agent's model
+        and tools. The step in flight at a crash is done again. Resume a run tree through its
+        root: the redone spawn resumes each subagent run with the subagent's own agent."""
+        return self._drive(self.config.recorder.claim_run(run_id, stale_after=stale_after))
+
+    def recover(self, stale_after: float | None = None) -> list[RunResult]:
+        """Resume every stale top-level run of the recorder, with the subagent runs below it;
+        runs another process claims first are left to it."""
+        results = []
+        for run_id in self.config.recorder.stale_run_ids(stale_after):
+            try:
+                results.append(self.resume(run_id, stale_after=stale_after))
+            except (ConversationBusyError, LeaseLostError):
+                continue  # another process claimed it first, or took it over
+        return results
+
+    def _drive(self, state: AgentState) -> RunResult:
+        recorder = self.config.recorder
+        ended = False
+        try:
+            for after in self._continue(state):
+                execution = after.current_execution
+                assert after.run_id is not None and execution is not None
+                recorder.record_step(after.run_id, execution, after.filed)
+                state = after
+            state = _settled(state)
+            if state.status is AgentStatus.FAILED:
+                ended = True  # fail_run frees the run whether or not it could write
+                recorder.fail_run(state)
+            else:
+                recorder.commit_run(state)
+        except BaseException as exc:
+            if not ended:
+                # A step or the commit could not be recorded: the run ends failed as of its
+                # last recorded step, free to be resumed at once (when the database lets us
+                # say so; otherwise its lease expires). The original error is the one to report.
+                with contextlib.suppress(Exception):
+                    recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
+            raise
+        return RunResult.of(state)
+
+    def _continue(self, state: AgentState) -> Iterator[AgentState]:
+        """Steps until the run stops. A run whose last step already ended it (a crash between
+        that step and the commit) takes no more steps; a failed one tries again."""
+        outcome = state.continuation_outcome
+        ended = outcome is not None and not outcome.should_continue
+        if ended and outcome is not None and outcome.stop_reason is not StopReason.ERROR:
+            return
+        while True:
+            state = self.step(state)
+            yield state
+            outcome = state.continuation_outcome
+            if outcome is None or not outcome.should_continue:
+                return
+
+    def begin(self, state: AgentState) -> AgentState:
+        """Start a new run on ``state``, or pick up the one in progress."""
+        if state.run_id is not None and state.status in (AgentStatus.RUNNING, AgentStatus.FAILED):
+            return state.model_copy(update={"status": AgentStatus.RUNNING})
+        store = state.store.section(AgentState.EXECUTION_BUFFER_SECTION).clear()
+        return state.model_copy(
+            update={
+                "run_id": new_id(),
+                "store": store,
+                "step_executions": (),
+                "status": AgentStatus.RUNNING,
+                "run_started_at": self.config.clock(),
+                "budget": state.budget.tightened(self.config.budget),
+            }
+        )
+
+    def step(self, state: AgentState) -> AgentState:
+        """One step: the processors around the driver's step and the continuation decision.
+        The step starts with nothing filed; what the processors file is ``after.filed``."""
+        if state.filed:
+            state = state.model_copy(update={"filed": ()})
+        after = run_chain(self.config.processors, state, self._perform_step)
+        if after.current_step is state.current_step:
+            raise ProcessorError(
+                "a step ended without reaching the driver: every processor must call next(state) "
+                f"(processors: {', '.join(type(p).__name__ for p in self.config.processors)})"
+            )
+        return after
+
+    def _perform_step(self, state: AgentState) -> AgentState:
+        index = state.step_count
+        step = self.config.driver.perform_step(state, self._request(state, index))
+        judged = state.with_step_execution(StepExecution(step_index=index, step=step))
+        outcome = decide(
+            judged,
+            self.config.criteria,
+            final_response=self.config.final_response is FinalResponse.GENERATE,
+        )
+        return judged.with_step_execution(
+            StepExecution(step_index=index, step=step, outcome=outcome)
+        ).model_copy(update={"status": AgentStatus.after(outcome)})
+
+    def _request(self, state: AgentState, index: int) -> StepRequest:
+        previous = pending_outcome(state.step_executions)
+        final = previous is not None and previous.final_response_required
+        reason = previous.stop_reason if previous is not None else None
+        return StepRequest(
+            step_index=index,
+            tools=EMPTY_TOOLS if final else self.config.tools,
+            executor=self._no_tools if final else self._executor,
+            clock=self.config.clock,
+            system_prompt=self.config.system_prompt,
+            final_instruction=self.config.final_instruction.format(reason=reason)
+            if final
+            else None,
+        )
+
+    def __repr__(self) -> str:
+        return f"Agent(name={self.name!r}, tools={self.tools!r})"
+
+
+def _spent(response: InferenceResponse) -> dict[str, object]:
+    """What a summarization call spent, as :class:`Compaction` fields."""
+    spent: dict[str, object] = {"usage": response.usage, "cost_usd": response.cost_usd}
+    if response.model:
+        spent["model"] = response.model
+    return spent
+
+
+def _settled(state: AgentState) -> AgentState:
+    """A state whose run has stopped, with the status its last outcome gives it."""
+    outcome = state.continuation_outcome
+    if outcome is None or outcome.should_continue:
+        return state
+    status = AgentStatus.after(outcome)
+    if status is not AgentStatus.FAILED:
+        state = state.with_message_store(
+            state.store.section(AgentState.EXECUTION_BUFFER_SECTION).clear()
+        )
+    return state.model_copy(update={"status": status})

@@ -1,0 +1,170 @@
+"""Running the tools a model asked for: validate, invoke, and turn every failure into a result.
+
+An unknown tool, arguments that do not validate, an exception raised by the tool or a result
+that cannot be encoded or stored (a NUL character or a lone surrogate) all become an error tool
+result (``is_error``) that the model sees, so it can correct itself; the run goes on. A
+``LedgerError`` is the exception: the ledger failing under a tool (a subagent recording its
+run) fails the run, which can then be resumed whole.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
+
+import pydantic_core
+from pydantic import BaseModel, JsonValue, ValidationError
+
+from ..core import EMPTY_TOOLS, ToolContext, ToolOutput, ToolSet
+from ..errors import LedgerError
+from ..values import (
+    AgentState,
+    Clock,
+    Spend,
+    ToolCall,
+    ToolExecution,
+    find_unstorable,
+    printable,
+    utc_now,
+)
+
+
+class ToolExecutor:
+    """Runs tool calls against a :class:`ToolSet`, up to ``max_parallel`` at a time.
+
+    Results keep the order of the calls whatever order they finish in.
+    """
+
+    def __init__(
+        self, tools: ToolSet = EMPTY_TOOLS, *, clock: Clock = utc_now, max_parallel: int = 1
+    ) -> None:
+        self.tools = tools
+        self.clock = clock
+        self.max_parallel = max(1, max_parallel)
+
+    def execute(
+        self,
+        calls: Sequence[ToolCall],
+        state: AgentState,
+        step_index: int,
+        *,
+        in_flight: Spend | None = None,
+    ) -> tuple[ToolExecution, ...]:
+        contexts = [
+            ToolContext(state=state, tool_call=c, step_index=step_index, in_flight=in_flight)
+            for c in calls
+        ]
+        if self.max_parallel == 1 or len(contexts) < 2:
+            return tuple(self.execute_one(c) for c in contexts)
+        with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(contexts))) as pool:
+            return tuple(pool.map(self.execute_one, contexts))
+
+    def execute_one(self, context: ToolContext) -> ToolExecution:
+        started_at = self.clock()
+        call = context.tool_call
+        tool = self.tools.get(call.name)
+        if tool is None:
+            return self._failed(context, started_at, _unknown_tool(call, self.tools))
+        if call.raw_arguments is not None:
+            return self._failed(context, started_at, _unparsed_arguments(call))
+        try:
+            arguments = tool.arguments_model.model_validate(call.arguments)
+        except ValidationError as exc:
+            return self._failed(context, started_at, _invalid_arguments(call, exc))
+        try:
+            output = _as_output(tool.invoke(arguments, context))
+        except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
+            raise
+        except Exception as exc:  # a tool's failure is a result for the model, not a crash
+            detail = f"{type(exc).__name__}: {exc}"
+            return self._failed(
+                context, started_at, f"Tool {call.name!r} raised {detail}", arguments
+            )
+        unstorable = _unstorable(output, call)
+        if unstorable is not None:
+            return self._failed(context, started_at, unstorable, arguments)
+        return ToolExecution(
+            tool_call=call,
+            arguments=_dumped(arguments),
+            result=output.content,
+            is_error=output.is_error,
+            error=output.content if output.is_error else None,
+            started_at=started_at,
+            finished_at=self.clock(),
+            child_run_id=output.child_run_id,
+            subtree=output.subtree,
+            metadata=output.metadata,
+        )
+
+    def _failed(
+        self,
+        context: ToolContext,
+        started_at: datetime,
+        message: str,
+        arguments: BaseModel | None = None,
+    ) -> ToolExecution:
+        message = printable(message)  # an exception's text may hold what cannot be stored
+        return ToolExecution(
+            tool_call=context.tool_call,
+            arguments=_dumped(arguments) if arguments is not None else None,
+            result=f"Error: {message}",
+            is_error=True,
+            error=message,
+            started_at=started_at,
+            finished_at=self.clock(),
+        )
+
+
+def _dumped(arguments: BaseModel) -> dict[str, JsonValue]:
+    return arguments.model_dump(mode="json")
+
+
+def _as_output(value: object) -> ToolOutput:
+    if isinstance(value, ToolOutput):
+        return value
+    if isinstance(value, str):
+        return ToolOutput(content=value)
+    try:
+        return ToolOutput(content=pydantic_core.to_json(value).decode())
+    except pydantic_core.PydanticSerializationError as exc:
+        raise TypeError(
+            f"the tool returned a {type(value).__name__}, which cannot be JSON-encoded ({exc}); "
+            "return a string, a JSON-compatible value or a pydantic model"
+        ) from exc
+
+
+def _unstorable(output: ToolOutput, call: ToolCall) -> str | None:
+    """What is wrong with ``output`` when the ledger cannot store its text (content or
+    metadata): which tool, where the character is and what to do; else None."""
+    found = find_unstorable(output)
+    if found is None:
+        return None
+    return (
+        f"the output of tool {call.name!r} holds {found}; a tool must return valid Unicode "
+        "without NUL characters: strip or escape them, or return binary data as base64."
+    )
+
+
+def _unknown_tool(call: ToolCall, tools: ToolSet) -> str:
+    available = ", ".join(tools.names()) or "none"
+    return f"unknown tool {call.name!r}. Available tools: {available}."
+
+
+def _unparsed_arguments(call: ToolCall) -> str:
+    raw = call.raw_arguments or ""
+    shown = raw if len(raw) <= 200 else f"{raw[:200]}..."
+    return (
+        f"the arguments for tool {call.name!r} are not a JSON object: {shown!r}. "
+        "Call it again with the arguments as one JSON object."
+    )
+
+
+def _invalid_arguments(call: ToolCall, exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in error['loc']) or 'arguments'}: {error['msg']}"
+        for error in exc.errors(include_url=False)
+    )
+    return (
+        f"invalid arguments for tool {call.name!r}: {problems}. Call it again with valid arguments."
+    )

@@ -1,0 +1,160 @@
+"""The default recorder: conversations kept in this process, gone when it ends."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Sequence
+
+from ..errors import ConversationBusyError, NotFoundError
+from ..values import (
+    AgentState,
+    AgentStatus,
+    Compaction,
+    FiledMessage,
+    Message,
+    StepExecution,
+    new_id,
+)
+from ._recorder import SPAWNED_BY, RunResult
+
+
+class InMemoryRecorder:
+    """The default recorder: conversations kept in this process, gone when it ends.
+
+    It keeps the same rules as the SQL ledger (one running run per conversation, the
+    conversation holding only committed messages), so code written against ``Agent.run``
+    behaves the same before a ledger is configured.
+    """
+
+    def __init__(self) -> None:
+        self._conversations: dict[str, AgentState] = {}
+        self._runs: dict[str, AgentState] = {}
+        self._busy: dict[str, str] = {}
+        self._compactions: dict[str, list[Compaction]] = {}
+        self._lock = threading.Lock()
+
+    def load_conversation(self, conversation_id: str | None) -> AgentState:
+        with self._lock:
+            if conversation_id is None:
+                state = AgentState.empty(conversation_id=new_id())
+                self._conversations[state.conversation_id] = state
+                return state
+            if conversation_id not in self._conversations:
+                raise NotFoundError(
+                    f"no conversation {conversation_id!r} in this process's in-memory recorder; "
+                    "start one with run(text) and pass the conversation_id it returns "
+                    "(configure a ledger to keep conversations across processes)"
+                )
+            return self._conversations[conversation_id]
+
+    def begin_run(
+        self, state: AgentState, *, user_message: Message | None, agent_name: str
+    ) -> None:
+        with self._lock:
+            holder = self._busy.get(state.conversation_id)
+            if holder is not None and holder != state.run_id:
+                raise ConversationBusyError(
+                    f"conversation {state.conversation_id} is busy: run {holder} is in progress "
+                    "on it. Wait for it to finish, or continue it with Agent.resume."
+                )
+            assert state.run_id is not None
+            self._busy[state.conversation_id] = state.run_id
+            self._runs[state.run_id] = state
+            if user_message is not None:  # what a user said is kept even if the run fails
+                stored = self._conversations[state.conversation_id]
+                self._conversations[state.conversation_id] = stored.with_messages(
+                    stored.messages().append(user_message)
+                )
+
+    def record_step(
+        self, run_id: str, execution: StepExecution, filed: Sequence[FiledMessage]
+    ) -> None:
+        """Nothing to do: in one process a run's steps live in its state, which
+        :meth:`commit_run` and :meth:`fail_run` keep."""
+
+    def commit_run(self, state: AgentState) -> None:
+        with self._lock:
+            self._conversations[state.conversation_id] = state
+            assert state.run_id is not None
+            self._runs[state.run_id] = state
+            self._release(state)
+
+    def fail_run(self, state: AgentState, error: str | None = None) -> None:
+        with self._lock:
+            assert state.run_id is not None
+            self._runs[state.run_id] = state.model_copy(update={"status": AgentStatus.FAILED})
+            self._release(state)
+
+    def record_compaction(
+        self,
+        state: AgentState,
+        compaction: Compaction,
+        *,
+        summary: Message | None,
+        moved: Iterable[Message],
+    ) -> None:
+        with self._lock:
+            cid = state.conversation_id
+            if summary is not None:
+                if cid in self._busy:
+                    raise ConversationBusyError(
+                        f"conversation {cid} is busy: run {self._busy[cid]} is in progress on "
+                        "it. Compact it once the run has ended."
+                    )
+                stored = self._conversations[cid]
+                replaced = {m.id for m in moved}
+                if not replaced <= {m.id for m in stored.messages()}:
+                    raise ConversationBusyError(
+                        f"conversation {cid} changed while its summary was being written: "
+                        "nothing was changed; load it and compact again"
+                    )
+                kept = stored.messages().filter(lambda m: m.id not in replaced)
+                store = (
+                    stored.store.section(AgentState.SUMMARY_SECTION)
+                    .set_messages(summary)
+                    .section(AgentState.BUFFER_SECTION)
+                    .clear()
+                    .section(AgentState.DEFAULT_SECTION)
+                    .set_messages(kept)
+                )
+                self._conversations[cid] = stored.with_message_store(store)
+            self._compactions.setdefault(cid, []).append(compaction)
+
+    def compactions(self, conversation_id: str) -> list[Compaction]:
+        """The compactions of a conversation in this process, oldest first."""
+        with self._lock:
+            return list(self._compactions.get(conversation_id, ()))
+
+    def _release(self, state: AgentState) -> None:
+        if self._busy.get(state.conversation_id) == state.run_id:
+            del self._busy[state.conversation_id]
+
+    def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
+        with self._lock:
+            state = self._runs.get(run_id)
+            if state is None or state.status is not AgentStatus.FAILED:
+                raise NotFoundError(
+                    f"no failed run {run_id!r} to continue in this process's in-memory recorder"
+                )
+            self._busy[state.conversation_id] = run_id
+            return state.model_copy(update={"status": AgentStatus.RUNNING})
+
+    def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
+        return ()  # a run in this process cannot outlive it
+
+    def find_child_run(self, parent_run_id: str, spawned_by: str) -> tuple[str, AgentStatus] | None:
+        with self._lock:
+            for run_id, state in self._runs.items():
+                if (
+                    state.parent_run_id == parent_run_id
+                    and state.metadata.get(SPAWNED_BY) == spawned_by
+                ):
+                    return run_id, state.status
+        return None
+
+    def run_result(self, run_id: str) -> RunResult:
+        with self._lock:
+            state = self._runs.get(run_id)
+        if state is None:
+            raise NotFoundError(f"no run {run_id!r} in this process's in-memory recorder")
+        return RunResult.of(state)

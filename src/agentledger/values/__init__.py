@@ -1,0 +1,94 @@
+"""The values: immutable pydantic models that every other layer builds on, and nothing else.
+
+Messages and the sectioned store, tool calls and tool schemas, the model's request and
+response (and the ``LLM`` protocol), usage, the continuation's values, steps, the agent state
+and compaction records; with the time-ordered ids and the rule for storable text. This package
+imports pydantic and the error tree only.
+"""
+
+from ._compaction import Compaction, CompactionKind, CompactionStatus
+from ._continuation import (
+    ContinuationDecision,
+    ContinuationOutcome,
+    ExecutionBudget,
+    StopReason,
+    Verdict,
+)
+from ._ids import Clock, new_id, utc_now
+from ._inference import LLM, InferenceRequest, InferenceResponse, ModelSettings, ToolSchema
+from ._messages import (
+    EMPTY_MESSAGES,
+    Message,
+    MessageLike,
+    Messages,
+    MessageStore,
+    Role,
+    Section,
+    ToolCall,
+    ToolCalls,
+)
+from ._state import AgentState, AgentStatus, FiledMessage
+from ._steps import (
+    REACT_METADATA_KEY,
+    AgentStep,
+    ContextMasking,
+    StepExecution,
+    StepType,
+    ToolExecution,
+    output_error,
+    split_output,
+)
+from ._text import (
+    STORABLE_TEXT_RULE,
+    Unstorable,
+    check_storable,
+    find_unstorable,
+    printable,
+)
+from ._usage import Spend, Usage
+
+__all__ = [
+    "EMPTY_MESSAGES",
+    "LLM",
+    "REACT_METADATA_KEY",
+    "STORABLE_TEXT_RULE",
+    "AgentState",
+    "AgentStatus",
+    "AgentStep",
+    "Clock",
+    "Compaction",
+    "CompactionKind",
+    "CompactionStatus",
+    "ContextMasking",
+    "ContinuationDecision",
+    "ContinuationOutcome",
+    "ExecutionBudget",
+    "FiledMessage",
+    "InferenceRequest",
+    "InferenceResponse",
+    "Message",
+    "MessageLike",
+    "MessageStore",
+    "Messages",
+    "ModelSettings",
+    "Role",
+    "Section",
+    "Spend",
+    "StepExecution",
+    "StepType",
+    "StopReason",
+    "ToolCall",
+    "ToolCalls",
+    "ToolExecution",
+    "ToolSchema",
+    "Unstorable",
+    "Usage",
+    "Verdict",
+    "check_storable",
+    "find_unstorable",
+    "new_id",
+    "output_error",
+    "printable",
+    "split_output",
+    "utc_now",
+]

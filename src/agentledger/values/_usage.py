@@ -1,0 +1,79 @@
+"""Token usage of one inference, a step, a run or a whole run tree."""
+
+from __future__ import annotations
+
+from typing import Self
+
+from pydantic import BaseModel, ConfigDict, NonNegativeInt
+
+
+class Usage(BaseModel):
+    """Tokens spent, normalized across providers.
+
+    ``input_tokens`` counts every prompt token, including those read from or written to a
+    prompt cache; ``cache_read_tokens`` and ``cache_write_tokens`` say how many of them were.
+    ``reasoning_tokens`` likewise is the part of ``output_tokens`` the model spent thinking.
+    Usages add up with ``+`` and ``sum()``.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    input_tokens: NonNegativeInt = 0
+    output_tokens: NonNegativeInt = 0
+    cache_read_tokens: NonNegativeInt = 0
+    cache_write_tokens: NonNegativeInt = 0
+    reasoning_tokens: NonNegativeInt = 0
+
+    @property
+    def total_tokens(self) -> int:
+        """Input plus output tokens: what token limits are measured in."""
+        return self.input_tokens + self.output_tokens
+
+    def is_zero(self) -> bool:
+        return self == _ZERO
+
+    def __add__(self, other: Usage) -> Usage:
+        if not isinstance(other, Usage):
+            return NotImplemented
+        return Usage.model_construct(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
+            reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+        )
+
+    def __radd__(self, other: object) -> Self:
+        """Lets ``sum(usages)`` start from ``0``."""
+        if other == 0:
+            return self
+        return NotImplemented
+
+
+_ZERO = Usage.model_construct()
+
+
+class Spend(BaseModel):
+    """What a run, or a subtree of runs, spent: tokens, money and steps.
+
+    ``cost_usd`` is ``None`` when no step's cost is known; ``fully_priced`` is false when some
+    step that called a model has no known cost.
+    """
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    usage: Usage = _ZERO
+    cost_usd: float | None = None
+    steps: NonNegativeInt = 0
+    fully_priced: bool = True
+
+    def __add__(self, other: Spend) -> Spend:
+        if not isinstance(other, Spend):
+            return NotImplemented
+        costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
+        return Spend(
+            usage=self.usage + other.usage,
+            cost_usd=sum(costs) if costs else None,
+            steps=self.steps + other.steps,
+            fully_priced=self.fully_priced and other.fully_priced,
+        )

@@ -1,0 +1,113 @@
+"""The package's shape: ``import agentledger`` stays light, no module imports itself through
+others (``TYPE_CHECKING`` imports included), and no module reaches into another package's
+private modules. The layers themselves are import-linter's contracts (``make lint``)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from functools import cache
+
+import grimp
+import pytest
+
+HEAVY = ("httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "rich", "click")
+
+
+def loaded_by(statement: str) -> dict[str, bool]:
+    """Which heavy libraries a fresh interpreter has loaded after ``statement``."""
+    script = (
+        f"import json, sys\n{statement}\n"
+        f"print(json.dumps({{name: name in sys.modules for name in {list(HEAVY)!r}}}))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True
+    ).stdout
+    loaded: dict[str, bool] = json.loads(out)
+    return loaded
+
+
+def test_import_agentledger_loads_no_heavy_library():
+    assert loaded_by("import agentledger") == dict.fromkeys(HEAVY, False)
+
+
+def test_the_agent_and_its_builder_load_no_heavy_library():
+    statement = "from agentledger import Agent, AgentBuilder, InferenceResponse, ScriptedLLM, tool"
+    assert loaded_by(statement) == dict.fromkeys(HEAVY, False)
+
+
+@pytest.mark.parametrize(
+    ("name", "library"),
+    [("Ledger", "sqlalchemy"), ("OpenAIChat", "httpx"), ("Analytics", "duckdb")],
+)
+def test_a_heavy_name_loads_its_library_when_it_is_first_used(name, library):
+    assert loaded_by(f"from agentledger import {name}")[library]
+
+
+@cache
+def graph() -> grimp.ImportGraph:
+    """Every import between agentledger's modules, those under ``TYPE_CHECKING`` included."""
+    return grimp.build_graph("agentledger", exclude_type_checking_imports=False)
+
+
+def cycles(modules: set[str]) -> list[list[str]]:
+    """The groups of modules that import each other in a loop (strongly connected
+    components with more than one module, or a module importing itself)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for imported in graph().find_modules_directly_imported_by(module):
+            if imported not in index:
+                visit(imported)
+                low[module] = min(low[module], low[imported])
+            elif imported in stack:
+                low[module] = min(low[module], index[imported])
+        if low[module] == index[module]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == module:
+                    break
+            looped = module in graph().find_modules_directly_imported_by(module)
+            if len(component) > 1 or looped:
+                found.append(sorted(component))
+
+    for module in sorted(modules):
+        if module not in index:
+            visit(module)
+    return found
+
+
+def test_no_module_imports_itself_through_others():
+    assert cycles(set(graph().modules)) == []
+
+
+def private(module: str) -> bool:
+    return any(part.startswith("_") and not part.startswith("__") for part in module.split("."))
+
+
+def package_of(module: str) -> str:
+    """The package whose private module ``module`` is: the part before its first private
+    component."""
+    parts = module.split(".")
+    first = next(i for i, part in enumerate(parts) if part.startswith("_"))
+    return ".".join(parts[:first])
+
+
+def test_no_module_imports_another_packages_private_modules():
+    reached_into = sorted(
+        (importer, imported)
+        for imported in graph().modules
+        if private(imported)
+        for importer in graph().find_modules_that_directly_import(imported)
+        if not importer.startswith(package_of(imported) + ".")
+        and importer != package_of(imported)
+    )
+    assert reached_into == []
