@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from _clocks import FakeClock
-from _fake_provider import FakeProvider
-from _postgres import PostgresServer, find_bindir, not_found_reason
 from agentledger import FunctionTool, tool
+from support.clocks import FakeClock
+from support.fake_provider import FakeProvider
+from support.postgres import PostgresServer, find_bindir, not_found_reason
 
 
 @pytest.fixture
@@ -46,7 +46,7 @@ def add_tool() -> FunctionTool:
 
 @pytest.fixture
 def fake_provider() -> Iterator[FakeProvider]:
-    """A model provider on loopback that answers from a script (see ``_fake_provider``)."""
+    """A model provider on loopback that answers from a script (see ``support.fake_provider``)."""
     provider = FakeProvider()
     yield provider
     provider.close()

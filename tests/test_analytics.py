@@ -32,20 +32,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from _clocks import FakeClock
-from _ledger_support import begin_by_hand
-from _migration_harness import migrate
-from _postgres import PostgresServer
-from _subagent_support import (
-    TOKEN_COLUMNS,
-    Database,
-    Router,
-    Script,
-    answer,
-    prompt,
-    spawn,
-    usage,
-)
 from agentledger import (
     Agent,
     AgentBuilder,
@@ -63,6 +49,20 @@ from agentledger.context import estimate_tokens
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.clocks import FakeClock
+from support.ledger import begin_by_hand
+from support.migration_harness import migrate
+from support.postgres import PostgresServer
+from support.subagents import (
+    TOKEN_COLUMNS,
+    Database,
+    Router,
+    Script,
+    answer,
+    prompt,
+    spawn,
+    usage,
+)
 
 # --- the team: a small scenario worked out by hand ----------------------------------------------
 

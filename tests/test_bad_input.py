@@ -17,12 +17,6 @@ from typing import Any
 
 import pytest
 
-from _migration_harness import (
-    UNKNOWN_ID,
-    Database,
-    record_representative_runs,
-    shared_database,
-)
 from agentledger import (
     AgentBuilder,
     ConfigurationError,
@@ -32,6 +26,12 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.migration_harness import (
+    UNKNOWN_ID,
+    Database,
+    record_representative_runs,
+    shared_database,
+)
 
 
 def as_given(path: Path, form: str) -> Any:

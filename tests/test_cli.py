@@ -17,12 +17,12 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
 
-import _migration_harness as harness
-from _migration_harness import Database
+import support.migration_harness as harness
 from agentledger import AgentBuilder, ToolCall, __version__, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.migration_harness import Database
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"

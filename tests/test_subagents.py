@@ -17,7 +17,22 @@ from click.testing import CliRunner
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from _subagent_support import (
+from agentledger import (
+    AgentBuilder,
+    AgentStatus,
+    ExecutionBudget,
+    Role,
+    Spend,
+    StepType,
+    StopReason,
+    SubagentPolicy,
+    SubagentSpec,
+    Usage,
+)
+from agentledger.cli import cli
+from agentledger.ledger import Ledger
+from agentledger.llm import InferenceRequest, InferenceResponse
+from support.subagents import (
     SECRET,
     SPAWN,
     TOKEN_COLUMNS,
@@ -36,21 +51,6 @@ from _subagent_support import (
     tool_messages,
     usage,
 )
-from agentledger import (
-    AgentBuilder,
-    AgentStatus,
-    ExecutionBudget,
-    Role,
-    Spend,
-    StepType,
-    StopReason,
-    SubagentPolicy,
-    SubagentSpec,
-    Usage,
-)
-from agentledger.cli import cli
-from agentledger.ledger import Ledger
-from agentledger.llm import InferenceRequest, InferenceResponse
 
 QUESTION = "What is the capital of France? Have it looked up."
 TASK = "Look up the capital of France in the archive."

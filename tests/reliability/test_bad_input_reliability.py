@@ -39,11 +39,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _invariants import violations
-from _sizes import size
 
-from _crash_child import connect, rows
-from _migration_harness import record_representative_runs
 from agentledger import (
     AgentBuilder,
     AgentLedgerError,
@@ -56,6 +52,10 @@ from agentledger import (
 from agentledger._text import find_unstorable, printable
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.crash_child import connect, rows
+from support.invariants import violations
+from support.migration_harness import record_representative_runs
+from support.sizes import size
 
 NASTY = {
     "NUL": "before\x00after",

@@ -22,12 +22,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from _invariants import violations
 from sqlalchemy import Engine, event
 
-from _crash_child import FULL_ANSWER, QUESTION, build_agent, connect, rows
 from agentledger import Agent, AgentLedgerError, RunResult
 from agentledger.ledger import Ledger
+from support.crash_child import FULL_ANSWER, QUESTION, build_agent, connect, rows
+from support.invariants import violations
 
 MARK = "injected fault"
 """In the message of every error this module injects: the caller must see it."""
