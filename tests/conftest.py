@@ -3,18 +3,16 @@ databases to store a ledger in (SQLite, and PostgreSQL from a server the suite s
 
 from __future__ import annotations
 
-import contextlib
-import importlib.util
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from _clocks import FakeClock
-from _fake_provider import FakeProvider
-from _postgres import PostgresServer, find_bindir, not_found_reason
 from agentledger import FunctionTool, tool
+from support.clocks import FakeClock
+from support.databases import BACKENDS, fresh_database, postgres_database, session_server
+from support.fake_provider import FakeProvider
+from support.postgres import PostgresServer
 
 
 @pytest.fixture
@@ -46,7 +44,7 @@ def add_tool() -> FunctionTool:
 
 @pytest.fixture
 def fake_provider() -> Iterator[FakeProvider]:
-    """A model provider on loopback that answers from a script (see ``_fake_provider``)."""
+    """A model provider on loopback that answers from a script (see ``support.fake_provider``)."""
     provider = FakeProvider()
     yield provider
     provider.close()
@@ -65,9 +63,7 @@ def make_clock() -> type[FakeClock]:
     return FakeClock
 
 
-# -- databases -----------------------------------------------------------------------------------
-
-REQUIRE_PG_VARIABLE = "AGENTLEDGER_REQUIRE_PG"
+# -- databases (made and thrown away by support.databases) -----------------------------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -83,63 +79,29 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             item.add_marker(pytest.mark.postgresql)
 
 
-def _postgres_unavailable() -> str | None:
-    if find_bindir() is None:
-        return not_found_reason()
-    if importlib.util.find_spec("psycopg") is None:
-        return "psycopg is not installed (pip install -e '.[dev]')"
-    return None
-
-
 @pytest.fixture(scope="session")
 def pg_server() -> Iterator[PostgresServer]:
-    """One throwaway PostgreSQL server for the whole session, started on first use.
+    """One throwaway PostgreSQL server for the whole session (for each xdist worker), started
+    on first use.
 
     Skipped when PostgreSQL is not installed, unless ``AGENTLEDGER_REQUIRE_PG=1`` (as in CI):
     then the tests that need it fail.
     """
-    reason = _postgres_unavailable()
-    if reason is not None:
-        if os.environ.get(REQUIRE_PG_VARIABLE, "").strip().lower() in {"1", "true", "yes"}:
-            pytest.fail(
-                f"{REQUIRE_PG_VARIABLE}=1 but PostgreSQL is unavailable: {reason}", pytrace=False
-            )
-        pytest.skip(f"PostgreSQL unavailable: {reason}")
-    server = PostgresServer()
-    try:
-        server.start()
+    with session_server() as server:
         yield server
-    finally:
-        server.stop()
 
 
-def _fresh_postgres_database(server: PostgresServer) -> Iterator[str]:
-    url = server.create_database()
-    try:
+@pytest.fixture(params=BACKENDS)
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh, empty database URL, once per backend: ``sqlite:///…/ledger.db`` in the test's
+    ``tmp_path`` (not created yet) and a new database on the session's PostgreSQL server
+    (dropped afterwards)."""
+    with fresh_database(request.param, request, tmp_path) as url:
         yield url
-    finally:
-        # Tolerated: the whole server is thrown away at the end of the session anyway.
-        with contextlib.suppress(Exception):
-            server.drop_database(url)
-
-
-@pytest.fixture(
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ]
-)
-def db_url(request: pytest.FixtureRequest) -> Iterator[str]:
-    """A fresh, empty database URL, once per backend: ``sqlite:///…/ledger.db`` (not created
-    yet) and a new database on the session's PostgreSQL server (dropped afterwards)."""
-    if request.param == "sqlite":
-        tmp_path: Path = request.getfixturevalue("tmp_path")
-        yield f"sqlite:///{(tmp_path / 'ledger.db').as_posix()}"
-    else:
-        yield from _fresh_postgres_database(request.getfixturevalue("pg_server"))
 
 
 @pytest.fixture
 def pg_url(pg_server: PostgresServer) -> Iterator[str]:
     """A fresh, empty PostgreSQL database URL, for tests that only concern PostgreSQL."""
-    yield from _fresh_postgres_database(pg_server)
+    with postgres_database(pg_server) as url:
+        yield url

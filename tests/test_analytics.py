@@ -32,20 +32,6 @@ import pytest
 from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
-from _clocks import FakeClock
-from _ledger_support import begin_by_hand
-from _migration_harness import migrate
-from _postgres import PostgresServer
-from _subagent_support import (
-    TOKEN_COLUMNS,
-    Database,
-    Router,
-    Script,
-    answer,
-    prompt,
-    spawn,
-    usage,
-)
 from agentledger import (
     Agent,
     AgentBuilder,
@@ -63,6 +49,21 @@ from agentledger.context import estimate_tokens
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.clocks import FakeClock
+from support.databases import BACKENDS, postgres_database, sqlite_url
+from support.ledger import begin_by_hand
+from support.migration_harness import migrate
+from support.postgres import PostgresServer
+from support.subagents import (
+    TOKEN_COLUMNS,
+    Database,
+    Router,
+    Script,
+    answer,
+    prompt,
+    spawn,
+    usage,
+)
 
 # --- the team: a small scenario worked out by hand ----------------------------------------------
 
@@ -308,7 +309,7 @@ class Teams:
         self.tmp = tmp
         self.record = record
         self.recorded: dict[str, Team] = {}
-        self.cleanups: list[Callable[[], None]] = []
+        self.databases = contextlib.ExitStack()
 
     def get(self, backend: str, server: PostgresServer | None = None) -> Team:
         """The team on ``backend``; ``server`` is the PostgreSQL server for ``postgresql``."""
@@ -318,24 +319,14 @@ class Teams:
 
     def _database(self, backend: str, server: PostgresServer | None) -> str:
         if backend == "sqlite":
-            return f"sqlite:///{(self.tmp.mktemp('team') / 'ledger.db').as_posix()}"
+            return sqlite_url(self.tmp.mktemp("team"))
         assert server is not None
-        url: str = server.create_database()
-        self.cleanups.append(lambda: server.drop_database(url))
-        return url
+        return self.databases.enter_context(postgres_database(server))
 
     def close(self) -> None:
         for team in self.recorded.values():
             team.close()
-        for cleanup in self.cleanups:
-            with contextlib.suppress(Exception):  # the server is thrown away anyway
-                cleanup()
-
-
-BACKENDS = [
-    pytest.param("sqlite", id="sqlite"),
-    pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-]
+        self.databases.close()
 
 
 @pytest.fixture(scope="module")

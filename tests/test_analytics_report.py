@@ -21,7 +21,7 @@ import duckdb
 import pytest
 from click.testing import CliRunner, Result
 
-import _migration_harness as harness
+import support.migration_harness as harness
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage, tool
 from agentledger.analytics import Analytics, build_report
 from agentledger.analytics._report import bucket_unit, cost_text

@@ -17,12 +17,6 @@ from typing import Any
 
 import pytest
 
-from _migration_harness import (
-    UNKNOWN_ID,
-    Database,
-    record_representative_runs,
-    shared_database,
-)
 from agentledger import (
     AgentBuilder,
     ConfigurationError,
@@ -32,6 +26,12 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.databases import BACKENDS, fresh_database
+from support.migration_harness import (
+    UNKNOWN_ID,
+    Database,
+    record_representative_runs,
+)
 
 
 def as_given(path: Path, form: str) -> Any:
@@ -286,15 +286,12 @@ LOOKUPS: list[tuple[str, Callable[[Ledger], object]]] = [
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ],
+    params=BACKENDS,
 )
 def busy_ledger(request: pytest.FixtureRequest) -> Iterator[str]:
     """A ledger holding finished, failed and stale runs, shared by the tests below (each checks
     that it wrote nothing); its URL."""
-    with shared_database(request.param, request) as url:
+    with fresh_database(request.param, request) as url:
         with Ledger.open(url) as ledger:
             record_representative_runs(ledger)
         yield url

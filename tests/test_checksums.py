@@ -24,9 +24,7 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy import insert, select, text
 
-import _migration_harness as harness
-from _clocks import FakeClock
-from _ledger_support import Database
+import support.migration_harness as harness
 from agentledger import AgentBuilder, LedgerCorruptError, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
@@ -42,6 +40,8 @@ from agentledger.ledger.tables import (
     tool_executions,
 )
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.clocks import FakeClock
+from support.ledger import Database
 
 TABLES = (
     conversations,

@@ -17,12 +17,13 @@ import pytest
 from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
 
-import _migration_harness as harness
-from _migration_harness import Database
+import support.migration_harness as harness
 from agentledger import AgentBuilder, ToolCall, __version__, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.databases import BACKENDS, fresh_database
+from support.migration_harness import Database
 
 ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
@@ -93,14 +94,11 @@ def recorded(db_url: str) -> Recorded:
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ],
+    params=BACKENDS,
 )
 def shared(request: pytest.FixtureRequest) -> Iterator[Recorded]:
     """A ledger holding one finished run and one stale run, shared by tests that only read."""
-    with harness.shared_database(request.param, request) as url:
+    with fresh_database(request.param, request) as url:
         finished = record_a_run(url)
         with Ledger.open(url) as ledger:
             conversation_id, run_id = harness.begin_stale_run(ledger)

@@ -16,7 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
-from _fake_provider import (
+from agentledger.cli import cli
+from support.fake_provider import (
     FakeProvider,
     Reply,
     anthropic_error,
@@ -27,7 +28,6 @@ from _fake_provider import (
     openai_error,
     openai_tool_call,
 )
-from agentledger.cli import cli
 
 TOOLS_MODULE = "cli_chat_tools"
 TOOLS_SOURCE = '''

@@ -2,7 +2,7 @@
 IMMEDIATE``, busy timeout, bounded retries) and PostgreSQL's row locks must both serialize
 them without an error and without losing or tearing a run.
 
-Each child (``_crash_child.py``) is released at the same instant as its siblings (a barrier
+Each child (``support.crash_child``) is released at the same instant as its siblings (a barrier
 file), then reports what it acknowledged (the ``RunResult`` of every run it finished) or the
 exception it met; the database is then checked with SQL.
 """
@@ -12,7 +12,8 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from _crash_child import (
+from agentledger.ledger import Ledger
+from support.crash_child import (
     FULL_ANSWER,
     QUESTION,
     connect,
@@ -21,7 +22,6 @@ from _crash_child import (
     run_together,
     scalar,
 )
-from agentledger.ledger import Ledger
 
 PROCESSES = 4
 CONVERSATIONS = 4

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from _ledger_support import Database
 from agentledger import AgentBuilder, Message, ToolCall, tool
 from agentledger._ids import new_id
 from agentledger.context import (
@@ -33,6 +32,7 @@ from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from agentledger.messages import Role
 from agentledger.usage import Usage
+from support.ledger import Database
 
 RESULT_CHARS = 2_000
 STEPS = 6

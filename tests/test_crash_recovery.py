@@ -1,8 +1,8 @@
 """Runs are transactions: a process SIGKILLed at any point of a run leaves a ledger that keeps
 every rule, and the run can be abandoned or resumed from another process.
 
-A child process (``_crash_child.py``) runs a scripted agent (three tool-calling steps, then an
-answer) and kills itself with SIGKILL at one of four points:
+A child process (``support.crash_child``) runs a scripted agent (three tool-calling steps, then
+an answer) and kills itself with SIGKILL at one of four points:
 
 a. inside the tool of step 1, before that step is recorded;
 b. at the start of the model call of step 2, after step 1 was recorded;
@@ -25,7 +25,9 @@ from typing import Any
 
 import pytest
 
-from _crash_child import (
+from agentledger import AgentStatus, ConversationBusyError, UsageError
+from agentledger.ledger import Ledger
+from support.crash_child import (
     FULL_ANSWER,
     QUESTION,
     build_agent,
@@ -37,8 +39,6 @@ from _crash_child import (
     run_together,
     scalar,
 )
-from agentledger import AgentStatus, ConversationBusyError, UsageError
-from agentledger.ledger import Ledger
 
 FOLLOW_UP = "And one more, please."
 

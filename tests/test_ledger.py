@@ -15,19 +15,6 @@ from typing import Any
 
 import pytest
 
-from _ledger_support import (
-    ANSWER,
-    QUESTION,
-    TOKEN_COLUMNS,
-    Database,
-    SteppedClock,
-    answer,
-    begin_by_hand,
-    build_agent,
-    counting_weather_tool,
-    raising,
-    weather_call,
-)
 from agentledger import (
     AgentStatus,
     ConfigurationError,
@@ -46,6 +33,19 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.ledger import (
+    ANSWER,
+    QUESTION,
+    TOKEN_COLUMNS,
+    Database,
+    SteppedClock,
+    answer,
+    begin_by_hand,
+    build_agent,
+    counting_weather_tool,
+    raising,
+    weather_call,
+)
 
 STEP_0_USAGE = Usage(
     input_tokens=100,

@@ -19,13 +19,13 @@ from click.testing import CliRunner
 from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
-import _migration_harness as harness
-from _migration_harness import Database, Rows
+import support.migration_harness as harness
 from agentledger import AgentBuilder, SchemaVersionError
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.migration_harness import Database, Rows
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent

@@ -10,7 +10,7 @@ import psycopg
 import pytest
 from sqlalchemy import create_engine, text
 
-from _postgres import PostgresHarnessError, PostgresServer, find_bindir
+from support.postgres import PostgresHarnessError, PostgresServer, find_bindir
 
 USER_TABLES = (
     "SELECT count(*) FROM pg_catalog.pg_tables"

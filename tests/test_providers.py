@@ -18,16 +18,6 @@ from typing import Any
 import httpx
 import pytest
 
-from _fake_provider import (
-    anthropic_error,
-    anthropic_message,
-    anthropic_text,
-    anthropic_thinking,
-    anthropic_tool_use,
-    openai_completion,
-    openai_error,
-    openai_tool_call,
-)
 from agentledger import (
     ConfigurationError,
     Message,
@@ -56,6 +46,16 @@ from agentledger.llm import (
     PriceTable,
     RetryPolicy,
     ScriptedLLM,
+)
+from support.fake_provider import (
+    anthropic_error,
+    anthropic_message,
+    anthropic_text,
+    anthropic_thinking,
+    anthropic_tool_use,
+    openai_completion,
+    openai_error,
+    openai_tool_call,
 )
 
 KEY = "sk-unit-Q7rT2vX9wK4mN8pL3sD6"

@@ -18,7 +18,17 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from _fake_provider import (
+from agentledger import Agent, AgentBuilder, AgentStatus, FunctionTool, Role, StepType, Usage
+from agentledger.ledger import Ledger
+from agentledger.llm import (
+    AnthropicMessages,
+    HttpProvider,
+    OpenAIChat,
+    Price,
+    PriceTable,
+    RetryPolicy,
+)
+from support.fake_provider import (
     FakeProvider,
     Reply,
     anthropic_error,
@@ -29,16 +39,6 @@ from _fake_provider import (
     openai_completion,
     openai_error,
     openai_tool_call,
-)
-from agentledger import Agent, AgentBuilder, AgentStatus, FunctionTool, Role, StepType, Usage
-from agentledger.ledger import Ledger
-from agentledger.llm import (
-    AnthropicMessages,
-    HttpProvider,
-    OpenAIChat,
-    Price,
-    PriceTable,
-    RetryPolicy,
 )
 
 SYSTEM = "You answer questions about the weather."

@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from _ledger_support import Database
 from agentledger import (
     AgentBuilder,
     AgentState,
@@ -26,6 +25,7 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.ledger import Database
 
 QUESTION = "What is the weather in Paris and in Oslo?"
 SYSTEM_PROMPT = "You are a weather assistant."

@@ -16,11 +16,16 @@ from alembic.migration import MigrationContext
 from click.testing import CliRunner
 from sqlalchemy import inspect
 
-from _migration_harness import FTS_PREFIX, VERSION_TABLE, Database, record_representative_runs
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
 from agentledger.ledger.schema import ddl
+from support.migration_harness import (
+    FTS_PREFIX,
+    VERSION_TABLE,
+    Database,
+    record_representative_runs,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMA = ROOT / "schema"

@@ -3,7 +3,7 @@ SIGKILLed anywhere in the tree leaves every conversation of it clean, and recove
 tree whole: abandoned, every run of it is ``interrupted``; resumed, it completes without a
 second copy of any subagent.
 
-A child process (``_subagent_crash_child.py``) runs the tree and kills itself; this process
+A child process (``support.subagent_crash_child``) runs the tree and kills itself; this process
 recovers through the public API (``Ledger.recover("abandon")``, ``Agent.recover``) with agents
 built exactly like the child's, and checks the database with SQL. The models answer from the
 request (the tool results they see), so they go on from wherever the ledger says a run got to.
@@ -17,7 +17,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from _crash_child import (
+from agentledger import AgentStatus, Spend, Usage
+from agentledger.ledger import Ledger, RunTree
+from support.crash_child import (
     FULL_ANSWER,
     TOOL_STEPS,
     connect,
@@ -25,7 +27,7 @@ from _crash_child import (
     rows,
     scalar,
 )
-from _subagent_crash_child import (
+from support.subagent_crash_child import (
     BOOM_RESULT,
     CHILD_ANSWER,
     CHILD_TASK,
@@ -45,8 +47,6 @@ from _subagent_crash_child import (
     spawn_then_crash_agent,
     tree_agent,
 )
-from agentledger import AgentStatus, Spend, Usage
-from agentledger.ledger import Ledger, RunTree
 
 # --- reading the database ------------------------------------------------------------------------
 

@@ -17,7 +17,23 @@ from click.testing import CliRunner
 from hypothesis import Phase, given, settings
 from hypothesis import strategies as st
 
-from _subagent_support import (
+from agentledger import (
+    AgentBuilder,
+    AgentStatus,
+    ExecutionBudget,
+    Role,
+    Spend,
+    StepType,
+    StopReason,
+    SubagentPolicy,
+    SubagentSpec,
+    Usage,
+)
+from agentledger.cli import cli
+from agentledger.ledger import Ledger
+from agentledger.llm import InferenceRequest, InferenceResponse
+from support.databases import BACKENDS, postgres_database, sqlite_url
+from support.subagents import (
     SECRET,
     SPAWN,
     TOKEN_COLUMNS,
@@ -36,21 +52,6 @@ from _subagent_support import (
     tool_messages,
     usage,
 )
-from agentledger import (
-    AgentBuilder,
-    AgentStatus,
-    ExecutionBudget,
-    Role,
-    Spend,
-    StepType,
-    StopReason,
-    SubagentPolicy,
-    SubagentSpec,
-    Usage,
-)
-from agentledger.cli import cli
-from agentledger.ledger import Ledger
-from agentledger.llm import InferenceRequest, InferenceResponse
 
 QUESTION = "What is the capital of France? Have it looked up."
 TASK = "Look up the capital of France in the archive."
@@ -742,10 +743,7 @@ def spec_and_scripts(node: Node, name: str, scripts: dict[str, Script]) -> Subag
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ],
+    params=BACKENDS,
 )
 def fresh_database(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
@@ -753,17 +751,10 @@ def fresh_database(
     """A factory of fresh, empty databases, one per hypothesis example."""
     server = request.getfixturevalue("pg_server") if request.param == "postgresql" else None
 
-    @contextlib.contextmanager
-    def new() -> Iterator[str]:
+    def new() -> contextlib.AbstractContextManager[str]:
         if server is None:
-            yield f"sqlite:///{(tmp_path_factory.mktemp('tree') / 'ledger.db').as_posix()}"
-            return
-        url = server.create_database()
-        try:
-            yield url
-        finally:
-            with contextlib.suppress(Exception):
-                server.drop_database(url)
+            return contextlib.nullcontext(sqlite_url(tmp_path_factory.mktemp("tree")))
+        return postgres_database(server)
 
     return new
 

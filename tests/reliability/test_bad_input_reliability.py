@@ -26,7 +26,6 @@ which reads cannot see). A difference that nothing finds fails the test.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import random
 import re
@@ -39,11 +38,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _invariants import violations
-from _sizes import size
 
-from _crash_child import connect, rows
-from _migration_harness import record_representative_runs
 from agentledger import (
     AgentBuilder,
     AgentLedgerError,
@@ -56,6 +51,11 @@ from agentledger import (
 from agentledger._text import find_unstorable, printable
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support.crash_child import connect, rows
+from support.databases import BACKENDS, fresh_database
+from support.invariants import violations
+from support.migration_harness import record_representative_runs
+from support.sizes import size
 
 NASTY = {
     "NUL": "before\x00after",
@@ -68,26 +68,12 @@ NASTY = {
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ],
+    params=BACKENDS,
 )
 def ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
     """One ledger per backend for the module; every case runs on conversations of its own."""
-    if request.param == "sqlite":
-        directory = request.getfixturevalue("tmp_path_factory").mktemp("bad")
-        with Ledger.open(directory / "ledger.db") as opened:
-            yield opened
-        return
-    server = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        with Ledger.open(url) as opened:
-            yield opened
-    finally:
-        with contextlib.suppress(Exception):
-            server.drop_database(url)
+    with fresh_database(request.param, request) as url, Ledger.open(url) as opened:
+        yield opened
 
 
 def raw_url(ledger: Ledger) -> str:

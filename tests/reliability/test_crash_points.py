@@ -1,15 +1,16 @@
 """Every write of a run, killed. A child process dies at each named crash point of
-``_crash_points.POINTS`` (begin; a step's tool, rows, buffer and COMMIT; the answer step; each
-statement of the commit; after the commit before ``run`` returns; inside and after a resume's
-claim; inside and after an abandon), by ``os._exit`` and by SIGKILL, on SQLite and PostgreSQL.
+``support.crash_points.POINTS`` (begin; a step's tool, rows, buffer and COMMIT; the answer step;
+each statement of the commit; after the commit before ``run`` returns; inside and after a
+resume's claim; inside and after an abandon), by ``os._exit`` and by SIGKILL, on SQLite and
+PostgreSQL.
 
 After every kill the run is either open (running, its steps and buffer as far as they were
 committed, the conversation holding nothing of it but the user message) or finished (buffer
 empty, the answer once), as the point says; the run the child acknowledged before is still
-completed; the invariants (``_invariants.violations``) hold. Then the database is copied and the
-run recovered both ways: resumed in the original (one answer; every tool ran at least once, with
-the same idempotency key each time) and abandoned in the copy (interrupted, the conversation
-without half a run). A kill during a recovery is finished by the next recovery.
+completed; the invariants (``support.invariants.violations``) hold. Then the database is copied
+and the run recovered both ways: resumed in the original (one answer; every tool ran at least
+once, with the same idempotency key each time) and abandoned in the copy (interrupted, the
+conversation without half a run). A kill during a recovery is finished by the next recovery.
 
 Last, a resume and an abandon race for one stale run in two processes: exactly one wins. On
 PostgreSQL an abandon that finds the run resumed or finished meanwhile leaves it alone, and the
@@ -31,7 +32,22 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import pytest
-from _crash_points import (
+from sqlalchemy import event
+from sqlalchemy.engine import make_url
+
+import agentledger
+from agentledger import AgentLedgerError, AgentStatus, UsageError
+from agentledger.ledger import Ledger
+from support.crash_child import (
+    FULL_ANSWER,
+    QUESTION,
+    TOOL_STEPS,
+    build_agent,
+    connect,
+    read_side_file,
+    rows,
+)
+from support.crash_points import (
     BY_NAME,
     FOLLOW_UP,
     KILL_MODES,
@@ -43,23 +59,8 @@ from _crash_points import (
     run_forked_together,
     wait_until,
 )
-from _invariants import violations
-from _sizes import size
-from sqlalchemy import event
-from sqlalchemy.engine import make_url
-
-import agentledger
-from _crash_child import (
-    FULL_ANSWER,
-    QUESTION,
-    TOOL_STEPS,
-    build_agent,
-    connect,
-    read_side_file,
-    rows,
-)
-from agentledger import AgentLedgerError, AgentStatus, UsageError
-from agentledger.ledger import Ledger
+from support.invariants import violations
+from support.sizes import size
 
 ACKNOWLEDGED_TURN = [("user", QUESTION), ("assistant", FULL_ANSWER)]
 """The run each child finishes (and acknowledges) before the one it dies in."""

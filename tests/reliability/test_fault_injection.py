@@ -22,12 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
-from _invariants import violations
 from sqlalchemy import Engine, event
 
-from _crash_child import FULL_ANSWER, QUESTION, build_agent, connect, rows
 from agentledger import Agent, AgentLedgerError, RunResult
 from agentledger.ledger import Ledger
+from support.crash_child import FULL_ANSWER, QUESTION, build_agent, connect, rows
+from support.databases import BACKENDS, fresh_database
+from support.invariants import violations
 
 MARK = "injected fault"
 """In the message of every error this module injects: the caller must see it."""
@@ -143,28 +144,16 @@ class LostAcknowledgement:
 
 @pytest.fixture(
     scope="module",
-    params=[
-        pytest.param("sqlite", id="sqlite"),
-        pytest.param("postgresql", id="postgresql", marks=pytest.mark.postgresql),
-    ],
+    params=BACKENDS,
 )
 def ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
     """One ledger per backend, shared by the cases (each on a conversation of its own): a
     fresh PostgreSQL database per case would dominate the run time."""
-    if request.param == "sqlite":
-        directory = request.getfixturevalue("tmp_path_factory").mktemp("faults")
-        url = f"sqlite:///{(directory / 'ledger.db').as_posix()}"
-        with Ledger.open(url, lease_seconds=LEASE_SECONDS) as opened:
-            yield opened
-        return
-    server = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        with Ledger.open(url, lease_seconds=LEASE_SECONDS) as opened:
-            yield opened
-    finally:
-        with contextlib.suppress(Exception):
-            server.drop_database(url)
+    with (
+        fresh_database(request.param, request) as url,
+        Ledger.open(url, lease_seconds=LEASE_SECONDS) as opened,
+    ):
+        yield opened
 
 
 def raw_url(ledger: Ledger) -> str:

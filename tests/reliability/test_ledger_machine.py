@@ -27,8 +27,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from _invariants import violations
-from _sizes import size
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -39,7 +37,6 @@ from hypothesis.stateful import (
     run_state_machine_as_test,
 )
 
-from _crash_child import connect, rows
 from agentledger import (
     Agent,
     AgentBuilder,
@@ -55,6 +52,9 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse
+from support.crash_child import connect, rows
+from support.invariants import violations
+from support.sizes import size
 
 START = datetime(2030, 1, 1, 12, 0, tzinfo=UTC)
 LEASE_SECONDS = 3600.0

@@ -1,4 +1,5 @@
-"""Many writers: processes running the mixed workload (``_workload.py``) on one database at once.
+"""Many writers: processes running the mixed workload (``support.workload``) on one database at
+once.
 
 SQLite: eight writers and two readers on one file. A writer runs on its own conversations and,
 now and then, on two shared ones, where a second run fails fast with ``ConversationBusyError``
@@ -21,21 +22,21 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
-from _invariants import violations
-from _sizes import seconds
-from _workload import (
+
+from agentledger.ledger import Ledger
+from support.crash_child import connect, rows
+from support.invariants import violations
+from support.postgres import PostgresServer
+from support.sizes import seconds
+from support.workload import (
     DISCONNECTED,
-    Zygote,
+    ForkServer,
     answer_problems,
     build_agent,
     journals,
     read_journal,
     run_all,
 )
-
-from _crash_child import connect, rows
-from _postgres import PostgresServer
-from agentledger.ledger import Ledger
 
 WRITERS = 8
 READERS = 2
@@ -71,8 +72,8 @@ def test_eight_writers_and_two_readers_on_one_sqlite_file_never_meet_a_locked_da
         f"reader-{n}": {"role": "reader", "url": url, "seconds": SQLITE_SECONDS, "seed": 100 + n}
         for n in range(READERS)
     }
-    with Zygote(tmp_path) as zygote:
-        results = run_all(zygote, specs, timeout=SQLITE_SECONDS + 60)
+    with ForkServer(tmp_path) as fork_server:
+        results = run_all(fork_server, specs, timeout=SQLITE_SECONDS + 60)
 
     writers = {n: r for n, r in results.items() if n.startswith("writer")}
     readers = {n: r for n, r in results.items() if n.startswith("reader")}
@@ -138,7 +139,7 @@ def test_four_writers_on_postgresql_survive_a_server_restart_and_lose_no_acknowl
         f"writer-{n}": {**writer, "seed": n, "journal": str(journal_files[n])}
         for n in range(PG_WRITERS)
     }
-    with Zygote(tmp_path) as zygote:
+    with ForkServer(tmp_path) as fork_server:
         restarted: dict[str, float] = {}
 
         def restart_in_the_middle() -> None:
@@ -148,7 +149,9 @@ def test_four_writers_on_postgresql_survive_a_server_restart_and_lose_no_acknowl
             own_pg_server.restart()
             restarted["back"] = time.time()
 
-        results = run_all(zygote, specs, timeout=PG_SECONDS + 60, meanwhile=restart_in_the_middle)
+        results = run_all(
+            fork_server, specs, timeout=PG_SECONDS + 60, meanwhile=restart_in_the_middle
+        )
 
     wrote = totals(results)
     for busy in ("ledger_busy", "locked", "busy_own"):

@@ -4,9 +4,9 @@
 ``_migrate.locked`` opens, so every revision of an upgrade commits together): a process killed
 anywhere in an upgrade must leave the database exactly as it was (the old revision, its schema,
 every row), never half way, and the next ``Ledger.open`` finishes the job. A child process
-(``_crash_points``'s ``upgrade`` role) upgrades a ledger filled at the previous revision with the
-migration harness's representative rows and dies at its n-th schema write, for every n, and at
-its COMMIT; the same for a first migration of an empty database. Then four processes open one
+(``support.crash_points``'s ``upgrade`` role) upgrades a ledger filled at the previous revision
+with the migration harness's representative rows and dies at its n-th schema write, for every n,
+and at its COMMIT; the same for a first migration of an empty database. Then four processes open one
 old ledger at once: they all succeed, one of them migrates, the others wait for it; and when
 the one holding the migration lock is killed, the others carry on.
 """
@@ -20,16 +20,22 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
-from _crash_points import COMMIT, KILL_MODES, expected_status, run_forked, run_forked_together
-from _invariants import violations
-from _sizes import SOAK
 
-import _migration_harness as harness
-from _migration_harness import Database, Rows
+import support.migration_harness as harness
 from agentledger import AgentBuilder
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.crash_points import (
+    COMMIT,
+    KILL_MODES,
+    expected_status,
+    run_forked,
+    run_forked_together,
+)
+from support.invariants import violations
+from support.migration_harness import Database, Rows
+from support.sizes import SOAK
 
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)

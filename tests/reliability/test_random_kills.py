@@ -2,14 +2,14 @@
 after another, with parallel tool calls, with subagents) SIGKILLed at random moments, then
 recovered, over and over on one database.
 
-Each round forks a fresh workload child (``_workload.py``), lets it run for a random time
+Each round forks a fresh workload child (``support.workload``), lets it run for a random time
 (seeded: the seed is in the report line and in every failure; set ``AGENTLEDGER_KILL_SEED`` to
 replay it), SIGKILLs it, and recovers what it left in flight, abandoning it
 (``Ledger.recover("abandon")``) and resuming it (``Agent.recover``, with the child's very agent)
 in turn. After every round, on the cumulative database: every invariant holds
-(:func:`_invariants.violations`), no run is left in flight, every run the children acknowledged
-is completed with exactly the answer they were given, and every completed run (resumed ones
-too) has the answer its text calls for.
+(:func:`support.invariants.violations`), no run is left in flight, every run the children
+acknowledged is completed with exactly the answer they were given, and every completed run
+(resumed ones too) has the answer its text calls for.
 """
 
 from __future__ import annotations
@@ -20,13 +20,12 @@ import time
 from collections import Counter
 from typing import Any
 
-from _invariants import violations
-from _sizes import size
-from _workload import Zygote, answer_problems, build_agent, expected_answer, read_journal
-
-from _crash_child import connect, rows
 from agentledger import AgentStatus
 from agentledger.ledger import Ledger
+from support.crash_child import connect, rows
+from support.invariants import violations
+from support.sizes import size
+from support.workload import ForkServer, answer_problems, build_agent, expected_answer, read_journal
 
 KILLS = size(30, 1000)
 MAX_DELAY = 0.3
@@ -69,11 +68,11 @@ def test_a_mixed_workload_killed_at_random_moments_keeps_every_invariant_after_e
     acknowledged: list[dict[str, Any]] = []
     tally: Counter[str] = Counter()
     began = time.monotonic()
-    with Ledger.open(db_url) as ledger, Zygote(tmp_path) as zygote:
+    with Ledger.open(db_url) as ledger, ForkServer(tmp_path) as fork_server:
         agent = build_agent(ledger)
         for kill in range(KILLS):
             journal = tmp_path / f"journal-{kill}.jsonl"
-            pid = zygote.spawn(
+            pid = fork_server.spawn(
                 {
                     "role": "mixed",
                     "name": f"k{kill}",
@@ -83,7 +82,7 @@ def test_a_mixed_workload_killed_at_random_moments_keeps_every_invariant_after_e
                 }
             )
             time.sleep(rng.uniform(0, MAX_DELAY))
-            ended = zygote.kill(pid)
+            ended = fork_server.kill(pid)
             where = f"kill {kill}, {replay}"
             assert ended.killed, f"{where}: the child ended before its kill\n{ended.describe()}"
 

@@ -7,12 +7,12 @@ import sqlite3
 from typing import Any
 
 import pytest
-from _invariants import violations
-from _workload import build_agent
 from sqlalchemy import event
 
 from agentledger import AgentStatus, LedgerUnavailableError
 from agentledger.ledger import Ledger
+from support.invariants import violations
+from support.workload import build_agent
 
 
 def test_a_subagent_cut_off_by_a_database_error_fails_its_parent_and_the_tree_resumes_whole(

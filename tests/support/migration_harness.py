@@ -556,25 +556,3 @@ def check_upgrade_keeps_rows(url: str, previous: str, revision: str, rows: Rows)
     with Database(url) as database:
         assert database.versions() == [previous]
         assert database.snapshot(before_columns) == before
-
-
-# --- databases shared by the tests of a module ---------------------------------------------------
-
-BACKENDS = ["sqlite", "postgresql"]
-
-
-@contextlib.contextmanager
-def shared_database(backend: str, request: Any) -> Iterator[str]:
-    """A fresh database for a module-scoped fixture (``db_url`` is per test): a SQLite file, or
-    a new database on the session's PostgreSQL server. For tests that only read."""
-    if backend == "sqlite":
-        directory = request.getfixturevalue("tmp_path_factory").mktemp("shared")
-        yield f"sqlite:///{(directory / 'ledger.db').as_posix()}"
-        return
-    server = request.getfixturevalue("pg_server")
-    url = server.create_database()
-    try:
-        yield url
-    finally:
-        with contextlib.suppress(Exception):
-            server.drop_database(url)

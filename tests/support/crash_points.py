@@ -14,7 +14,7 @@ count the write transactions of the phase (``begin`` with the ledger's write opt
 main thread, so a heartbeat never counts) and kill at a statement of the n-th one
 (``before_cursor_execute``), at its ``commit`` event (every statement sent, no COMMIT yet), or
 as soon as the driver's COMMIT returns (the dialect's ``do_commit``, wrapped); the scenario's
-tool (from ``_crash_child``) kills inside itself. A kill is ``os._exit(70)`` or SIGKILL.
+tool (from ``support.crash_child``) kills inside itself. A kill is ``os._exit(70)`` or SIGKILL.
 
 Children are forked from a forkserver that has agentledger, SQLAlchemy and psycopg imported
 already, so a child starts in a few milliseconds instead of a second: one alone
@@ -39,8 +39,9 @@ from typing import Any, Literal, NoReturn
 
 from sqlalchemy import Engine, event
 
-import _crash_child
-from _crash_child import (
+from agentledger.ledger import Ledger
+from support import crash_child
+from support.crash_child import (
     CHILD_TIMEOUT,
     QUESTION,
     Finished,
@@ -49,7 +50,6 @@ from _crash_child import (
     summary,
     write_json,
 )
-from agentledger.ledger import Ledger
 
 FOLLOW_UP = "Three more facts, please."
 """The user message of the run that is killed (the acknowledged one asked ``QUESTION``)."""
@@ -393,7 +393,7 @@ def crash_point(spec: dict[str, Any]) -> dict[str, Any]:
     """Play ``spec["point"]`` with kill mode ``spec["kill"]``; returns only if never tripped."""
     point, mode = BY_NAME[spec["point"]], spec["kill"]
     side_file = Path(spec["side_file"])
-    _crash_child.die = lambda: kill(mode)  # the scenario's tool dies the way we say
+    crash_child.die = lambda: kill(mode)  # the scenario's tool dies the way we say
     with Ledger.open(spec["url"], lease_seconds=spec.get("lease_seconds", 60.0)) as ledger:
         if point.phase == "run":
             plain, _ = build_agent(ledger, side_file=side_file)
@@ -457,7 +457,7 @@ def upgrade(spec: dict[str, Any]) -> dict[str, Any]:
 
 ROLES: dict[str, Callable[[dict[str, Any]], Any]] = {
     "crash-point": crash_point,
-    "resume": _crash_child.resume,
+    "resume": crash_child.resume,
     "abandon": abandon,
     "upgrade": upgrade,
 }
@@ -465,7 +465,7 @@ ROLES: dict[str, Callable[[dict[str, Any]], Any]] = {
 
 def play(spec: dict[str, Any]) -> None:
     """Play the spec's role; write ``{"ok": ...}`` or ``{"error": ...}`` to its result file."""
-    _crash_child.play_role(ROLES, spec)
+    crash_child.play_role(ROLES, spec)
 
 
 def _forked(spec: dict[str, Any], output: str) -> None:
@@ -489,7 +489,7 @@ PRELOAD = [
 ]
 """What the forkserver imports once, so that its children start warm. (Not this module: the
 forkserver does not get the tests' directories on its path; each child imports this module
-and ``_crash_child``, which are light once these are loaded.)"""
+and ``support.crash_child``, which are light once these are loaded.)"""
 
 _FORKSERVER: list[Any] = []
 
@@ -530,8 +530,8 @@ def run_forked(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
 
 
 def run_forked_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
-    """``_crash_child.run_together`` with forked children: start them, let each get ready,
-    release them all at once through the go file (``_crash_child.barrier``), wait for all."""
+    """``crash_child.run_together`` with forked children: start them, let each get ready,
+    release them all at once through the go file (``crash_child.barrier``), wait for all."""
     go = workdir / "go"
     processes = {}
     for name, spec in specs.items():

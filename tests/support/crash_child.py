@@ -1,6 +1,7 @@
 """A child process for the crash-recovery and concurrent-writer tests.
 
-Run as ``python tests/_crash_child.py SPEC.json``. The spec says which role to play:
+Run as ``python -m support.crash_child SPEC.json`` (:func:`run_child` and :func:`run_together` start
+it so, from any working directory). The spec says which role to play:
 
 ``crash``
     Run the scripted scenario once on a new conversation and SIGKILL this process at ``point``:
@@ -57,6 +58,7 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support import child_environment, module_command
 
 TOOL_STEPS = 3
 """Steps that call a tool before the model answers: the answer is step ``TOOL_STEPS``."""
@@ -299,14 +301,17 @@ class Finished:
         return f"exit status {self.returncode}\n--- stderr ---\n{self.stderr[-4000:]}"
 
 
-def _start(
-    spec: dict[str, Any], workdir: Path, name: str, script: Path | None = None
-) -> subprocess.Popen[str]:
+MODULE = "support.crash_child"
+"""What the children run, unless a caller names another module playing its roles."""
+
+
+def _start(spec: dict[str, Any], workdir: Path, name: str, module: str) -> subprocess.Popen[str]:
     spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
     spec_file = workdir / f"{name}.spec.json"
     spec_file.write_text(json.dumps(spec), encoding="utf-8")
     return subprocess.Popen(
-        [sys.executable, str(script or Path(__file__).resolve()), str(spec_file)],
+        module_command(module, str(spec_file)),
+        env=child_environment(),
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -328,16 +333,14 @@ def _finish(process: subprocess.Popen[str], workdir: Path, name: str, deadline: 
     return Finished(process.returncode, stdout, stderr, result)
 
 
-def run_child(
-    spec: dict[str, Any], workdir: Path, name: str, script: Path | None = None
-) -> Finished:
-    """Run one child to its end (or its kill)."""
-    process = _start(spec, workdir, name, script)
+def run_child(spec: dict[str, Any], workdir: Path, name: str, module: str = MODULE) -> Finished:
+    """Run one child of ``module`` to its end (or its kill)."""
+    process = _start(spec, workdir, name, module)
     return _finish(process, workdir, name, time.monotonic() + CHILD_TIMEOUT)
 
 
 def run_together(
-    specs: dict[str, dict[str, Any]], workdir: Path, script: Path | None = None
+    specs: dict[str, dict[str, Any]], workdir: Path, module: str = MODULE
 ) -> dict[str, Finished]:
     """Start the children, let them get ready (imports, connections), then release them all
     at the same instant through a go file; wait for every one of them."""
@@ -345,7 +348,7 @@ def run_together(
     processes = {}
     for name, spec in specs.items():
         ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start({**spec, **ready}, workdir, name, script)
+        processes[name] = _start({**spec, **ready}, workdir, name, module)
     deadline = time.monotonic() + CHILD_TIMEOUT
     try:
         while not all((workdir / f"{name}.ready").exists() for name in specs):

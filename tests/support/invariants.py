@@ -1,7 +1,7 @@
 """The invariants every ledger keeps after any fault, read with SQL from the database itself.
 
 :func:`violations` returns every way a database breaks them (empty when it keeps them all):
-the rules of runs as transactions (:func:`_crash_child.ledger_violations`: one user message
+the rules of runs as transactions (:func:`crash_child.ledger_violations`: one user message
 per run, one answer per completed run and none in an unfinished one, no trace in a separated
 conversation, contiguous ``seq`` and step indexes, totals equal to the steps' sums, no buffer
 outside running or failed runs, no lease held by an ended run, ``integrity_check`` and
@@ -18,8 +18,8 @@ from typing import Any
 
 from sqlalchemy import inspect
 
-from _crash_child import connect, ledger_violations, rows
 from agentledger.ledger._checksum import mismatches
+from support.crash_child import connect, ledger_violations, rows
 
 
 def violations(url: str, *, separated: bool = True) -> list[str]:

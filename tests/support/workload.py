@@ -19,10 +19,11 @@ depends on its user text, whose first word is its kind:
 Every run a child acknowledges (``Agent.run`` returned) is appended to its journal file, synced,
 right after ``run`` returns: whatever happens next, the parent knows the run was acknowledged.
 
-Children are forked from a *zygote* (``python _workload.py zygote``): a process that imports
-agentledger once and then forks a child per request, in milliseconds, so a test can start and
-SIGKILL a thousand of them. The zygote opens no database and starts no thread; each child opens
-its own ledger after the fork. The roles a child can play:
+Children are forked from a fork server (``python -m support.workload serve``, started by
+:class:`ForkServer`): a process that imports agentledger once and then forks a child per
+request, in milliseconds, so a test can start and SIGKILL a thousand of them. The fork server
+opens no database and starts no thread; each child opens its own ledger after the fork. The
+roles a child can play:
 
 ``mixed``
     runs of every kind on a handful of conversations (new ones now and then), forever, until
@@ -38,7 +39,7 @@ its own ledger after the fork. The roles a child can play:
     through a run's commit.
 
 A child other than ``mixed`` writes ``{"ok": ...}`` or ``{"error": ...}`` to its result file.
-The parent's side is at the bottom of this file: :class:`Zygote`, :func:`run_all`, the journals,
+The parent's side is at the bottom of this file: :class:`ForkServer`, :func:`run_all`, the journals,
 and :func:`answer_problems`, which checks the database against the journals and the answers.
 """
 
@@ -81,8 +82,11 @@ from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse
 from agentledger.messages import Role
 from agentledger.subagents import SPAWN_TOOL_NAME
+from support import child_environment, module_command
+from support.crash_child import connect, rows, write_json
 
-SCRIPT = Path(__file__).resolve()
+MODULE = "support.workload"
+"""What :class:`ForkServer` runs: ``python -m support.workload serve``."""
 KINDS = ("chat", "tools", "parallel", "team")
 FACTS = 3
 """Lookups a ``tools`` or ``parallel`` run makes."""
@@ -249,7 +253,7 @@ def mixed(spec: dict[str, Any]) -> None:
     with Ledger.open(spec["url"], lease_seconds=spec.get("lease_seconds", 60.0)) as ledger:
         agent = build_agent(ledger)
         turn = 0
-        while time.monotonic() < deadline and os.getppid() == spec["zygote"]:
+        while time.monotonic() < deadline and os.getppid() == spec["fork_server_pid"]:
             recent = [c.id for c in ledger.conversations(kind="main", limit=RECENT)]
             new = len(recent) < RECENT // 2 or rng.random() < 0.15
             conversation_id = None if new else rng.choice(recent)
@@ -420,16 +424,10 @@ def barrier(spec: dict[str, Any]) -> None:
         time.sleep(0.002)
 
 
-def write_json(path: Path, payload: Any) -> None:
-    partial = path.with_name(path.name + ".partial")
-    partial.write_text(json.dumps(payload), encoding="utf-8")
-    os.replace(partial, path)
+# --- the fork server ---------------------------------------------------------------------------
 
 
-# --- the zygote --------------------------------------------------------------------------------
-
-
-def zygote() -> None:
+def serve() -> None:
     """Serve the parent on stdin/stdout, one JSON line each way: ``{"spawn": spec}`` forks a
     child playing ``spec["role"]`` and answers its pid; ``{"poll": pid}`` answers whether it
     ended and how (reaping it). At EOF, kill the children still running and exit."""
@@ -445,7 +443,7 @@ def zygote() -> None:
     for line in sys.stdin:
         command = json.loads(line)
         if "spawn" in command:
-            pid = _fork({**command["spawn"], "zygote": os.getpid()})
+            pid = _fork({**command["spawn"], "fork_server_pid": os.getpid()})
             children.add(pid)
             _reply({"pid": pid})
         else:
@@ -499,7 +497,7 @@ def _fork(spec: dict[str, Any]) -> int:
         random.seed(spec.get("seed"))
         code = _play(spec)
     finally:
-        os._exit(code)  # never back into the zygote's loop, nor its exit handlers
+        os._exit(code)  # never back into the fork server's loop, nor its exit handlers
 
 
 def _play(spec: dict[str, Any]) -> int:
@@ -546,16 +544,17 @@ class Ended:
         return f"child {self.pid} ended by {how}\n--- its output ---\n{self.log[-4000:]}"
 
 
-class Zygote:
-    """The parent's handle on a zygote process: ``spawn`` children, ``kill`` and ``wait`` them."""
+class ForkServer:
+    """The parent's handle on a fork server: ``spawn`` children, ``kill`` and ``wait`` them."""
 
     TIMEOUT = 60.0
 
     def __init__(self, workdir: Path) -> None:
         self.workdir = workdir
-        self._stderr = (workdir / "zygote.err").open("wb")
+        self._stderr = (workdir / "fork-server.err").open("wb")
         self._process = subprocess.Popen(
-            [sys.executable, str(SCRIPT), "zygote"],
+            module_command(MODULE, "serve"),
+            env=child_environment(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=self._stderr,
@@ -603,7 +602,7 @@ class Zygote:
         self._process.stdout.close()
         self._stderr.close()
 
-    def __enter__(self) -> Zygote:
+    def __enter__(self) -> ForkServer:
         return self
 
     def __exit__(self, *exc: object) -> None:
@@ -616,17 +615,17 @@ class Zygote:
             stdin.write(json.dumps(command) + "\n")
             stdin.flush()
         if not self._selector.select(self.TIMEOUT):
-            raise AssertionError(f"the zygote did not answer {command} within {self.TIMEOUT}s")
+            raise AssertionError(f"the fork server did not answer {command} within {self.TIMEOUT}s")
         line = stdout.readline()
         if not line:
-            err = (self.workdir / "zygote.err").read_text(errors="replace")
-            raise AssertionError(f"the zygote died\n--- its stderr ---\n{err[-4000:]}")
+            err = (self.workdir / "fork-server.err").read_text(errors="replace")
+            raise AssertionError(f"the fork server died\n--- its stderr ---\n{err[-4000:]}")
         reply: dict[str, Any] = json.loads(line)
         return reply
 
 
 def run_all(
-    zygote: Zygote,
+    fork_server: ForkServer,
     specs: dict[str, dict[str, Any]],
     timeout: float,
     *,
@@ -634,14 +633,14 @@ def run_all(
 ) -> dict[str, dict[str, Any]]:
     """Fork every child, release them at once, do ``meanwhile`` (while they run), wait for them
     all; their result payloads."""
-    go = zygote.workdir / "go"
+    go = fork_server.workdir / "go"
     pids = {
-        name: zygote.spawn(
+        name: fork_server.spawn(
             {
                 **spec,
                 "name": name,
                 "go_file": str(go),
-                "result_file": str(zygote.workdir / f"{name}.result.json"),
+                "result_file": str(fork_server.workdir / f"{name}.result.json"),
             }
         )
         for name, spec in specs.items()
@@ -649,11 +648,14 @@ def run_all(
     go.touch()
     if meanwhile is not None:
         meanwhile()
-    return {name: _result_of(zygote, name, zygote.wait(pid, timeout)) for name, pid in pids.items()}
+    return {
+        name: _result_of(fork_server, name, fork_server.wait(pid, timeout))
+        for name, pid in pids.items()
+    }
 
 
-def _result_of(zygote: Zygote, name: str, ended: Ended) -> dict[str, Any]:
-    path = zygote.workdir / f"{name}.result.json"
+def _result_of(fork_server: ForkServer, name: str, ended: Ended) -> dict[str, Any]:
+    path = fork_server.workdir / f"{name}.result.json"
     assert ended.code == 0 and path.exists(), ended.describe()
     result: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
     assert "ok" in result, f"{name}: {result['error']['traceback']}"
@@ -667,8 +669,6 @@ def journals(paths: Iterable[Path]) -> list[dict[str, Any]]:
 
 def runs_as_stored(url: str) -> dict[str, tuple[str, str | None, list[tuple[str, str]]]]:
     """Every run: its status, its parent, and its conversation messages as (role, content)."""
-    from _crash_child import connect, rows  # the parent's side only: tests/ is on its path
-
     stored: dict[str, tuple[str, str | None, list[tuple[str, str]]]] = {}
     with connect(url) as conn:
         for run_id, status, parent in rows(
@@ -715,6 +715,6 @@ def answer_problems(url: str, acknowledged: list[dict[str, Any]]) -> list[str]:
 
 
 if __name__ == "__main__":
-    if sys.argv[1:] != ["zygote"]:
-        sys.exit("usage: python _workload.py zygote")
-    zygote()
+    if sys.argv[1:] != ["serve"]:
+        sys.exit(f"usage: python -m {MODULE} serve")
+    serve()

@@ -1,6 +1,7 @@
 """A child process for the subagent crash-recovery and concurrency tests.
 
-Run as ``python tests/_subagent_crash_child.py SPEC.json``. The spec says which role to play:
+Run as ``python -m support.subagent_crash_child SPEC.json`` (:func:`run_child` and
+:func:`run_together` start it so). The spec says which role to play:
 
 ``tree-crash``
     Run a three-level tree (root → child → grandchild) on a new conversation; the grandchild's
@@ -31,20 +32,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import _crash_child
-from _crash_child import (
-    FULL_ANSWER,
-    Finished,
-    barrier,
-    die,
-    lookup_tool,
-    play_role,
-    rendezvous,
-    scripted_model,
-    summary,
-    tool_results_of_this_run,
-    write_json,
-)
 from agentledger import (
     Agent,
     AgentBuilder,
@@ -58,6 +45,20 @@ from agentledger import (
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from agentledger.subagents import SPAWN_TOOL_NAME
+from support import crash_child
+from support.crash_child import (
+    FULL_ANSWER,
+    Finished,
+    barrier,
+    die,
+    lookup_tool,
+    play_role,
+    rendezvous,
+    scripted_model,
+    summary,
+    tool_results_of_this_run,
+    write_json,
+)
 
 Model = Callable[[InferenceRequest], InferenceResponse]
 
@@ -348,17 +349,17 @@ def main(argv: list[str]) -> int:
 
 
 def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
-    """Run one child of this script to its end (or its kill)."""
-    return _crash_child.run_child(spec, workdir, name, SCRIPT)
+    """Run one child of this module to its end (or its kill)."""
+    return crash_child.run_child(spec, workdir, name, MODULE)
 
 
 def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
-    """Start children of this script and release them at once (``_crash_child.run_together``)."""
-    return _crash_child.run_together(specs, workdir, SCRIPT)
+    """Start children of this module and release them at once (``crash_child.run_together``)."""
+    return crash_child.run_together(specs, workdir, MODULE)
 
 
-read_lines = _crash_child.read_side_file
-SCRIPT = Path(__file__).resolve()
+read_lines = crash_child.read_side_file
+MODULE = "support.subagent_crash_child"
 
 
 if __name__ == "__main__":
