@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentledger._ids import new_id  # the ledger's id scheme, so rows and indexes match
+from agentledger.values import new_id  # the ledger's id scheme, so rows and indexes match
 
 from ._common import ANSWER, MODEL, RESULT, TOOL_NAME, USAGE, call_arguments, call_id
 
@@ -58,7 +58,7 @@ INSERT_STEP = _insert(
     "id run_id step_index step_type model finish_reason started_at finished_at duration_ms "
     "input_tokens output_tokens cache_read_tokens cache_write_tokens reasoning_tokens cost_usd "
     "should_continue stop_reason decided_by outcome_detail final_response_required error "
-    "message_id content tool_calls reasoning metadata",
+    "message_id content reasoning metadata tool_call_count",
 )
 INSERT_TOOL = _insert(
     "tool_executions",
@@ -334,9 +334,9 @@ def _step_row(
         "error": None,
         "message_id": assistant["id"],
         "content": assistant["content"],
-        "tool_calls": assistant["tool_calls"],
         "reasoning": None,
         "metadata": NULL_JSON,
+        "tool_call_count": len(calls),
     }
 
 
@@ -372,7 +372,7 @@ TABLES = (
 )
 JSON_COLUMNS = {
     "conversation_messages": ("tool_calls", "metadata"),
-    "step_executions": ("tool_calls", "metadata"),
+    "step_executions": ("metadata",),
     "tool_executions": ("arguments", "validated_arguments", "metadata"),
     "agent_runs": ("budget",),
 }

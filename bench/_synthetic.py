@@ -94,7 +94,7 @@ COLUMNS = {
     "step_executions": "id run_id step_index step_type model finish_reason started_at "
     "finished_at duration_ms input_tokens output_tokens cache_read_tokens cache_write_tokens "
     "reasoning_tokens cost_usd should_continue stop_reason decided_by outcome_detail "
-    "final_response_required error message_id content tool_calls reasoning metadata",
+    "final_response_required error message_id content reasoning metadata tool_call_count",
     "tool_executions": "id run_id step_id step_index position tool_call_id tool_name arguments "
     "validated_arguments result is_error error started_at finished_at duration_ms child_run_id "
     "metadata",
@@ -339,7 +339,7 @@ class _Synthesizer:
                 *(step_id, run.id, index, kind, run.model.name, finish, _stamp(start)),
                 *(_stamp(end), (end - start) / 1000, *usage, cost, kind == "tool_use"),
                 *(stop, decided, detail, False, error, message_id, content),
-                *(json.dumps(calls) if calls else None, None, None),
+                *(None, None, len(calls)),
             )
         )
 

@@ -42,6 +42,12 @@ def question(turn: int) -> str:
     return f"question {turn}"
 
 
+def recorder_of(ledger: Ledger) -> Any:
+    """What records runs in ``ledger``: the recorder it hands out, or (in agentledger before
+    0.2) the ledger itself. The benchmark runs against the version before too."""
+    return getattr(ledger, "recorder", ledger)
+
+
 def _agent(recorder: Recorder) -> Agent:
     """The agent of every turn: scripted model, ``lookup``, the builder's defaults."""
     builder = AgentBuilder().with_llm(ScriptedLLM(script(TOOL_STEPS, 1))).with_tools([lookup])
@@ -60,16 +66,17 @@ class Prepared:
     begun: AgentState | None = None
     user: Message | None = None
     agent_name: str = ""
-    steps: list[tuple[AgentState, AgentState]] = field(default_factory=list)
+    steps: list[tuple[Any, ...]] = field(default_factory=list)
+    """The arguments of each ``record_step`` call, as given."""
     final: AgentState | None = None
 
-    def replay(self, recorder: Recorder) -> str:
+    def replay(self, recorder: Any) -> str:
         """The same calls, in the same order, on ``recorder``; the conversation id."""
         assert self.begun is not None and self.final is not None
         recorder.load_conversation(self.loaded)
         recorder.begin_run(self.begun, user_message=self.user, agent_name=self.agent_name)
-        for before, after in self.steps:
-            recorder.record_step(before, after)
+        for arguments in self.steps:
+            recorder.record_step(*arguments)
         recorder.commit_run(self.final)
         return self.final.conversation_id
 
@@ -100,8 +107,8 @@ class Tape:
         self.prepared.begun, self.prepared.user = state, user_message
         self.prepared.agent_name = agent_name
 
-    def record_step(self, before: AgentState, after: AgentState) -> None:
-        self.prepared.steps.append((before, after))
+    def record_step(self, *arguments: Any) -> None:
+        self.prepared.steps.append(arguments)
 
     def commit_run(self, state: AgentState) -> None:
         self.prepared.final = self.conversation = state
@@ -162,10 +169,12 @@ def _agent_turn(ledger: Ledger) -> Callable[[int, str | None], Callable[[], str]
 
 
 def _recorded_turn(ledger: Ledger, tape: Tape) -> Callable[[int, str | None], Callable[[], str]]:
+    recorder = recorder_of(ledger)
+
     def make(turn: int, conversation_id: str | None) -> Callable[[], str]:
         _agent(tape).run(question(turn), conversation_id)  # in memory, before the clock starts
         prepared = tape.prepared
-        return lambda: prepared.replay(ledger)
+        return lambda: prepared.replay(recorder)
 
     return make
 
@@ -223,7 +232,7 @@ class Loads:
         ledger = self._ledger or Ledger.open(self.path, migrate=False)
         try:
             started = time.perf_counter()
-            state = ledger.load_conversation(self.conversation_id)
+            state = recorder_of(ledger).load_conversation(self.conversation_id)
             elapsed = time.perf_counter() - started
         finally:
             if ledger is not self._ledger:

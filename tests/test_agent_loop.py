@@ -544,7 +544,7 @@ def test_a_refused_model_response_still_counts_the_tokens_and_cost_it_spent(weat
     step = failed.state.current_step
     assert step.usage == spent and step.cost_usd == 0.25
     assert step.model == "m\\x00"  # diagnostics, escaped; the text itself is not kept
-    assert step.inference_response is not None and step.inference_response.content == ""
+    assert step.assistant_message is None  # no message: its text is not kept
     assert failed.usage == spent
 
 

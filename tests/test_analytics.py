@@ -45,7 +45,7 @@ from agentledger import (
     tool,
 )
 from agentledger.analytics import Analytics, attach_statement, export_parquet, script
-from agentledger.context import estimate_tokens
+from agentledger.core import estimate_tokens
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
@@ -1387,12 +1387,16 @@ def test_completeness_counts_unfinished_runs_and_unpriced_steps(
         # Runs whose process died after one step: one abandoned by recover(), one left running.
         doomed = agent("doomed", answer("Half way.", usage=usage(3, 1), cost_usd=0.125), model="z")
         state = begin_by_hand(doomed, ledger, "Keep going.")
-        ledger.record_step(state, doomed.step(state))
-        (interrupted,) = ledger.recover("abandon", stale_after=0)
+        after = doomed.step(state)
+        ledger.recorder.record_step(after.run_id, after.current_execution, after.filed_since(state))
+        (interrupted,) = ledger.recover(stale_after=0)
         clock.now = DAY_ONE + timedelta(hours=1)
         busy = agent("busy", answer("Half way.", usage=usage(7, 1), cost_usd=0.25), model="z")
         running = begin_by_hand(busy, ledger, "Keep going.")
-        ledger.record_step(running, busy.step(running))
+        after = busy.step(running)
+        ledger.recorder.record_step(
+            after.run_id, after.current_execution, after.filed_since(running)
+        )
         # ...and a run whose process died before its first step.
         fresh = begin_by_hand(agent("fresh", model="z"), ledger, "Start.")
     assert (done.status, failed.status) == (AgentStatus.COMPLETED, AgentStatus.FAILED)

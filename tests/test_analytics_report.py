@@ -24,9 +24,10 @@ from click.testing import CliRunner, Result
 import support.migration_harness as harness
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage, tool
 from agentledger.analytics import Analytics, build_report
-from agentledger.analytics._report import bucket_unit, cost_text
+from agentledger.analytics._format import cost_text
+from agentledger.analytics._report import bucket_unit
 from agentledger.cli import cli
-from agentledger.demo import build_agent, converse_recorded
+from agentledger.cli.demo import build_agent, converse_recorded
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 

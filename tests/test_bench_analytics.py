@@ -66,7 +66,7 @@ def close(ours: object, theirs: object) -> bool:
     return ours == pytest.approx(theirs, rel=1e-9)
 
 
-def mismatches(ours: dict[str, object], theirs: dict[str, object]) -> dict[str, tuple]:
+def damaged_rows(ours: dict[str, object], theirs: dict[str, object]) -> dict[str, tuple]:
     return {c: (ours[c], theirs[c]) for c in ours if not close(ours[c], theirs[c])}
 
 
@@ -124,7 +124,7 @@ def test_sqlite_alone_gives_duckdbs_run_rollup_for_every_run(built):
     assert duck.keys() == lite.keys()
     assert len(duck) == RUNS
     for run_id, numbers in duck.items():
-        assert mismatches(lite[run_id], numbers) == {}, run_id
+        assert damaged_rows(lite[run_id], numbers) == {}, run_id
     assert any(row["inclusive_cost_usd"] is None for row in duck.values())
     assert any(row["inclusive_unpriced_steps"] for row in duck.values())
 
@@ -153,7 +153,7 @@ def test_sqlite_alone_gives_duckdbs_tool_stats_for_every_tool(built):
     assert duck.keys() == {tool.name for tool in _synthetic.TOOLS} | {_synthetic.SPAWN}
     assert lite.keys() == duck.keys()
     for tool, numbers in duck.items():
-        assert mismatches(lite[tool], numbers) == {}, tool
+        assert damaged_rows(lite[tool], numbers) == {}, tool
 
 
 def test_the_ledger_reads_the_same_inclusive_usage_from_the_synthetic_rows(built):

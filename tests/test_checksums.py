@@ -28,7 +28,7 @@ import support.migration_harness as harness
 from agentledger import AgentBuilder, LedgerCorruptError, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
-from agentledger.ledger._checksum import ADDED, COVERED, checksum, checksum_over
+from agentledger.ledger.checksums import ADDED, COVERED, checksum, checksum_over
 from agentledger.ledger.tables import (
     agent_runs,
     context_compactions,
@@ -212,7 +212,7 @@ def test_every_row_of_a_real_run_is_sealed_with_the_checksum_of_its_columns(reco
 
 def test_a_run_is_sealed_when_it_ends_and_not_before(recorded):
     with Ledger.open(recorded.url, migrate=False) as ledger:
-        assert ledger.recover("abandon", stale_after=0)
+        assert ledger.recover(stale_after=0)
     (row,) = [r for r in typed_rows(recorded.url, agent_runs) if r["id"] == recorded.running_run_id]
     assert row["status"] == "interrupted"
     assert row["checksum"] == checksum(agent_runs, row)
@@ -366,7 +366,7 @@ def test_values_whose_form_a_backend_changes_verify_as_written(db_url):
     with Ledger.open(db_url, migrate=False) as ledger:
         assert ledger.verify() == []
         public_view(ledger, conversation_id, run_id)  # no LedgerCorruptError
-        read = ledger.conversation(conversation_id).metadata
+        read = ledger.conversation(conversation_id).metadata_
         assert numbers_alike(read) == numbers_alike(TRICKY)  # 1e23 may come back as 10**23
     (stored,) = typed_rows(db_url, conversations)
     as_written = {
@@ -426,7 +426,7 @@ READS: dict[str, Read] = {
     "conversation": lambda ledger, r: ledger.conversation(r.conversation_id),
     "conversations": lambda ledger, r: ledger.conversations(),
     "messages": lambda ledger, r: ledger.messages(r.conversation_id),
-    "load_conversation": lambda ledger, r: ledger.load_conversation(r.conversation_id),
+    "load_conversation": lambda ledger, r: ledger.recorder.load_conversation(r.conversation_id),
     "run": lambda ledger, r: ledger.run(r.run_id),
     "runs": lambda ledger, r: ledger.runs(r.conversation_id),
     "all runs": lambda ledger, r: ledger.runs(),
@@ -434,7 +434,7 @@ READS: dict[str, Read] = {
     "steps": lambda ledger, r: ledger.steps(r.run_id),
     "trace_messages": lambda ledger, r: ledger.trace_messages(r.run_id),
     "tool_executions": lambda ledger, r: ledger.tool_executions(r.run_id),
-    "run_result": lambda ledger, r: ledger.run_result(r.run_id),
+    "run_result": lambda ledger, r: ledger.recorder.run_result(r.run_id),
     "buffer": lambda ledger, r: ledger.buffer(r.running_run_id),
 }
 

@@ -11,8 +11,7 @@ from typing import Any
 import pytest
 
 from agentledger import AgentBuilder, Message, ToolCall, tool
-from agentledger._ids import new_id
-from agentledger.context import (
+from agentledger.core import (
     CHARS_PER_TOKEN,
     MASKED_KEY,
     TOKENS_PER_MESSAGE,
@@ -30,8 +29,7 @@ from agentledger.errors import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
-from agentledger.messages import Role
-from agentledger.usage import Usage
+from agentledger.values import Role, Usage, new_id
 from support.ledger import Database
 
 RESULT_CHARS = 2_000
@@ -397,9 +395,9 @@ def test_a_conversation_is_not_compacted_while_a_run_holds_it(db, db_url):
         first = agent.run(turn(0))
         agent.run(turn(1), first.conversation_id)
         snapshot = db.rows("SELECT * FROM conversation_messages ORDER BY seq")
-        state = ledger.load_conversation(first.conversation_id)
+        state = ledger.recorder.load_conversation(first.conversation_id)
         running = state.model_copy(update={"run_id": new_id(), "status": "running"})
-        ledger.begin_run(running, user_message=None, agent_name="other")
+        ledger.recorder.begin_run(running, user_message=None, agent_name="other")
 
         with pytest.raises(ConversationBusyError, match="a run is in progress"):
             agent.compact(first.conversation_id, force=True)
@@ -412,9 +410,9 @@ def test_another_handle_sees_the_summary_at_its_next_load(db_url):
         agent = summarizing_agent(writer, ScriptedLLM([answer_of] * 2), ScriptedLLM([summary_of]))
         first = agent.run(turn(0))
         agent.run(turn(1), first.conversation_id)
-        before = reader.load_conversation(first.conversation_id).messages_for_inference()
+        before = reader.recorder.load_conversation(first.conversation_id).messages_for_inference()
         compaction = agent.compact(first.conversation_id, force=True)
-        after = reader.load_conversation(first.conversation_id).messages_for_inference()
+        after = reader.recorder.load_conversation(first.conversation_id).messages_for_inference()
     assert len(before) == 4
     assert compaction is not None
     assert [m.id for m in after] == [compaction.summary_id, *(m.id for m in before[2:])]

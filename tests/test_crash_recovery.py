@@ -9,7 +9,7 @@ b. at the start of the model call of step 2, after step 1 was recorded;
 c. in the middle of the run's commit transaction (on ``DELETE FROM execution_buffer_rows``);
 d. after ``run`` returned, the run committed.
 
-This process then recovers the run through the public API (``Ledger.recover("abandon")``,
+This process then recovers the run through the public API (``Ledger.recover()``,
 ``Agent.recover`` / ``Agent.resume``) and checks the database with SQL.
 """
 
@@ -159,9 +159,9 @@ def lease_holder(url: str, conversation_id: str) -> str | None:
 def abandon(url: str, crashed: Crashed) -> None:
     """Abandon the crashed run, check what that leaves, and that the conversation goes on."""
     with Ledger.open(url) as ledger:
-        abandoned = ledger.recover("abandon", stale_after=0)
+        abandoned = ledger.recover(stale_after=0)
         assert [(r.id, r.status) for r in abandoned] == [(crashed.run_id, "interrupted")]
-        assert ledger.recover("abandon", stale_after=0) == []
+        assert ledger.recover(stale_after=0) == []
         assert lease_holder(url, crashed.conversation_id) is None
         assert buffer_size(url, crashed.run_id) == 0
         assert conversation(url, crashed.conversation_id) == [("user", QUESTION)]
@@ -280,7 +280,7 @@ def test_a_killed_run_keeps_its_lease_until_it_expires_and_is_abandoned_after(db
         assert expires is not None
         agent, _ = build_agent(ledger)
         assert ledger.stale_runs() == []
-        assert ledger.recover("abandon") == []
+        assert ledger.recover() == []
         with pytest.raises(ConversationBusyError):
             agent.resume(crashed.run_id)
         with pytest.raises(ConversationBusyError):
@@ -292,7 +292,7 @@ def test_a_killed_run_keeps_its_lease_until_it_expires_and_is_abandoned_after(db
         while not ledger.stale_runs() and time.monotonic() < deadline:
             time.sleep(0.1)
         assert datetime.now(UTC) >= expires
-        abandoned = ledger.recover("abandon")
+        abandoned = ledger.recover()
     assert [r.id for r in abandoned] == [crashed.run_id]
     assert run_status(db_url, crashed.run_id) == "interrupted"
     assert conversation(db_url, crashed.conversation_id) == [("user", QUESTION)]  # no follow-up
@@ -347,7 +347,7 @@ def test_a_crash_after_the_commit_leaves_nothing_to_recover_either_way(db_url, t
     with Ledger.open(db_url) as ledger:
         agent, llm = build_agent(ledger, side_file=crashed.side_file)
         assert ledger.stale_runs(stale_after=0) == []
-        assert ledger.recover("abandon", stale_after=0) == []
+        assert ledger.recover(stale_after=0) == []
         assert agent.recover(stale_after=0) == []
         assert llm.requests == []
     assert run_status(db_url, crashed.run_id) == "completed"

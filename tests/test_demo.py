@@ -8,7 +8,7 @@ from rich.console import Console
 
 from agentledger import AgentStatus, Role, StepType
 from agentledger.cli import cli
-from agentledger.demo import TEAM_TURN, TURNS, run_demo
+from agentledger.cli.demo import TEAM_TURN, TURNS, run_demo
 
 
 def test_the_demo_keeps_the_conversation_clean_over_three_turns(tmp_path):

@@ -1,16 +1,30 @@
-"""``__all__`` is the public API: sorted, and exactly the public names a package exports."""
+"""``__all__`` is the public API: sorted, and exactly the public names a package exports, for
+the door (``agentledger``) and every public subpackage."""
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
 import types
 
 import pytest
 
 import agentledger
-import agentledger.analytics
-import agentledger.llm
 
 INCLUDED_PRIVATE_MEMBERS = {"__version__"}
+
+
+def public_packages() -> list[types.ModuleType]:
+    """``agentledger`` and every package below it whose name has no private part."""
+    found = [agentledger]
+    for info in pkgutil.walk_packages(agentledger.__path__, "agentledger."):
+        if info.ispkg and not any(p.startswith("_") for p in info.name.split(".")):
+            found.append(importlib.import_module(info.name))
+    return found
+
+
+PACKAGES = public_packages()
+IDS = [p.__name__ for p in PACKAGES]
 
 
 def isort_style(name: str) -> tuple[int, str]:
@@ -23,8 +37,9 @@ def isort_style(name: str) -> tuple[int, str]:
 
 
 def exported_names(package: types.ModuleType) -> set[str]:
-    """Public names bound in ``package``, leaving out its own submodules."""
-    return {
+    """Public names bound in ``package`` or loaded by it when first used, leaving out its own
+    submodules."""
+    bound = {
         name
         for name, value in vars(package).items()
         if (not name.startswith("_") or name in INCLUDED_PRIVATE_MEMBERS)
@@ -33,29 +48,72 @@ def exported_names(package: types.ModuleType) -> set[str]:
             and value.__name__.startswith(f"{package.__name__}.")
         )
     }
+    lazy = set(getattr(package, "_LAZY", {}))
+    return bound | lazy | (INCLUDED_PRIVATE_MEMBERS & set(package.__all__))
 
 
-@pytest.mark.parametrize(
-    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
-)
+def test_every_public_subpackage_is_covered():
+    assert set(IDS) >= {
+        "agentledger",
+        "agentledger.values",
+        "agentledger.core",
+        "agentledger.recording",
+        "agentledger.loop",
+        "agentledger.drivers",
+        "agentledger.llm",
+        "agentledger.ledger",
+        "agentledger.analytics",
+        "agentledger.cli",
+    }
+
+
+@pytest.mark.parametrize("package", PACKAGES, ids=IDS)
 def test_all_is_sorted(package):
     assert package.__all__ == sorted(package.__all__, key=isort_style)
 
 
-@pytest.mark.parametrize(
-    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
-)
+@pytest.mark.parametrize("package", PACKAGES, ids=IDS)
 def test_all_names_exactly_the_public_members(package):
     assert len(set(package.__all__)) == len(package.__all__)
     assert set(package.__all__) == exported_names(package)
 
 
-@pytest.mark.parametrize(
-    "package", [agentledger, agentledger.llm, agentledger.analytics], ids=lambda p: p.__name__
-)
+@pytest.mark.parametrize("package", PACKAGES, ids=IDS)
 def test_everything_in_all_can_be_imported(package):
     for name in package.__all__:
         assert getattr(package, name) is not None
+
+
+def test_the_door_exports_what_a_user_needs():
+    from agentledger import (  # noqa: F401
+        Agent,
+        AgentBuilder,
+        Analytics,
+        AnthropicMessages,
+        InferenceResponse,
+        Ledger,
+        OpenAIChat,
+        ScriptedLLM,
+        tool,
+    )
+
+
+def test_the_door_gives_the_same_objects_as_the_packages_that_define_them():
+    from agentledger.analytics import Analytics
+    from agentledger.ledger import Ledger
+    from agentledger.llm import OpenAIChat, ScriptedLLM
+    from agentledger.values import InferenceResponse
+
+    assert agentledger.Ledger is Ledger
+    assert agentledger.Analytics is Analytics
+    assert agentledger.OpenAIChat is OpenAIChat
+    assert agentledger.ScriptedLLM is ScriptedLLM
+    assert agentledger.InferenceResponse is InferenceResponse
+
+
+def test_an_unknown_name_is_an_attribute_error():
+    with pytest.raises(AttributeError, match="no attribute 'Nope'"):
+        agentledger.Nope  # noqa: B018
 
 
 def test_the_version_is_a_string():

@@ -107,7 +107,6 @@ def test_no_module_imports_another_packages_private_modules():
         for imported in graph().modules
         if private(imported)
         for importer in graph().find_modules_that_directly_import(imported)
-        if not importer.startswith(package_of(imported) + ".")
-        and importer != package_of(imported)
+        if not importer.startswith(package_of(imported) + ".") and importer != package_of(imported)
     )
     assert reached_into == []

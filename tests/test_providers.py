@@ -1031,16 +1031,17 @@ def test_a_429_waits_as_long_as_the_server_asks_then_succeeds(
 def test_a_retry_after_http_date_waits_until_that_time(
     api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
-    when = datetime.now(UTC) + timedelta(seconds=30)
-    header = email.utils.format_datetime(when, usegmt=True)
+    now = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
+    header = email.utils.format_datetime(now + timedelta(seconds=30), usegmt=True)
     server = Server(
         status(429, api.error("slow down"), **{"retry-after": header}), api.answer("ok")
     )
+    policy = RetryPolicy(sleep=sleeps.append, clock=lambda: now)
 
-    connect(api, server).complete(ask())
+    connect(api, server, retry=policy).complete(ask())
 
     (slept,) = sleeps
-    assert 28.0 < slept <= 30.0
+    assert slept == 30.0
 
 
 @pytest.mark.parametrize("api", APIS)

@@ -487,7 +487,18 @@ def test_a_multi_step_tool_run_speaks_the_wire_format_and_is_recorded(
     for row, usage, cost in zip(step_rows, api.step_usage, api.step_costs, strict=True):
         assert {name: row[name] for name in Usage.model_fields} == usage.model_dump()
         assert row["cost_usd"] == pytest.approx(cost)
-    assert [[c["id"] for c in r["tool_calls"] or ()] for r in step_rows] == [[p, lo], [t], []]
+    calls = db.rows(
+        "SELECT s.step_index, t.tool_call_id FROM step_executions s "
+        "LEFT JOIN tool_executions t ON t.step_id = s.id "
+        "WHERE s.run_id = :r ORDER BY s.step_index, t.position",
+        r=result.run_id,
+    )
+    called = [
+        [c["tool_call_id"] for c in calls if c["step_index"] == i and c["tool_call_id"]]
+        for i in range(3)
+    ]
+    assert called == [[p, lo], [t], []]
+    assert [r["tool_call_count"] for r in step_rows] == [2, 1, 0]
     assert step_rows[0]["content"] == "Let me check both cities."
     assert step_rows[2]["content"] == ANSWER
     tool_rows = db.rows(
@@ -838,13 +849,17 @@ def test_invalid_tool_call_json_is_answered_with_an_error_the_model_sees(
     assert tools[0]["validated_arguments"] is None
     assert tools[0]["result"] == second[3]["content"]
     assert tools[0]["error"] is not None and "not a JSON object" in tools[0]["error"]
-    step = db.row(
-        "SELECT tool_calls FROM step_executions WHERE run_id = :r AND step_index = 0",
+    call = db.row(
+        "SELECT tool_call_id, tool_name, arguments, metadata FROM tool_executions "
+        "WHERE run_id = :r AND step_index = 0 AND position = 0",
         r=result.run_id,
     )
-    assert step["tool_calls"] == [
-        {"id": "call_bad", "name": "get_weather", "arguments": {}, "raw_arguments": raw}
-    ]
+    assert (call["tool_call_id"], call["tool_name"], call["arguments"]) == (
+        "call_bad",
+        "get_weather",
+        {},
+    )
+    assert call["metadata"]["raw_arguments"] == raw
 
 
 # -- prices ----------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ tree whole: abandoned, every run of it is ``interrupted``; resumed, it completes
 second copy of any subagent.
 
 A child process (``support.subagent_crash_child``) runs the tree and kills itself; this process
-recovers through the public API (``Ledger.recover("abandon")``, ``Agent.recover``) with agents
+recovers through the public API (``Ledger.recover()``, ``Agent.recover``) with agents
 built exactly like the child's, and checks the database with SQL. The models answer from the
 request (the tool results they see), so they go on from wherever the ledger says a run got to.
 """
@@ -202,11 +202,11 @@ def test_a_tree_abandoned_after_a_crash_in_its_grandchild_is_interrupted_at_ever
     crashed = crash_a_tree(db_url, tmp_path)
 
     with Ledger.open(db_url) as ledger:
-        abandoned = ledger.recover("abandon", stale_after=0)
+        abandoned = ledger.recover(stale_after=0)
         assert sorted((r.id, r.status) for r in abandoned) == sorted(
             (crashed.runs[level], "interrupted") for level in LEVELS
         )
-        assert ledger.recover("abandon", stale_after=0) == []
+        assert ledger.recover(stale_after=0) == []
         assert ledger.stale_runs(stale_after=0) == []
 
     with connect(db_url) as conn:

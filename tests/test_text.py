@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from agentledger import ToolCall, UnstorableTextError, UsageError
-from agentledger._text import Unstorable, check_storable, find_unstorable, printable
 from agentledger.llm import InferenceResponse
+from agentledger.values import Unstorable, check_storable, find_unstorable, printable
 
 VALID = [
     "",

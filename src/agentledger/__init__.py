@@ -13,10 +13,9 @@ them), ``recording`` (the recorder interface), ``loop`` (the agent loop), ``driv
 recorder interface, ``analytics`` reads the ledger's tables, and ``cli`` sits on everything.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from .errors import (
     AgentLedgerError,
@@ -76,7 +75,7 @@ from .values import (
     Verdict,
 )
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from .analytics import Analytics
     from .builder import (
         AgentBuilder,
@@ -273,11 +272,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     if name == "__version__":
-        value: Any = _version()
+        value: _Any = _version()
     elif name in _LAZY:
-        value = getattr(importlib.import_module(_LAZY[name]), name)
+        value = getattr(_importlib.import_module(_LAZY[name]), name)
     else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
     globals()[name] = value

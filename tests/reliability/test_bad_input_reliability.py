@@ -48,9 +48,9 @@ from agentledger import (
     UnstorableTextError,
     tool,
 )
-from agentledger._text import find_unstorable, printable
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from agentledger.values import find_unstorable, printable
 from support.crash_child import connect, rows
 from support.databases import BACKENDS, fresh_database
 from support.invariants import violations

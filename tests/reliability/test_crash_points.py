@@ -267,12 +267,12 @@ def resume_it(url: str, killed: Killed) -> None:
 
 
 def abandon_it(url: str, killed: Killed) -> None:
-    """``Ledger.recover("abandon")`` interrupts an open run, flushes its buffer and frees the
+    """``Ledger.recover()`` interrupts an open run, flushes its buffer and frees the
     conversation, which keeps no part of the run; it leaves a finished run (or none) alone."""
     point = killed.point
     with Ledger.open(url) as ledger:
-        abandoned = [(r.id, r.status) for r in ledger.recover("abandon", stale_after=0)]
-        assert ledger.recover("abandon", stale_after=0) == []
+        abandoned = [(r.id, r.status) for r in ledger.recover(stale_after=0)]
+        assert ledger.recover(stale_after=0) == []
     if point.left != "open":
         assert abandoned == []
         assert_left_as_the_point_says(url, killed)
@@ -442,7 +442,7 @@ def test_an_abandon_never_turns_a_run_that_committed_meanwhile_into_an_interrupt
 
     with Ledger.open(db_url) as abandoner:
         event.listen(abandoner.engine, "after_cursor_execute", resume_now)
-        abandoned = abandoner.recover("abandon", stale_after=0)
+        abandoned = abandoner.recover(stale_after=0)
     resumed[0].join(60)
 
     status = look(db_url, killed.conversation_id).runs[killed.run_id]

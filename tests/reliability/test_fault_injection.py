@@ -8,7 +8,7 @@ the K-th COMMIT of the run go through and then raises, as a connection that drop
 acknowledgement arrives: the caller sees an error for work that was done.
 
 After every fault the invariants hold (``violations(url) == []``), and after the recovery a
-caller can do with the public API (ask again, ``Agent.resume``, or ``Ledger.recover("abandon")``
+caller can do with the public API (ask again, ``Agent.resume``, or ``Ledger.recover()``
 then ask again) the conversation holds exactly one answer, no half run and no buffer.
 """
 
@@ -181,14 +181,14 @@ def recover_as_a_caller(agent: Agent, ledger: Ledger, conversation_id: str) -> R
         return agent.run(QUESTION, conversation_id)
     last = runs[-1]
     if last.status == "completed":
-        return ledger.run_result(last.id)
+        return ledger.recorder.run_result(last.id)
     return agent.resume(last.id, stale_after=0)
 
 
 def abandon_then_ask_again(agent: Agent, ledger: Ledger, conversation_id: str) -> RunResult:
     """An operator's recovery: abandon the stale runs (conversations stay clean), and the
     caller asks again."""
-    for run in ledger.recover("abandon", stale_after=0):
+    for run in ledger.recover(stale_after=0):
         assert run.status == "interrupted", run
     assert [m.role for m in ledger.messages(conversation_id)] == ["user"] * len(
         ledger.runs(conversation_id)
@@ -385,7 +385,7 @@ def test_a_database_that_goes_away_at_any_point_of_a_run_leaves_nothing_half_wri
         f"{ledger.dialect}: every statement, COMMIT and ROLLBACK failed from statement N on, "
         f"N=1..{total}; the caller saw: {tally.errors_line()}; the fault left: "
         f"{tally.left_line()}; once the database was back, Agent.resume (even N) or "
-        "recover('abandon') + ask again (odd N): one answer each, no buffer, invariants held"
+        "recover() + ask again (odd N): one answer each, no buffer, invariants held"
     )
 
 

@@ -4,7 +4,7 @@ Two ledger handles on one database drive runs the way ``Agent.run`` does (the re
 interface, one transaction per call: ``begin_run``, ``record_step`` after each
 ``Agent.step``, ``commit_run`` or ``fail_run``), interleaved at random with whole runs
 (``Agent.run``), takeovers (``claim_run``, ``Agent.resume``, with and without
-``stale_after=0``), abandons (``Ledger.recover("abandon")``), time passing beyond the leases,
+``stale_after=0``), abandons (``Ledger.recover()``), time passing beyond the leases,
 and crashes (a handle dropped without closing and a new one opened on the same database).
 
 The model is dictionaries and lists: each conversation's messages, each run's status, steps,
@@ -220,7 +220,7 @@ def ledger_machine(
             too, the lease being lost) and let the run go."""
             state, _ = handle.driving.pop(run_id)
             with contextlib.suppress(Exception):
-                handle.ledger.fail_run(state, "lease lost")
+                handle.ledger.recorder.fail_run(state, "lease lost")
 
         def check(self, what: str, expected: str, got: str) -> None:
             tally[f"{what}: {got}"] += 1
@@ -259,12 +259,14 @@ def ledger_machine(
         def begin_run(self, h: int, new: bool, pick: int, text: str) -> None:
             handle = self.handles[h]
             conversation_id = self.target(new, pick)
-            loaded = handle.ledger.load_conversation(conversation_id)
+            loaded = handle.ledger.recorder.load_conversation(conversation_id)
             user = Message(role=Role.USER, content=text, created_at=self.clock())
             state = handle.agent.begin(loaded.with_messages(loaded.messages().append(user)))
             expected = "ConversationBusyError" if self.busy(conversation_id) else "done"
             got = outcome_of(
-                lambda: handle.ledger.begin_run(state, user_message=user, agent_name="machine")
+                lambda: handle.ledger.recorder.begin_run(
+                    state, user_message=user, agent_name="machine"
+                )
             )
             self.check("begin_run", expected, got)
             if got != "done":
@@ -314,7 +316,11 @@ def ledger_machine(
             after = handle.agent.step(state)
             handle.puppet.queue = []
             expected = "done" if self.holds(run_id, token) else "LeaseLostError"
-            got = outcome_of(lambda: handle.ledger.record_step(state, after))
+            got = outcome_of(
+                lambda: handle.ledger.recorder.record_step(
+                    after.run_id, after.current_execution, after.filed_since(state)
+                )
+            )
             self.check("record_step", expected, got)
             if got != "done":
                 self.lose(handle, run_id)
@@ -363,7 +369,7 @@ def ledger_machine(
             if self.step(handle, run_id, ConnectionError("the model is down")) != "done":
                 return
             state, _ = handle.driving.pop(run_id)
-            got = outcome_of(lambda: handle.ledger.fail_run(settled(state)))
+            got = outcome_of(lambda: handle.ledger.recorder.fail_run(settled(state)))
             self.check("fail_run", "done", got)
             run = self.runs[run_id]
             run.status = "failed"
@@ -383,7 +389,7 @@ def ledger_machine(
                 self.step(handle, run_id, InferenceResponse(content="too late"))
                 return
             expected = "done" if self.holds(run_id, token) else "LeaseLostError"
-            got = outcome_of(lambda: handle.ledger.commit_run(settled(state)))
+            got = outcome_of(lambda: handle.ledger.recorder.commit_run(settled(state)))
             self.check("commit_run", expected, got)
             if got != "done":
                 self.lose(handle, run_id)
@@ -478,7 +484,9 @@ def ledger_machine(
             expected = self.claimable(run_id, stale_after)
             what = f"claim_run of the {self.runs[run_id].status} run"
             got = outcome_of(
-                lambda: claimed.append(handle.ledger.claim_run(run_id, stale_after=stale_after))
+                lambda: claimed.append(
+                    handle.ledger.recorder.claim_run(run_id, stale_after=stale_after)
+                )
             )
             self.check(what, expected, got)
             if got == "done":
@@ -526,7 +534,7 @@ def ledger_machine(
                 )
                 if run.status == "running" and stale:
                     expected.add(run.id)
-            abandoned = handle.ledger.recover("abandon", stale_after=stale_after)
+            abandoned = handle.ledger.recover(stale_after=stale_after)
             assert {r.id for r in abandoned} == expected
             assert all(r.status == "interrupted" for r in abandoned)
             tally[f"abandoned {'some' if expected else 'none'}"] += 1

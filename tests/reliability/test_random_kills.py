@@ -5,7 +5,7 @@ recovered, over and over on one database.
 Each round forks a fresh workload child (``support.workload``), lets it run for a random time
 (seeded: the seed is in the report line and in every failure; set ``AGENTLEDGER_KILL_SEED`` to
 replay it), SIGKILLs it, and recovers what it left in flight, abandoning it
-(``Ledger.recover("abandon")``) and resuming it (``Agent.recover``, with the child's very agent)
+(``Ledger.recover()``) and resuming it (``Agent.recover``, with the child's very agent)
 in turn. After every round, on the cumulative database: every invariant holds
 (:func:`support.invariants.violations`), no run is left in flight, every run the children
 acknowledged is completed with exactly the answer they were given, and every completed run
@@ -90,7 +90,7 @@ def test_a_mixed_workload_killed_at_random_moments_keeps_every_invariant_after_e
             tally.update(left)
             tally["kills mid-run"] += bool(left)
             if kill % 2 == 0:
-                abandoned = ledger.recover("abandon", stale_after=0)
+                abandoned = ledger.recover(stale_after=0)
                 assert len(abandoned) == left.total(), (where, left, abandoned)
                 assert {r.status for r in abandoned} <= {"interrupted"}, where
                 tally["abandoned"] += len(abandoned)
@@ -101,7 +101,7 @@ def test_a_mixed_workload_killed_at_random_moments_keeps_every_invariant_after_e
                     assert result.status is AgentStatus.COMPLETED, (where, result.error)
                     assert result.answer == expected_answer(user_text(db_url, result.run_id))
                 tally["resumed"] += len(resumed)
-            assert ledger.recover("abandon", stale_after=0) == [], where
+            assert ledger.recover(stale_after=0) == [], where
             assert in_flight(db_url) == Counter(), where
 
             acknowledged += read_journal(journal)

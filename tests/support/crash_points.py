@@ -7,7 +7,7 @@ a process killed there leaves in the database. A child process plays a point (:f
   is written after ``run`` returned), then a second run on that conversation, and dies at the
   point during the second one;
 - ``resume`` and ``abandon`` points: the child takes over a run a ``run`` child left behind
-  (``Agent.resume``, ``Ledger.recover("abandon")``) and dies at the point during that.
+  (``Agent.resume``, ``Ledger.recover()``) and dies at the point during that.
 
 The points are tripped without touching the library: SQLAlchemy events on the ledger's engine
 count the write transactions of the phase (``begin`` with the ledger's write option, in the
@@ -290,7 +290,7 @@ POINTS: tuple[CrashPoint, ...] = (
     ),
     CrashPoint(
         "abandon-status-sent",
-        "Inside the abandon transaction (Ledger.recover('abandon')), when the run row is "
+        "Inside the abandon transaction (Ledger.recover()), when the run row is "
         "marked interrupted.",
         phase="abandon",
         left="open",
@@ -410,15 +410,15 @@ def crash_point(spec: dict[str, Any]) -> dict[str, Any]:
         if point.phase == "resume":
             agent, _ = build_agent(ledger, side_file=side_file)
             return {"survived": summary(agent.resume(spec["run_id"], stale_after=0))}
-        abandoned = ledger.recover("abandon", stale_after=0)
+        abandoned = ledger.recover(stale_after=0)
         return {"survived": [run.id for run in abandoned]}
 
 
 def abandon(spec: dict[str, Any]) -> list[tuple[str, str]]:
-    """``Ledger.recover("abandon", stale_after=...)`` once every sibling is ready."""
+    """``Ledger.recover(stale_after=...)`` once every sibling is ready."""
     with Ledger.open(spec["url"]) as ledger:
         barrier(spec)
-        return [(run.id, run.status) for run in ledger.recover("abandon", spec.get("stale_after"))]
+        return [(run.id, run.status) for run in ledger.recover(stale_after=spec.get("stale_after"))]
 
 
 SCHEMA_WRITE = re.compile(r"\s*(CREATE|ALTER|DROP|INSERT|UPDATE|DELETE)\b", re.IGNORECASE)

@@ -259,10 +259,10 @@ def build_agent(
 def begin_by_hand(agent: Agent, ledger: Ledger, question: str = QUESTION) -> Any:
     """What ``Agent.run`` does up to its first model call, through the recorder interface:
     the state of the run just begun."""
-    state = ledger.load_conversation(None)
+    state = ledger.recorder.load_conversation(None)
     user = Message.user(question)
     state = agent.begin(state.with_messages(state.messages().append(user)))
-    ledger.begin_run(state, user_message=user, agent_name=agent.name)
+    ledger.recorder.begin_run(state, user_message=user, agent_name=agent.name)
     return state
 
 

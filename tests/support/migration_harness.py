@@ -10,8 +10,13 @@ The representative rows come from real agents recorded by the ledger at the newe
 inline-trace conversation; a run whose model failed; a run whose process "died" after a step
 (it keeps its lease and buffer rows). Columns that no run fills are then given a value by SQL
 (``fill_empty_columns``), so that every column of every table holds something. Copied into a
-database at P, they are projected onto P's columns; a column P has and the newest schema does
-not gets a value made from its type.
+database at P, they are projected onto P's columns: a column P has that a later revision dropped
+because other columns keep its information (``RETIRED``) gets the value it would have held,
+rebuilt from the rows; any other column P has and the newest schema does not gets a value made
+from its type; and every checksum is computed again as P's code wrote it.
+
+A revision that drops a retired column must keep its information: after the upgrade the value
+can still be rebuilt from the rows, and the downgrade restores it exactly.
 
 Migrations are driven through ``agentledger db upgrade|downgrade`` (the command line a user
 runs), and rows are read and written with plain SQL on connections of the harness's own.
@@ -21,7 +26,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -29,14 +35,25 @@ from typing import Any
 
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
-from sqlalchemy import Engine, MetaData, Table, create_engine, inspect, select, text, update
+from sqlalchemy import (
+    Engine,
+    MetaData,
+    Table,
+    column,
+    create_engine,
+    inspect,
+    null,
+    select,
+    text,
+    update,
+)
 from sqlalchemy import types as sqltypes
 
 from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
-from agentledger.ledger._checksum import COVERED, checksum
+from agentledger.ledger.checksums import ADDED, COVERED, checksum_over
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 VERSION_TABLE = "agentledger_version"
@@ -179,14 +196,16 @@ class Database:
 
     def insert(self, rows: Rows) -> None:
         """Write ``rows`` into the tables this database has (at whatever revision it is),
-        projected onto their columns; a NOT NULL column the rows lack gets a made-up value."""
+        projected onto their columns (a retired column rebuilt from the rows, a NOT NULL column
+        the rows lack given a made-up value), and sealed as that revision's code seals them."""
         metadata = self.reflect()
         with self.engine.begin() as conn:
             for table in metadata.sorted_tables:
                 given = rows.get(table.name, [])
-                projected = [_project(table, row) for row in given]
+                projected = [_project(table, row, rows) for row in given]
                 if projected:
                     conn.execute(table.insert(), _parents_first(table, projected))
+            _reseal(conn, metadata)
 
     def fill_empty_columns(
         self, skip: Mapping[str, Sequence[str]] | None = None
@@ -225,16 +244,35 @@ class Database:
 
 
 def _reseal(conn: Any, reflected: MetaData) -> None:
-    """Checksums again for the rows that have one, as the ledger would have written the values
-    filled in (at revisions that have the column)."""
+    """Checksums again for the rows that have one, as the ledger's code at this database's
+    revision would have written them: over the columns the table has (those the newest
+    checksum covers, and the retired ones), in the table's order, with the added ones that
+    differ from their defaults (at revisions that have the column at all)."""
     for name, reflected_table in reflected.tables.items():
         if name not in COVERED or "checksum" not in reflected_table.columns:
             continue
-        table = ledger_tables.metadata.tables[name]
-        for row in conn.execute(select(table).where(table.c.checksum.is_not(None))).mappings():
+        names = [c.name for c in reflected_table.columns]
+        covered = [n for n in names if n in COVERED[name] or (name, n) in RETIRED]
+        added = [n for n in ADDED.get(name, {}) if n in names]
+        typed = [_typed_column(name, n) for n in names]
+        query = select(*typed).select_from(reflected_table).where(column("checksum").is_not(None))
+        for row in conn.execute(query).mappings():
+            changed = [(n, row[n]) for n in added if row[n] != ADDED[name][n]]
             conn.execute(
-                update(table).where(table.c.id == row["id"]).values(checksum=checksum(table, row))
+                update(reflected_table)
+                .where(reflected_table.c.id == row["id"])
+                .values(checksum=checksum_over(covered, row, changed))
             )
+
+
+def _typed_column(table: str, name: str) -> Any:
+    """Column ``name`` of ``table`` read through the type the ledger gives it (a retired column
+    through the type it had), as checksums need it."""
+    model = ledger_tables.metadata.tables[table]
+    if name in model.c:
+        return column(name, model.c[name].type)
+    retired = RETIRED.get((table, name))
+    return column(name, retired.type if retired else sqltypes.NullType())
 
 
 def _holds_a_value(conn: Any, column: Any) -> bool:
@@ -257,12 +295,90 @@ def _sort_key(row: Mapping[str, Any]) -> str:
     return json.dumps(row, sort_keys=True, default=repr)
 
 
-def _project(table: Table, row: Mapping[str, Any]) -> dict[str, Any]:
+def _project(table: Table, row: Mapping[str, Any], rows: Rows) -> dict[str, Any]:
     projected = {c.name: row[c.name] for c in table.columns if c.name in row}
-    for column in table.columns:
-        if column.name not in projected and not column.nullable and column.server_default is None:
-            projected[column.name] = _made_up(column.type, column.name)
+    for col in table.columns:
+        retired = RETIRED.get((table.name, col.name))
+        if col.name in projected:
+            continue
+        if retired is not None:  # no value is SQL NULL, as the ledger wrote it (not JSON null)
+            value = retired.rebuild(rows, row)
+            projected[col.name] = null() if value is None else value
+        elif not col.nullable and col.server_default is None:
+            projected[col.name] = _made_up(col.type, col.name)
     return projected
+
+
+# --- columns dropped because others keep their information --------------------------------------
+
+
+def tool_calls_of(rows: Rows, step: Mapping[str, Any]) -> list[dict[str, Any]] | None:
+    """``step_executions.tool_calls`` as revisions before 0005 held it: the step's calls, as
+    its tool rows hold them (``metadata.raw_arguments`` for arguments that were not JSON)."""
+    tools = sorted(
+        (t for t in rows["tool_executions"] if t["step_id"] == step["id"]),
+        key=lambda t: t["position"],
+    )
+    calls = []
+    for tool_row in tools:
+        call = {
+            "id": tool_row["tool_call_id"],
+            "name": tool_row["tool_name"],
+            "arguments": tool_row["arguments"] or {},
+        }
+        raw = (tool_row["metadata"] or {}).get("raw_arguments")
+        if raw is not None:
+            call["raw_arguments"] = raw
+        calls.append(call)
+    return calls or None
+
+
+@dataclass(frozen=True)
+class Retired:
+    """A column a revision dropped because other columns keep its information."""
+
+    revision: str
+    """The revision that dropped it."""
+    type: Any
+    rebuild: Callable[[Rows, Mapping[str, Any]], Any]
+    """Its value in a row, from the rows of every table (typed, as ``typed_rows`` reads them)."""
+
+
+RETIRED = {
+    ("step_executions", "tool_calls"): Retired("0005", ledger_tables.JSONType, tool_calls_of),
+}
+"""Columns dropped because other columns keep their information, by (table, column)."""
+
+RESEALED = {"0005": {"step_executions"}}
+"""Revisions that compute the checksums of a table's rows again (its columns changed)."""
+
+
+def retired_by(revision: str) -> set[tuple[str, str]]:
+    return {key for key, retired in RETIRED.items() if retired.revision == revision}
+
+
+def rewritten_by(revision: str) -> set[tuple[str, str]]:
+    """The columns a revision changes the values of, in rows it keeps."""
+    return {(table, "checksum") for table in RESEALED.get(revision, set())}
+
+
+def rewritten_between(older: str, newer: str) -> set[tuple[str, str]]:
+    """The columns the revisions after ``older`` up to ``newer`` change the values of."""
+    return {pair for revision in _span(older, newer) for pair in rewritten_by(revision)}
+
+
+def unchanged_between(
+    columns: Mapping[str, Sequence[str]], older: str, newer: str
+) -> dict[str, list[str]]:
+    """``columns`` (a database's at ``older``) without those that the revisions after ``older``
+    up to ``newer`` retire or change the values of: what an upgrade leaves as it was."""
+    changed = {pair for r in _span(older, newer) for pair in retired_by(r) | rewritten_by(r)}
+    return {t: [c for c in names if (t, c) not in changed] for t, names in columns.items()}
+
+
+def _span(older: str, newer: str) -> list[str]:
+    order = revisions()
+    return order[order.index(older) + 1 : order.index(newer) + 1]
 
 
 def _parents_first(table: Table, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -490,12 +606,12 @@ def begin_stale_run(ledger: Ledger) -> tuple[str, str]:
     conversation = ledger.create_conversation(
         title="A trip to Porto", metadata={"channel": "harness"}
     )
-    state = ledger.load_conversation(conversation.id)
+    state = ledger.recorder.load_conversation(conversation.id)
     user = Message(role=Role.USER, content=STALE_USER_TEXT, metadata={"lang": "en"})
     state = agent.begin(state.with_messages(state.messages().append(user)))
-    ledger.begin_run(state, user_message=user, agent_name=agent.name)
+    ledger.recorder.begin_run(state, user_message=user, agent_name=agent.name)
     after: AgentState = agent.step(state)
-    ledger.record_step(state, after)
+    ledger.recorder.record_step(after.run_id, after.current_execution, after.filed_since(state))
     assert state.run_id is not None
     return conversation.id, state.run_id
 
@@ -524,14 +640,20 @@ ONLY_SINCE_0004 = {
 }
 """What revision 0003 cannot hold: left empty in a ledger that stands for an old one."""
 
+CANNOT_HOLD = {"0003": ONLY_SINCE_0004}
+"""What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
+revisions not listed can hold everything the newest can."""
+
 
 # --- the check every revision gets ----------------------------------------------------------------
 
 
 def check_upgrade_keeps_rows(url: str, previous: str, revision: str, rows: Rows) -> None:
     """Migrate ``url`` (a fresh database) to ``previous``, fill every table it has then, upgrade
-    to ``revision``: every row must still be there, unchanged. Downgrading back to
-    ``previous`` must keep them too."""
+    to ``revision``: every row must still be there, unchanged, but for the columns the revision
+    retires (whose information must still be there: rebuilt from the rows, it is what it was)
+    and the checksums it computes again (which must match). Downgrading back to ``previous``
+    must restore every row exactly."""
     migrate(url, previous)
     with Database(url) as database:
         assert database.versions() == [previous]
@@ -543,16 +665,43 @@ def check_upgrade_keeps_rows(url: str, previous: str, revision: str, rows: Rows)
         before = database.snapshot(before_columns)
 
     migrate(url, revision)
+    retired, rewritten = retired_by(revision), rewritten_by(revision)
     with Database(url) as database:
         assert database.versions() == [revision]
         after_columns = database.columns()
         for table, names in before_columns.items():
             assert table in after_columns, f"{revision} dropped the table {table}"
             lost = set(names) - set(after_columns[table])
-            assert not lost, f"{revision} dropped columns of {table}: {sorted(lost)}"
-        assert database.snapshot(before_columns) == before
+            expected = {name for t, name in retired if t == table and name in names}
+            assert lost == expected, f"{revision} dropped columns of {table}: {sorted(lost)}"
+        kept = {
+            table: [n for n in names if (table, n) not in retired | rewritten]
+            for table, names in before_columns.items()
+        }
+        assert database.snapshot(kept) == restrict(before, kept)
+        _check_retired_kept(database, before, retired)
+    if revision == head():
+        with Ledger.open(url, migrate=False) as ledger:
+            assert ledger.verify() == [], "the rows the upgrade sealed again do not verify"
 
     migrate(url, previous, direction="downgrade")
     with Database(url) as database:
         assert database.versions() == [previous]
         assert database.snapshot(before_columns) == before
+
+
+def _check_retired_kept(database: Database, before: Rows, retired: set[tuple[str, str]]) -> None:
+    """Each retired column's value, rebuilt from the rows after the upgrade, is what the
+    column held before it."""
+    if not retired:
+        return
+    now = database.typed_rows()
+    for table, name in retired:
+        rebuild = RETIRED[(table, name)].rebuild
+        held = {r["id"]: _decoded(r[name]) for r in before[table]}
+        assert {r["id"]: rebuild(now, r) for r in now[table]} == held, f"{table}.{name} lost"
+
+
+def _decoded(value: Any) -> Any:
+    """A JSON value as the driver gave it: text on SQLite, decoded on PostgreSQL."""
+    return json.loads(value) if isinstance(value, str) else value

@@ -44,7 +44,7 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from agentledger.subagents import SPAWN_TOOL_NAME
+from agentledger.loop import SPAWN_TOOL_NAME
 from support import crash_child
 from support.crash_child import (
     FULL_ANSWER,

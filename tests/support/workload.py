@@ -80,8 +80,8 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse
-from agentledger.messages import Role
-from agentledger.subagents import SPAWN_TOOL_NAME
+from agentledger.loop import SPAWN_TOOL_NAME
+from agentledger.values import Role
 from support import child_environment, module_command
 from support.crash_child import connect, rows, write_json
 

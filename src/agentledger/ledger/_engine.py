@@ -267,8 +267,12 @@ class Connections:
                 self._idle = {True: [], False: []}
                 self._pid = os.getpid()
             idle = self._idle[write]
-            if idle:
-                return idle.pop()
+            kept = idle.pop() if idle else None
+        if kept is not None:
+            # SQLAlchemy reads the logging level when it makes a Connection: a kept one
+            # follows echo and the sqlalchemy.engine logger as a new one would.
+            kept._echo = self.engine._should_log_info()
+            return kept
         conn = self.engine.connect()
         return conn.execution_options(**WRITE) if write else conn
 

@@ -6,16 +6,15 @@ The provider-neutral request and response types and the ``LLM`` protocol are val
 are imported when first used: ``import agentledger.llm`` stays light.
 """
 
-from __future__ import annotations
-
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
 
 from ..values import LLM, InferenceRequest, InferenceResponse, ModelSettings
 from ._pricing import Price, PriceTable
 from ._scripted import ScriptedLLM, ScriptItem
 
-if TYPE_CHECKING:
+if _TYPE_CHECKING:
     from ._anthropic import AnthropicMessages
     from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
     from ._openai import OpenAIChat
@@ -45,11 +44,11 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module, __name__), name)
+    value = getattr(_importlib.import_module(module, __name__), name)
     globals()[name] = value
     return value
 

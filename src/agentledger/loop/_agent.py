@@ -279,7 +279,7 @@ class Agent:
             for after in self._continue(state):
                 execution = after.current_execution
                 assert after.run_id is not None and execution is not None
-                recorder.record_step(after.run_id, execution, after.filed)
+                recorder.record_step(after.run_id, execution, after.filed_since(state))
                 state = after
             state = _settled(state)
             if state.status is AgentStatus.FAILED:
@@ -321,6 +321,7 @@ class Agent:
                 "run_id": new_id(),
                 "store": store,
                 "step_executions": (),
+                "filed": (),
                 "status": AgentStatus.RUNNING,
                 "run_started_at": self.config.clock(),
                 "budget": state.budget.tightened(self.config.budget),
@@ -329,9 +330,8 @@ class Agent:
 
     def step(self, state: AgentState) -> AgentState:
         """One step: the processors around the driver's step and the continuation decision.
-        The step starts with nothing filed; what the processors file is ``after.filed``."""
-        if state.filed:
-            state = state.model_copy(update={"filed": ()})
+        What the processors file is appended to ``filed``: the step's own filings are
+        ``after.filed_since(state)``."""
         after = run_chain(self.config.processors, state, self._perform_step)
         if after.current_step is state.current_step:
             raise ProcessorError(

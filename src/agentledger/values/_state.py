@@ -56,7 +56,8 @@ class AgentState(BaseModel):
     The store's sections: ``messages`` (the conversation: user messages and final answers),
     ``execution_buffer`` (the tool trace of the run in progress), ``summary`` and ``buffer``
     (context compaction). ``step_executions``, ``usage`` and ``continuation_outcome`` are those
-    of the current (or last) run; ``filed`` is what the step in progress filed (:meth:`file`).
+    of the current (or last) run; ``filed`` is what that run's steps filed, in order
+    (:meth:`file`).
     """
 
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -118,12 +119,17 @@ class AgentState(BaseModel):
     def with_message_store(self, store: MessageStore) -> AgentState:
         return self.model_copy(update={"store": store})
 
+    def filed_since(self, before: AgentState) -> tuple[FiledMessage, ...]:
+        """What was filed after ``before`` (an earlier state of the same run): for the state
+        after a step and the state before it, what that step filed."""
+        return self.filed[len(before.filed) :]
+
     def file(self, section: str, messages: MessageLike) -> AgentState:
-        """This state with ``messages`` appended to ``section`` and noted in :attr:`filed`, as
-        filed by the step in progress: a recorder stores them with the step (the ledger as
-        buffer rows, so that the run can be rebuilt exactly if its process dies). Processors
-        file the messages a step adds to the ``messages`` and ``execution_buffer`` sections
-        this way; the loop starts every step with nothing filed."""
+        """This state with ``messages`` appended to ``section`` and noted at the end of
+        :attr:`filed`, as filed by the step in progress: a recorder stores a step's filings
+        with the step (the ledger as buffer rows, so that the run can be rebuilt exactly if its
+        process dies). Processors file the messages a step adds to the ``messages`` and
+        ``execution_buffer`` sections this way; a new run starts with nothing filed."""
         added = (
             messages if isinstance(messages, Messages) else EMPTY_MESSAGES.append_messages(messages)
         )
