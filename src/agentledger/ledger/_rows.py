@@ -42,7 +42,7 @@ from .tables import (
     conversation_messages,
     conversations,
     execution_buffer_rows,
-    fields_of,
+    row_of,
     step_executions,
     tool_executions,
 )
@@ -337,12 +337,12 @@ def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
 
 def conversation_of(row: Row) -> Conversation:
     check_row(conversations, row)
-    return Conversation.model_construct(**fields_of(row))
+    return row_of(Conversation, row)
 
 
 def run_of(row: Row) -> AgentRun:
     check_row(agent_runs, row)
-    return AgentRun.model_construct(**fields_of(row))
+    return row_of(AgentRun, row)
 
 
 # --- compactions --------------------------------------------------------------------------------
