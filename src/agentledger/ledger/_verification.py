@@ -10,6 +10,7 @@ table, which finds most damage at once; :func:`find_damage` reads everything.
 from __future__ import annotations
 
 import sqlite3
+from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select
 from sqlalchemy.exc import DatabaseError
@@ -100,37 +101,31 @@ def _gaps(conn: Connection) -> list[str]:
 
 def _miscounted_steps(conn: Connection) -> list[str]:
     """Runs with fewer (or more) step rows than they counted: a step lost at the end."""
-    counted = (
-        select(step_executions.c.run_id, func.count().label("n"))
-        .group_by(step_executions.c.run_id)
-        .subquery()
-    )
-    found = func.coalesce(counted.c.n, 0)
-    mismatched = conn.execute(
-        select(agent_runs.c.id, agent_runs.c.step_count, found)
-        .outerjoin(counted, counted.c.run_id == agent_runs.c.id)
-        .where(agent_runs.c.step_count != found)
-    ).all()
-    return [f"run {m[0]} counted {m[1]} steps but has {m[2]} step rows" for m in mismatched]
+    found = _miscounted(conn, agent_runs.c.step_count, step_executions.c.run_id)
+    return [f"run {run} counted {n} steps but has {rows} step rows" for run, n, rows in found]
 
 
 def _miscounted_tool_calls(conn: Connection) -> list[str]:
     """Steps with fewer (or more) tool rows than the tool calls they counted: a tool execution
     lost at the end of a step."""
-    counted = (
-        select(tool_executions.c.step_id, func.count().label("n"))
-        .group_by(tool_executions.c.step_id)
-        .subquery()
+    found = _miscounted(
+        conn, step_executions.c.tool_call_count, tool_executions.c.step_id, step_executions.c.run_id
     )
-    found = func.coalesce(counted.c.n, 0)
-    mismatched = conn.execute(
-        select(
-            step_executions.c.run_id, step_executions.c.id, step_executions.c.tool_call_count, found
-        )
-        .outerjoin(counted, counted.c.step_id == step_executions.c.id)
-        .where(step_executions.c.tool_call_count != found)
-    ).all()
     return [
-        f"run {m[0]}, step {m[1]}: called {m[2]} tool(s), has {m[3]} tool execution(s)"
-        for m in mismatched
+        f"run {run}, step {step}: called {n} tool(s), has {rows} tool execution(s)"
+        for step, run, n, rows in found
     ]
+
+
+def _miscounted(conn: Connection, counted: Any, owner: Any, *also: Any) -> list[tuple[Any, ...]]:
+    """The owners (their id, the columns ``also``, the count they hold, their rows) whose
+    ``counted`` column differs from the rows of the child table that name them in ``owner``."""
+    children = select(owner.label("owner"), func.count().label("n")).group_by(owner).subquery()
+    rows = func.coalesce(children.c.n, 0)
+    parent = counted.table
+    query = (
+        select(parent.c.id, *also, counted, rows)
+        .outerjoin(children, children.c.owner == parent.c.id)
+        .where(counted != rows)
+    )
+    return [tuple(row) for row in conn.execute(query)]
