@@ -120,8 +120,8 @@ def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
         else ""
     )
     return (
-        f"ok: {rows}{running}: every checksum matches, no position is missing and every run "
-        f"has the steps it counted{pages}"
+        f"ok: {rows}{running}: every checksum matches, no position is missing, every run has "
+        f"the steps and every step the tool executions it counted{pages}"
     )
 
 
