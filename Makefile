@@ -28,8 +28,14 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict src
 
+# pytest in two parts: every test but the timing-sensitive ones on $(WORKERS) xdist workers (each
+# with its own PostgreSQL server and temporary directories), then those (marked serial) alone.
+# A plain `pytest` runs them all, one after the other.
+WORKERS ?= 2
+
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(WORKERS) -m "not serial"
+	$(BIN)/pytest -m serial
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
 soak: $(VENV)/.installed-dev
