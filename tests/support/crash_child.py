@@ -1,7 +1,7 @@
 """A child process for the crash-recovery and concurrent-writer tests.
 
-Run as ``python -m support.crash_child SPEC.json`` (:func:`run_child` and :func:`run_together` start
-it so, from any working directory). The spec says which role to play:
+A child is forked from a warm forkserver (``support.forked``: :func:`run_child`,
+:func:`run_together`) and calls :func:`play` with its spec, which says which role to play:
 
 ``crash``
     Run the scripted scenario once on a new conversation and SIGKILL this process at ``point``:
@@ -32,13 +32,10 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -58,7 +55,8 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from support import child_environment, module_command
+from support import forked
+from support.forked import Finished
 
 TOOL_STEPS = 3
 """Steps that call a tool before the model answers: the answer is step ``TOOL_STEPS``."""
@@ -67,8 +65,6 @@ QUESTION = "Tell me three facts about otters."
 FULL_ANSWER = "answer: " + "; ".join(f"fact {n}" for n in range(TOOL_STEPS))
 """What the scripted model answers once it has seen every tool result of its run."""
 BARRIER_TIMEOUT = 60.0
-CHILD_TIMEOUT = 90.0
-"""Seconds a child may take: a hang fails the test instead of blocking CI."""
 
 
 def die() -> None:
@@ -277,92 +273,26 @@ def play_role(roles: dict[str, Callable[[dict[str, Any]], Any]], spec: dict[str,
     return 0
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+def play(spec: dict[str, Any]) -> None:
+    """What a child does: play ``spec["role"]``."""
     if spec["role"] == "crash":
         crash(spec)
-        return 0
-    return play_role(ROLES, spec)
+    else:
+        play_role(ROLES, spec)
 
 
 # --- the parent's side ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finished:
-    """A child that ended: how, what it printed, and the result file it wrote (if any)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    result: dict[str, Any] | None
-
-    def describe(self) -> str:
-        return f"exit status {self.returncode}\n--- stderr ---\n{self.stderr[-4000:]}"
+def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
+    """Run one child to its end (or its kill)."""
+    return forked.run(play, spec, workdir, name)
 
 
-MODULE = "support.crash_child"
-"""What the children run, unless a caller names another module playing its roles."""
-
-
-def _start(spec: dict[str, Any], workdir: Path, name: str, module: str) -> subprocess.Popen[str]:
-    spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
-    spec_file = workdir / f"{name}.spec.json"
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    return subprocess.Popen(
-        module_command(module, str(spec_file)),
-        env=child_environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(process: subprocess.Popen[str], workdir: Path, name: str, deadline: float) -> Finished:
-    try:
-        stdout, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-        process.kill()
-        stdout, stderr = process.communicate()
-        raise AssertionError(
-            f"child {name} hung (killed after {CHILD_TIMEOUT}s)\n{stderr[-4000:]}"
-        ) from None
-    result_file = workdir / f"{name}.result.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else None
-    return Finished(process.returncode, stdout, stderr, result)
-
-
-def run_child(spec: dict[str, Any], workdir: Path, name: str, module: str = MODULE) -> Finished:
-    """Run one child of ``module`` to its end (or its kill)."""
-    process = _start(spec, workdir, name, module)
-    return _finish(process, workdir, name, time.monotonic() + CHILD_TIMEOUT)
-
-
-def run_together(
-    specs: dict[str, dict[str, Any]], workdir: Path, module: str = MODULE
-) -> dict[str, Finished]:
+def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
     """Start the children, let them get ready (imports, connections), then release them all
     at the same instant through a go file; wait for every one of them."""
-    go = workdir / "go"
-    processes = {}
-    for name, spec in specs.items():
-        ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start({**spec, **ready}, workdir, name, module)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    try:
-        while not all((workdir / f"{name}.ready").exists() for name in specs):
-            early = [n for n, p in processes.items() if p.poll() is not None]
-            if early or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        go.touch()
-        return {name: _finish(p, workdir, name, deadline) for name, p in processes.items()}
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    return forked.run_together(play, specs, workdir)
 
 
 def read_side_file(path: Path) -> list[dict[str, Any]]:
@@ -493,7 +423,3 @@ def ledger_violations(url: str, *, separated: bool = True) -> list[str]:
             if foreign:
                 problems.append(f"foreign_key_check: {foreign}")
     return problems
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
