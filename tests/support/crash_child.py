@@ -29,6 +29,7 @@ SQL from the database itself (:func:`ledger_violations`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -39,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.pool import NullPool
 
 from agentledger import (
@@ -308,15 +309,20 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
+@functools.lru_cache(maxsize=8)
+def _engine(url: str) -> Engine:
+    """The engine :func:`connect` uses for ``url``, kept for the next checks of the same
+    database: SQLAlchemy caches compiled statements per engine, and a new engine for every check
+    (the invariants run after every step of some tests) compiled every statement again. With
+    ``NullPool`` no connection stays open between checks."""
+    return create_engine(sqlalchemy_url(url), poolclass=NullPool)
+
+
 @contextlib.contextmanager
 def connect(url: str) -> Iterator[Connection]:
     """A plain SQLAlchemy connection to the ledger's database, outside the library."""
-    engine = create_engine(sqlalchemy_url(url), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            yield conn
-    finally:
-        engine.dispose()
+    with _engine(url).connect() as conn:
+        yield conn
 
 
 def rows(conn: Connection, sql: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -337,89 +343,90 @@ def has_tool_calls(value: Any) -> bool:
 def ledger_violations(url: str, *, separated: bool = True) -> list[str]:
     """Every way the database breaks the rules of runs as transactions; empty when it keeps
     them all. Read with SQL, straight from the tables."""
-    problems: list[str] = []
     with connect(url) as conn:
-        seqs: dict[str, list[int]] = defaultdict(list)
-        users: Counter[str] = Counter()
-        answers: Counter[str] = Counter()
-        others: Counter[str] = Counter()
-        for conversation_id, seq, section, role, tool_calls, run_id in rows(
-            conn,
-            "SELECT conversation_id, seq, section, role, tool_calls, run_id "
-            "FROM conversation_messages ORDER BY conversation_id, seq",
-        ):
-            seqs[conversation_id].append(seq)
-            if (
-                section == "messages"
-                and separated
-                and (role == "tool" or has_tool_calls(tool_calls))
-            ):
-                problems.append(
-                    f"separated mode, but conversation {conversation_id} holds a "
-                    f"{role} trace message at seq {seq}"
-                )
-            if role == "user":
-                users[run_id] += 1
-            elif role == "assistant" and not has_tool_calls(tool_calls):
-                answers[run_id] += 1
-            else:
-                others[run_id] += 1
-        for conversation_id, found in seqs.items():
-            if found != list(range(len(found))):
-                problems.append(f"conversation {conversation_id}: seq {found}, not 0..n-1")
+        return transaction_violations(conn, separated=separated)
 
-        steps: dict[str, list[int]] = defaultdict(list)
-        for run_id, step_index in rows(
-            conn, "SELECT run_id, step_index FROM step_executions ORDER BY run_id, step_index"
-        ):
-            steps[run_id].append(step_index)
-        for run_id, status, step_count in rows(
-            conn, "SELECT id, status, step_count FROM agent_runs ORDER BY id"
-        ):
-            if users[run_id] != 1:
-                problems.append(f"run {run_id} ({status}) has {users[run_id]} user messages")
-            if status == "completed" and answers[run_id] != 1:
-                problems.append(f"completed run {run_id} has {answers[run_id]} answers")
-            if status != "completed" and answers[run_id] + others[run_id]:
-                problems.append(f"{status} run {run_id} put half a run in its conversation")
-            if steps[run_id] != list(range(len(steps[run_id]))):
-                problems.append(f"run {run_id}: step indexes {steps[run_id]}, not 0..n-1")
-            if step_count != len(steps[run_id]):
-                problems.append(
-                    f"run {run_id}: step_count {step_count}, {len(steps[run_id])} step rows"
-                )
 
-        for run_id, status, *tokens in rows(
-            conn,
-            "SELECT r.id, r.status, r.input_tokens, r.output_tokens, "
-            "COALESCE(SUM(s.input_tokens), 0), COALESCE(SUM(s.output_tokens), 0) "
-            "FROM agent_runs r LEFT JOIN step_executions s ON s.run_id = r.id "
-            "WHERE r.status <> 'running' "
-            "GROUP BY r.id, r.status, r.input_tokens, r.output_tokens",
-        ):
-            if tokens[:2] != tokens[2:]:
-                problems.append(
-                    f"{status} run {run_id}: token totals {tokens[:2]}, its steps' {tokens[2:]}"
-                )
-        for run_id, status, count in rows(
-            conn,
-            "SELECT r.id, r.status, COUNT(*) FROM execution_buffer_rows b "
-            "JOIN agent_runs r ON r.id = b.run_id "
-            "WHERE r.status NOT IN ('running', 'failed') GROUP BY r.id, r.status",
-        ):
-            problems.append(f"{status} run {run_id} kept {count} execution buffer rows")
-        for conversation_id, run_id in rows(
-            conn,
-            "SELECT c.id, c.lease_run_id FROM conversations c "
-            "JOIN agent_runs r ON r.id = c.lease_run_id WHERE r.status <> 'running'",
-        ):
-            problems.append(f"conversation {conversation_id} leased to ended run {run_id}")
+def transaction_violations(conn: Connection, *, separated: bool = True) -> list[str]:
+    """:func:`ledger_violations` on a connection the caller has open (and goes on using)."""
+    problems: list[str] = []
+    seqs: dict[str, list[int]] = defaultdict(list)
+    users: Counter[str] = Counter()
+    answers: Counter[str] = Counter()
+    others: Counter[str] = Counter()
+    for conversation_id, seq, section, role, tool_calls, run_id in rows(
+        conn,
+        "SELECT conversation_id, seq, section, role, tool_calls, run_id "
+        "FROM conversation_messages ORDER BY conversation_id, seq",
+    ):
+        seqs[conversation_id].append(seq)
+        if section == "messages" and separated and (role == "tool" or has_tool_calls(tool_calls)):
+            problems.append(
+                f"separated mode, but conversation {conversation_id} holds a "
+                f"{role} trace message at seq {seq}"
+            )
+        if role == "user":
+            users[run_id] += 1
+        elif role == "assistant" and not has_tool_calls(tool_calls):
+            answers[run_id] += 1
+        else:
+            others[run_id] += 1
+    for conversation_id, found in seqs.items():
+        if found != list(range(len(found))):
+            problems.append(f"conversation {conversation_id}: seq {found}, not 0..n-1")
 
-        if conn.dialect.name == "sqlite":
-            integrity = rows(conn, "PRAGMA integrity_check")
-            if integrity != [("ok",)]:
-                problems.append(f"integrity_check: {integrity}")
-            foreign = rows(conn, "PRAGMA foreign_key_check")
-            if foreign:
-                problems.append(f"foreign_key_check: {foreign}")
+    steps: dict[str, list[int]] = defaultdict(list)
+    for run_id, step_index in rows(
+        conn, "SELECT run_id, step_index FROM step_executions ORDER BY run_id, step_index"
+    ):
+        steps[run_id].append(step_index)
+    for run_id, status, step_count in rows(
+        conn, "SELECT id, status, step_count FROM agent_runs ORDER BY id"
+    ):
+        if users[run_id] != 1:
+            problems.append(f"run {run_id} ({status}) has {users[run_id]} user messages")
+        if status == "completed" and answers[run_id] != 1:
+            problems.append(f"completed run {run_id} has {answers[run_id]} answers")
+        if status != "completed" and answers[run_id] + others[run_id]:
+            problems.append(f"{status} run {run_id} put half a run in its conversation")
+        if steps[run_id] != list(range(len(steps[run_id]))):
+            problems.append(f"run {run_id}: step indexes {steps[run_id]}, not 0..n-1")
+        if step_count != len(steps[run_id]):
+            problems.append(
+                f"run {run_id}: step_count {step_count}, {len(steps[run_id])} step rows"
+            )
+
+    for run_id, status, *tokens in rows(
+        conn,
+        "SELECT r.id, r.status, r.input_tokens, r.output_tokens, "
+        "COALESCE(SUM(s.input_tokens), 0), COALESCE(SUM(s.output_tokens), 0) "
+        "FROM agent_runs r LEFT JOIN step_executions s ON s.run_id = r.id "
+        "WHERE r.status <> 'running' "
+        "GROUP BY r.id, r.status, r.input_tokens, r.output_tokens",
+    ):
+        if tokens[:2] != tokens[2:]:
+            problems.append(
+                f"{status} run {run_id}: token totals {tokens[:2]}, its steps' {tokens[2:]}"
+            )
+    for run_id, status, count in rows(
+        conn,
+        "SELECT r.id, r.status, COUNT(*) FROM execution_buffer_rows b "
+        "JOIN agent_runs r ON r.id = b.run_id "
+        "WHERE r.status NOT IN ('running', 'failed') GROUP BY r.id, r.status",
+    ):
+        problems.append(f"{status} run {run_id} kept {count} execution buffer rows")
+    for conversation_id, run_id in rows(
+        conn,
+        "SELECT c.id, c.lease_run_id FROM conversations c "
+        "JOIN agent_runs r ON r.id = c.lease_run_id WHERE r.status <> 'running'",
+    ):
+        problems.append(f"conversation {conversation_id} leased to ended run {run_id}")
+
+    if conn.dialect.name == "sqlite":
+        integrity = rows(conn, "PRAGMA integrity_check")
+        if integrity != [("ok",)]:
+            problems.append(f"integrity_check: {integrity}")
+        foreign = rows(conn, "PRAGMA foreign_key_check")
+        if foreign:
+            problems.append(f"foreign_key_check: {foreign}")
     return problems
