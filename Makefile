@@ -30,8 +30,16 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict src
 
+# pytest in two parts: every test but the timing-sensitive ones on xdist workers (one per core;
+# each with its own PostgreSQL server and temporary directories), then those (marked serial)
+# alone, collected only from the files that mark some. A plain `pytest` runs them all, one
+# after the other.
+WORKERS ?= auto
+SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
+
 test: lint typecheck
-	$(BIN)/pytest
+	$(BIN)/pytest -n $(WORKERS) -m "not serial"
+	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
 soak: $(VENV)/.installed-dev

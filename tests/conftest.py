@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentledger import FunctionTool, tool
+from support import reports
 from support.clocks import FakeClock
 from support.databases import BACKENDS, fresh_database, postgres_database, session_server
 from support.fake_provider import FakeProvider
@@ -63,13 +64,36 @@ def make_clock() -> type[FakeClock]:
     return FakeClock
 
 
-# -- databases (made and thrown away by support.databases) -----------------------------------------
+# -- markers ---------------------------------------------------------------------------------------
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line(
         "markers", "postgresql: needs a PostgreSQL server (started by the suite)"
     )
+    config.addinivalue_line(
+        "markers",
+        "serial: sensitive to timing or to the machine's load (leases, heartbeats, many"
+        " processes, random kills); `make test` runs these after the others, with no other"
+        " test beside them",
+    )
+
+
+# -- the reliability summary -----------------------------------------------------------------------
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """What the reliability tests did and checked (``reliability_report``). Here, not in
+    ``tests/reliability/conftest.py``: under pytest-xdist the controlling process loads only
+    this conftest, and it is the one that prints."""
+    lines = list(reports.summary_lines(terminalreporter.stats))
+    if lines:
+        terminalreporter.section(reports.SECTION)
+        for line in lines:
+            terminalreporter.write_line(line)
+
+
+# -- databases (made and thrown away by support.databases) -----------------------------------------
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -81,9 +81,16 @@ def record_a_run(url: str) -> Recorded:
 
 @pytest.fixture(autouse=True)
 def no_connection_left_open() -> Iterator[None]:
-    """Connections a command forgot to close are reported by the test that ran it."""
-    yield
-    gc.collect()
+    """Connections a command forgot to close are reported by the test that ran it: the garbage
+    collector runs over what the test made. What existed before it is frozen out of that
+    collection (``gc.freeze``): a full collection over the heap of a whole session took up to
+    seconds a test."""
+    gc.freeze()
+    try:
+        yield
+        gc.collect()
+    finally:
+        gc.unfreeze()
 
 
 @pytest.fixture

@@ -271,6 +271,7 @@ def test_a_run_abandoned_after_a_crash_between_steps_keeps_both_recorded_steps(d
     assert step_indexes(db_url, crashed.run_id) == [0, 1]
 
 
+@pytest.mark.serial  # the checks must all run within the 3 s lease
 def test_a_killed_run_keeps_its_lease_until_it_expires_and_is_abandoned_after(db_url, tmp_path):
     lease = 3.0
     crashed = crash_a_run(db_url, "b", tmp_path, lease_seconds=lease)

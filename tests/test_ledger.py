@@ -630,6 +630,7 @@ def test_a_conversation_whose_lease_expired_can_be_taken_by_a_new_run(db, open_l
     assert [r.id for r in ledger2.stale_runs()] == [stalled.run_id]
 
 
+@pytest.mark.serial  # a heartbeat every 0.2 s must keep a 0.6 s lease
 def test_the_heartbeat_keeps_the_lease_of_a_run_whose_model_call_outlasts_it(db, open_ledger):
     ledger1, ledger2 = open_ledger(lease_seconds=0.6), open_ledger()
     intruder_llm = ScriptedLLM([answer("I should never have run.")])

@@ -651,6 +651,7 @@ def test_a_retried_inference_succeeds_and_the_trace_keeps_its_retries(
     assert "retries" not in (metadata[1]["metadata"] or {})
 
 
+@pytest.mark.serial  # the retry must be answered within the 0.3 s read timeout
 def test_a_read_timeout_is_retried_and_the_run_goes_on(
     api: Api,
     fake_provider: FakeProvider,

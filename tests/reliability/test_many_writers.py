@@ -38,6 +38,9 @@ from support.workload import (
     run_all,
 )
 
+# Ten processes at full speed, a server restarted at a given moment: nothing else beside them.
+pytestmark = pytest.mark.serial
+
 WRITERS = 8
 READERS = 2
 SQLITE_SECONDS = seconds(10, 60)

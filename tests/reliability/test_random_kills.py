@@ -20,12 +20,17 @@ import time
 from collections import Counter
 from typing import Any
 
+import pytest
+
 from agentledger import AgentStatus
 from agentledger.ledger import Ledger
 from support.crash_child import connect, rows
 from support.invariants import violations
 from support.sizes import size
 from support.workload import ForkServer, answer_problems, build_agent, expected_answer, read_journal
+
+# Where a kill lands depends on how fast a child runs: nothing else beside it.
+pytestmark = pytest.mark.serial
 
 KILLS = size(30, 1000)
 MAX_DELAY = 0.3

@@ -3,11 +3,14 @@ databases the fixtures hand out, SQL straight on a ledger's database, the migrat
 the child processes of the crash, concurrency and reliability tests.
 
 The test session finds this package because ``tests/`` is on its path (``pythonpath`` in
-``pyproject.toml``). A child process started with :func:`module_command` and
-:func:`child_environment` finds it too, from any working directory.
+``pyproject.toml``). Child processes find it from any working directory: the crash children
+are forked with the session's ``sys.path`` (``support.forked``), and a fresh interpreter such
+as the workload's fork server is started with :func:`module_command` and
+:func:`child_environment`.
 
-The modules child processes import (this one, ``crash_child``, ``subagent_crash_child``,
-``crash_points``, ``workload``) do not import pytest: a child starts with the library alone.
+The modules child processes import (this one, ``forked``, ``crash_child``,
+``subagent_crash_child``, ``crash_points``, ``workload``) do not import pytest: a child starts
+with the library alone.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A child process for the crash-recovery and concurrent-writer tests.
 
-Run as ``python -m support.crash_child SPEC.json`` (:func:`run_child` and :func:`run_together` start
-it so, from any working directory). The spec says which role to play:
+A child is forked from a warm forkserver (``support.forked``: :func:`run_child`,
+:func:`run_together`) and calls :func:`play` with its spec, which says which role to play:
 
 ``crash``
     Run the scripted scenario once on a new conversation and SIGKILL this process at ``point``:
@@ -29,20 +29,18 @@ SQL from the database itself (:func:`ledger_violations`).
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import traceback
 from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, text
 from sqlalchemy.pool import NullPool
 
 from agentledger import (
@@ -58,7 +56,8 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from support import child_environment, module_command
+from support import forked
+from support.forked import Finished
 
 TOOL_STEPS = 3
 """Steps that call a tool before the model answers: the answer is step ``TOOL_STEPS``."""
@@ -67,8 +66,6 @@ QUESTION = "Tell me three facts about otters."
 FULL_ANSWER = "answer: " + "; ".join(f"fact {n}" for n in range(TOOL_STEPS))
 """What the scripted model answers once it has seen every tool result of its run."""
 BARRIER_TIMEOUT = 60.0
-CHILD_TIMEOUT = 90.0
-"""Seconds a child may take: a hang fails the test instead of blocking CI."""
 
 
 def die() -> None:
@@ -277,92 +274,26 @@ def play_role(roles: dict[str, Callable[[dict[str, Any]], Any]], spec: dict[str,
     return 0
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+def play(spec: dict[str, Any]) -> None:
+    """What a child does: play ``spec["role"]``."""
     if spec["role"] == "crash":
         crash(spec)
-        return 0
-    return play_role(ROLES, spec)
+    else:
+        play_role(ROLES, spec)
 
 
 # --- the parent's side ------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Finished:
-    """A child that ended: how, what it printed, and the result file it wrote (if any)."""
-
-    returncode: int
-    stdout: str
-    stderr: str
-    result: dict[str, Any] | None
-
-    def describe(self) -> str:
-        return f"exit status {self.returncode}\n--- stderr ---\n{self.stderr[-4000:]}"
+def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
+    """Run one child to its end (or its kill)."""
+    return forked.run(play, spec, workdir, name)
 
 
-MODULE = "support.crash_child"
-"""What the children run, unless a caller names another module playing its roles."""
-
-
-def _start(spec: dict[str, Any], workdir: Path, name: str, module: str) -> subprocess.Popen[str]:
-    spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
-    spec_file = workdir / f"{name}.spec.json"
-    spec_file.write_text(json.dumps(spec), encoding="utf-8")
-    return subprocess.Popen(
-        module_command(module, str(spec_file)),
-        env=child_environment(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
-def _finish(process: subprocess.Popen[str], workdir: Path, name: str, deadline: float) -> Finished:
-    try:
-        stdout, stderr = process.communicate(timeout=max(deadline - time.monotonic(), 0.1))
-    except subprocess.TimeoutExpired:
-        process.kill()
-        stdout, stderr = process.communicate()
-        raise AssertionError(
-            f"child {name} hung (killed after {CHILD_TIMEOUT}s)\n{stderr[-4000:]}"
-        ) from None
-    result_file = workdir / f"{name}.result.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else None
-    return Finished(process.returncode, stdout, stderr, result)
-
-
-def run_child(spec: dict[str, Any], workdir: Path, name: str, module: str = MODULE) -> Finished:
-    """Run one child of ``module`` to its end (or its kill)."""
-    process = _start(spec, workdir, name, module)
-    return _finish(process, workdir, name, time.monotonic() + CHILD_TIMEOUT)
-
-
-def run_together(
-    specs: dict[str, dict[str, Any]], workdir: Path, module: str = MODULE
-) -> dict[str, Finished]:
+def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
     """Start the children, let them get ready (imports, connections), then release them all
     at the same instant through a go file; wait for every one of them."""
-    go = workdir / "go"
-    processes = {}
-    for name, spec in specs.items():
-        ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start({**spec, **ready}, workdir, name, module)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    try:
-        while not all((workdir / f"{name}.ready").exists() for name in specs):
-            early = [n for n, p in processes.items() if p.poll() is not None]
-            if early or time.monotonic() > deadline:
-                break
-            time.sleep(0.005)
-        go.touch()
-        return {name: _finish(p, workdir, name, deadline) for name, p in processes.items()}
-    finally:
-        for process in processes.values():
-            if process.poll() is None:
-                process.kill()
-                process.communicate()
+    return forked.run_together(play, specs, workdir)
 
 
 def read_side_file(path: Path) -> list[dict[str, Any]]:
@@ -378,15 +309,20 @@ def sqlalchemy_url(url: str) -> str:
     return url
 
 
+@functools.lru_cache(maxsize=8)
+def _engine(url: str) -> Engine:
+    """The engine :func:`connect` uses for ``url``, kept for the next checks of the same
+    database: SQLAlchemy caches compiled statements per engine, and a new engine for every check
+    (the invariants run after every step of some tests) compiled every statement again. With
+    ``NullPool`` no connection stays open between checks."""
+    return create_engine(sqlalchemy_url(url), poolclass=NullPool)
+
+
 @contextlib.contextmanager
 def connect(url: str) -> Iterator[Connection]:
     """A plain SQLAlchemy connection to the ledger's database, outside the library."""
-    engine = create_engine(sqlalchemy_url(url), poolclass=NullPool)
-    try:
-        with engine.connect() as conn:
-            yield conn
-    finally:
-        engine.dispose()
+    with _engine(url).connect() as conn:
+        yield conn
 
 
 def rows(conn: Connection, sql: str, **params: Any) -> list[tuple[Any, ...]]:
@@ -407,93 +343,90 @@ def has_tool_calls(value: Any) -> bool:
 def ledger_violations(url: str, *, separated: bool = True) -> list[str]:
     """Every way the database breaks the rules of runs as transactions; empty when it keeps
     them all. Read with SQL, straight from the tables."""
-    problems: list[str] = []
     with connect(url) as conn:
-        seqs: dict[str, list[int]] = defaultdict(list)
-        users: Counter[str] = Counter()
-        answers: Counter[str] = Counter()
-        others: Counter[str] = Counter()
-        for conversation_id, seq, section, role, tool_calls, run_id in rows(
-            conn,
-            "SELECT conversation_id, seq, section, role, tool_calls, run_id "
-            "FROM conversation_messages ORDER BY conversation_id, seq",
-        ):
-            seqs[conversation_id].append(seq)
-            if (
-                section == "messages"
-                and separated
-                and (role == "tool" or has_tool_calls(tool_calls))
-            ):
-                problems.append(
-                    f"separated mode, but conversation {conversation_id} holds a "
-                    f"{role} trace message at seq {seq}"
-                )
-            if role == "user":
-                users[run_id] += 1
-            elif role == "assistant" and not has_tool_calls(tool_calls):
-                answers[run_id] += 1
-            else:
-                others[run_id] += 1
-        for conversation_id, found in seqs.items():
-            if found != list(range(len(found))):
-                problems.append(f"conversation {conversation_id}: seq {found}, not 0..n-1")
+        return transaction_violations(conn, separated=separated)
 
-        steps: dict[str, list[int]] = defaultdict(list)
-        for run_id, step_index in rows(
-            conn, "SELECT run_id, step_index FROM step_executions ORDER BY run_id, step_index"
-        ):
-            steps[run_id].append(step_index)
-        for run_id, status, step_count in rows(
-            conn, "SELECT id, status, step_count FROM agent_runs ORDER BY id"
-        ):
-            if users[run_id] != 1:
-                problems.append(f"run {run_id} ({status}) has {users[run_id]} user messages")
-            if status == "completed" and answers[run_id] != 1:
-                problems.append(f"completed run {run_id} has {answers[run_id]} answers")
-            if status != "completed" and answers[run_id] + others[run_id]:
-                problems.append(f"{status} run {run_id} put half a run in its conversation")
-            if steps[run_id] != list(range(len(steps[run_id]))):
-                problems.append(f"run {run_id}: step indexes {steps[run_id]}, not 0..n-1")
-            if step_count != len(steps[run_id]):
-                problems.append(
-                    f"run {run_id}: step_count {step_count}, {len(steps[run_id])} step rows"
-                )
 
-        for run_id, status, *tokens in rows(
-            conn,
-            "SELECT r.id, r.status, r.input_tokens, r.output_tokens, "
-            "COALESCE(SUM(s.input_tokens), 0), COALESCE(SUM(s.output_tokens), 0) "
-            "FROM agent_runs r LEFT JOIN step_executions s ON s.run_id = r.id "
-            "WHERE r.status <> 'running' "
-            "GROUP BY r.id, r.status, r.input_tokens, r.output_tokens",
-        ):
-            if tokens[:2] != tokens[2:]:
-                problems.append(
-                    f"{status} run {run_id}: token totals {tokens[:2]}, its steps' {tokens[2:]}"
-                )
-        for run_id, status, count in rows(
-            conn,
-            "SELECT r.id, r.status, COUNT(*) FROM execution_buffer_rows b "
-            "JOIN agent_runs r ON r.id = b.run_id "
-            "WHERE r.status NOT IN ('running', 'failed') GROUP BY r.id, r.status",
-        ):
-            problems.append(f"{status} run {run_id} kept {count} execution buffer rows")
-        for conversation_id, run_id in rows(
-            conn,
-            "SELECT c.id, c.lease_run_id FROM conversations c "
-            "JOIN agent_runs r ON r.id = c.lease_run_id WHERE r.status <> 'running'",
-        ):
-            problems.append(f"conversation {conversation_id} leased to ended run {run_id}")
+def transaction_violations(conn: Connection, *, separated: bool = True) -> list[str]:
+    """:func:`ledger_violations` on a connection the caller has open (and goes on using)."""
+    problems: list[str] = []
+    seqs: dict[str, list[int]] = defaultdict(list)
+    users: Counter[str] = Counter()
+    answers: Counter[str] = Counter()
+    others: Counter[str] = Counter()
+    for conversation_id, seq, section, role, tool_calls, run_id in rows(
+        conn,
+        "SELECT conversation_id, seq, section, role, tool_calls, run_id "
+        "FROM conversation_messages ORDER BY conversation_id, seq",
+    ):
+        seqs[conversation_id].append(seq)
+        if section == "messages" and separated and (role == "tool" or has_tool_calls(tool_calls)):
+            problems.append(
+                f"separated mode, but conversation {conversation_id} holds a "
+                f"{role} trace message at seq {seq}"
+            )
+        if role == "user":
+            users[run_id] += 1
+        elif role == "assistant" and not has_tool_calls(tool_calls):
+            answers[run_id] += 1
+        else:
+            others[run_id] += 1
+    for conversation_id, found in seqs.items():
+        if found != list(range(len(found))):
+            problems.append(f"conversation {conversation_id}: seq {found}, not 0..n-1")
 
-        if conn.dialect.name == "sqlite":
-            integrity = rows(conn, "PRAGMA integrity_check")
-            if integrity != [("ok",)]:
-                problems.append(f"integrity_check: {integrity}")
-            foreign = rows(conn, "PRAGMA foreign_key_check")
-            if foreign:
-                problems.append(f"foreign_key_check: {foreign}")
+    steps: dict[str, list[int]] = defaultdict(list)
+    for run_id, step_index in rows(
+        conn, "SELECT run_id, step_index FROM step_executions ORDER BY run_id, step_index"
+    ):
+        steps[run_id].append(step_index)
+    for run_id, status, step_count in rows(
+        conn, "SELECT id, status, step_count FROM agent_runs ORDER BY id"
+    ):
+        if users[run_id] != 1:
+            problems.append(f"run {run_id} ({status}) has {users[run_id]} user messages")
+        if status == "completed" and answers[run_id] != 1:
+            problems.append(f"completed run {run_id} has {answers[run_id]} answers")
+        if status != "completed" and answers[run_id] + others[run_id]:
+            problems.append(f"{status} run {run_id} put half a run in its conversation")
+        if steps[run_id] != list(range(len(steps[run_id]))):
+            problems.append(f"run {run_id}: step indexes {steps[run_id]}, not 0..n-1")
+        if step_count != len(steps[run_id]):
+            problems.append(
+                f"run {run_id}: step_count {step_count}, {len(steps[run_id])} step rows"
+            )
+
+    for run_id, status, *tokens in rows(
+        conn,
+        "SELECT r.id, r.status, r.input_tokens, r.output_tokens, "
+        "COALESCE(SUM(s.input_tokens), 0), COALESCE(SUM(s.output_tokens), 0) "
+        "FROM agent_runs r LEFT JOIN step_executions s ON s.run_id = r.id "
+        "WHERE r.status <> 'running' "
+        "GROUP BY r.id, r.status, r.input_tokens, r.output_tokens",
+    ):
+        if tokens[:2] != tokens[2:]:
+            problems.append(
+                f"{status} run {run_id}: token totals {tokens[:2]}, its steps' {tokens[2:]}"
+            )
+    for run_id, status, count in rows(
+        conn,
+        "SELECT r.id, r.status, COUNT(*) FROM execution_buffer_rows b "
+        "JOIN agent_runs r ON r.id = b.run_id "
+        "WHERE r.status NOT IN ('running', 'failed') GROUP BY r.id, r.status",
+    ):
+        problems.append(f"{status} run {run_id} kept {count} execution buffer rows")
+    for conversation_id, run_id in rows(
+        conn,
+        "SELECT c.id, c.lease_run_id FROM conversations c "
+        "JOIN agent_runs r ON r.id = c.lease_run_id WHERE r.status <> 'running'",
+    ):
+        problems.append(f"conversation {conversation_id} leased to ended run {run_id}")
+
+    if conn.dialect.name == "sqlite":
+        integrity = rows(conn, "PRAGMA integrity_check")
+        if integrity != [("ok",)]:
+            problems.append(f"integrity_check: {integrity}")
+        foreign = rows(conn, "PRAGMA foreign_key_check")
+        if foreign:
+            problems.append(f"foreign_key_check: {foreign}")
     return problems
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))

@@ -17,7 +17,7 @@ as soon as the driver's COMMIT returns (the dialect's ``do_commit``, wrapped); t
 tool (from ``support.crash_child``) kills inside itself. A kill is ``os._exit(70)`` or SIGKILL.
 
 Children are forked from a forkserver that has agentledger, SQLAlchemy and psycopg imported
-already, so a child starts in a few milliseconds instead of a second: one alone
+already (``support.forked``), so a child starts in a few milliseconds instead of a second: one alone
 (:func:`run_forked`) or several released at once (:func:`run_forked_together`), each playing
 one of the :data:`ROLES` and writing ``{"ok": ...}`` or ``{"error": ...}`` to its result file
 (unless it was killed first).
@@ -25,8 +25,6 @@ one of the :data:`ROLES` and writing ``{"ok": ...}`` or ``{"error": ...}`` to it
 
 from __future__ import annotations
 
-import json
-import multiprocessing
 import os
 import re
 import signal
@@ -40,16 +38,15 @@ from typing import Any, Literal, NoReturn
 from sqlalchemy import Engine, event
 
 from agentledger.ledger import Ledger
-from support import crash_child
+from support import crash_child, forked
 from support.crash_child import (
-    CHILD_TIMEOUT,
     QUESTION,
-    Finished,
     barrier,
     build_agent,
     summary,
     write_json,
 )
+from support.forked import CHILD_TIMEOUT, Finished
 
 FOLLOW_UP = "Three more facts, please."
 """The user message of the run that is killed (the acknowledged one asked ``QUESTION``)."""
@@ -468,88 +465,18 @@ def play(spec: dict[str, Any]) -> None:
     crash_child.play_role(ROLES, spec)
 
 
-def _forked(spec: dict[str, Any], output: str) -> None:
-    """A forked child: its output to a file, then the role."""
-    with open(output, "ab", buffering=0) as sink:
-        os.dup2(sink.fileno(), 1)
-        os.dup2(sink.fileno(), 2)
-    play(spec)
-
-
 # --- the parent's side --------------------------------------------------------------------------
-
-PRELOAD = [
-    "agentledger",
-    "agentledger.ledger",
-    "agentledger.llm",
-    "alembic.command",
-    "psycopg",
-    "sqlalchemy.dialects.postgresql.psycopg",
-    "sqlalchemy.dialects.sqlite.pysqlite",
-]
-"""What the forkserver imports once, so that its children start warm. (Not this module: the
-forkserver does not get the tests' directories on its path; each child imports this module
-and ``support.crash_child``, which are light once these are loaded.)"""
-
-_FORKSERVER: list[Any] = []
-
-
-def _context() -> Any:
-    if not _FORKSERVER:
-        context = multiprocessing.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
-        _FORKSERVER.append(context)
-    return _FORKSERVER[0]
-
-
-def _start_forked(spec: dict[str, Any], workdir: Path, name: str) -> Any:
-    spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
-    output = workdir / f"{name}.output"
-    process = _context().Process(target=_forked, args=(spec, str(output)), name=name)
-    process.start()
-    return process
-
-
-def _finish_forked(process: Any, workdir: Path, name: str, deadline: float) -> Finished:
-    process.join(max(deadline - time.monotonic(), 0.1))
-    if process.is_alive():
-        process.kill()
-        process.join()
-        raise AssertionError(f"child {name} hung (killed after {CHILD_TIMEOUT}s)")
-    result_file = workdir / f"{name}.result.json"
-    result = json.loads(result_file.read_text()) if result_file.exists() else None
-    output = workdir / f"{name}.output"
-    text = output.read_text(errors="replace") if output.exists() else ""
-    return Finished(process.exitcode, "", text, result)
 
 
 def run_forked(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
     """Run ``spec`` in a child forked from the forkserver, to its end (or its kill)."""
-    process = _start_forked(spec, workdir, name)
-    return _finish_forked(process, workdir, name, time.monotonic() + CHILD_TIMEOUT)
+    return forked.run(play, spec, workdir, name)
 
 
 def run_forked_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
-    """``crash_child.run_together`` with forked children: start them, let each get ready,
-    release them all at once through the go file (``crash_child.barrier``), wait for all."""
-    go = workdir / "go"
-    processes = {}
-    for name, spec in specs.items():
-        ready = {"ready_file": str(workdir / f"{name}.ready"), "go_file": str(go)}
-        processes[name] = _start_forked({**spec, **ready}, workdir, name)
-    deadline = time.monotonic() + CHILD_TIMEOUT
-    try:
-        while not all((workdir / f"{name}.ready").exists() for name in specs):
-            if time.monotonic() > deadline or not all(p.is_alive() for p in processes.values()):
-                break
-            time.sleep(0.002)
-        go.touch()
-        return {name: _finish_forked(p, workdir, name, deadline) for name, p in processes.items()}
-    finally:
-        for process in processes.values():
-            if process.is_alive():
-                process.kill()
-                process.join()
+    """Fork a child per spec, let each get ready, release them all at once through the go file
+    (``crash_child.barrier``), wait for all (``forked.run_together``)."""
+    return forked.run_together(play, specs, workdir)
 
 
 def expected_status(mode: str) -> int:

@@ -1,7 +1,7 @@
 """The invariants every ledger keeps after any fault, read with SQL from the database itself.
 
 :func:`violations` returns every way a database breaks them (empty when it keeps them all):
-the rules of runs as transactions (:func:`crash_child.ledger_violations`: one user message
+the rules of runs as transactions (:func:`crash_child.transaction_violations`: one user message
 per run, one answer per completed run and none in an unfinished one, no trace in a separated
 conversation, contiguous ``seq`` and step indexes, totals equal to the steps' sums, no buffer
 outside running or failed runs, no lease held by an ended run, ``integrity_check`` and
@@ -16,44 +16,46 @@ import json
 from collections import defaultdict
 from typing import Any
 
+from sqlalchemy import Connection
+
 from agentledger.ledger import migrate
 from agentledger.ledger.checksums import damaged_rows
-from support.crash_child import connect, ledger_violations, rows
+from support.crash_child import connect, rows, transaction_violations
 
 
 def violations(url: str, *, separated: bool = True) -> list[str]:
-    return [
-        *ledger_violations(url, separated=separated),
-        *pairing_violations(url),
-        *checksum_violations(url),
-    ]
-
-
-def checksum_violations(url: str) -> list[str]:
-    """Rows whose checksum does not match them: written half, or by a stale process."""
-    if migrate.current(url) != migrate.head():
-        return []  # a ledger at an older revision (a migration test): its code sealed its rows
+    """Every invariant, read on one connection (some tests check after every step)."""
     with connect(url) as conn:
-        return damaged_rows(conn)
+        return [
+            *transaction_violations(conn, separated=separated),
+            *pairing_violations(conn),
+            *checksum_violations(conn),
+        ]
 
 
-def pairing_violations(url: str) -> list[str]:
+def checksum_violations(conn: Connection) -> list[str]:
+    """Rows whose checksum does not match them: written half, or by a stale process."""
+    if migrate.current(conn.engine) != migrate.head():
+        return []  # a ledger at an older revision (a migration test): its code sealed its rows
+    return damaged_rows(conn)
+
+
+def pairing_violations(conn: Connection) -> list[str]:
     """Tool calls without exactly one result right after them, in each model-visible history."""
     histories: dict[str, list[tuple[str, Any, str | None]]] = defaultdict(list)
-    with connect(url) as conn:
-        for conversation_id, section, role, tool_calls, tool_call_id in rows(
-            conn,
-            "SELECT conversation_id, section, role, tool_calls, tool_call_id "
-            "FROM conversation_messages ORDER BY conversation_id, seq",
-        ):
-            where = f"conversation {conversation_id} ({section})"
-            histories[where].append((role, tool_calls, tool_call_id))
-        for run_id, role, tool_calls, tool_call_id in rows(
-            conn,
-            "SELECT run_id, role, tool_calls, tool_call_id FROM execution_buffer_rows "
-            "ORDER BY run_id, seq",
-        ):
-            histories[f"buffer of run {run_id}"].append((role, tool_calls, tool_call_id))
+    for conversation_id, section, role, tool_calls, tool_call_id in rows(
+        conn,
+        "SELECT conversation_id, section, role, tool_calls, tool_call_id "
+        "FROM conversation_messages ORDER BY conversation_id, seq",
+    ):
+        where = f"conversation {conversation_id} ({section})"
+        histories[where].append((role, tool_calls, tool_call_id))
+    for run_id, role, tool_calls, tool_call_id in rows(
+        conn,
+        "SELECT run_id, role, tool_calls, tool_call_id FROM execution_buffer_rows "
+        "ORDER BY run_id, seq",
+    ):
+        histories[f"buffer of run {run_id}"].append((role, tool_calls, tool_call_id))
     problems: list[str] = []
     for where, messages in histories.items():
         problems.extend(f"{where}: {p}" for p in _unpaired(messages))

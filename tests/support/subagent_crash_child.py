@@ -1,7 +1,7 @@
 """A child process for the subagent crash-recovery and concurrency tests.
 
-Run as ``python -m support.subagent_crash_child SPEC.json`` (:func:`run_child` and
-:func:`run_together` start it so). The spec says which role to play:
+A child is forked from a warm forkserver (``support.forked``: :func:`run_child`,
+:func:`run_together`) and calls :func:`play` with its spec, which says which role to play:
 
 ``tree-crash``
     Run a three-level tree (root → child → grandchild) on a new conversation; the grandchild's
@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -45,10 +44,9 @@ from agentledger import (
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from agentledger.loop import SPAWN_TOOL_NAME
-from support import crash_child
+from support import crash_child, forked
 from support.crash_child import (
     FULL_ANSWER,
-    Finished,
     barrier,
     die,
     lookup_tool,
@@ -59,6 +57,7 @@ from support.crash_child import (
     tool_results_of_this_run,
     write_json,
 )
+from support.forked import Finished
 
 Model = Callable[[InferenceRequest], InferenceResponse]
 
@@ -337,30 +336,26 @@ CRASHING: dict[str, Callable[[dict[str, Any]], None]] = {
 ROLES: dict[str, Callable[[dict[str, Any]], Any]] = {"fan-out": fan_out}
 
 
-def main(argv: list[str]) -> int:
-    spec = json.loads(Path(argv[1]).read_text(encoding="utf-8"))
+def play(spec: dict[str, Any]) -> None:
+    """What a child does: play ``spec["role"]``."""
     if spec["role"] in CRASHING:
         CRASHING[spec["role"]](spec)
-        return 0
-    return play_role(ROLES, spec)
+    else:
+        play_role(ROLES, spec)
 
 
 # --- the parent's side ------------------------------------------------------------------------
 
 
 def run_child(spec: dict[str, Any], workdir: Path, name: str) -> Finished:
-    """Run one child of this module to its end (or its kill)."""
-    return crash_child.run_child(spec, workdir, name, MODULE)
+    """Run one child playing a role of this module to its end (or its kill)."""
+    return forked.run(play, spec, workdir, name)
 
 
 def run_together(specs: dict[str, dict[str, Any]], workdir: Path) -> dict[str, Finished]:
-    """Start children of this module and release them at once (``crash_child.run_together``)."""
-    return crash_child.run_together(specs, workdir, MODULE)
+    """Start children playing roles of this module and release them at once
+    (``forked.run_together``)."""
+    return forked.run_together(play, specs, workdir)
 
 
 read_lines = crash_child.read_side_file
-MODULE = "support.subagent_crash_child"
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv))
