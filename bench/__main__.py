@@ -1,6 +1,7 @@
 """Benchmarks, reported as ratios measured in one run (machines are shared and noisy).
 
-``python -m bench [--quick | --full]`` prints a report and writes ``bench/RESULTS.md``:
+``python -m bench [--quick | --full] [--previous REF]`` prints a report and writes
+``bench/RESULTS.md``:
 
 1. the agent loop's own overhead, no database (``bench/loop.py``);
 2. the ledger's cost per step against plain ``sqlite3`` writing the same rows, with
@@ -14,7 +15,19 @@
    LangGraph's ``SqliteSaver`` and the OpenAI Agents SDK's ``SQLiteSession`` when installed
    (``pip install -e '.[bench]'``), each system in a process of its own;
 7. loading the conversation back for the next inference, cold and warm, against ``sqlite3``;
-8. the database's size per turn for each of those systems (``bench/recording.py``).
+8. the database's size per turn for each of those systems (``bench/recording.py``);
+9. ``import agentledger`` in a fresh interpreter, against a bare one and pydantic alone
+   (``bench/imports.py``);
+10. the ledger's statements, compiled once and run on the driver's cursor, against SQLAlchemy
+    Core's ``execute`` and ``exec_driver_sql``, on SQLite and on a throwaway PostgreSQL when one
+    can be started, and what statement logging and ``handle_error`` see
+    (``bench/statements.py``);
+11. with ``--previous REF`` (a git commit of this repository: its ``src/`` is exported into the
+    temporary directory and run in worker processes of its own), this version against that one:
+    recording a turn and loading a conversation (``bench/previous.py``), ``import agentledger``
+    (in 9), and
+12. the rows ``Ledger.runs()`` and ``Ledger.run_tree()`` return. Without ``--previous``, 11
+    and 12 are skipped, and say so.
 """
 
 from __future__ import annotations
@@ -25,9 +38,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import analytics, history, ledger, loop, recording
+from . import analytics, history, imports, ledger, loop, previous, recording, statements
 from ._common import DEFAULT, FULL, QUICK
 from ._report import environment, render
+from ._versions import Version, export, resolve
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -49,17 +63,40 @@ def main(argv: list[str] | None = None) -> None:
         default=None,
         help="where the temporary databases go (default: the system's temporary directory)",
     )
+    parser.add_argument(
+        "--previous",
+        metavar="REF",
+        default=None,
+        help="a git commit of this repository to compare this version with (sections 9, 11 "
+        "and 12); without it, that comparison is skipped",
+    )
     args = parser.parse_args(args_list)
+    if args.previous is not None:
+        try:
+            resolve(args.previous)
+        except ValueError as problem:
+            parser.error(f"--previous: {problem}")
     sizes = QUICK if args.quick else FULL if args.full else DEFAULT
     started = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="agentledger-bench-", dir=args.tmpdir) as tmp:
         env = environment(str(Path(tmp).parent))
+        before: Version | None = None
+        if args.previous is not None:
+            before = export(args.previous, Path(tmp))
+            env.append(
+                f"The previous version: {before.described} (`--previous {args.previous}`), its "
+                "`src/` exported with `git archive` into the temporary directory; this version: "
+                "the working tree."
+            )
         print("agent loop ...", file=sys.stderr, flush=True)
         sections = [loop.run(sizes)]
         sections.append(ledger.run(sizes, Path(tmp)))
         sections.extend(history.run(sizes, Path(tmp)))
         sections.append(analytics.run(sizes, Path(tmp)))
         sections.extend(recording.run(sizes, Path(tmp)))
+        sections.append(imports.run(sizes, before))
+        sections.append(statements.run(sizes, Path(tmp)))
+        sections.extend(previous.run(sizes, Path(tmp), before))
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m bench", *args_list])
     report = render(command=command, mode=sizes.name, env=env, sections=sections, elapsed=elapsed)

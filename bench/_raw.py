@@ -24,7 +24,10 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from agentledger.values import new_id  # the ledger's id scheme, so rows and indexes match
+try:  # the ledger's id scheme, so rows and indexes match
+    from agentledger.values import new_id
+except ImportError:  # agentledger before 0.2, which bench/versions.py measures too
+    from agentledger._ids import new_id  # type: ignore[no-redef,import-not-found]
 
 from ._common import ANSWER, MODEL, RESULT, TOOL_NAME, USAGE, call_arguments, call_id
 

@@ -37,15 +37,20 @@ class Section:
     about: str
     rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    details: list[str] = field(default_factory=list)
+    """Markdown after the notes (more tables), for what does not fit one row per figure."""
 
     def render(self) -> list[str]:
         lines = [f"## {self.title}", "", self.about, ""]
-        lines += ["| measure | median | ratio |", "|---|---:|---:|"]
-        lines += [row.cells() for row in self.rows]
-        if self.notes:
+        if self.rows:  # a section skipped says why in its notes, with no table
+            lines += ["| measure | median | ratio |", "|---|---:|---:|"]
+            lines += [row.cells() for row in self.rows]
             lines.append("")
+        if self.notes:
             lines += [f"- {note}" for note in self.notes]
-        lines.append("")
+            lines.append("")
+        if self.details:
+            lines += [*self.details, ""]
         return lines
 
 

@@ -1,24 +1,38 @@
 """One process per system: a worker holds one system (its database open, its history built)
 and runs, on command, one of its methods, answering with what the method returns.
 
-Workers are started with ``spawn`` (a fresh interpreter that imports only what its system
-needs) and talk to the parent over a pipe. The parent sends one command and waits for its
-answer before it sends the next (:meth:`Worker.call`, :func:`interleaved_calls`), so only one
-system works while it is timed; :func:`broadcast` sends a command to every worker first and
-then collects the answers, for untimed work that may run in parallel (building histories).
+Workers are forked from a fork server (a fresh interpreter that imported the benchmark's side
+once); given the ``source`` of a version of agentledger, a worker is a fresh interpreter of its
+own (``python -P -c``) whose ``PYTHONPATH`` puts that version first, so that two versions can
+be measured in one run. Either way it talks to the parent over a pipe. The parent sends one
+command and waits for its answer before it sends the next (:meth:`Worker.call`,
+:func:`interleaved_calls`), so only one system works while it is timed; :func:`broadcast` sends
+a command to every worker first and then collects the answers, for untimed work that may run in
+parallel (building histories).
 """
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import multiprocessing
+import os
+import subprocess
+import sys
 import traceback
 from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection, wait
-from typing import Any
+from pathlib import Path
+from typing import Any, Protocol
 
 from ._common import Samples, interleaved
 
 _STOP = "_stop"
+_WHERE = "_where"
+"""The command every worker answers: the file its ``agentledger`` was imported from."""
+BENCH_ROOT = Path(__file__).resolve().parent.parent
+"""The directory that holds ``bench/``: a worker started from a version's source needs it on its
+path too."""
 PRELOAD = ["bench._turns"]
 """What the fork server imports for every worker: our side of the benchmark (the peers import
 theirs in their own workers)."""
@@ -35,15 +49,20 @@ class Worker:
     worker is a fresh interpreter.
     """
 
-    def __init__(self, name: str, factory: Callable[..., Any], **kwargs: Any) -> None:
+    def __init__(
+        self,
+        name: str,
+        factory: Callable[..., Any],
+        *,
+        source: Path | None = None,
+        **kwargs: Any,
+    ) -> None:
         self.name = name
-        context = _context()
-        self._conn, child = context.Pipe()
-        self._process = context.Process(
-            target=_serve, args=(child, factory, kwargs), name=f"bench {name}", daemon=True
-        )
-        self._process.start()
-        child.close()
+        self._process: _Process
+        if source is None:
+            self._conn, self._process = _forked(name, factory, kwargs)
+        else:
+            self._conn, self._process = _started(source, factory, kwargs)
         self._pending = 0
 
     @property
@@ -70,6 +89,10 @@ class Worker:
         self.send(command, *args)
         return self.receive()
 
+    def agentledger_file(self) -> str:
+        """Where the worker's ``agentledger`` comes from (its ``__init__.py``)."""
+        return str(self.call(_WHERE))
+
     def close(self) -> None:
         """Stop the worker: told to (its system closed first) when it is idle, killed when it
         is still working on a command (the parent gave up on it)."""
@@ -81,12 +104,96 @@ class Worker:
                 pass
         if self._process.is_alive():
             self._process.kill()
-            self._process.join()
+            self._process.join(None)
         self._conn.close()
 
     def _exit(self) -> int | None:
         self._process.join(timeout=5)
         return self._process.exitcode
+
+
+class _Process(Protocol):
+    """What :class:`Worker` needs of its process, forked or started."""
+
+    @property
+    def exitcode(self) -> int | None: ...
+
+    def is_alive(self) -> bool: ...
+
+    def join(self, timeout: float | None) -> None: ...
+
+    def kill(self) -> None: ...
+
+
+def _forked(
+    name: str, factory: Callable[..., Any], kwargs: dict[str, Any]
+) -> tuple[Connection, _Process]:
+    context = _context()
+    conn, child = context.Pipe()
+    process = context.Process(
+        target=_serve, args=(child, factory, kwargs), name=f"bench {name}", daemon=True
+    )
+    process.start()
+    child.close()
+    return conn, process
+
+
+BOOT = "import sys; from bench._workers import serve_fd; serve_fd(int(sys.argv[1]), sys.argv[2])"
+"""What a worker started from a version's source runs (``python -P -c BOOT fd source``)."""
+
+
+def _started(
+    source: Path, factory: Callable[..., Any], kwargs: dict[str, Any]
+) -> tuple[Connection, _Process]:
+    """A fresh interpreter with ``source`` (a directory holding an ``agentledger`` package)
+    first on its path, then this ``bench/``; ``-P``, so that the working directory cannot put
+    another agentledger in front. It is sent the factory by name, and checks that the
+    agentledger it imported is ``source``'s before it builds its system."""
+    conn, child = multiprocessing.Pipe()
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(source), str(BENCH_ROOT)])}
+    argv = [sys.executable, "-P", "-c", BOOT, str(child.fileno()), str(source)]
+    process = subprocess.Popen(argv, env=env, pass_fds=[child.fileno()], cwd=BENCH_ROOT)
+    child.close()
+    conn.send((factory.__module__, factory.__qualname__, kwargs))
+    return conn, _Started(process)
+
+
+class _Started:
+    """A started interpreter (:class:`subprocess.Popen`) as a :class:`_Process`."""
+
+    def __init__(self, process: subprocess.Popen[bytes]) -> None:
+        self.process = process
+
+    @property
+    def exitcode(self) -> int | None:
+        return self.process.poll()
+
+    def is_alive(self) -> bool:
+        return self.process.poll() is None
+
+    def join(self, timeout: float | None) -> None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.process.wait(timeout)
+
+    def kill(self) -> None:
+        self.process.kill()
+
+
+def serve_fd(fd: int, source: str) -> None:
+    """The loop of a worker started from ``source``: its system built by the factory the parent
+    names, once this interpreter's agentledger is known to be ``source``'s."""
+    conn = Connection(fd)
+    module, qualname, kwargs = conn.recv()
+
+    def factory(**arguments: Any) -> Any:
+        import agentledger
+
+        where = Path(agentledger.__file__ or "").resolve()
+        if not where.is_relative_to(Path(source).resolve()):
+            raise RuntimeError(f"agentledger was imported from {where}, not from {source}")
+        return getattr(importlib.import_module(module), qualname)(**arguments)
+
+    _serve(conn, factory, kwargs)
 
 
 def _context() -> Any:
@@ -162,6 +269,9 @@ def _serve(conn: Connection, factory: Callable[..., Any], kwargs: dict[str, Any]
             break
         if command == _STOP:
             break
+        if command == _WHERE:
+            conn.send(("ok", sys.modules["agentledger"].__file__))
+            continue
         if system is None:
             _answer_error(conn, setup_error)
             continue
