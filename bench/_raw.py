@@ -87,7 +87,7 @@ TAKE_LEASE = (
     "WHERE id = :id AND (lease_holder IS NULL OR lease_expires_at <= :now)"
 )
 FENCE = "UPDATE conversations SET lease_expires_at = ? WHERE id = ? AND lease_holder = ?"
-BEAT = "UPDATE agent_runs SET heartbeat_at = ?, step_count = ? WHERE id = ?"
+HEARTBEAT = "UPDATE agent_runs SET heartbeat_at = ?, step_count = ? WHERE id = ?"
 RELEASE = (
     "UPDATE conversations SET lease_holder = NULL, lease_run_id = NULL, lease_expires_at = NULL, "
     "updated_at = ?, version = version + 1 WHERE id = ? AND lease_holder = ?"
@@ -172,7 +172,7 @@ class RawLedger:
         buffer_seq = 0
         for index in range(tool_steps):
             with self._transaction() as conn:
-                stamp = self._beat(conn, conversation_id, run_id, token, index + 1)
+                stamp = self._renew_lease(conn, conversation_id, run_id, token, index + 1)
                 calls = [
                     {
                         "id": call_id(index, p),
@@ -200,7 +200,7 @@ class RawLedger:
                 )
                 buffer_seq += len(messages)
         with self._transaction() as conn:
-            stamp = self._beat(conn, conversation_id, run_id, token, steps)
+            stamp = self._renew_lease(conn, conversation_id, run_id, token, steps)
             answer = _message(new_id(), "assistant", ANSWER, stamp)
             conn.execute(INSERT_STEP, _step_row(run_id, tool_steps, stamp, answer, []))
             conn.execute(
@@ -230,7 +230,7 @@ class RawLedger:
                 conn.execute(RELEASE, (stamp, conversation_id, token))
         return conversation_id
 
-    def _beat(
+    def _renew_lease(
         self, conn: sqlite3.Connection, conversation_id: str, run_id: str, token: str, count: int
     ) -> str:
         """With ``leases``, the ledger's per-step fence and heartbeat; the step's timestamp."""
@@ -239,7 +239,7 @@ class RawLedger:
         if self.leases:
             if not conn.execute(FENCE, (_text(now + LEASE), conversation_id, token)).rowcount:
                 raise RuntimeError("lost the lease")
-            conn.execute(BEAT, (stamp, count, run_id))
+            conn.execute(HEARTBEAT, (stamp, count, run_id))
         return stamp
 
 

@@ -17,22 +17,23 @@ if str(ROOT) not in sys.path:  # bench/ is not installed: it sits next to tests/
     sys.path.insert(0, str(ROOT))
 
 from bench import _peers, recording  # noqa: E402 (after the path above)
+from bench import _recording_plan as plan  # noqa: E402
 from bench._raw import row_profile  # noqa: E402
 from bench._turns import Loads  # noqa: E402
 from bench._workers import Worker, WorkerError  # noqa: E402
 
 HISTORIES = (2, 4)
-PLAN = recording.Plan(HISTORIES, reps=2, load_reps=2)
+PLAN = plan.Plan(HISTORIES, reps=2, load_reps=2)
 RATIO = re.compile(r"^\*{0,2}(\d+\.\d\d)x\*{0,2}$")
-PEERS = list(recording.PEER_MODES)
+PEERS = list(plan.PEER_MODES)
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> recording.Measured:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> plan.Measured:
     return recording.measure(PLAN, tmp_path_factory.mktemp("bench-recording"))
 
 
-def rendered(measured: recording.Measured) -> str:
+def rendered(measured: plan.Measured) -> str:
     return "\n".join(line for s in recording.report(measured) for line in s.render())
 
 
@@ -47,8 +48,8 @@ def installed(peer: str) -> bool:
 
 def test_every_system_has_a_turn_row_at_every_history_length(measured):
     measures = {row[0].strip("*") for row in table_rows(rendered(measured))}
-    ours = [f"{label} {mode}" for mode in recording.MODES for label in recording.OURS]
-    peers = [f"{peer} {mode}" for peer, mode in recording.PEER_MODES.items() if installed(peer)]
+    ours = [f"{label} {mode}" for mode in plan.MODES for label in plan.OURS]
+    peers = [f"{peer} {mode}" for peer, mode in plan.PEER_MODES.items() if installed(peer)]
     for turns in HISTORIES:
         for name in ours + peers:
             assert f"@ {turns}: {name}" in measures
@@ -90,19 +91,19 @@ def test_every_ratio_is_a_positive_number(measured):
 
 
 def test_the_library_and_raw_databases_hold_the_same_rows(measured):
-    for mode in recording.MODES:
+    for mode in plan.MODES:
         for turns in HISTORIES:
             counts = {
                 label: {
                     table: values[0]
                     for table, values in row_profile(
-                        measured.paths[recording.key(recording.System(label, mode), turns)]
+                        measured.paths[plan.key(plan.System(label, mode), turns)]
                     ).items()
                 }
-                for label in recording.OURS
+                for label in plan.OURS
             }
-            raw = counts[recording.RAW]
-            assert counts[recording.AGENT] == counts[recording.RECORDER] == raw
+            raw = counts[plan.RAW]
+            assert counts[plan.AGENT] == counts[plan.RECORDER] == raw
             total = turns + PLAN.reps
             assert raw["conversation_messages"] == 2 * total
             assert raw["step_executions"] == 4 * total
@@ -118,7 +119,7 @@ def test_the_peers_hold_every_message_of_every_turn(measured):
 
 def test_the_three_loads_read_the_whole_conversation(measured):
     assert measured.loaded_messages == 2 * (HISTORIES[-1] + PLAN.reps)
-    assert set(measured.loads.times) == {recording.COLD, recording.WARM, recording.RAW_LOAD}
+    assert set(measured.loads.times) == {plan.COLD, plan.WARM, plan.RAW_LOAD}
 
 
 def test_a_worker_that_cannot_set_its_system_up_says_why(tmp_path):

@@ -110,7 +110,7 @@ def message_of(row: Row) -> Message:
     """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
     check_row(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
     values = {
-        "role": Role(row["role"]),
+        "role": row["role"],  # a Role: the column's type reads it as one
         "content": row["content"] or "",
         "name": row["name"],
         "tool_calls": row["tool_calls"] or (),

@@ -119,8 +119,11 @@ class UTCDateTime(TypeDecorator[datetime]):
 
 class EnumText(TypeDecorator[StrEnum]):
     """A column of an enum's values: text in the database (the same DDL as a ``str`` column),
-    the enum in Python. A value that is not one of the enum's reads as a ``ValueError`` (a
-    damaged row)."""
+    the enum in Python. A value that is not one of the enum's is a ``ValueError`` either way
+    (read back: a damaged row).
+
+    Both directions are one dictionary lookup (rows are read and written by the thousand on
+    the hot path); a ``StrEnum`` member and its text are the same key."""
 
     impl = AutoString
     cache_ok = True
@@ -128,12 +131,35 @@ class EnumText(TypeDecorator[StrEnum]):
     def __init__(self, enum: type[StrEnum]) -> None:
         super().__init__()
         self.enum = enum
+        self._members = _Lookup(enum, {m.value: m for m in enum})
+        self._texts = _Lookup(enum, {m.value: m.value for m in enum})
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        return None if value is None else self.enum(value).value
+        text: str | None = self._texts[value]
+        return text
 
     def process_result_value(self, value: Any, dialect: Dialect) -> StrEnum | None:
-        return None if value is None else self.enum(value)
+        member: StrEnum | None = self._members[value]
+        return member
+
+    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any]:
+        return self._texts.__getitem__
+
+    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any]:
+        return self._members.__getitem__
+
+
+class _Lookup(dict[Any, Any]):
+    """An enum's values by its members' texts (``None`` by ``None``); an unknown text is a
+    ``ValueError``."""
+
+    def __init__(self, enum: type[StrEnum], values: dict[str, Any]) -> None:
+        super().__init__(values)
+        self.enum = enum
+        self[None] = None
+
+    def __missing__(self, value: Any) -> Any:
+        raise ValueError(f"{value!r} is not a valid {self.enum.__name__}")
 
 
 JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
@@ -397,6 +423,11 @@ LEDGER_TABLES = (
 
 Row = TypeVar("Row", bound=LedgerTable)
 
+_FIELD_NAMES: dict[type[LedgerTable], frozenset[str]] = {
+    table: frozenset(table.model_fields) for table in (Conversation, AgentRun)
+}
+"""The fields of the tables whose rows :func:`row_of` builds, every one of them set."""
+
 
 def row_of(table: type[Row], values: Mapping[str, Any]) -> Row:
     """An instance of ``table`` holding ``values``, a row as read through the table's column
@@ -406,9 +437,10 @@ def row_of(table: type[Row], values: Mapping[str, Any]) -> Row:
     The ledger builds the rows it returns this way, each checked against its checksum first:
     about a tenth of the cost of building it through ``__init__``."""
     instance = manager_of_class(table).new_instance()
-    fields = {("metadata_" if name == "metadata" else name): v for name, v in values.items()}
-    instance.__dict__.update(fields)
-    object.__setattr__(instance, "__pydantic_fields_set__", set(fields))
+    fields = instance.__dict__
+    fields.update(values)
+    fields["metadata_"] = fields.pop("metadata")
+    object.__setattr__(instance, "__pydantic_fields_set__", set(_FIELD_NAMES[table]))
     object.__setattr__(instance, "__pydantic_extra__", None)
     object.__setattr__(instance, "__pydantic_private__", None)
     return instance
