@@ -283,9 +283,10 @@ def fan_out_agent(ledger: Ledger, *, delay: float = 0.0) -> Agent:
 # --- the roles ----------------------------------------------------------------------------------
 
 
-def tree_crash(spec: dict[str, Any]) -> None:
+def _run_until_the_crash(build: Callable[..., tuple[Agent, Any]], spec: dict[str, Any]) -> None:
+    """Run the agent ``build`` makes with its crash armed; the result file says if it survived."""
     ledger = Ledger.open(spec["url"])
-    agent, _ = tree_agent(
+    agent, _ = build(
         ledger,
         tools_file=Path(spec["tools_file"]),
         models_file=Path(spec["models_file"]),
@@ -293,18 +294,14 @@ def tree_crash(spec: dict[str, Any]) -> None:
     )
     result = agent.run(QUESTION)
     write_json(Path(spec["result_file"]), {"ok": summary(result), "survived": True})
+
+
+def tree_crash(spec: dict[str, Any]) -> None:
+    _run_until_the_crash(tree_agent, spec)
 
 
 def spawn_then_crash(spec: dict[str, Any]) -> None:
-    ledger = Ledger.open(spec["url"])
-    agent, _ = spawn_then_crash_agent(
-        ledger,
-        tools_file=Path(spec["tools_file"]),
-        models_file=Path(spec["models_file"]),
-        crash=True,
-    )
-    result = agent.run(QUESTION)
-    write_json(Path(spec["result_file"]), {"ok": summary(result), "survived": True})
+    _run_until_the_crash(spawn_then_crash_agent, spec)
 
 
 def fan_out(spec: dict[str, Any]) -> list[dict[str, Any]]:

@@ -83,7 +83,7 @@ from agentledger.llm import InferenceRequest, InferenceResponse
 from agentledger.loop import SPAWN_TOOL_NAME
 from agentledger.values import Role
 from support import child_environment, module_command
-from support.crash_child import connect, rows, write_json
+from support.crash_child import connect, play_role, rows
 
 MODULE = "support.workload"
 """What :class:`ForkServer` runs: ``python -m support.workload serve``."""
@@ -509,18 +509,7 @@ def _play(spec: dict[str, Any]) -> int:
             sys.stderr.flush()
             return 1
         return 0
-    try:
-        payload: dict[str, Any] = {"ok": ROLES[spec["role"]](spec)}
-    except BaseException as exc:
-        payload = {
-            "error": {
-                "type": type(exc).__name__,
-                "message": str(exc),
-                "traceback": traceback.format_exc(),
-            }
-        }
-    write_json(Path(spec["result_file"]), payload)
-    return 0
+    return play_role(ROLES, spec)
 
 
 # --- the parent's side -------------------------------------------------------------------------
