@@ -1,5 +1,6 @@
-"""What the ledger does with input it cannot use: corrupt files, directories, missing or
-read-only places, URLs it does not support, servers that are not there, ids it does not hold.
+"""What the ledger does with input it cannot use: corrupt files, directories, missing places,
+URLs it does not support, servers that are not there, ids it does not hold. (A ledger this
+user may not write opens read-only: ``test_read_only.py``.)
 
 Every refusal is one of the library's own errors with a message that names the place, never a
 raw driver exception and never a silent success; and a refusal writes nothing."""
@@ -7,7 +8,6 @@ raw driver exception and never a silent success; and a refusal writes nothing.""
 from __future__ import annotations
 
 import contextlib
-import os
 import random
 import sqlite3
 from collections.abc import Callable, Iterator
@@ -177,41 +177,6 @@ def test_opening_a_missing_file_without_migrating_refuses_and_creates_no_file(tm
         Ledger.open(path, migrate=False)
 
     assert list(tmp_path.iterdir()) == [], "a refused open left a file behind"
-
-
-@contextlib.contextmanager
-def read_only(path: Path) -> Iterator[bool]:
-    """``path`` and its directory read-only; whether that is enforced on this process (it is
-    not for root, which may write anything)."""
-    directory = path.parent
-    path.chmod(0o444)
-    directory.chmod(0o555)
-    try:
-        enforced = os.geteuid() != 0 and not os.access(path, os.W_OK)
-        yield enforced
-    finally:
-        directory.chmod(0o755)
-        path.chmod(0o644)
-
-
-def test_a_read_only_ledger_is_refused_with_a_clear_error_and_left_unchanged(tmp_path, real_ledger):
-    directory = tmp_path / "shelf"
-    directory.mkdir()
-    path = directory / "ledger.db"
-    path.write_bytes(real_ledger.data)
-
-    with read_only(path) as enforced:
-        try:
-            ledger = Ledger.open(path)
-        except LedgerOpenError as exc:
-            message = str(exc)
-            assert str(path) in message and "read-only" in message, message
-        else:
-            ledger.close()
-            # Only root gets here: permissions do not stop it, so there is nothing to refuse.
-            assert not enforced, "Ledger.open succeeded on a read-only file"
-        assert path.read_bytes() == real_ledger.data
-        assert siblings(path) == ["ledger.db"]
 
 
 # --- URLs and servers ---------------------------------------------------------------------------

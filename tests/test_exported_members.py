@@ -98,6 +98,21 @@ def test_the_door_exports_what_a_user_needs():
     )
 
 
+def test_the_door_exports_every_error_of_the_tree_drawn_in_its_docstring():
+    from agentledger import errors
+
+    defined = {
+        name
+        for name, value in vars(errors).items()
+        if isinstance(value, type) and issubclass(value, errors.AgentLedgerError)
+    }
+    assert "LedgerReadOnlyError" in defined
+    for name in defined:
+        assert name in agentledger.__all__, name
+        assert getattr(agentledger, name) is getattr(errors, name)
+        assert f" {name} " in errors.__doc__, f"{name} is not drawn in the error tree"
+
+
 def test_the_door_gives_the_same_objects_as_the_packages_that_define_them():
     from agentledger.analytics import Analytics
     from agentledger.ledger import Ledger

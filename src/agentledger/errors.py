@@ -29,6 +29,7 @@
         ├── SchemaVersionError        the database's schema is newer than this code
         ├── MigrationError            a migration refused to run: it would lose data
         ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
+        ├── LedgerReadOnlyError       a write to a ledger this handle may only read
         └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
 
 Errors raised while a run is in progress by the model or by a tool do not escape the loop
@@ -173,6 +174,13 @@ class MigrationError(LedgerError):
 
 class LedgerOpenError(LedgerError):
     """The database cannot be opened: not a database, corrupt, a directory, unreadable."""
+
+
+class LedgerReadOnlyError(LedgerError):
+    """A write was asked of a ledger this handle may only read: one opened with
+    ``read_only=True`` (``--read-only``), a SQLite file or directory this user may not write, or
+    a database that refuses writes (a PostgreSQL standby, a read-only session). Nothing was
+    written; the message says why the ledger is read-only and what to do."""
 
 
 class LedgerCorruptError(LedgerError):

@@ -56,8 +56,10 @@ class Finished:
 _FORKSERVER: list[Any] = []
 
 
-def _context() -> Any:
-    """The forkserver context of this process, its preload set on first use."""
+def context() -> Any:
+    """The forkserver context of this process, its preload set on first use. (A process has
+    one forkserver: whoever starts it first decides what it preloads, so every user of it in
+    the suite takes it from here.)"""
     if not _FORKSERVER:
         context = multiprocessing.get_context("forkserver")
         context.set_forkserver_preload(PRELOAD)
@@ -76,7 +78,7 @@ def _child(play: Play, spec: dict[str, Any], output: str) -> None:
 def _start(play: Play, spec: dict[str, Any], workdir: Path, name: str) -> Any:
     spec = {**spec, "name": name, "result_file": str(workdir / f"{name}.result.json")}
     output = workdir / f"{name}.output"
-    process = _context().Process(target=_child, args=(play, spec, str(output)), name=name)
+    process = context().Process(target=_child, args=(play, spec, str(output)), name=name)
     process.start()
     return process
 

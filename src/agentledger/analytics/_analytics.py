@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import Iterator, Sequence
@@ -14,7 +15,7 @@ import duckdb
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
-from ..ledger import normalize_url, sqlite_path
+from ..ledger import file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from . import _extensions
 
@@ -73,9 +74,17 @@ class Analytics:
     and over the ledger's tables (``ledger.agent_runs``, ...).
     """
 
-    def __init__(self, connection: duckdb.DuckDBPyConnection, url: str) -> None:
+    def __init__(
+        self,
+        connection: duckdb.DuckDBPyConnection,
+        url: str,
+        *,
+        files: contextlib.ExitStack | None = None,
+    ) -> None:
         self.connection = connection
         self.url = url
+        self._files = files or contextlib.ExitStack()
+        """What to do with the files beside a SQLite ledger once the connection is closed."""
 
     @classmethod
     def open(
@@ -90,24 +99,21 @@ class Analytics:
         DuckDB's threads; on PostgreSQL it defaults to 1, because DuckDB's postgres scanner can
         hang when one query reads the same table in parallel twice (for large PostgreSQL
         ledgers, ``export_parquet`` and query the files with all cores).
+
+        A SQLite ledger's directory is left as it was found: the ``-wal`` and ``-shm`` files
+        DuckDB's reader makes are removed when the connection closes. Where this user may not
+        write the ledger's file or directory (and no writer is at work), DuckDB reads a
+        snapshot of it copied to the temporary directory, removed on close.
         """
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
-        extension, attach = attach_statement(normalized)
-        if extension == "postgres_scanner" and threads is None:
-            threads = 1  # the scanner can hang when one query scans the same table twice at once
-        connection = duckdb.connect(config=_config(threads))
+        files = contextlib.ExitStack()
         try:
-            _extensions.load(connection, extension)
-            _attach(connection, attach, normalized)
-            _check_revision(connection, normalized)
-            connection.execute("SET TimeZone = 'UTC'")
-            for _, sql in view_files():
-                connection.execute(sql)
+            connection = _connect(normalized, files, threads)
         except BaseException:
-            connection.close()
+            files.close()
             raise
-        return cls(connection, normalized)
+        return cls(connection, normalized, files=files)
 
     # -- the views ----------------------------------------------------------------------------
 
@@ -234,6 +240,7 @@ class Analytics:
 
     def close(self) -> None:
         self.connection.close()
+        self._files.close()
 
     def __enter__(self) -> Self:
         return self
@@ -274,6 +281,30 @@ def export_parquet(url: str | os.PathLike[str], directory: str | os.PathLike[str
     """Every table of the ledger at ``url`` as Parquet under ``directory``, by day."""
     with Analytics.open(url) as analytics:
         return analytics.export_parquet(directory)
+
+
+def _connect(
+    url: str, files: contextlib.ExitStack, threads: int | None
+) -> duckdb.DuckDBPyConnection:
+    """DuckDB with the ledger at ``url`` attached, checked and its views defined; ``files``
+    gets what to do beside a SQLite ledger once the connection is closed."""
+    path = sqlite_path(url)
+    source = url if path is None else str(files.enter_context(file_to_read(path)))
+    extension, attach = attach_statement(source)
+    if extension == "postgres_scanner" and threads is None:
+        threads = 1  # the scanner can hang when one query scans the same table twice at once
+    connection = duckdb.connect(config=_config(threads))
+    try:
+        _extensions.load(connection, extension)
+        _attach(connection, attach, url)
+        _check_revision(connection, url)
+        connection.execute("SET TimeZone = 'UTC'")
+        for _, sql in view_files():
+            connection.execute(sql)
+    except BaseException:
+        connection.close()
+        raise
+    return connection
 
 
 def _config(threads: int | None) -> dict[str, str | bool | int | float | list[str]]:

@@ -1,5 +1,6 @@
 """The ``agentledger`` command group, and what its commands share: the console, the ledger
-named by ``--db``, and errors turned into one-line CLI errors."""
+named by ``--db`` (read-only with ``--read-only``), and errors turned into one-line CLI
+errors."""
 
 from __future__ import annotations
 
@@ -33,10 +34,12 @@ def render(renderable: Any) -> None:
 
 
 class Options:
-    """The options of the group, for its commands: the ledger's database."""
+    """The options of the group, for its commands: the ledger's database, and whether it may
+    only be read."""
 
-    def __init__(self, db: str) -> None:
+    def __init__(self, db: str, read_only: bool = False) -> None:
         self.db = db
+        self.read_only = read_only
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -48,10 +51,17 @@ class Options:
     show_default=True,
     help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB).",
 )
+@click.option(
+    "--read-only",
+    is_flag=True,
+    help="Only read the ledger: commands that read work, commands that would write are "
+    "refused, and no file is created beside a SQLite ledger. Chosen by itself when this user "
+    "may not write the SQLite file or its directory.",
+)
 @click.pass_context
-def cli(ctx: click.Context, db: str) -> None:
+def cli(ctx: click.Context, db: str, read_only: bool) -> None:
     """agentledger: an LLM agent loop whose memory is a relational ledger."""
-    ctx.obj = Options(db)
+    ctx.obj = Options(db, read_only)
 
 
 def main() -> None:
@@ -64,9 +74,27 @@ def main() -> None:
 
 def database(ctx: click.Context) -> str:
     """The ``--db`` of the command's group."""
+    return _options(ctx).db
+
+
+def read_only(ctx: click.Context) -> bool:
+    """The ``--read-only`` of the command's group."""
+    return _options(ctx).read_only
+
+
+def refuse_read_only(ctx: click.Context, command: str) -> None:
+    """Refuse the command ``command``, which writes the ledger, under ``--read-only``."""
+    if read_only(ctx):
+        raise click.ClickException(
+            f"`agentledger {command}` writes the ledger, and --read-only was given, so nothing "
+            "was done. Run it without --read-only."
+        )
+
+
+def _options(ctx: click.Context) -> Options:
     found = ctx.find_object(Options)
     assert found is not None
-    return found.db
+    return found
 
 
 @contextlib.contextmanager
@@ -93,7 +121,8 @@ def require_file(ctx: click.Context, what_to_do: str) -> None:
 
 @contextlib.contextmanager
 def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
-    """The ledger named by --db, which must exist and be at the newest schema."""
+    """The ledger named by --db, which must exist and be at the newest schema (read-only with
+    --read-only, or where this user may not write it)."""
     from ..ledger import Ledger
 
     require_file(
@@ -101,7 +130,7 @@ def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
         "run an agent with it first, or `agentledger db upgrade` to create an empty one",
     )
     with cli_errors():
-        ledger = Ledger.open(database(ctx), migrate=False)
+        ledger = Ledger.open(database(ctx), migrate=False, read_only=read_only(ctx))
     try:
         with cli_errors():
             yield ledger

@@ -22,7 +22,7 @@ from rich.console import Console
 
 from ..builder import DEFAULT_MAX_STEPS, AgentBuilder
 from ..core import Next, Tool, ToolSet
-from ..errors import AgentLedgerError, ConfigurationError, NotFoundError
+from ..errors import AgentLedgerError, ConfigurationError, LedgerReadOnlyError, NotFoundError
 from ..ledger import Ledger, normalize_url, sqlite_path
 from ..llm import DEFAULT_TIMEOUT, AnthropicMessages, HttpProvider, OpenAIChat, PriceTable
 from ..loop import Agent
@@ -152,7 +152,8 @@ def _names_a_parent(missing: str, module_name: str) -> bool:
 
 def open_ledger(db: str, conversation_id: str | None) -> Ledger:
     """The ledger at ``db``, created when needed; with ``conversation_id``, one that holds that
-    conversation (else ``NotFoundError``, and nothing is created)."""
+    conversation (else ``NotFoundError``, and nothing is created). A ledger this user may not
+    write raises ``LedgerReadOnlyError``."""
     path = sqlite_path(normalize_url(db))
     if conversation_id is not None and path is not None and not path.exists():
         raise NotFoundError(
@@ -160,12 +161,13 @@ def open_ledger(db: str, conversation_id: str | None) -> Ledger:
             "(choose the ledger with --db or AGENTLEDGER_DB)"
         )
     ledger = Ledger.open(db)
-    if conversation_id is not None:
-        try:
+    try:
+        ledger.check_writable()  # before the first question, not after it
+        if conversation_id is not None:
             ledger.conversation(conversation_id)
-        except NotFoundError:
-            ledger.close()
-            raise
+    except (LedgerReadOnlyError, NotFoundError):
+        ledger.close()
+        raise
     return ledger
 
 

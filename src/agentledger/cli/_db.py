@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 
 from ..errors import LedgerCorruptError, SchemaVersionError
-from ._app import cli, cli_errors, console, database, open_ledger, require_file
+from ._app import cli, cli_errors, console, database, open_ledger, refuse_read_only, require_file
 
 _CREATE = "`agentledger db upgrade` creates one"
 
@@ -25,6 +25,7 @@ def upgrade(ctx: click.Context, revision: str) -> None:
     """Migrate the ledger up to REVISION (default: the newest)."""
     from ..ledger import migrate
 
+    refuse_read_only(ctx, "db upgrade")
     with cli_errors():
         console().print(f"at revision {migrate.upgrade(database(ctx), revision)}")
 
@@ -36,6 +37,7 @@ def downgrade(ctx: click.Context, revision: str) -> None:
     """Migrate the ledger down to REVISION (``base`` removes every table)."""
     from ..ledger import migrate
 
+    refuse_read_only(ctx, "db downgrade")
     require_file(ctx, _CREATE)
     with cli_errors():
         console().print(f"at revision {migrate.downgrade(database(ctx), revision) or 'base'}")

@@ -15,7 +15,7 @@ import click
 
 from ..builder import DEFAULT_MAX_STEPS
 from ..errors import AgentLedgerError
-from ._app import DEFAULT_DB, cli, console, database
+from ._app import DEFAULT_DB, cli, console, database, refuse_read_only
 
 if TYPE_CHECKING:
     from ..llm import PriceTable
@@ -140,9 +140,11 @@ def _agent_options(command: Callable[..., None]) -> Callable[..., None]:
 
 @contextlib.contextmanager
 def _session(ctx: click.Context, setup: Setup) -> Iterator[Session]:
-    """The chat session ``setup`` describes, on the --db ledger; errors as CLI errors."""
+    """The chat session ``setup`` describes, on the --db ledger; errors as CLI errors. It
+    records runs: refused under --read-only, and on a ledger this user may not write."""
     from ._chat import open_session
 
+    refuse_read_only(ctx, ctx.info_name or "run")
     try:
         with open_session(database(ctx), setup, console()) as session:
             yield session

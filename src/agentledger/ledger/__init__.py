@@ -5,12 +5,15 @@
 (``schema/README.md``); their SQLModel classes are :mod:`agentledger.ledger.tables`, and
 :class:`Conversation` and :class:`AgentRun` are the rows ``Ledger`` returns. Migrations are
 plain functions in :mod:`agentledger.ledger.migrate`; row checksums are
-:mod:`agentledger.ledger.checksums`.
+:mod:`agentledger.ledger.checksums`. ``Ledger.open(url, read_only=True)`` only reads;
+:func:`read_only_uri` and :func:`file_to_read` let other SQLite readers read a ledger without
+writing it or leaving files beside it.
 
 This package imports the values and the recorder interface, never the loop, a driver or a
 provider.
 """
 
+from ._access import file_to_read, read_only_uri
 from ._engine import EngineSettings, normalize_url, sqlite_path
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
 from ._run_tree import RunTree
@@ -28,6 +31,8 @@ __all__ = [
     "LedgerRecorder",
     "RunTree",
     "SearchHit",
+    "file_to_read",
     "normalize_url",
+    "read_only_uri",
     "sqlite_path",
 ]

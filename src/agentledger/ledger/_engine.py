@@ -17,21 +17,23 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, TypeVar
+from typing import Any, Literal, TypeVar
 
 from sqlalchemy import Connection, Engine, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
-from sqlalchemy.pool import ConnectionPoolEntry
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from ..errors import (
     ConfigurationError,
     LedgerBusyError,
     LedgerCorruptError,
     LedgerOpenError,
+    LedgerReadOnlyError,
     LedgerUnavailableError,
 )
 from ..values import Clock
+from ._access import ReadOnly, read_only_uri
 from ._statements import run_on_cursor
 
 Synchronous = Literal["FULL", "NORMAL"]
@@ -83,30 +85,49 @@ def sqlite_path(url: str) -> Path | None:
     return Path(parsed.database)
 
 
-def make_engine(url: str, settings: EngineSettings = EngineSettings()) -> Engine:
+def make_engine(
+    url: str, settings: EngineSettings = EngineSettings(), *, read_only: bool = False
+) -> Engine:
+    """The engine of the ledger at ``url``. With ``read_only`` its connections only read: on
+    SQLite, each transaction opens the file read-only (see :mod:`._access`); on PostgreSQL,
+    the session's transactions are read only, so the server refuses a write too."""
     url = normalize_url(url)
     if make_url(url).get_backend_name() == "sqlite":
-        return _sqlite_engine(url, settings)
+        return _sqlite_engine(url, settings, read_only=read_only)
     try:
-        return create_engine(url, pool_pre_ping=True)
+        engine = create_engine(url, pool_pre_ping=True)
     except ModuleNotFoundError as exc:
         raise ConfigurationError(
             "PostgreSQL needs psycopg 3: pip install 'agentledger[postgresql]'"
         ) from exc
+    if read_only:
+        event.listen(engine, "connect", _read_only_session)
+    return engine
 
 
-def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
+def _read_only_session(dbapi: Any, _record: ConnectionPoolEntry) -> None:
+    with dbapi.cursor() as cursor:
+        cursor.execute("SET SESSION default_transaction_read_only = on")
+    dbapi.commit()
+
+
+def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None:
         _check_sqlite_path(path)
-    engine = create_engine(url, connect_args={"timeout": settings.busy_timeout})
+    if read_only:
+        engine = _read_only_sqlite_engine(url, path, settings)
+    else:
+        engine = create_engine(url, connect_args={"timeout": settings.busy_timeout})
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:
         dbapi.isolation_level = None  # we issue BEGIN ourselves
         cursor = dbapi.cursor()
         try:
-            if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            if read_only:
+                cursor.execute("PRAGMA query_only=ON")
+            elif cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
                 cursor.execute("PRAGMA journal_mode=WAL")  # once per file: it is persistent
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA synchronous={settings.synchronous}")
@@ -118,6 +139,25 @@ def _sqlite_engine(url: str, settings: EngineSettings) -> Engine:
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
         run_on_cursor(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
+
+    return engine
+
+
+def _read_only_sqlite_engine(url: str, path: Path | None, settings: EngineSettings) -> Engine:
+    """An engine whose every connection is new and opened read-only, as the files beside the
+    database are at that moment (:func:`read_only_uri`): none is kept between transactions."""
+    if path is None:
+        raise ConfigurationError(
+            "read_only needs a database file: an in-memory SQLite database starts empty"
+        )
+    engine = create_engine(url, poolclass=NullPool, connect_args={"timeout": settings.busy_timeout})
+
+    @event.listens_for(engine, "do_connect")
+    def _open_read_only(
+        _dialect: Any, _record: Any, cargs: list[Any], cparams: dict[str, Any]
+    ) -> None:
+        cargs[:] = [read_only_uri(path)]
+        cparams["uri"] = True
 
     return engine
 
@@ -161,6 +201,14 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
             return work()
         except (DBAPIError, sqlite3.DatabaseError) as exc:
             if not is_busy(exc):
+                if is_read_only(exc):
+                    raise LedgerReadOnlyError(
+                        f"{what}: the database refused to write ({_cause(exc)}), so nothing "
+                        "was written. Point the ledger at a database this process may write "
+                        "(for SQLite, a file and directory this user may write; for "
+                        "PostgreSQL, the primary server and a role that may write), or open "
+                        "it with read_only=True to read it."
+                    ) from exc
                 if _is_damage(exc):
                     raise LedgerCorruptError(
                         f"{what}: the database file is damaged ({_cause(exc)}). Restore it from "
@@ -183,6 +231,20 @@ def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) 
             time.sleep(delay * (1 + random.random()))
             delay = min(delay * 2, 1.0)
     raise AssertionError("unreachable")
+
+
+_READ_ONLY_SQLSTATE = "25006"
+"""PostgreSQL: read_only_sql_transaction (a read-only session or transaction, a standby)."""
+
+
+def is_read_only(exc: BaseException) -> bool:
+    """True when the database refused a write because it may only be read: SQLite's
+    SQLITE_READONLY family, PostgreSQL's read-only transactions."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    if getattr(cause, "sqlstate", None) == _READ_ONLY_SQLSTATE:
+        return True
+    code = getattr(cause, "sqlite_errorcode", None)
+    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY
 
 
 def _is_outage(exc: BaseException) -> bool:
@@ -305,12 +367,14 @@ and is not dressed up as a damaged database."""
 class Database:
     """A ledger handle's database: its engine, the connections it keeps open, its settings and
     its clock. Every transaction goes through :meth:`read` or :meth:`write`, which retry while
-    the database is locked and turn its failures into the ledger's errors."""
+    the database is locked and turn its failures into the ledger's errors. A read-only handle
+    (``read_only`` says why it is one) refuses every write before it touches the database."""
 
     engine: Engine
     connections: Connections
     settings: EngineSettings
     clock: Clock
+    read_only: ReadOnly | None = None
 
     def read(self, what: str, read: Callable[[Connection], T]) -> T:
         """``read`` on a connection of its own: tried again while the database is locked, a
@@ -325,12 +389,19 @@ class Database:
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, retried whole while the database is locked."""
+        self.check_writable(what)
 
         def attempt() -> T:
             with self.connections.write() as conn:
                 return work(conn)
 
         return with_retries(self.settings, attempt, what=what)
+
+    def check_writable(self, what: str) -> None:
+        """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""
+        if self.read_only is not None:
+            where = self.engine.url.render_as_string(hide_password=True)
+            raise self.read_only.refusal(what, where)
 
 
 def decoded(what: str, decode: Callable[[], T]) -> T:

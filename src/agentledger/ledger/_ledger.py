@@ -18,6 +18,7 @@ from sqlalchemy.exc import DatabaseError
 
 from ..errors import (
     ConfigurationError,
+    LedgerError,
     LedgerOpenError,
     NotFoundError,
     SchemaVersionError,
@@ -36,12 +37,14 @@ from ..values import (
     utc_now,
 )
 from . import migrate as migrations
+from ._access import ReadOnly, read_only_access
 from ._engine import (
     Connections,
     Database,
     EngineSettings,
     Synchronous,
     is_busy,
+    is_read_only,
     make_engine,
     normalize_url,
     sqlite_path,
@@ -81,12 +84,20 @@ class Ledger:
     """
 
     def __init__(
-        self, engine: Engine, *, settings: EngineSettings, clock: Clock, lease_seconds: float
+        self,
+        engine: Engine,
+        *,
+        settings: EngineSettings,
+        clock: Clock,
+        lease_seconds: float,
+        read_only: ReadOnly | None = None,
     ) -> None:
         self.engine = engine
         self.settings = settings
         self.clock = clock
-        self._database = Database(engine, Connections(engine), settings, clock)
+        # A read-only engine opens a connection per transaction (see ._access): none is kept.
+        connections = Connections(engine, keep=0 if read_only is not None else 2)
+        self._database = Database(engine, connections, settings, clock, read_only)
         self.recorder = LedgerRecorder(self._database, lease_seconds)
         """The :class:`~agentledger.recording.Recorder` that records runs in this ledger."""
 
@@ -100,6 +111,7 @@ class Ledger:
         lease_seconds: float = DEFAULT_LEASE_SECONDS,
         migrate: bool = True,
         verify: bool = False,
+        read_only: bool = False,
         clock: Clock = utc_now,
     ) -> Ledger:
         """Open the ledger at ``url`` (a file path, a ``sqlite:///`` URL or a ``postgresql://``
@@ -110,6 +122,13 @@ class Ledger:
         always refused. Opening a SQLite file reads the first page of every table, which finds
         most damage at once; ``verify=True`` also runs ``PRAGMA integrity_check`` over the whole
         file (its time grows with the file's size).
+
+        ``read_only=True`` opens a handle that only reads: every read, search and
+        :meth:`verify` works; every write (a run, a new conversation, :meth:`recover`, a
+        migration) raises :class:`LedgerReadOnlyError` before it touches the database, and no
+        file is created beside a SQLite database. A SQLite ledger whose file or directory this
+        user may not write is opened read-only whatever ``read_only`` says (see
+        :attr:`read_only`, :meth:`check_writable`). On PostgreSQL the session is read only too.
         """
         settings = EngineSettings(synchronous=synchronous, busy_timeout=busy_timeout)
         normalized = normalize_url(url)
@@ -119,17 +138,22 @@ class Ledger:
                 f"no ledger at {path} (an empty database is at no schema revision): open it "
                 "with migrate=True (the default), or create it with `agentledger db upgrade`"
             )
-        engine = make_engine(normalized, settings)
+        access = read_only_access(path, asked=read_only)
+        if access is not None and path is not None and not path.exists():
+            raise access.cannot_create(path)
+        engine = make_engine(normalized, settings, read_only=access is not None)
         try:
             with_retries(
                 settings,
-                lambda: _prepare(engine, migrate=migrate, verify=verify),
+                lambda: _prepare(engine, migrate=migrate, verify=verify, read_only=access),
                 what=f"opening {engine.url.render_as_string(hide_password=True)}",
             )
         except BaseException:
             engine.dispose()
             raise
-        return cls(engine, settings=settings, clock=clock, lease_seconds=lease_seconds)
+        return cls(
+            engine, settings=settings, clock=clock, lease_seconds=lease_seconds, read_only=access
+        )
 
     @property
     def url(self) -> str:
@@ -139,6 +163,18 @@ class Ledger:
     @property
     def dialect(self) -> str:
         return self.engine.dialect.name
+
+    @property
+    def read_only(self) -> bool:
+        """Whether this handle only reads: opened with ``read_only=True``, or a SQLite ledger
+        whose file or directory this user may not write."""
+        return self._database.read_only is not None
+
+    def check_writable(self) -> None:
+        """Raise :class:`LedgerReadOnlyError`, saying why and what to do, when this handle is
+        read-only: for a program that records runs and would rather stop at its start than at
+        its first run."""
+        self._database.check_writable("writing to the ledger")
 
     def close(self) -> None:
         self.recorder.close()
@@ -362,8 +398,10 @@ class Ledger:
 
         The conversations stay clean: a run's answer only ever reaches them at its commit.
         Resuming stale runs instead needs the agent's model and tools: that is
-        ``Agent.recover`` (or ``Agent.resume(run_id)``).
+        ``Agent.recover`` (or ``Agent.resume(run_id)``). A read-only handle refuses
+        (:class:`LedgerReadOnlyError`), stale runs or not: :meth:`stale_runs` lists them.
         """
+        self._database.check_writable("recovering stale runs")
         stale = self.stale_runs(stale_after)
         return [self.run(r.id) for r in stale if abandon(self._database, r.id, stale_after)]
 
@@ -400,33 +438,37 @@ class Ledger:
         return self._database.read(what, read)
 
 
-def _prepare(engine: Engine, *, migrate: bool, verify: bool) -> None:
-    """Check the database can be opened, then bring it to the newest schema."""
+def _prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly | None) -> None:
+    """Check the database can be opened, then bring it to the newest schema (a read-only
+    handle only checks that it is there already)."""
     url = make_url(str(engine.url))
+    where = url.render_as_string(hide_password=True)
     try:
         if engine.dialect.name == "sqlite":
             probe_sqlite(engine, integrity=verify)
-        if migrate:
+        if migrate and read_only is None:
             migrations.upgrade(engine)
         elif not migrations.is_current(engine):
+            if migrate and read_only is not None:
+                raise read_only.refusal(
+                    f"upgrading the ledger to the newest schema ({migrations.head()})", where
+                )
             raise SchemaVersionError(
-                f"the database at {url.render_as_string(hide_password=True)} is not at the newest "
+                f"the database at {where} is not at the newest "
                 f"schema ({migrations.head()}); run `agentledger db upgrade`"
             )
-    except (SchemaVersionError, ConfigurationError):
+    except (ConfigurationError, LedgerError):
         raise
     except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        if is_busy(exc):
-            raise  # with_retries tries again
+        if is_busy(exc) or is_read_only(exc):
+            raise  # with_retries tries again, or says the database refused to write
         raise LedgerOpenError(_open_error(url, exc)) from exc
 
 
 def _open_error(url: Any, exc: Exception) -> str:
     detail = str(getattr(exc, "orig", None) or exc).strip()
     where = url.render_as_string(hide_password=True)
-    if "readonly" in detail or "read-only" in detail:
-        hint = "the file (or its directory, for the WAL files) is read-only; open a writable copy"
-    elif isinstance(exc, UnicodeDecodeError) or any(
+    if isinstance(exc, UnicodeDecodeError) or any(
         word in detail for word in ("malformed", "not a database", "encrypted", "corrupt")
     ):
         hint = "the file is corrupt; restore it from a backup (its -wal and -shm files with it)"

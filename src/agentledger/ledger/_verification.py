@@ -9,7 +9,10 @@ table, which finds most damage at once; :func:`find_damage` reads everything.
 
 from __future__ import annotations
 
+import contextlib
 import sqlite3
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, func, or_, select
@@ -59,11 +62,36 @@ def sqlite_problems(conn: Connection) -> list[str]:
         "SELECT 1 FROM sqlite_master WHERE name = 'conversation_messages_fts'"
     ).first()
     if has_fts:
-        try:
-            conn.exec_driver_sql(_FTS_CHECK)
-        except DatabaseError as exc:
-            problems.append(f"the full-text index: {' '.join(str(exc.orig).split())}")
+        problems += _full_text_problems(conn)
     return problems
+
+
+def _full_text_problems(conn: Connection) -> list[str]:
+    """FTS5's check of the full-text index. FTS5 runs it as an INSERT, which a read-only
+    connection may not run: there it runs on a copy of the database (its pages copied as they
+    are, damage included) in the temporary directory, never beside the ledger."""
+    if conn.exec_driver_sql("PRAGMA query_only").scalar():
+        return _full_text_problems_of_copy(conn)
+    try:
+        conn.exec_driver_sql(_FTS_CHECK)
+    except DatabaseError as exc:
+        return [f"the full-text index: {' '.join(str(exc.orig).split())}"]
+    return []
+
+
+def _full_text_problems_of_copy(conn: Connection) -> list[str]:
+    source = conn.connection.dbapi_connection
+    assert isinstance(source, sqlite3.Connection)
+    with (
+        tempfile.TemporaryDirectory(prefix="agentledger-verify-") as folder,
+        contextlib.closing(sqlite3.connect(Path(folder) / "copy.db")) as copy,
+    ):
+        source.backup(copy)
+        try:
+            copy.execute(_FTS_CHECK)
+        except sqlite3.DatabaseError as exc:
+            return [f"the full-text index: {' '.join(str(exc).split())}"]
+    return []
 
 
 def find_damage(conn: Connection) -> list[str]:

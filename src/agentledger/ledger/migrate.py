@@ -25,9 +25,11 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import Connection, Engine, text
+from sqlalchemy.engine import make_url
 
 from ..errors import SchemaVersionError
-from ._engine import WRITE, make_engine
+from ._access import read_only_access
+from ._engine import WRITE, make_engine, normalize_url, sqlite_path
 
 __all__ = [
     "VERSION_TABLE",
@@ -124,7 +126,14 @@ def head() -> str:
 @contextlib.contextmanager
 def locked(database: Target) -> Iterator[Connection]:
     """A connection to ``database`` in a write transaction that holds the migration lock
-    (committed when the block ends): where migrations run."""
+    (committed when the block ends): where migrations run. A SQLite file or directory this
+    user may not write raises :class:`~agentledger.LedgerReadOnlyError` before anything is
+    opened or created."""
+    if not isinstance(database, Engine):
+        url = normalize_url(database)
+        access = read_only_access(sqlite_path(url), asked=False)
+        if access is not None:
+            raise access.refusal("migrating the schema", _shown(url))
     with (
         _engine(database) as engine,
         engine.connect() as conn,
@@ -176,17 +185,24 @@ def _scripts() -> ScriptDirectory:
     return ScriptDirectory.from_config(alembic_config())
 
 
+def _shown(url: str) -> str:
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def _single(down: str | Sequence[str] | None) -> str | None:
     return down if down is None or isinstance(down, str) else down[0]
 
 
 @contextlib.contextmanager
 def _engine(database: Target) -> Iterator[Engine]:
-    """The engine of ``database``: the one given, or one made for a URL and disposed after."""
+    """The engine of ``database``: the one given, or one made for a URL and disposed after
+    (read-only where this user may not write the SQLite file or its directory)."""
     if isinstance(database, Engine):
         yield database
         return
-    engine = make_engine(os.fspath(database))
+    url = normalize_url(database)
+    read_only = read_only_access(sqlite_path(url), asked=False) is not None
+    engine = make_engine(url, read_only=read_only)
     try:
         yield engine
     finally:
