@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
@@ -570,6 +572,32 @@ def test_export_writes_a_partition_per_day_with_every_row(priced, tmp_path, tabl
     listed = {row[0]: row for row in table_rows(output, "Parquet files by table")}
     assert listed[table][1:] == ["3", "3", str(rows)]
     assert "read_parquet(" in output and "hive_partitioning = true" in output
+
+
+@pytest.mark.parametrize("table", ["context_compactions", "execution_buffer_rows"])
+def test_export_writes_an_empty_table_as_one_file_of_no_rows_with_its_columns(
+    priced, tmp_path, table
+):
+    assert sql(priced, f"SELECT count(*) FROM {table}") == [(0,)]
+    target = tmp_path / "exported"
+
+    output = ok("--db", str(priced), "export", "parquet", str(target))
+
+    assert sorted(p.relative_to(target / table) for p in (target / table).rglob("*")) == [
+        Path("empty"),
+        Path("empty/data_0.parquet"),
+    ]
+    columns = [name for _, name, *_ in sql(priced, f"PRAGMA table_info({table})")]
+    pattern = (target / table / "*" / "*.parquet").as_posix()
+    with duckdb.connect() as db:
+        read = db.sql(f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = true)")
+        assert read.fetchall() == []
+        assert read.columns == [*columns, "day"]
+        assert str(read.types[-1]) == "DATE"  # as the day folders of the tables with rows give it
+    assert pq.read_table(target / table).column_names == [*columns, "day"]  # pandas' reader
+    assert pl.read_parquet(pattern, hive_partitioning=True).columns == [*columns, "day"]
+    listed = {row[0]: row for row in table_rows(output, "Parquet files by table")}
+    assert listed[table][1:] == ["0", "1", "0"]
 
 
 # -- errors --------------------------------------------------------------------------------------

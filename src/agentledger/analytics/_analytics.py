@@ -25,6 +25,8 @@ Unit = Literal["minute", "hour", "day", "week", "month"]
 ToolGrouping = Literal["agent", "model"]
 
 _TIMESTAMP_COLUMNS = ("started_at", "created_at")
+EMPTY_FOLDER = "empty"
+"""Where a table with no rows is exported: one file of no rows beside no day folder."""
 _SKIPPED_TABLES = ("conversation_messages_fts",)
 
 
@@ -190,8 +192,10 @@ class Analytics:
 
     def export_parquet(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
-        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table's
-        folder from an earlier export is replaced."""
+        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table with
+        no rows is one file of no rows, with its columns, under ``directory/<table>/empty/``,
+        so that ``<table>/*/*.parquet`` always finds a file. A table's folder from an earlier
+        export is replaced."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
@@ -229,6 +233,22 @@ class Analytics:
                 "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE)"
             )
         self.connection.execute(copy)
+        if time is not None and not any(target.rglob("*.parquet")):
+            self._copy_empty(table, target, day)
+
+    def _copy_empty(self, table: _Table, target: Path, day: str) -> None:
+        """A table with no rows as one file of no rows under ``target/empty/``: a partitioned
+        COPY of no rows writes no file, and reading ``<table>/*/*.parquet`` would fail with "No
+        files found". The file holds the ``day`` column itself (a ``DATE``, as the day
+        folders give it) and its folder is no partition, so DuckDB, Polars and pyarrow read
+        it with the same columns as a table that has rows."""
+        folder = target / EMPTY_FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        file = _quoted(str(folder / "data_0.parquet"))
+        self.connection.execute(
+            f"COPY (SELECT {table.select_list()}, {day} FROM {table.source()} LIMIT 0) "
+            f"TO {file} (FORMAT parquet)"
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
