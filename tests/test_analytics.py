@@ -1596,18 +1596,23 @@ def test_writes_through_analytics_are_refused_by_the_read_only_attach(team: Team
 
 
 @pytest.mark.parametrize(
-    ("use", "package"),
+    ("use", "package", "extra"),
     [
-        (lambda ledger: Analytics.open(ledger), "duckdb-extension-sqlite-scanner"),
+        (lambda ledger: Analytics.open(ledger), "duckdb-extension-sqlite-scanner", "analytics"),
         (
             lambda _: script("postgresql://someone@localhost/ledger"),
             "duckdb-extension-postgres-scanner",
+            "analytics-postgresql",
         ),
     ],
     ids=["sqlite-open", "postgresql-script"],
 )
 def test_a_missing_extension_package_is_named_with_the_command_that_installs_it(
-    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, use: Callable[[Path], object], package: str
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    use: Callable[[Path], object],
+    package: str,
+    extra: str,
 ) -> None:
     ledger = tmp_path / "ledger.db"
     Ledger.open(ledger).close()
@@ -1617,6 +1622,7 @@ def test_a_missing_extension_package_is_named_with_the_command_that_installs_it(
         use(ledger)
 
     assert f"pip install '{package}=={duckdb.__version__}'" in str(raised.value)
+    assert f"(or: pip install 'agentledger[{extra}]')" in str(raised.value)
 
 
 def test_an_extension_built_for_another_duckdb_is_refused_naming_both_versions(

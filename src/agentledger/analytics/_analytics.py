@@ -8,15 +8,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
-import duckdb
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from . import _extensions
+from ._duckdb import require_duckdb
+
+if TYPE_CHECKING:  # imported when first used: DuckDB comes with the analytics extra
+    import duckdb
 
 LEDGER = "ledger"
 """The name the ledger is attached under; the views read ``ledger.<table>``."""
@@ -69,9 +72,10 @@ class Analytics:
 
     Open one with :meth:`open`. Every method returns a DuckDB relation: print it, filter it
     further (``.filter()``, ``.order()``, ``.limit()``), or turn it into rows (``.fetchall()``),
-    a pandas DataFrame (``.df()``), an Arrow table (``.arrow()``) or a polars DataFrame
-    (``.pl()``) when those libraries are installed (``.arrow()`` gives a record batch reader:
-    ``.read_all()`` makes it a table). :meth:`sql` runs any query over the views
+    a pandas DataFrame (``.df()``, with the ``pandas`` extra), an Arrow table (``.arrow()``, with
+    the ``arrow`` extra) or a polars DataFrame (``.pl()``, with the ``polars`` extra; each of
+    these installs the ``analytics`` extra too). ``.arrow()`` gives a record batch reader:
+    ``.read_all()`` makes it a table. :meth:`sql` runs any query over the views
     and over the ledger's tables (``ledger.agent_runs``, ...).
     """
 
@@ -85,14 +89,18 @@ class Analytics:
     ) -> Analytics:
         """Attach the ledger at ``url`` (a SQLite file path or URL, or a PostgreSQL URL).
 
-        Nothing is written to the ledger, and no extension is downloaded: the scanner comes
-        from its PyPI package (:class:`ConfigurationError` says which to install if it is
-        missing). A file that is not an agentledger ledger raises :class:`LedgerOpenError`; one
-        migrated by a newer agentledger, :class:`SchemaVersionError`. ``threads`` caps
+        Nothing is written to the ledger, and no extension is downloaded: DuckDB and the
+        scanner come from their PyPI packages, which the ``analytics`` extra installs
+        (:class:`ConfigurationError` says what to install when one is missing). A file that is
+        not an agentledger ledger raises :class:`LedgerOpenError`; one migrated by a newer
+        agentledger, :class:`SchemaVersionError`. ``threads`` caps
         DuckDB's threads; on PostgreSQL it defaults to 1, because DuckDB's postgres scanner can
         hang when one query reads the same table in parallel twice (for large PostgreSQL
         ledgers, ``export_parquet`` and query the files with all cores).
         """
+        require_duckdb()
+        import duckdb
+
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
         extension, attach = attach_statement(normalized)
@@ -316,6 +324,8 @@ def _check_sqlite_file(url: str) -> None:
 
 
 def _attach(connection: duckdb.DuckDBPyConnection, attach: str, url: str) -> None:
+    import duckdb
+
     try:
         connection.execute(attach)
     except duckdb.Error as exc:
@@ -326,6 +336,8 @@ def _attach(connection: duckdb.DuckDBPyConnection, attach: str, url: str) -> Non
 
 
 def _check_revision(connection: duckdb.DuckDBPyConnection, url: str) -> None:
+    import duckdb
+
     shown = make_url(url).render_as_string(hide_password=True)
     try:
         rows = connection.execute(f"SELECT version_num FROM {LEDGER}.{VERSION_TABLE}").fetchall()
