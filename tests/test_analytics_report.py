@@ -25,7 +25,7 @@ from click.testing import CliRunner, Result
 
 import support.migration_harness as harness
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage, tool
-from agentledger.analytics import Analytics, build_report
+from agentledger.analytics import Analytics, build_report, figures
 from agentledger.analytics._format import cost_text
 from agentledger.analytics._report import bucket_unit
 from agentledger.cli import cli
@@ -436,7 +436,9 @@ def test_the_html_page_is_self_contained(priced_html):
         for name in ("src", "href", "xlink:href", "action", "data"):
             assert attrs.get(name) is None, f"<{tag} {name}=...> would fetch something"
         assert tag not in {"script", "link", "iframe", "img", "object", "embed"}, tag
-    assert not re.search(r"https?://", priced_html)
+    # No address but the SVG namespace, which names the XML vocabulary and is never fetched.
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg\")", priced_html)
+    assert priced_html.count('xmlns="http://www.w3.org/2000/svg"') == priced_html.count("<svg")
     assert "@import" not in priced_html and "url(" not in priced_html
 
 
@@ -451,6 +453,18 @@ def test_the_html_page_has_five_charts_that_draw_something(priced_html):
     assert "Tokens (input + output) per day" in priced_html
     assert "Cost (USD) per day" in priced_html
     assert "by cost" in priced_html  # every run is priced: the tree is drawn by cost
+
+
+def test_the_charts_of_the_page_are_the_figures_a_notebook_shows(priced, priced_html):
+    with Analytics.open(priced) as analytics:
+        shown = figures(build_report(analytics))
+
+    assert list(shown) == ["tokens", "cost", "cost_tree", "tool_latency", "tool_errors"]
+    titles = re.findall(r"<h2>([^<]*)</h2>\n<figure>", priced_html)
+    assert titles == [figure.title for figure in shown.values()]
+    for figure in shown.values():
+        assert figure.svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+        assert figure.svg in priced_html
 
 
 def test_every_bar_has_a_tooltip(priced_html):
