@@ -334,10 +334,12 @@ def test_a_tool_that_raises_is_logged_with_its_traceback_and_the_model_gets_one_
 
     (record,) = [r for r in caplog.records if r.name == "agentledger.tools"]
     assert record.levelno == logging.WARNING
-    assert "Tool 'explode' raised ValueError: cannot do it: no fuel" in record.getMessage()
-    assert "tool call c1" in record.getMessage()
-    assert record.exc_info is not None and isinstance(record.exc_info[1], ValueError)
-    assert 'raise ValueError(f"cannot do it: {reason}")' in caplog.text  # the traceback
+    first, logged = record.getMessage().split("\n", 1)
+    assert first.startswith("Tool 'explode' raised ValueError: cannot do it: no fuel (run ")
+    assert first.endswith("step 0, tool call c1)")
+    assert logged.startswith("Traceback (most recent call last):")  # the whole traceback
+    assert 'raise ValueError(f"cannot do it: {reason}")' in logged
+    assert logged.endswith("ValueError: cannot do it: no fuel")
     sent = llm.requests[1].messages[-1].content
     assert sent == "Error: Tool 'explode' raised ValueError: cannot do it: no fuel"
     assert "Traceback" not in sent
@@ -380,6 +382,19 @@ def test_a_long_traceback_is_cut_to_its_end_where_the_failure_is():
     assert rest.endswith("IndexError: level 80\n")  # the exception the tool raised, last
     assert "KeyError: 'the bottom'" not in kept  # the start of the chain is what was cut
     assert llm.requests[1].messages[-1].content == f"Error: {execution.error}"
+
+
+def test_a_traceback_with_nul_or_a_lone_surrogate_is_logged_escaped(caplog):
+    call = ToolCall(id="c1", name="nul_error", arguments={"reason": "x"})
+    with caplog.at_level(logging.WARNING, logger="agentledger.tools"):
+        run_one_call([nul_error], call)
+
+    (record,) = [r for r in caplog.records if r.name == "agentledger.tools"]
+    logged = record.getMessage()
+    logged.encode("utf-8")  # what a log handler writes: it must encode
+    assert "\x00" not in logged
+    assert logged.endswith("RuntimeError: bad\\x00x\\ud800")
+    assert record.exc_info is None
 
 
 def test_a_traceback_with_nul_or_a_lone_surrogate_is_stored_escaped(tmp_path):

@@ -119,13 +119,15 @@ class ToolExecutor:
         and the execution's metadata get the traceback, to find where it failed."""
         call = context.tool_call
         message = f"Tool {call.name!r} raised {type(exc).__name__}: {exc}"
+        # The traceback goes in the message, escaped (not as exc_info): an exception's text may
+        # hold a lone surrogate, which no UTF-8 log handler could write.
         logger.warning(
-            "%s (run %s, step %d, tool call %s)",
+            "%s (run %s, step %d, tool call %s)\n%s",
             printable(message),
             context.run_id,
             context.step_index,
             call.id,
-            exc_info=exc,
+            _traceback_text(exc).rstrip("\n"),
         )
         metadata: dict[str, JsonValue] = {TRACEBACK_KEY: _kept_traceback(exc)}
         return self._failed(context, started_at, message, arguments, metadata=metadata)
@@ -156,12 +158,17 @@ def _kept_traceback(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
     """The traceback of ``exc`` as stored: its last ``limit`` characters (the end says where
     it failed), with what was cut said on the first line, and anything that cannot be stored
     escaped."""
-    text = printable("".join(traceback.format_exception(exc)))
+    text = _traceback_text(exc)
     if len(text) <= limit:
         return text
     kept = text[-limit:]
     kept = kept[kept.find("\n") + 1 :]  # from the start of a line
     return f"... ({len(text) - len(kept)} characters cut)\n{kept}"
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The traceback of ``exc`` as Python prints it, with what cannot be stored escaped."""
+    return printable("".join(traceback.format_exception(exc)))
 
 
 def _dumped(arguments: BaseModel) -> dict[str, JsonValue]:
