@@ -4,14 +4,15 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test soak lint typecheck bench clean schema
+.PHONY: demo test soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 # One stamp per extra: re-installed whenever pyproject.toml changes.
+# The demo ends with DuckDB metrics: it installs the analytics extra.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+	$(PIP) -e '.[analytics]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
@@ -44,6 +45,12 @@ test: lint typecheck
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
 soak: $(VENV)/.installed-dev
 	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ARGS)
+
+# The wheel installed in fresh virtual environments, with no extra and with each one: the base
+# install brings no analytics engine, and each extra what its conversion needs. Slow (packages
+# from the registry): not part of `make test`; CI runs it after the tests.
+extras: $(VENV)/.installed-dev
+	AGENTLEDGER_EXTRAS=1 $(BIN)/pytest tests/test_install_extras.py $(EXTRAS_ARGS)
 
 $(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev,bench]'

@@ -83,14 +83,16 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    """What the reliability tests did and checked (``reliability_report``). Here, not in
+    """What the reliability tests did and checked (``reliability_report``), and what each
+    install brought (``tests/test_install_extras.py``). Here, not in
     ``tests/reliability/conftest.py``: under pytest-xdist the controlling process loads only
     this conftest, and it is the one that prints."""
-    lines = list(reports.summary_lines(terminalreporter.stats))
-    if lines:
-        terminalreporter.section(reports.SECTION)
-        for line in lines:
-            terminalreporter.write_line(line)
+    for name, title in reports.SECTIONS.items():
+        lines = list(reports.summary_lines(terminalreporter.stats, name))
+        if lines:
+            terminalreporter.section(title)
+            for line in lines:
+                terminalreporter.write_line(line)
 
 
 # -- databases (made and thrown away by support.databases) -----------------------------------------

@@ -18,12 +18,14 @@ from pathlib import Path
 from typing import Any
 
 import duckdb
+import polars as pl
+import pyarrow.parquet as pq
 import pytest
 from click.testing import CliRunner, Result
 
 import support.migration_harness as harness
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage, tool
-from agentledger.analytics import Analytics, build_report
+from agentledger.analytics import Analytics, build_report, figures
 from agentledger.analytics._format import cost_text
 from agentledger.analytics._report import bucket_unit
 from agentledger.cli import cli
@@ -434,7 +436,9 @@ def test_the_html_page_is_self_contained(priced_html):
         for name in ("src", "href", "xlink:href", "action", "data"):
             assert attrs.get(name) is None, f"<{tag} {name}=...> would fetch something"
         assert tag not in {"script", "link", "iframe", "img", "object", "embed"}, tag
-    assert not re.search(r"https?://", priced_html)
+    # No address but the SVG namespace, which names the XML vocabulary and is never fetched.
+    assert not re.search(r"https?://(?!www\.w3\.org/2000/svg\")", priced_html)
+    assert priced_html.count('xmlns="http://www.w3.org/2000/svg"') == priced_html.count("<svg")
     assert "@import" not in priced_html and "url(" not in priced_html
 
 
@@ -449,6 +453,18 @@ def test_the_html_page_has_five_charts_that_draw_something(priced_html):
     assert "Tokens (input + output) per day" in priced_html
     assert "Cost (USD) per day" in priced_html
     assert "by cost" in priced_html  # every run is priced: the tree is drawn by cost
+
+
+def test_the_charts_of_the_page_are_the_figures_a_notebook_shows(priced, priced_html):
+    with Analytics.open(priced) as analytics:
+        shown = figures(build_report(analytics))
+
+    assert list(shown) == ["tokens", "cost", "cost_tree", "tool_latency", "tool_errors"]
+    titles = re.findall(r"<h2>([^<]*)</h2>\n<figure>", priced_html)
+    assert titles == [figure.title for figure in shown.values()]
+    for figure in shown.values():
+        assert figure.svg.startswith('<svg xmlns="http://www.w3.org/2000/svg"')
+        assert figure.svg in priced_html
 
 
 def test_every_bar_has_a_tooltip(priced_html):
@@ -570,6 +586,32 @@ def test_export_writes_a_partition_per_day_with_every_row(priced, tmp_path, tabl
     listed = {row[0]: row for row in table_rows(output, "Parquet files by table")}
     assert listed[table][1:] == ["3", "3", str(rows)]
     assert "read_parquet(" in output and "hive_partitioning = true" in output
+
+
+@pytest.mark.parametrize("table", ["context_compactions", "execution_buffer_rows"])
+def test_export_writes_an_empty_table_as_one_file_of_no_rows_with_its_columns(
+    priced, tmp_path, table
+):
+    assert sql(priced, f"SELECT count(*) FROM {table}") == [(0,)]
+    target = tmp_path / "exported"
+
+    output = ok("--db", str(priced), "export", "parquet", str(target))
+
+    assert sorted(p.relative_to(target / table) for p in (target / table).rglob("*")) == [
+        Path("empty"),
+        Path("empty/data_0.parquet"),
+    ]
+    columns = [name for _, name, *_ in sql(priced, f"PRAGMA table_info({table})")]
+    pattern = (target / table / "*" / "*.parquet").as_posix()
+    with duckdb.connect() as db:
+        read = db.sql(f"SELECT * FROM read_parquet('{pattern}', hive_partitioning = true)")
+        assert read.fetchall() == []
+        assert read.columns == [*columns, "day"]
+        assert str(read.types[-1]) == "DATE"  # as the day folders of the tables with rows give it
+    assert pq.read_table(target / table).column_names == [*columns, "day"]  # pandas' reader
+    assert pl.read_parquet(pattern, hive_partitioning=True).columns == [*columns, "day"]
+    listed = {row[0]: row for row in table_rows(output, "Parquet files by table")}
+    assert listed[table][1:] == ["0", "1", "0"]
 
 
 # -- errors --------------------------------------------------------------------------------------

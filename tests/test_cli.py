@@ -208,6 +208,41 @@ def test_trace_prints_the_steps_the_tool_and_the_tokens(shared):
     assert "answer: Paris is sunny" in output
 
 
+@tool
+def book_flight(to: str) -> str:
+    """Books a flight; this one always fails, deep in its own code."""
+    return _reserve_seat(to)
+
+
+def _reserve_seat(to: str) -> str:
+    raise ConnectionError(f"the airline refused {to}")
+
+
+def test_trace_verbose_shows_where_a_failed_tool_raised_and_plain_trace_does_not(db_url):
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(
+                tool_calls=[ToolCall(id="call_1", name="book_flight", arguments={"to": "Oslo"})]
+            ),
+            InferenceResponse(content="The airline said no."),
+        ]
+    )
+    with Ledger.open(db_url) as ledger:
+        agent = AgentBuilder().with_llm(llm).with_tools([book_flight]).with_ledger(ledger).build()
+        run_id = agent.run("Book me a flight to Oslo.").run_id
+
+    plain = ok("--db", db_url, "trace", run_id)
+    assert "book_flight" in plain and "ConnectionError" in plain
+    assert "Traceback" not in plain and "_reserve_seat" not in plain
+
+    verbose = ok("--db", db_url, "trace", run_id, "--verbose")
+    assert "Tool 'book_flight' raised ConnectionError: the airline refused Oslo" in flat(verbose)
+    assert "Traceback (most recent call last):" in verbose
+    assert "in _reserve_seat" in verbose
+    assert 'raise ConnectionError(f"the airline refused {to}")' in verbose
+    assert "answer: The airline said no." in flat(verbose)
+
+
 def test_trace_of_a_run_in_progress_prints_its_recorded_step(shared):
     output = flat(ok("--db", shared.url, "trace", shared.stale_run_id or ""))
     assert "running" in output and "step 0 · tool_use" in output and "get_weather" in output

@@ -39,10 +39,23 @@ def test_the_agent_and_its_builder_load_no_heavy_library():
 
 @pytest.mark.parametrize(
     ("name", "library"),
-    [("Ledger", "sqlalchemy"), ("OpenAIChat", "httpx"), ("Analytics", "duckdb")],
+    [("Ledger", "sqlalchemy"), ("OpenAIChat", "httpx"), ("Analytics", "sqlalchemy")],
 )
 def test_a_heavy_name_loads_its_library_when_it_is_first_used(name, library):
     assert loaded_by(f"from agentledger import {name}")[library]
+
+
+def test_duckdb_is_loaded_when_analytics_first_queries_not_when_it_is_imported(tmp_path):
+    """DuckDB comes with the analytics extra: importing analytics must work without it."""
+    ledger = tmp_path / "ledger.db"
+    assert not loaded_by("import agentledger.analytics, agentledger.cli")["duckdb"]
+    opened = (
+        "from agentledger.ledger import Ledger\n"
+        "from agentledger import Analytics\n"
+        f"Ledger.open({str(ledger)!r}).close()\n"
+        f"Analytics.open({str(ledger)!r}).close()"
+    )
+    assert loaded_by(opened)["duckdb"]
 
 
 @cache

@@ -4,6 +4,9 @@ happens when the model call itself fails."""
 from __future__ import annotations
 
 import json
+import logging
+import re
+import sqlite3
 import threading
 import time
 from datetime import datetime
@@ -25,7 +28,9 @@ from agentledger import (
     ToolOutput,
     tool,
 )
+from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from agentledger.loop import TRACEBACK_KEY
 
 
 def calls(*tool_calls: ToolCall, content: str = "") -> InferenceResponse:
@@ -124,13 +129,32 @@ def test_a_string_result_is_sent_as_it_is(weather_tool):
     assert llm.requests[1].messages[-1].content == "22C and sunny in Oslo"
 
 
-def test_a_result_that_cannot_be_json_encoded_becomes_an_error_result():
-    state, llm = run_one_call([as_object], ToolCall(id="c1", name="as_object"))
+class Reading:
+    """A value of the tool's own making that JSON cannot encode."""
+
+
+@tool
+def custom() -> Reading:
+    """Returns something that is not JSON."""
+    return Reading()
+
+
+@pytest.mark.parametrize(
+    ("tool_", "type_name"),
+    [(as_object, "object"), (custom, f"{__name__}.Reading")],
+    ids=["object", "a class of the tool's module"],
+)
+def test_a_result_that_cannot_be_json_encoded_says_its_type_and_what_to_return(tool_, type_name):
+    state, llm = run_one_call([tool_], ToolCall(id="c1", name=tool_.name))
 
     (execution,) = state.step_executions[0].step.tool_executions
     assert execution.is_error
-    assert execution.error
-    assert "object" in execution.error
+    assert execution.error.startswith(
+        f"tool {tool_.name!r} returned a value of type {type_name} that cannot be stored"
+    )
+    assert "Return a string, a JSON-compatible value" in execution.error
+    assert "raised" not in execution.error  # the tool did not fail: what it returned did
+    assert execution.metadata == {}
     assert llm.requests[1].messages[-1].content == execution.result
     assert state.status is AgentStatus.COMPLETED
 
@@ -298,6 +322,95 @@ def test_an_exception_message_with_nul_or_a_lone_surrogate_is_escaped_in_the_err
     assert execution.error == "Tool 'nul_error' raised RuntimeError: bad\\x00x\\ud800"
     assert llm.requests[1].messages[-1].content == f"Error: {execution.error}"
     assert state.status is AgentStatus.COMPLETED
+
+
+# --- what a tool that raises leaves behind ---------------------------------------------------
+
+
+def test_a_tool_that_raises_is_logged_with_its_traceback_and_the_model_gets_one_line(caplog):
+    call = ToolCall(id="c1", name="explode", arguments={"reason": "no fuel"})
+    with caplog.at_level(logging.WARNING, logger="agentledger.tools"):
+        _, llm = run_one_call([explode], call)
+
+    (record,) = [r for r in caplog.records if r.name == "agentledger.tools"]
+    assert record.levelno == logging.WARNING
+    first, logged = record.getMessage().split("\n", 1)
+    assert first.startswith("Tool 'explode' raised ValueError: cannot do it: no fuel (run ")
+    assert first.endswith("step 0, tool call c1)")
+    assert logged.startswith("Traceback (most recent call last):")  # the whole traceback
+    assert 'raise ValueError(f"cannot do it: {reason}")' in logged
+    assert logged.endswith("ValueError: cannot do it: no fuel")
+    sent = llm.requests[1].messages[-1].content
+    assert sent == "Error: Tool 'explode' raised ValueError: cannot do it: no fuel"
+    assert "Traceback" not in sent
+
+
+def test_a_tool_that_raises_keeps_its_traceback_in_the_execution_metadata():
+    state, _ = run_one_call(
+        [explode], ToolCall(id="c1", name="explode", arguments={"reason": "no fuel"})
+    )
+
+    (execution,) = state.step_executions[0].step.tool_executions
+    kept = execution.metadata[TRACEBACK_KEY]
+    assert kept.startswith("Traceback (most recent call last):")
+    assert f'File "{__file__}"' in kept and "in explode" in kept
+    assert kept.endswith("ValueError: cannot do it: no fuel\n")
+    assert execution.result == "Error: Tool 'explode' raised ValueError: cannot do it: no fuel"
+
+
+@tool
+def deep(depth: int) -> str:
+    """Fails at the bottom of a recursion whose every level wraps the failure below it, so
+    that the traceback holds a chain of ``depth`` exceptions."""
+    if depth == 0:
+        raise KeyError("the bottom")
+    try:
+        return deep.function(depth - 1)
+    except LookupError as exc:
+        raise IndexError(f"level {depth}") from exc
+
+
+def test_a_long_traceback_is_cut_to_its_end_where_the_failure_is():
+    state, llm = run_one_call([deep], ToolCall(id="c1", name="deep", arguments={"depth": 80}))
+
+    (execution,) = state.step_executions[0].step.tool_executions
+    assert execution.error == "Tool 'deep' raised IndexError: level 80"
+    kept = execution.metadata[TRACEBACK_KEY]
+    first, rest = kept.split("\n", 1)
+    assert re.fullmatch(r"\.\.\. \(\d+ characters cut\)", first)
+    assert len(rest) <= 8192  # the last 8 KB, from the start of a line
+    assert rest.endswith("IndexError: level 80\n")  # the exception the tool raised, last
+    assert "KeyError: 'the bottom'" not in kept  # the start of the chain is what was cut
+    assert llm.requests[1].messages[-1].content == f"Error: {execution.error}"
+
+
+def test_a_traceback_with_nul_or_a_lone_surrogate_is_logged_escaped(caplog):
+    call = ToolCall(id="c1", name="nul_error", arguments={"reason": "x"})
+    with caplog.at_level(logging.WARNING, logger="agentledger.tools"):
+        run_one_call([nul_error], call)
+
+    (record,) = [r for r in caplog.records if r.name == "agentledger.tools"]
+    logged = record.getMessage()
+    logged.encode("utf-8")  # what a log handler writes: it must encode
+    assert "\x00" not in logged
+    assert logged.endswith("RuntimeError: bad\\x00x\\ud800")
+    assert record.exc_info is None
+
+
+def test_a_traceback_with_nul_or_a_lone_surrogate_is_stored_escaped(tmp_path):
+    llm = ScriptedLLM(
+        [calls(ToolCall(id="c1", name="nul_error", arguments={"reason": "x"})), answer("Done.")]
+    )
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        agent = AgentBuilder().with_llm(llm).with_tools([nul_error]).with_ledger(ledger).build()
+        result = agent.run("Help me.")
+        (step,) = [e for e in ledger.steps(result.run_id) if e.step.tool_executions]
+
+    kept = step.step.tool_executions[0].metadata[TRACEBACK_KEY]
+    assert kept.endswith("RuntimeError: bad\\x00x\\ud800\n")
+    with sqlite3.connect(tmp_path / "ledger.db") as db:
+        (stored,) = db.execute("SELECT json_extract(metadata, '$.traceback') FROM tool_executions")
+    assert stored == (kept,)
 
 
 # --- the tool context -----------------------------------------------------------------------

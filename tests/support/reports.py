@@ -15,6 +15,12 @@ RELIABILITY = "reliability"
 """The ``user_properties`` name of a reliability line, and the summary section's first word."""
 SECTION = "reliability: what was done and checked"
 
+INSTALL = "install"
+"""The ``user_properties`` name of a line on what an install brought
+(``tests/test_install_extras.py``)."""
+SECTIONS = {RELIABILITY: SECTION, INSTALL: "install: what the base install and each extra bring"}
+"""Each kind of line, and the title of the summary section that prints them."""
+
 
 def summary_lines(stats: dict[str, list[Any]], name: str = RELIABILITY) -> Iterator[str]:
     """``test_name[params]: line`` for each ``name`` property of a test's call report."""

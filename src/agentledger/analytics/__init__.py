@@ -5,10 +5,17 @@ The ledger is attached read-only; the views are SQL files shipped in ``sql/`` th
 ``duckdb`` command line as well (``agentledger analytics sql`` prints them, ready to use).
 :func:`build_report` gathers the main breakdowns into a :class:`Report`, which
 :func:`render_terminal` draws as tables and :func:`render_html` as one self-contained page
-(``agentledger analytics report [--html FILE]``).
+(``agentledger analytics report [--html FILE]``); :func:`figures` gives its charts as SVG, to
+show in a notebook.
+
+DuckDB comes with the ``analytics`` extra (``pip install 'agentledger[analytics]'``): this
+package imports without it, and :meth:`Analytics.open` and everything that runs a query say
+what to install when it is missing.
 """
 
 from ._analytics import Analytics, attach_statement, export_parquet, script, view_files
+from ._duckdb import require_duckdb
+from ._figures import Figure, figures
 from ._html import render_html, write_html
 from ._report import (
     Column,
@@ -28,6 +35,7 @@ __all__ = [
     "Column",
     "Completeness",
     "ExportedTable",
+    "Figure",
     "Report",
     "ReportTable",
     "RunCost",
@@ -37,9 +45,11 @@ __all__ = [
     "attach_statement",
     "build_report",
     "export_parquet",
+    "figures",
     "render_export",
     "render_html",
     "render_terminal",
+    "require_duckdb",
     "script",
     "summarize_export",
     "view_files",

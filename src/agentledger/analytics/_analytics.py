@@ -9,15 +9,18 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Literal, Self
+from typing import TYPE_CHECKING, Literal, Self
 
-import duckdb
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from . import _extensions
+from ._duckdb import require_duckdb
+
+if TYPE_CHECKING:  # imported when first used: DuckDB comes with the analytics extra
+    import duckdb
 
 LEDGER = "ledger"
 """The name the ledger is attached under; the views read ``ledger.<table>``."""
@@ -26,6 +29,8 @@ Unit = Literal["minute", "hour", "day", "week", "month"]
 ToolGrouping = Literal["agent", "model"]
 
 _TIMESTAMP_COLUMNS = ("started_at", "created_at")
+EMPTY_FOLDER = "empty"
+"""Where a table with no rows is exported: one file of no rows beside no day folder."""
 _SKIPPED_TABLES = ("conversation_messages_fts",)
 
 
@@ -68,9 +73,10 @@ class Analytics:
 
     Open one with :meth:`open`. Every method returns a DuckDB relation: print it, filter it
     further (``.filter()``, ``.order()``, ``.limit()``), or turn it into rows (``.fetchall()``),
-    a pandas DataFrame (``.df()``), an Arrow table (``.arrow()``) or a polars DataFrame
-    (``.pl()``) when those libraries are installed (``.arrow()`` gives a record batch reader:
-    ``.read_all()`` makes it a table). :meth:`sql` runs any query over the views
+    a pandas DataFrame (``.df()``, with the ``pandas`` extra), an Arrow table (``.arrow()``, with
+    the ``arrow`` extra) or a polars DataFrame (``.pl()``, with the ``polars`` extra; each of
+    these installs the ``analytics`` extra too). ``.arrow()`` gives a record batch reader:
+    ``.read_all()`` makes it a table. :meth:`sql` runs any query over the views
     and over the ledger's tables (``ledger.agent_runs``, ...).
     """
 
@@ -92,10 +98,11 @@ class Analytics:
     ) -> Analytics:
         """Attach the ledger at ``url`` (a SQLite file path or URL, or a PostgreSQL URL).
 
-        Nothing is written to the ledger, and no extension is downloaded: the scanner comes
-        from its PyPI package (:class:`ConfigurationError` says which to install if it is
-        missing). A file that is not an agentledger ledger raises :class:`LedgerOpenError`; one
-        migrated by a newer agentledger, :class:`SchemaVersionError`. ``threads`` caps
+        Nothing is written to the ledger, and no extension is downloaded: DuckDB and the
+        scanner come from their PyPI packages, which the ``analytics`` extra installs
+        (:class:`ConfigurationError` says what to install when one is missing). A file that is
+        not an agentledger ledger raises :class:`LedgerOpenError`; one migrated by a newer
+        agentledger, :class:`SchemaVersionError`. ``threads`` caps
         DuckDB's threads; on PostgreSQL it defaults to 1, because DuckDB's postgres scanner can
         hang when one query reads the same table in parallel twice (for large PostgreSQL
         ledgers, ``export_parquet`` and query the files with all cores).
@@ -105,6 +112,9 @@ class Analytics:
         write the ledger's file or directory (and no writer is at work), DuckDB reads a
         snapshot of it copied to the temporary directory, removed on close.
         """
+        require_duckdb()
+        import duckdb
+
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
         files = contextlib.ExitStack()
@@ -196,8 +206,10 @@ class Analytics:
 
     def export_parquet(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
-        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table's
-        folder from an earlier export is replaced."""
+        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table with
+        no rows is one file of no rows, with its columns, under ``directory/<table>/empty/``,
+        so that ``<table>/*/*.parquet`` always finds a file. A table's folder from an earlier
+        export is replaced."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
@@ -235,6 +247,22 @@ class Analytics:
                 "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE)"
             )
         self.connection.execute(copy)
+        if time is not None and not any(target.rglob("*.parquet")):
+            self._copy_empty(table, target, day)
+
+    def _copy_empty(self, table: _Table, target: Path, day: str) -> None:
+        """A table with no rows as one file of no rows under ``target/empty/``: a partitioned
+        COPY of no rows writes no file, and reading ``<table>/*/*.parquet`` would fail with "No
+        files found". The file holds the ``day`` column itself (a ``DATE``, as the day
+        folders give it) and its folder is no partition, so DuckDB, Polars and pyarrow read
+        it with the same columns as a table that has rows."""
+        folder = target / EMPTY_FOLDER
+        folder.mkdir(parents=True, exist_ok=True)
+        file = _quoted(str(folder / "data_0.parquet"))
+        self.connection.execute(
+            f"COPY (SELECT {table.select_list()}, {day} FROM {table.source()} LIMIT 0) "
+            f"TO {file} (FORMAT parquet)"
+        )
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -327,6 +355,8 @@ def _check_sqlite_file(url: str) -> None:
 
 
 def _attach(connection: duckdb.DuckDBPyConnection, attach: str, url: str) -> None:
+    import duckdb
+
     try:
         connection.execute(attach)
     except duckdb.Error as exc:
@@ -337,6 +367,8 @@ def _attach(connection: duckdb.DuckDBPyConnection, attach: str, url: str) -> Non
 
 
 def _check_revision(connection: duckdb.DuckDBPyConnection, url: str) -> None:
+    import duckdb
+
     shown = make_url(url).render_as_string(hide_password=True)
     try:
         rows = connection.execute(f"SELECT version_num FROM {LEDGER}.{VERSION_TABLE}").fetchall()

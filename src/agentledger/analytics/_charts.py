@@ -1,4 +1,4 @@
-"""Charts for the HTML report: inline SVG drawn in Python, with no JavaScript and nothing fetched.
+"""Charts for the report: SVG drawn in Python, with no JavaScript and nothing fetched.
 
 Two kinds: :func:`stacked_bars` (vertical bars over time buckets, stacked by series, one or
 more panels side by side) and :func:`horizontal_bars` (a labelled row per item, with grouped or
@@ -300,11 +300,17 @@ def nice_ticks(maximum: float, count: int = 4) -> list[float]:
 # -- SVG pieces --------------------------------------------------------------------------------
 
 
+_SVG_STYLE = "background: #fff; font-family: system-ui, -apple-system, sans-serif"
+"""On the element itself: a chart shown alone (a notebook shows each as an image) keeps the
+white ground and the font the page gives it."""
+
+
 def _svg(title: str, height: float, parts: Iterable[str]) -> str:
     body = "".join(parts)
     return (
-        f'<svg class="chart" viewBox="0 0 {WIDTH} {height:.0f}" width="100%" role="img" '
-        f'aria-label="{escape(title)}"><title>{escape(title)}</title>{body}</svg>'
+        f'<svg xmlns="http://www.w3.org/2000/svg" class="chart" viewBox="0 0 {WIDTH} '
+        f'{height:.0f}" width="100%" role="img" aria-label="{escape(title)}" style="{_SVG_STYLE}">'
+        f"<title>{escape(title)}</title>{body}</svg>"
     )
 
 

@@ -5,10 +5,13 @@ from __future__ import annotations
 import importlib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
-
-import duckdb
+from typing import TYPE_CHECKING
 
 from ..errors import ConfigurationError
+from ._duckdb import INSTALL, require_duckdb
+
+if TYPE_CHECKING:
+    import duckdb
 
 PACKAGES = {
     "sqlite_scanner": "duckdb-extension-sqlite-scanner",
@@ -16,18 +19,25 @@ PACKAGES = {
 }
 """Each extension agentledger loads, and the PyPI package that ships it."""
 
-_EXTRAS = {"postgres_scanner": " (or: pip install 'agentledger[postgresql]')"}
+_EXTRAS = {
+    "sqlite_scanner": INSTALL,
+    "postgres_scanner": "pip install 'agentledger[analytics-postgresql]'",
+}
+"""The extra that installs each extension with the DuckDB it is built for."""
 
 
 def extension_path(name: str) -> Path:
     """The extension file ``name`` for the installed DuckDB, from its PyPI package.
 
-    Raises :class:`ConfigurationError` naming the package to install when the package is
-    missing or was built for another DuckDB version.
+    Raises :class:`ConfigurationError` naming what to install when DuckDB or the package is
+    missing, or when the package was built for another DuckDB version.
     """
+    require_duckdb()
+    import duckdb
+
     package = PACKAGES[name]
     wanted = duckdb.__version__
-    install = f"pip install '{package}=={wanted}'{_EXTRAS.get(name, '')}"
+    install = f"pip install '{package}=={wanted}' (or: {_EXTRAS[name]})"
     try:
         module = importlib.import_module(package.replace("-", "_"))
     except ImportError:

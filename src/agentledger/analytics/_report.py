@@ -11,13 +11,15 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
-import duckdb
 from sqlalchemy.engine import make_url
 
 from ._analytics import Analytics
 from ._format import cost_text, count, ms_text, number, percent, plural, time_text
+
+if TYPE_CHECKING:
+    import duckdb
 
 BucketUnit = Literal["hour", "day"]
 Record = dict[str, Any]

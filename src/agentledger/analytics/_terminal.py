@@ -7,14 +7,18 @@ import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import duckdb
 from rich.console import Group, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ._duckdb import require_duckdb
 from ._format import count, time_text
 from ._report import Column, Report, ReportTable
+
+if TYPE_CHECKING:
+    import duckdb
 
 
 def render_terminal(report: Report) -> Group:
@@ -61,6 +65,9 @@ def summarize_export(
 ) -> tuple[ExportedTable, ...]:
     """Per table, the Parquet ``files`` under ``directory``: partitions, files, rows (read back
     from the files)."""
+    require_duckdb()
+    import duckdb
+
     root = Path(directory)
     by_table: dict[str, list[Path]] = {}
     for file in files:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import AgentLedgerError
-from ._app import cli, console, database, render
+from ._app import cli, cli_errors, console, database, render
 
 if TYPE_CHECKING:
     from ..analytics import Analytics, Report
@@ -19,15 +19,18 @@ if TYPE_CHECKING:
 @cli.group()
 def analytics() -> None:
     """DuckDB analytics over the ledger (attached read-only): a report, and the views for the
-    duckdb shell."""
+    duckdb shell. DuckDB comes with the analytics extra: pip install 'agentledger[analytics]'."""
 
 
 @contextlib.contextmanager
 def _analytics(ctx: click.Context) -> Iterator[Analytics]:
-    """DuckDB over the --db ledger; library and DuckDB errors as CLI errors."""
-    import duckdb
+    """DuckDB over the --db ledger; library and DuckDB errors as CLI errors, DuckDB missing
+    (it comes with the analytics extra) among them."""
+    from ..analytics import Analytics, require_duckdb
 
-    from ..analytics import Analytics
+    with cli_errors():
+        require_duckdb()
+    import duckdb
 
     try:
         with Analytics.open(database(ctx)) as opened:
@@ -103,7 +106,7 @@ def _absolute(url: str) -> str:
 
 @cli.group()
 def export() -> None:
-    """Copy the ledger out for other engines."""
+    """Copy the ledger out for other engines, through DuckDB (the analytics extra)."""
 
 
 @export.command()

@@ -86,12 +86,17 @@ def show(ctx: click.Context, conversation: str, view: str, section: str | None) 
 
 @cli.command()
 @click.argument("run")
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Also show each failed tool call's whole error and the traceback of what it raised.",
+)
 @click.pass_context
-def trace(ctx: click.Context, run: str) -> None:
+def trace(ctx: click.Context, run: str, verbose: bool) -> None:
     """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
     each with its own (exclusive) and its subtree's (inclusive) usage."""
     with open_ledger(ctx) as ledger:
-        render(run_tree_view(ledger, ledger.run_tree(run)))
+        render(run_tree_view(ledger, ledger.run_tree(run), verbose=verbose))
 
 
 @cli.command()

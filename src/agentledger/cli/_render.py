@@ -4,15 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from rich.text import Text
 from rich.tree import Tree
 
+from ..loop import TRACEBACK_KEY
 
-def run_tree_view(ledger: Any, node: Any) -> Tree:
+
+def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:
     """A run tree (``Ledger.run_tree``) as a terminal tree: each run with its own and its
     subtree's usage, its steps and tool calls, and each subagent run under the call that
-    started it."""
+    started it. ``verbose`` adds, under each failed tool call, its whole error and the
+    traceback of what it raised."""
     root = Tree(run_label(node))
-    _add_steps(root, ledger, node)
+    _add_steps(root, ledger, node, verbose)
     return root
 
 
@@ -32,7 +36,7 @@ def run_label(node: Any) -> str:
     return label
 
 
-def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
+def _add_steps(branch: Tree, ledger: Any, node: Any, verbose: bool) -> None:
     if node.run.error:
         branch.add(f"[red]{node.run.error}[/red]")
     children = {child.run.id: child for child in node.children}
@@ -52,12 +56,23 @@ def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
             leaf = item.add(
                 f"{mark} {tool.tool_name} · {ms(tool.duration_ms)} → {preview(tool.result)}"
             )
+            if verbose and tool.is_error:
+                _add_failure(leaf, tool)
             child = children.get(tool.child_run_id or "")
             if child is not None:
-                _add_steps(leaf.add(run_label(child)), ledger, child)
+                _add_steps(leaf.add(run_label(child)), ledger, child, verbose)
         answer = step.final_response()
         if answer is not None:
             item.add(f"[green]answer:[/green] {preview(answer.content)}")
+
+
+def _add_failure(leaf: Tree, tool: Any) -> None:
+    """What a failed tool call said in full and, when its tool raised, where: the kept end of
+    the traceback, as plain text (a traceback is no markup)."""
+    leaf.add(Text(tool.error or tool.result, style="red"))
+    traceback = tool.metadata.get(TRACEBACK_KEY)
+    if isinstance(traceback, str):
+        leaf.add(Text(traceback.rstrip("\n"), style="dim"))
 
 
 def cost(value: float | None) -> str:

@@ -24,6 +24,7 @@ from rich.text import Text
 from ..analytics import Analytics
 from ..builder import AgentBuilder
 from ..core import tool
+from ..errors import ConfigurationError
 from ..ledger import Ledger
 from ..llm import Price, PriceTable, ScriptedLLM, ScriptItem
 from ..loop import Agent, SubagentSpec
@@ -508,7 +509,12 @@ FROM tool_stats ORDER BY calls DESC, tool_name
 
 def _print_metrics(console: Console, db_path: Path) -> None:
     console.rule("[bold]Metrics: DuckDB over the same file, rolled up the run tree[/bold]")
-    with Analytics.open(db_path) as analytics:
+    try:
+        opened = Analytics.open(db_path)
+    except ConfigurationError as exc:  # DuckDB is an extra: without it, the demo says so
+        console.print(f"Metrics skipped: {exc}\n", markup=False)
+        return
+    with opened as analytics:
         for title, query in (
             ("run_rollup: own and whole-tree usage", _ROLLUP),
             ("tool_stats", _TOOLS),

@@ -8,7 +8,7 @@ recorder interface; never a driver, a provider or the ledger.
 
 from ._agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
 from ._driver import Driver, StepRequest
-from ._executor import ToolExecutor
+from ._executor import TRACEBACK_KEY, ToolExecutor
 from ._subagents import (
     SPAWN_TOOL_NAME,
     SpawnArguments,
@@ -20,6 +20,7 @@ from ._subagents import (
 __all__ = [
     "DEFAULT_FINAL_INSTRUCTION",
     "SPAWN_TOOL_NAME",
+    "TRACEBACK_KEY",
     "Agent",
     "AgentConfig",
     "Driver",

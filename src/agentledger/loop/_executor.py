@@ -5,10 +5,16 @@ that cannot be encoded or stored (a NUL character or a lone surrogate) all becom
 result (``is_error``) that the model sees, so it can correct itself; the run goes on. A
 ``LedgerError`` is the exception: the ledger failing under a tool (a subagent recording its
 run) fails the run, which can then be resumed whole.
+
+A tool that raises is logged with its traceback (logger ``agentledger.tools``, WARNING), and the
+end of that traceback is kept in the tool execution's metadata (``traceback``), where
+``agentledger trace RUN --verbose`` shows it; the model is sent only the one-line message.
 """
 
 from __future__ import annotations
 
+import logging
+import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -28,6 +34,15 @@ from ..values import (
     printable,
     utc_now,
 )
+
+logger = logging.getLogger("agentledger.tools")
+
+TRACEBACK_KEY = "traceback"
+"""Where a tool execution keeps the traceback of the exception its tool raised, in its
+metadata (and so in ``tool_executions.metadata``)."""
+
+TRACEBACK_LIMIT = 8192
+"""How many characters of a traceback are kept: its end, where the failure is."""
 
 
 class ToolExecutor:
@@ -73,14 +88,14 @@ class ToolExecutor:
         except ValidationError as exc:
             return self._failed(context, started_at, _invalid_arguments(call, exc))
         try:
-            output = _as_output(tool.invoke(arguments, context))
+            value = tool.invoke(arguments, context)
         except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
             raise
         except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            detail = f"{type(exc).__name__}: {exc}"
-            return self._failed(
-                context, started_at, f"Tool {call.name!r} raised {detail}", arguments
-            )
+            return self._raised(context, started_at, exc, arguments)
+        output = _as_output(value, call)
+        if isinstance(output, str):
+            return self._failed(context, started_at, output, arguments)
         unstorable = _unstorable(output, call)
         if unstorable is not None:
             return self._failed(context, started_at, unstorable, arguments)
@@ -97,12 +112,34 @@ class ToolExecutor:
             metadata=output.metadata,
         )
 
+    def _raised(
+        self, context: ToolContext, started_at: datetime, exc: Exception, arguments: BaseModel
+    ) -> ToolExecution:
+        """The error result of a tool that raised ``exc``: the model gets one line; the log
+        and the execution's metadata get the traceback, to find where it failed."""
+        call = context.tool_call
+        message = f"Tool {call.name!r} raised {type(exc).__name__}: {exc}"
+        # The traceback goes in the message, escaped (not as exc_info): an exception's text may
+        # hold a lone surrogate, which no UTF-8 log handler could write.
+        logger.warning(
+            "%s (run %s, step %d, tool call %s)\n%s",
+            printable(message),
+            context.run_id,
+            context.step_index,
+            call.id,
+            _traceback_text(exc).rstrip("\n"),
+        )
+        metadata: dict[str, JsonValue] = {TRACEBACK_KEY: _kept_traceback(exc)}
+        return self._failed(context, started_at, message, arguments, metadata=metadata)
+
     def _failed(
         self,
         context: ToolContext,
         started_at: datetime,
         message: str,
         arguments: BaseModel | None = None,
+        *,
+        metadata: dict[str, JsonValue] | None = None,
     ) -> ToolExecution:
         message = printable(message)  # an exception's text may hold what cannot be stored
         return ToolExecution(
@@ -113,14 +150,34 @@ class ToolExecutor:
             error=message,
             started_at=started_at,
             finished_at=self.clock(),
+            metadata=metadata or {},
         )
+
+
+def _kept_traceback(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:
+    """The traceback of ``exc`` as stored: its last ``limit`` characters (the end says where
+    it failed), with what was cut said on the first line, and anything that cannot be stored
+    escaped."""
+    text = _traceback_text(exc)
+    if len(text) <= limit:
+        return text
+    kept = text[-limit:]
+    kept = kept[kept.find("\n") + 1 :]  # from the start of a line
+    return f"... ({len(text) - len(kept)} characters cut)\n{kept}"
+
+
+def _traceback_text(exc: BaseException) -> str:
+    """The traceback of ``exc`` as Python prints it, with what cannot be stored escaped."""
+    return printable("".join(traceback.format_exception(exc)))
 
 
 def _dumped(arguments: BaseModel) -> dict[str, JsonValue]:
     return arguments.model_dump(mode="json")
 
 
-def _as_output(value: object) -> ToolOutput:
+def _as_output(value: object, call: ToolCall) -> ToolOutput | str:
+    """What the tool returned as a :class:`ToolOutput`, or, when it cannot be JSON-encoded,
+    the error that says so and what to return instead."""
     if isinstance(value, ToolOutput):
         return value
     if isinstance(value, str):
@@ -128,10 +185,21 @@ def _as_output(value: object) -> ToolOutput:
     try:
         return ToolOutput(content=pydantic_core.to_json(value).decode())
     except pydantic_core.PydanticSerializationError as exc:
-        raise TypeError(
-            f"the tool returned a {type(value).__name__}, which cannot be JSON-encoded ({exc}); "
-            "return a string, a JSON-compatible value or a pydantic model"
-        ) from exc
+        return (
+            f"tool {call.name!r} returned a value of type {_type_name(value)} "
+            f"that cannot be stored: it cannot be encoded as JSON ({exc}). Return a string, a "
+            "JSON-compatible value (dict, list, str, int, float, bool or None), a pydantic "
+            "model or a ToolOutput."
+        )
+
+
+def _type_name(value: object) -> str:
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def _unstorable(output: ToolOutput, call: ToolCall) -> str | None:

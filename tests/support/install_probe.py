@@ -1,0 +1,119 @@
+"""Run by the interpreter of a fresh virtual environment into which the agentledger wheel was
+installed with one extra (``tests/test_install_extras.py``): it records a scripted run in a
+ledger, uses what the extra promises, and prints what it found as one JSON object.
+
+Usage: ``python install_probe.py EXTRA LEDGER_URL``, EXTRA being ``base`` for no extra. Only
+the standard library and what the install brought are imported here.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable
+from importlib.metadata import distributions
+from pathlib import Path
+from typing import Any
+
+ROLLUP = "SELECT agent_path, inclusive_input_tokens FROM run_rollup ORDER BY path"
+
+
+def record_a_run(url: str) -> str:
+    """One run of a scripted agent that calls a tool, then answers; its id."""
+    from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall, Usage, tool
+    from agentledger.ledger import Ledger
+
+    @tool
+    def add(a: int, b: int) -> int:
+        """Add two integers."""
+        return a + b
+
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(
+                tool_calls=[ToolCall(id="c1", name="add", arguments={"a": 2, "b": 3})],
+                usage=Usage(input_tokens=10, output_tokens=2),
+            ),
+            InferenceResponse(content="5", usage=Usage(input_tokens=20, output_tokens=1)),
+        ]
+    )
+    with Ledger.open(url) as ledger:
+        agent = AgentBuilder().with_llm(llm).with_tools([add]).with_ledger(ledger).build()
+        return agent.run("What is 2 + 3?").run_id
+
+
+def analytics_error(url: str) -> str:
+    """What ``Analytics.open`` says where DuckDB is not installed."""
+    from agentledger import Analytics, ConfigurationError
+
+    try:
+        Analytics.open(url).close()
+    except ConfigurationError as exc:
+        return str(exc)
+    return "Analytics.open did not fail"
+
+
+def rollup(url: str, convert: Callable[[Any], Any]) -> Any:
+    from agentledger import Analytics
+
+    with Analytics.open(url) as analytics:
+        return convert(analytics.sql(ROLLUP))
+
+
+def converted(value: Any, rows: list[list[Any]]) -> dict[str, Any]:
+    """The library a conversion's result comes from, and its rows as lists."""
+    return {"library": type(value).__module__.split(".")[0], "rows": rows}
+
+
+def as_pandas(url: str) -> Any:
+    frame = rollup(url, lambda relation: relation.df())
+    return converted(frame, frame.values.tolist())
+
+
+def as_arrow(url: str) -> Any:
+    table = rollup(url, lambda relation: relation.arrow().read_all())
+    return converted(table, [list(row.values()) for row in table.to_pylist()])
+
+
+def as_polars(url: str) -> Any:
+    frame = rollup(url, lambda relation: relation.pl())
+    return converted(frame, [list(row) for row in frame.rows()])
+
+
+def as_rows(url: str) -> Any:
+    rows = rollup(url, lambda relation: relation.fetchall())
+    return converted(rows, [list(row) for row in rows])
+
+
+USES: dict[str, Callable[[str], Any]] = {
+    "base": analytics_error,
+    "postgresql": analytics_error,
+    "analytics": as_rows,
+    "analytics-postgresql": as_rows,
+    "pandas": as_pandas,
+    "arrow": as_arrow,
+    "polars": as_polars,
+}
+
+
+def installed() -> dict[str, int]:
+    """Every distribution installed but pip's own, with its size on disk in bytes (the files
+    its RECORD lists, byte code included)."""
+    found: dict[str, int] = {}
+    for dist in distributions():
+        name = dist.metadata["Name"].lower().replace("_", "-")
+        if name in ("pip", "setuptools"):
+            continue
+        files = (Path(str(dist.locate_file(f))) for f in dist.files or ())
+        found[name] = sum(f.stat().st_size for f in files if f.is_file())
+    return found
+
+
+def main(extra: str, url: str) -> None:
+    run_id = record_a_run(url)
+    found = {"run_id": run_id, "uses": USES[extra](url), "installed": installed()}
+    print(json.dumps(found, default=str))
+
+
+if __name__ == "__main__":
+    main(*sys.argv[1:])

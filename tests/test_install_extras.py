@@ -1,0 +1,158 @@
+"""What ``pip install agentledger`` and each of its extras bring, checked in fresh virtual
+environments from the wheel: the base install has no analytics engine and says what to install
+for it; each extra brings everything its conversion needs (``.df()``, ``.arrow()``, ``.pl()``).
+
+Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
+``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
+install's package count and size on disk are printed at the end of the session.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import venv
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support.reports import INSTALL
+
+ROOT = Path(__file__).resolve().parents[1]
+PROBE = ROOT / "tests" / "support" / "install_probe.py"
+
+pytestmark = pytest.mark.skipif(
+    os.environ.get("AGENTLEDGER_EXTRAS") != "1",
+    reason="installs the wheel in fresh virtual environments: AGENTLEDGER_EXTRAS=1 (make extras)",
+)
+
+ANALYTICS = {"duckdb", "duckdb-extension-sqlite-scanner"}
+HEAVY = {*ANALYTICS, "duckdb-extension-postgres-scanner", "numpy", "pandas", "pyarrow", "polars"}
+ROLLUP = [["agent", 30]]
+"""What the probe's rollup query reads back: the run's path and its input tokens."""
+
+BASE_SIZE_LIMIT = 100 * 2**20
+"""The base install (agentledger and what it depends on) stays under 100 MB on disk."""
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The agentledger wheel, built once from this working tree."""
+    target = tmp_path_factory.mktemp("wheel")
+    pip(sys.executable, "wheel", "--no-deps", "--wheel-dir", str(target), str(ROOT))
+    (built,) = target.glob("agentledger-*.whl")
+    return built
+
+
+def pip(python: str | Path, *args: str) -> None:
+    done = subprocess.run(
+        [str(python), "-m", "pip", "--disable-pip-version-check", "-q", *args],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+        check=False,
+    )
+    assert done.returncode == 0, f"pip {' '.join(args)} failed:\n{done.stderr}"
+
+
+def install(wheel: Path, extra: str | None, where: Path) -> Path:
+    """A fresh virtual environment with the wheel (and ``extra``) installed; its python."""
+    venv.create(where, with_pip=True)
+    python = where / "bin" / "python"
+    pip(python, "install", f"{wheel}[{extra}]" if extra else str(wheel))
+    return python
+
+
+def probe(python: Path, extra: str, url: str) -> dict[str, Any]:
+    done = subprocess.run(
+        [str(python), str(PROBE), extra, url],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, f"the probe failed with [{extra}]:\n{done.stderr}"
+    found: dict[str, Any] = json.loads(done.stdout)
+    return found
+
+
+@pytest.fixture
+def report(request: pytest.FixtureRequest) -> Callable[[str], None]:
+    def add(line: str) -> None:
+        request.node.user_properties.append((INSTALL, line))
+
+    return add
+
+
+def megabytes(size: int) -> str:
+    return f"{size / 2**20:.0f} MB"
+
+
+def test_the_base_install_has_no_analytics_engine_and_says_what_to_install(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, None, tmp_path / "venv")
+
+    found = probe(python, "base", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"].endswith("Install it: pip install 'agentledger[analytics]'")
+    installed = found["installed"]
+    assert "agentledger" in installed
+    assert not HEAVY & set(installed), HEAVY & set(installed)
+    size = sum(installed.values())
+    assert size < BASE_SIZE_LIMIT, megabytes(size)
+    largest = sorted(installed, key=installed.__getitem__, reverse=True)[:3]
+    report(
+        f"base install: {len(installed)} packages, {megabytes(size)} on disk (largest: "
+        + ", ".join(f"{name} {megabytes(installed[name])}" for name in largest)
+        + ")"
+    )
+
+
+@pytest.mark.parametrize(
+    ("extra", "brings", "library"),
+    [
+        pytest.param("analytics", ANALYTICS, "builtins", id="analytics: .fetchall()"),
+        pytest.param("pandas", {*ANALYTICS, "pandas", "numpy"}, "pandas", id="pandas: .df()"),
+        pytest.param("arrow", {*ANALYTICS, "pyarrow"}, "pyarrow", id="arrow: .arrow()"),
+        pytest.param("polars", {*ANALYTICS, "polars", "pyarrow"}, "polars", id="polars: .pl()"),
+    ],
+)
+def test_each_analytics_extra_brings_what_its_conversion_needs(
+    wheel: Path,
+    tmp_path: Path,
+    report: Callable[[str], None],
+    extra: str,
+    brings: set[str],
+    library: str,
+) -> None:
+    python = install(wheel, extra, tmp_path / "venv")
+
+    found = probe(python, extra, f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {"library": library, "rows": ROLLUP}
+    installed = found["installed"]
+    assert brings <= set(installed), brings - set(installed)
+    assert not (HEAVY - brings) & set(installed), (HEAVY - brings) & set(installed)
+    report(f"[{extra}]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
+def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None], pg_url: str
+) -> None:
+    python = install(wheel, "postgresql", tmp_path / "postgresql")
+    found = probe(python, "postgresql", pg_url)
+    assert found["uses"].endswith("Install it: pip install 'agentledger[analytics]'")
+    assert not HEAVY & set(found["installed"])
+    report(f"[postgresql]: {len(found['installed'])} packages")
+
+    python = install(wheel, "analytics-postgresql", tmp_path / "analytics-postgresql")
+    found = probe(python, "analytics-postgresql", pg_url)
+    assert found["uses"]["rows"] == ROLLUP * 2  # both probes' runs, in one ledger
+    assert {*ANALYTICS, "duckdb-extension-postgres-scanner", "psycopg"} <= set(found["installed"])
