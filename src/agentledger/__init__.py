@@ -19,6 +19,7 @@ from typing import Any as _Any
 
 from .errors import (
     AgentLedgerError,
+    AmbiguousIdError,
     CompactionError,
     ConfigurationError,
     ConversationBusyError,
@@ -183,6 +184,7 @@ __all__ = [
     "AgentState",
     "AgentStatus",
     "AgentStep",
+    "AmbiguousIdError",
     "Analytics",
     "AnthropicMessages",
     "AppendStepMessages",
