@@ -72,7 +72,7 @@ def test_the_demo_leaves_a_ledger_that_sql_can_read(tmp_path):
 
 def test_the_cli_runs_the_demo_and_reports_its_version(tmp_path):
     runner = CliRunner()
-    result = runner.invoke(cli, ["demo", "--db-file", str(tmp_path / "demo.db")])
+    result = runner.invoke(cli, ["demo", "--db", str(tmp_path / "demo.db")])
     assert result.exit_code == 0, result.output
     assert "Turn 2" in result.output
     version = runner.invoke(cli, ["--version"])

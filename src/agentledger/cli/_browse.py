@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from rich.table import Table
 
-from ._app import cli, console, open_ledger, render, time_text
+from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._render import preview, run_tree_view
 
 
@@ -17,13 +17,39 @@ from ._render import preview, run_tree_view
     "--db-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Where to keep the demo's ledger (default: a new temporary file).",
+    hidden=True,
+    help="Deprecated: the old name of --db.",
 )
-def demo(db_file: Path | None) -> None:
-    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger."""
+@click.pass_context
+def demo(ctx: click.Context, db_file: Path | None) -> None:
+    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger: the
+    file --db names, else a new temporary file."""
     from .demo import run_demo
 
-    run_demo(db_path=db_file)
+    run_demo(db_path=_demo_file(ctx, db_file))
+
+
+def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
+    """The SQLite file --db names (or --db-file, its old name), None for a temporary one."""
+    from ..ledger import normalize_url, sqlite_path
+
+    if db_file is not None:
+        if given(ctx, "db"):
+            raise click.UsageError(
+                "give the demo's ledger once, with --db (--db-file is its old name)"
+            )
+        click.echo("agentledger: --db-file is deprecated, use --db", err=True)
+        return db_file
+    if not given(ctx, "db"):
+        return None
+    with cli_errors():
+        path = sqlite_path(normalize_url(database(ctx)))
+    if path is None:
+        raise click.UsageError(
+            "the demo records into a SQLite file: give --db (or AGENTLEDGER_DB) a file path, "
+            "or leave it out for a temporary file"
+        )
+    return path
 
 
 @cli.command()
