@@ -153,18 +153,59 @@ def test_conversations_lists_each_conversation_with_its_version_and_message_coun
     assert sorted((row[3], row[4]) for row in listed) == [("0", "1"), ("1", "2")]
 
 
+def shown_id(output: str, full_id: str) -> str:
+    """The prefix of ``full_id`` that ``output`` shows (the longest, when it shows several)."""
+    shown = [word for word in re.findall(r"[0-9a-f-]{8,}", output) if full_id.startswith(word)]
+    assert shown, f"{full_id} is not shown in:\n{output}"
+    return max(shown, key=len)
+
+
 @pytest.mark.parametrize(
     "command", [["conversations"], ["runs"], ["search", "marmalade"]], ids=" ".join
 )
-def test_listings_print_ids_in_full_so_they_can_be_passed_to_show_and_trace(shared, command):
+def test_listings_show_each_id_by_its_shortest_unique_prefix_of_at_least_8_characters(
+    shared, command
+):
     output = ok("--db", shared.url, *command)
     wanted = {
-        "conversations": [shared.conversation_id, shared.stale_conversation_id],
-        "runs": [shared.run_id, shared.stale_run_id],
-        "search": [shared.conversation_id],
+        "conversations": [
+            (shared.conversation_id, "conversation"),
+            (shared.stale_conversation_id, "conversation"),
+        ],
+        "runs": [(shared.run_id, "run"), (shared.stale_run_id, "run")],
+        "search": [(shared.conversation_id, "conversation")],
     }[command[0]]
-    for identifier in wanted:
-        assert identifier in output, f"the id {identifier} is cut short in:\n{output}"
+    with Ledger.open(shared.url) as ledger:
+        for identifier, kind in wanted:
+            assert identifier is not None
+            expected = ledger.short_ids([identifier], of=kind)[identifier]
+            assert shown_id(output, identifier) == expected
+            assert len(expected) >= 8 and identifier not in output
+
+
+def test_the_ids_runs_and_conversations_list_are_taken_by_trace_and_show(shared):
+    run = shown_id(ok("--db", shared.url, "runs"), shared.run_id)
+    assert "get_weather" in ok("--db", shared.url, "trace", run)
+    conversation = shown_id(ok("--db", shared.url, "conversations"), shared.conversation_id)
+    shown = ok("--db", shared.url, "show", conversation)
+    assert shared.conversation_id in shown and QUESTION in shown
+    listed = _rows(ok("--db", shared.url, "runs", "--conversation", conversation))
+    assert [row[2] for row in listed if row[2]] == ["weather-bot"]
+    found = ok("--db", shared.url, "search", "marmalade", "--conversation", conversation)
+    assert "marmalade" in found
+
+
+def test_an_ambiguous_prefix_exits_1_listing_the_ids_it_begins(recorded):
+    with Ledger.open(recorded.url) as ledger:
+        for n in (1, 2):
+            ledger.create_conversation(conversation_id=f"samesame-{n}")
+    for command in (["show", "samesame"], ["runs", "--conversation", "samesame"]):
+        result = invoke("--db", recorded.url, *command)
+        assert result.exit_code == 1, result.output
+        said = flat(result.output)
+        assert "'samesame' begins the ids of 2 conversations: samesame-1, samesame-2" in said
+        assert "Traceback" not in result.output
+    assert "samesame-1" in ok("--db", recorded.url, "show", "samesame-1")
 
 
 def test_show_prints_the_question_and_the_answer_and_no_tool_output(shared):
@@ -199,7 +240,8 @@ def test_show_prints_the_conversation_as_the_user_saw_it_and_as_the_model_sees_i
 
 def test_trace_prints_the_steps_the_tool_and_the_tokens(shared):
     output = flat(ok("--db", shared.url, "trace", shared.run_id))
-    assert shared.run_id in output
+    with Ledger.open(shared.url) as ledger:
+        assert f"run {ledger.short_ids([shared.run_id], of='run')[shared.run_id]} " in output
     assert "weather-bot" in output and "completed" in output
     assert "step 0 · tool_use · 123 in / 45 out" in output
     assert "step 1 · response · 200 in / 17 out" in output
@@ -256,15 +298,19 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         conversation_id, run_id = harness.begin_stale_run(ledger)
     # The handle is closed: the run is what a crashed process leaves behind.
 
+    with Ledger.open(recorded.url) as ledger:
+        run = ledger.short_ids([run_id], of="run")[run_id]
+        conversation = ledger.short_ids([conversation_id], of="conversation")[conversation_id]
+
     dry = flat(ok("--db", recorded.url, "recover", "--dry-run", "--stale-after", "0"))
-    assert f"stale: run {run_id} of conversation {conversation_id} (1 steps)" in dry
+    assert f"stale: run {run} of conversation {conversation} (1 steps)" in dry
     assert "1 run(s) stale" in dry
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
         assert len(ledger.buffer(run_id)) > 0
 
     done = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert f"abandoned: run {run_id}" in done and "1 run(s) abandoned" in done
+    assert f"abandoned: run {run} " in done and "1 run(s) abandoned" in done
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "interrupted"
         assert len(ledger.buffer(run_id)) == 0
@@ -386,8 +432,13 @@ def test_version_prints_the_package_version():
 # --- the console script, in a process of its own -------------------------------------------------
 
 
-def _console(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
+def _console(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}},
+        **(env or {}),
+    }
     return subprocess.run(
         [str(CONSOLE_SCRIPT), *args],
         cwd=cwd,
@@ -424,11 +475,14 @@ def test_the_console_script_shows_and_traces_and_refuses_a_missing_ledger(tmp_pa
     assert version.returncode == 0 and version.stdout.strip().endswith(__version__)
 
 
-def test_the_console_script_piped_into_another_program_lists_whole_ids(tmp_path):
+def test_the_console_script_in_an_80_column_terminal_lists_ids_that_trace_takes(tmp_path):
     recorded = record_a_run(str(tmp_path / "ledger.db"))
-    for command, wanted in (("runs", recorded.run_id), ("conversations", recorded.conversation_id)):
-        listed = _console("--db", "ledger.db", command, cwd=tmp_path)
-        assert listed.returncode == 0, listed.stderr
-        assert wanted in listed.stdout, (
-            f"`agentledger {command} | ...` cuts ids short:\n{listed.stdout}"
-        )
+    terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": "80", "NO_COLOR": "1"}
+    listed = _console("--db", "ledger.db", "runs", cwd=tmp_path, env=terminal)
+    assert listed.returncode == 0, listed.stderr
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    run = shown_id(text, recorded.run_id)
+    traced = _console("--db", "ledger.db", "trace", run, cwd=tmp_path, env=terminal)
+    assert traced.returncode == 0, traced.stderr
+    assert "get_weather" in traced.stdout

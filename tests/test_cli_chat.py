@@ -336,6 +336,20 @@ def test_run_continues_a_conversation_that_chat_began(fake_provider, db):
     assert query(db, "SELECT count(DISTINCT conversation_id) FROM agent_runs") == [(1,)]
 
 
+def test_run_continues_a_conversation_given_by_a_unique_prefix_of_its_id(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.answer("Noted.")), Reply(OPENAI.answer("Blue.")))
+    options = model_options(OPENAI, fake_provider)
+    first = invoke(db, "run", "My favourite colour is blue.", *options)
+    cid = conversation_id(first.output.split("tokens")[1])
+
+    result = invoke(db, "run", "What is my favourite colour?", *options, "--conversation", cid[:8])
+
+    assert result.exit_code == 0, result.output
+    assert f"conversation {cid} " in result.output
+    assert "My favourite colour is blue." in OPENAI.texts(fake_provider.requests[-1].body)
+    assert query(db, "SELECT count(*), count(DISTINCT conversation_id) FROM agent_runs") == [(2, 1)]
+
+
 # --- failures -----------------------------------------------------------------------------------
 
 

@@ -17,6 +17,7 @@ from agentledger import (
     NotFoundError,
     Role,
 )
+from agentledger.analytics import Analytics
 from agentledger.ledger import Ledger
 from agentledger.values import SHORT_ID_LENGTH, new_id, short_ids
 
@@ -175,6 +176,14 @@ def test_short_ids_are_unique_among_every_id_of_their_kind_in_the_ledger(ledger)
     assert all(ledger.run(prefix).id == run_id for run_id, prefix in shown.items())
     conversations = ledger.short_ids(CONVERSATIONS, of="conversation")
     assert all(ledger.conversation(p).id == c for c, p in conversations.items())
+
+
+def test_analytics_shortens_ids_as_the_ledger_does(ledger, db_url):
+    with Analytics.open(db_url) as analytics:
+        assert analytics.short_ids(RUNS, of="run") == ledger.short_ids(RUNS, of="run")
+        assert analytics.short_ids(CONVERSATIONS[:1], of="conversation") == ledger.short_ids(
+            CONVERSATIONS[:1], of="conversation"
+        )
 
 
 def test_the_short_ids_of_time_ordered_ids_find_them_again(ledger):

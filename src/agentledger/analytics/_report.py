@@ -141,6 +141,8 @@ class ToolStat:
 class Column:
     name: str
     numeric: bool = False
+    identifier: bool = False
+    """A column of short ids (``Analytics.short_ids``): never wrapped nor cut in a terminal."""
 
 
 @dataclass(frozen=True)
@@ -184,7 +186,7 @@ def build_report(
         _conversation_table(analytics, top),
         _usage_table("Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
         _usage_table("Usage by model", "model", analytics.model_usage(), "model"),
-        _runs_table(runs),
+        _runs_table(runs, analytics.short_ids((r.run_id for r in runs), of="run")),
         _tools_table(tools),
         _tree_shape_table(analytics),
         _completeness_table(completeness),
@@ -349,7 +351,7 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         analytics.conversation_usage().order(f"{_BY_COST}, last_run_at DESC").limit(top)
     )
     columns = (
-        Column("conversation"),
+        Column("conversation", identifier=True),
         Column("title"),
         Column("runs", True),
         Column("subagent runs", True),
@@ -357,9 +359,10 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         *_TOKEN_COLUMNS,
         Column("last run"),
     )
+    short = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")
     cells = tuple(
         (
-            r["conversation_id"],
+            short[r["conversation_id"]],
             r["title"] or "",
             count(r["runs"]),
             count(r["subagent_runs"]),
@@ -384,9 +387,10 @@ def _usage_table(
     return ReportTable(title, columns, cells)
 
 
-def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
+def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
+    """The costliest top-level runs, each by its short id (``Analytics.short_ids``)."""
     columns = (
-        Column("run"),
+        Column("run", identifier=True),
         Column("agent"),
         Column("status"),
         Column("started"),
@@ -399,7 +403,7 @@ def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
     )
     cells = tuple(
         (
-            run.run_id,
+            short[run.run_id],
             run.agent_name,
             run.status,
             time_text(run.started_at),
@@ -485,17 +489,19 @@ def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
     if not rows:
         return ()
     columns = (
-        Column("run"),
-        Column("conversation"),
+        Column("run", identifier=True),
+        Column("conversation", identifier=True),
         Column("agent"),
         Column("depth", True),
         Column("started"),
         Column("last heartbeat"),
     )
+    runs = analytics.short_ids((r["run_id"] for r in rows), of="run")
+    conversations = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")
     cells = tuple(
         (
-            r["run_id"],
-            r["conversation_id"],
+            runs[r["run_id"]],
+            conversations[r["conversation_id"]],
             r["agent_name"],
             count(r["depth"]),
             time_text(r["started_at"]),

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = "./agentledger.db"
 WIDE = 240
-"""Width of the output when it is not a terminal (a pipe, a file): wide enough for full ids."""
+"""Width of the output when it is not a terminal (a pipe, a file): wide enough that tables
+are seldom wrapped (scripts read `--json` instead)."""
 
 
 def console() -> Console:

@@ -9,7 +9,7 @@ import click
 from rich.table import Table
 
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
-from ._render import preview, run_tree_view
+from ._render import id_column, preview, run_tree_view
 
 
 @cli.command()
@@ -58,13 +58,21 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 def conversations(ctx: click.Context, limit: int) -> None:
     """Conversations, most recently updated first."""
     with open_ledger(ctx) as ledger:
-        table = Table(
-            "id", "kind", "title", "version", "messages", "updated", title="conversations"
-        )
-        for c in ledger.conversations(limit=limit):
+        listed = ledger.conversations(limit=limit)
+        short = ledger.short_ids((c.id for c in listed), of="conversation")
+        table = Table(title="conversations")
+        id_column(table, "id", short.values())
+        for header in ("kind", "title", "version", "messages", "updated"):
+            table.add_column(header)
+        for c in listed:
             count = len(ledger.messages(c.id))
             table.add_row(
-                c.id, c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
+                short[c.id],
+                c.kind,
+                c.title or "",
+                str(c.version),
+                str(count),
+                time_text(c.updated_at),
             )
         render(table)
 
@@ -89,16 +97,17 @@ def conversations(ctx: click.Context, limit: int) -> None:
 @click.pass_context
 def show(ctx: click.Context, conversation: str, view: str, section: str | None) -> None:
     """The conversation: what the user said and what the agent answered; with --as model,
-    what the model sees of it now."""
+    what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
+    (as `agentledger conversations` shows it)."""
     with open_ledger(ctx) as ledger:
-        record = ledger.conversation(conversation)
+        record = ledger.conversation(conversation)  # by its id or a unique prefix of it
         if section is not None:
-            messages, heading = ledger.messages(conversation, section), f"section {section}"
+            messages, heading = ledger.messages(record.id, section), f"section {section}"
         elif view == "model":
-            messages, heading = ledger.model_context(conversation), "as the model sees it"
+            messages, heading = ledger.model_context(record.id), "as the model sees it"
         else:
-            messages, heading = ledger.history(conversation), "as the user saw it"
-        summarized = {m.id for m in ledger.messages(conversation, "buffer")}
+            messages, heading = ledger.history(record.id), "as the user saw it"
+        summarized = {m.id for m in ledger.messages(record.id, "buffer")}
         out = console()
         out.rule(f"conversation {record.id} · version {record.version} · {heading}")
         for message in messages:
@@ -115,13 +124,18 @@ def show(ctx: click.Context, conversation: str, view: str, section: str | None) 
 @click.pass_context
 def trace(ctx: click.Context, run: str) -> None:
     """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
-    each with its own (exclusive) and its subtree's (inclusive) usage."""
+    each with its own (exclusive) and its subtree's (inclusive) usage. RUN is its id, or a
+    prefix of it that is unique (as `agentledger runs` shows it)."""
     with open_ledger(ctx) as ledger:
         render(run_tree_view(ledger, ledger.run_tree(run)))
 
 
 @cli.command()
-@click.option("--conversation", default=None, help="Only this conversation's runs.")
+@click.option(
+    "--conversation",
+    default=None,
+    help="Only this conversation's runs (its id or a unique prefix).",
+)
 @click.option(
     "--status",
     type=click.Choice(["running", "completed", "stopped", "failed", "interrupted"]),
@@ -133,23 +147,21 @@ def trace(ctx: click.Context, run: str) -> None:
 def runs(ctx: click.Context, conversation: str | None, status: str | None, limit: int) -> None:
     """Runs, newest first."""
     with open_ledger(ctx) as ledger:
-        table = Table(
-            "id",
-            "conversation",
-            "agent",
-            "status",
-            "stop",
-            "steps",
-            "tokens",
-            "cost",
-            "started",
-            title="runs",
+        listed = ledger.runs(conversation, status=status, limit=limit)
+        runs_shown = ledger.short_ids((r.id for r in listed), of="run")
+        conversations_shown = ledger.short_ids(
+            (r.conversation_id for r in listed), of="conversation"
         )
-        for r in ledger.runs(conversation, status=status, limit=limit):
+        table = Table(title="runs")
+        id_column(table, "id", runs_shown.values())
+        id_column(table, "conversation", conversations_shown.values())
+        for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
+            table.add_column(header)
+        for r in listed:
             cost = "" if r.cost_usd is None else f"${r.cost_usd:.4f}"
             table.add_row(
-                r.id,
-                r.conversation_id,
+                runs_shown[r.id],
+                conversations_shown[r.conversation_id],
                 r.agent_name,
                 r.status,
                 r.stop_reason or "",
@@ -163,16 +175,23 @@ def runs(ctx: click.Context, conversation: str | None, status: str | None, limit
 
 @cli.command()
 @click.argument("text")
-@click.option("--conversation", default=None, help="Only this conversation.")
+@click.option(
+    "--conversation", default=None, help="Only this conversation (its id or a unique prefix)."
+)
 @click.option("--limit", type=int, default=20, show_default=True)
 @click.pass_context
 def search(ctx: click.Context, text: str, conversation: str | None, limit: int) -> None:
     """Conversation messages that contain every word of TEXT."""
     with open_ledger(ctx) as ledger:
-        table = Table("conversation", "seq", "role", "content", title=f"search: {text}")
-        for hit in ledger.search(text, conversation_id=conversation, limit=limit):
+        hits = ledger.search(text, conversation_id=conversation, limit=limit)
+        short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
+        table = Table(title=f"search: {text}")
+        id_column(table, "conversation", short.values())
+        for header in ("seq", "role", "content"):
+            table.add_column(header)
+        for hit in hits:
             table.add_row(
-                hit.conversation_id,
+                short[hit.conversation_id],
                 str(hit.seq),
                 hit.message.role,
                 preview(hit.message.content, 80),
@@ -199,8 +218,13 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> Non
             ledger.stale_runs(stale_after) if dry_run else ledger.recover(stale_after=stale_after)
         )
         verb = "stale" if dry_run else "abandoned"
+        runs_shown = ledger.short_ids((r.id for r in stale), of="run")
+        conversations_shown = ledger.short_ids(
+            (r.conversation_id for r in stale), of="conversation"
+        )
         for r in stale:
             console().print(
-                f"{verb}: run {r.id} of conversation {r.conversation_id} ({r.step_count} steps)"
+                f"{verb}: run {runs_shown[r.id]} of conversation "
+                f"{conversations_shown[r.conversation_id]} ({r.step_count} steps)"
             )
         console().print(f"{len(stale)} run(s) {verb}")

@@ -150,9 +150,10 @@ def _names_a_parent(missing: str, module_name: str) -> bool:
 # -- the ledger and the agent --------------------------------------------------------------------
 
 
-def open_ledger(db: str, conversation_id: str | None) -> Ledger:
-    """The ledger at ``db``, created when needed; with ``conversation_id``, one that holds that
-    conversation (else ``NotFoundError``, and nothing is created)."""
+def open_ledger(db: str, conversation_id: str | None) -> tuple[Ledger, str | None]:
+    """The ledger at ``db``, created when needed; with ``conversation_id`` (an id or a unique
+    prefix of one), one that holds that conversation (else ``NotFoundError``, and nothing is
+    created), and the conversation's full id."""
     path = sqlite_path(normalize_url(db))
     if conversation_id is not None and path is not None and not path.exists():
         raise NotFoundError(
@@ -160,13 +161,13 @@ def open_ledger(db: str, conversation_id: str | None) -> Ledger:
             "(choose the ledger with --db or AGENTLEDGER_DB)"
         )
     ledger = Ledger.open(db)
-    if conversation_id is not None:
-        try:
-            ledger.conversation(conversation_id)
-        except NotFoundError:
-            ledger.close()
-            raise
-    return ledger
+    if conversation_id is None:
+        return ledger, None
+    try:
+        return ledger, ledger.conversation(conversation_id).id
+    except NotFoundError:
+        ledger.close()
+        raise
 
 
 def build_agent(setup: Setup, llm: HttpProvider, ledger: Ledger, console: Console) -> Agent:
@@ -252,15 +253,15 @@ def open_session(db: str, setup: Setup, console: Console) -> Iterator[Session]:
     opened) before anything is written."""
     llm = make_llm(setup)
     with llm:
-        ledger = open_ledger(db, setup.conversation_id)
+        ledger, conversation_id = open_ledger(db, setup.conversation_id)
         try:
             session = Session(
                 setup=setup,
                 agent=build_agent(setup, llm, ledger, console),
                 ledger=ledger,
                 console=console,
-                conversation_id=setup.conversation_id or new_id(),
-                is_new=setup.conversation_id is None,
+                conversation_id=conversation_id or new_id(),
+                is_new=conversation_id is None,
             )
             if not session.is_new:
                 session.failed_run_id = last_failed_run(ledger, session.conversation_id)

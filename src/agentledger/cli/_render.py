@@ -2,25 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from rich.table import Table
 from rich.tree import Tree
+
+
+def id_column(table: Table, header: str, shown: Iterable[str]) -> None:
+    """A column of ids as ``Ledger.short_ids`` shows them (what a person can type for each):
+    never wrapped nor cut, however narrow the terminal."""
+    width = max((len(header), *(len(s) for s in shown)))
+    table.add_column(header, no_wrap=True, min_width=width)
 
 
 def run_tree_view(ledger: Any, node: Any) -> Tree:
     """A run tree (``Ledger.run_tree``) as a terminal tree: each run with its own and its
     subtree's usage, its steps and tool calls, and each subagent run under the call that
-    started it."""
-    root = Tree(run_label(node))
-    _add_steps(root, ledger, node)
+    started it. Runs are shown by their short ids (``Ledger.short_ids``)."""
+    short = ledger.short_ids((n.run.id for n in node.walk()), of="run")
+    root = Tree(run_label(node, short))
+    _add_steps(root, ledger, node, short)
     return root
 
 
-def run_label(node: Any) -> str:
+def run_label(node: Any, short: dict[str, str]) -> str:
     record, own, total = node.run, node.exclusive, node.inclusive
     stop = f" ({record.stop_reason})" if record.stop_reason else ""
     label = (
-        f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}{stop} · "
+        f"[bold]run {short[record.id]}[/bold] · {record.agent_name} · {record.status}{stop} · "
         f"{own.steps} steps · {own.usage.input_tokens} in / {own.usage.output_tokens} out"
         f"{cost(own.cost_usd)} · {ms(record.duration_ms)}"
     )
@@ -32,7 +42,7 @@ def run_label(node: Any) -> str:
     return label
 
 
-def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
+def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str]) -> None:
     if node.run.error:
         branch.add(f"[red]{node.run.error}[/red]")
     children = {child.run.id: child for child in node.children}
@@ -54,7 +64,7 @@ def _add_steps(branch: Tree, ledger: Any, node: Any) -> None:
             )
             child = children.get(tool.child_run_id or "")
             if child is not None:
-                _add_steps(leaf.add(run_label(child)), ledger, child)
+                _add_steps(leaf.add(run_label(child, short)), ledger, child, short)
         answer = step.final_response()
         if answer is not None:
             item.add(f"[green]answer:[/green] {preview(answer.content)}")
