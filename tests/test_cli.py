@@ -10,18 +10,24 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
 
 import support.migration_harness as harness
-from agentledger import AgentBuilder, ToolCall, __version__, tool
-from agentledger.cli import cli
+from agentledger import __version__
 from agentledger.ledger import Ledger
-from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.cli import (
+    ANSWER,
+    QUESTION,
+    Recorded,
+    flat,
+    invoke,
+    ok,
+    record_a_run,
+    record_a_run_and_a_stale_one,
+)
 from support.databases import BACKENDS, fresh_database
 from support.migration_harness import Database
 
@@ -29,54 +35,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)
-
-QUESTION = "What is the weather in Paris?"
-TOOL_OUTPUT = "TOOL-OUTPUT 22C and sunny in Paris"
-ANSWER = "Paris is sunny, with marmalade skies."
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return TOOL_OUTPUT
-
-
-@dataclass(frozen=True)
-class Recorded:
-    url: str
-    conversation_id: str
-    run_id: str
-    stale_conversation_id: str | None = None
-    stale_run_id: str | None = None
-
-
-def record_a_run(url: str) -> Recorded:
-    """One run of a scripted agent: a tool call, then the answer."""
-    llm = ScriptedLLM(
-        [
-            InferenceResponse(
-                tool_calls=[ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})],
-                usage={"input_tokens": 123, "output_tokens": 45},
-                finish_reason="tool_calls",
-            ),
-            InferenceResponse(
-                content=ANSWER,
-                usage={"input_tokens": 200, "output_tokens": 17},
-                finish_reason="stop",
-            ),
-        ]
-    )
-    with Ledger.open(url) as ledger:
-        agent = (
-            AgentBuilder()
-            .with_llm(llm)
-            .with_name("weather-bot")
-            .with_tools([get_weather])
-            .with_ledger(ledger)
-            .build()
-        )
-        result = agent.run(QUESTION)
-    return Recorded(url, result.conversation_id, result.run_id)
 
 
 @pytest.fixture(autouse=True)
@@ -106,26 +64,7 @@ def recorded(db_url: str) -> Recorded:
 def shared(request: pytest.FixtureRequest) -> Iterator[Recorded]:
     """A ledger holding one finished run and one stale run, shared by tests that only read."""
     with fresh_database(request.param, request) as url:
-        finished = record_a_run(url)
-        with Ledger.open(url) as ledger:
-            conversation_id, run_id = harness.begin_stale_run(ledger)
-        yield Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
-
-
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env)
-
-
-def ok(*args: str, env: dict[str, str] | None = None) -> str:
-    result = invoke(*args, env=env)
-    assert result.exit_code == 0, f"agentledger {' '.join(args)}: {result.output}"
-    assert result.exception is None
-    return result.output
-
-
-def flat(output: str) -> str:
-    """The output with its line wrapping undone."""
-    return " ".join(output.split())
+        yield record_a_run_and_a_stale_one(url)
 
 
 def sqlite_file(url: str) -> Path | None:

@@ -9,7 +9,7 @@ running, steps without a price) heads both, so nobody trusts a partial total.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
@@ -147,12 +147,17 @@ class Column:
 
 @dataclass(frozen=True)
 class ReportTable:
-    """A titled table of formatted cells, drawn the same in the terminal and in HTML."""
+    """A titled table of formatted cells, drawn the same in the terminal and in HTML.
+
+    ``records`` are the values the rows were formatted from, by column (numbers as numbers,
+    ids in full), and ``name`` names the table: what ``analytics report --json`` prints."""
 
     title: str
     columns: tuple[Column, ...]
     rows: tuple[tuple[str, ...], ...]
     note: str = ""
+    name: str = ""
+    records: tuple[Record, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,8 +189,8 @@ def build_report(
     tools = _tool_stats(analytics)
     tables = (
         _conversation_table(analytics, top),
-        _usage_table("Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
-        _usage_table("Usage by model", "model", analytics.model_usage(), "model"),
+        _usage_table("agents", "Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
+        _usage_table("models", "Usage by model", "model", analytics.model_usage(), "model"),
         _runs_table(runs, analytics.short_ids((r.run_id for r in runs), of="run")),
         _tools_table(tools),
         _tree_shape_table(analytics),
@@ -373,18 +378,19 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         for r in rows
     )
     note = f"the {len(rows)} costliest of {total}" if total > len(rows) else ""
-    return ReportTable("Usage by conversation (with subagent runs)", columns, cells, note)
+    title = "Usage by conversation (with subagent runs)"
+    return ReportTable(title, columns, cells, note, "conversations", tuple(rows))
 
 
 def _usage_table(
-    title: str, label: str, relation: duckdb.DuckDBPyRelation, key: str
+    name: str, title: str, label: str, relation: duckdb.DuckDBPyRelation, key: str
 ) -> ReportTable:
     rows = _records(relation.order(f"{_BY_COST}, {key}"))
     columns = (Column(label), Column("runs", True), Column("steps", True), *_TOKEN_COLUMNS)
     cells = tuple(
         (r[key] or "(unknown)", count(r["runs"]), count(r["steps"]), *_token_cells(r)) for r in rows
     )
-    return ReportTable(title, columns, cells)
+    return ReportTable(title, columns, cells, name=name, records=tuple(rows))
 
 
 def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
@@ -420,7 +426,19 @@ def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
         "Top-level runs by cost, then tokens. excl.: the run's own steps; incl.: with every "
         "subagent run below it. `agentledger trace RUN` draws a run's tree."
     )
-    return ReportTable("The most expensive runs", columns, cells, note)
+    records = tuple(
+        {
+            "run_id": run.run_id,
+            "agent_name": run.agent_name,
+            "status": run.status,
+            "started_at": run.started_at,
+            "runs": run.runs,
+            "exclusive": asdict(run.exclusive),
+            "inclusive": asdict(run.inclusive),
+        }
+        for run in runs
+    )
+    return ReportTable("The most expensive runs", columns, cells, note, "runs", records)
 
 
 def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
@@ -447,7 +465,8 @@ def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
         )
         for t in tools
     )
-    return ReportTable("Tools", columns, cells)
+    records = tuple(asdict(t) for t in tools)
+    return ReportTable("Tools", columns, cells, name="tools", records=records)
 
 
 def _tree_shape_table(analytics: Analytics) -> ReportTable:
@@ -468,7 +487,9 @@ def _tree_shape_table(analytics: Analytics) -> ReportTable:
             f"{number(s.get('p95_fan_out'))} / {count(s.get('max_fan_out'))}",
         ),
     )
-    return ReportTable("Run tree shape", (Column("measure"), Column("value", True)), pairs)
+    columns = (Column("measure"), Column("value", True))
+    records = (s,) if s else ()
+    return ReportTable("Run tree shape", columns, pairs, name="tree_shape", records=records)
 
 
 def _completeness_table(c: Completeness) -> ReportTable:
@@ -481,7 +502,7 @@ def _completeness_table(c: Completeness) -> ReportTable:
         ("models without a price", ", ".join(c.unpriced_models) or "–"),
     )
     columns = (Column("measure"), Column("value", True))
-    return ReportTable("Completeness", columns, pairs, c.summary())
+    return ReportTable("Completeness", columns, pairs, c.summary(), "completeness", (asdict(c),))
 
 
 def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
@@ -510,4 +531,5 @@ def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
         for r in rows
     )
     note = "Still running, or their process died: `agentledger recover` finds the stale ones."
-    return (ReportTable("Runs still running (oldest first)", columns, cells, note),)
+    title = "Runs still running (oldest first)"
+    return (ReportTable(title, columns, cells, note, "running_runs", tuple(rows)),)

@@ -4,12 +4,20 @@ stale runs; and the offline demo."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
+from ._json import json_option, print_json_lines, run_records, table_row
 from ._render import id_column, preview, run_tree_view
+
+if TYPE_CHECKING:
+    from ..ledger import AgentRun, Conversation, Ledger, SearchHit
+    from ..values import Messages
+
+_LIMIT_HELP = "List at most this many."
 
 
 @cli.command()
@@ -53,28 +61,32 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 
 
 @cli.command()
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def conversations(ctx: click.Context, limit: int) -> None:
+def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Conversations, most recently updated first."""
     with open_ledger(ctx) as ledger:
-        listed = ledger.conversations(limit=limit)
-        short = ledger.short_ids((c.id for c in listed), of="conversation")
-        table = Table(title="conversations")
-        id_column(table, "id", short.values())
-        for header in ("kind", "title", "version", "messages", "updated"):
-            table.add_column(header)
-        for c in listed:
-            count = len(ledger.messages(c.id))
-            table.add_row(
-                short[c.id],
-                c.kind,
-                c.title or "",
-                str(c.version),
-                str(count),
-                time_text(c.updated_at),
-            )
-        render(table)
+        listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
+        if as_json:
+            print_json_lines({**table_row(c), "messages": count} for c, count in listed)
+        else:
+            render(_conversations_table(ledger, listed))
+
+
+def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> Table:
+    short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
+    table = Table(title="conversations")
+    id_column(table, "id", short.values())
+    for header in ("kind", "title", "version", "messages", "updated"):
+        table.add_column(header)
+    for c, count in listed:
+        table.add_row(
+            short[c.id], c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
+        )
+    return table
 
 
 @cli.command()
@@ -94,8 +106,11 @@ def conversations(ctx: click.Context, limit: int) -> None:
     help="Only this section: messages (the conversation), summary or buffer (the messages "
     "summaries replaced).",
 )
+@json_option
 @click.pass_context
-def show(ctx: click.Context, conversation: str, view: str, section: str | None) -> None:
+def show(
+    ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
+) -> None:
     """The conversation: what the user said and what the agent answered; with --as model,
     what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
     (as `agentledger conversations` shows it)."""
@@ -108,26 +123,59 @@ def show(ctx: click.Context, conversation: str, view: str, section: str | None) 
         else:
             messages, heading = ledger.history(record.id), "as the user saw it"
         summarized = {m.id for m in ledger.messages(record.id, "buffer")}
-        out = console()
-        out.rule(f"conversation {record.id} · version {record.version} · {heading}")
-        for message in messages:
-            style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
-            note = " [dim](summarized)[/dim]" if message.id in summarized else ""
-            when = time_text(message.created_at)
-            out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
-            out.print(message.content, markup=False)
-            out.print()
+    if as_json:
+        print_json_lines(
+            {"conversation_id": record.id, **m.model_dump(), "summarized": m.id in summarized}
+            for m in messages
+        )
+        return
+    console().rule(f"conversation {record.id} · version {record.version} · {heading}")
+    _print_messages(messages, summarized, section)
+
+
+def _print_messages(messages: Messages, summarized: set[str], section: str | None) -> None:
+    out = console()
+    for message in messages:
+        style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
+        note = " [dim](summarized)[/dim]" if message.id in summarized else ""
+        when = time_text(message.created_at)
+        out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
+        out.print(message.content, markup=False)
+        out.print()
+    if not messages:
+        out.print(_empty(section), style="dim", markup=False)
+
+
+def _empty(section: str | None) -> str:
+    """What an empty view says, so that it is not taken for a failure."""
+    if section is None:
+        return "(no messages yet)"
+    return (
+        f"(section {section} is empty: a conversation's messages are in the section messages; "
+        "summary and buffer fill once it has been summarized)"
+    )
 
 
 @cli.command()
 @click.argument("run")
+@json_option
 @click.pass_context
-def trace(ctx: click.Context, run: str) -> None:
+def trace(ctx: click.Context, run: str, as_json: bool) -> None:
     """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
     each with its own (exclusive) and its subtree's (inclusive) usage. RUN is its id, or a
-    prefix of it that is unique (as `agentledger runs` shows it)."""
+    prefix of it that is unique (as `agentledger runs` shows it).
+
+    With --json, one object per run of the tree (the run itself first, then its subagent runs
+    depth first), each with its usage and its steps."""
     with open_ledger(ctx) as ledger:
-        render(run_tree_view(ledger, ledger.run_tree(run)))
+        tree = ledger.run_tree(run)
+        if as_json:
+            print_json_lines(run_records(ledger, tree))
+        else:
+            render(run_tree_view(ledger, tree))
+
+
+_STATUSES = ["running", "completed", "stopped", "failed", "interrupted"]
 
 
 @cli.command()
@@ -137,40 +185,46 @@ def trace(ctx: click.Context, run: str) -> None:
     help="Only this conversation's runs (its id or a unique prefix).",
 )
 @click.option(
-    "--status",
-    type=click.Choice(["running", "completed", "stopped", "failed", "interrupted"]),
-    default=None,
-    help="Only the runs with this status.",
+    "--status", type=click.Choice(_STATUSES), default=None, help="Only the runs with this status."
 )
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def runs(ctx: click.Context, conversation: str | None, status: str | None, limit: int) -> None:
-    """Runs, newest first."""
+def runs(
+    ctx: click.Context, conversation: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """Runs, newest first (a conversation's, oldest first)."""
     with open_ledger(ctx) as ledger:
         listed = ledger.runs(conversation, status=status, limit=limit)
-        runs_shown = ledger.short_ids((r.id for r in listed), of="run")
-        conversations_shown = ledger.short_ids(
-            (r.conversation_id for r in listed), of="conversation"
+        if as_json:
+            print_json_lines(table_row(r) for r in listed)
+        else:
+            render(_runs_table(ledger, listed))
+
+
+def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
+    runs_shown = ledger.short_ids((r.id for r in listed), of="run")
+    conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
+    table = Table(title="runs")
+    id_column(table, "id", runs_shown.values())
+    id_column(table, "conversation", conversations_shown.values())
+    for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
+        table.add_column(header)
+    for r in listed:
+        table.add_row(
+            runs_shown[r.id],
+            conversations_shown[r.conversation_id],
+            r.agent_name,
+            r.status,
+            r.stop_reason or "",
+            str(r.step_count),
+            str(r.usage.total_tokens),
+            "" if r.cost_usd is None else f"${r.cost_usd:.4f}",
+            time_text(r.started_at),
         )
-        table = Table(title="runs")
-        id_column(table, "id", runs_shown.values())
-        id_column(table, "conversation", conversations_shown.values())
-        for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
-            table.add_column(header)
-        for r in listed:
-            cost = "" if r.cost_usd is None else f"${r.cost_usd:.4f}"
-            table.add_row(
-                runs_shown[r.id],
-                conversations_shown[r.conversation_id],
-                r.agent_name,
-                r.status,
-                r.stop_reason or "",
-                str(r.step_count),
-                str(r.usage.total_tokens),
-                cost,
-                time_text(r.started_at),
-            )
-        render(table)
+    return table
 
 
 @cli.command()
@@ -178,37 +232,50 @@ def runs(ctx: click.Context, conversation: str | None, status: str | None, limit
 @click.option(
     "--conversation", default=None, help="Only this conversation (its id or a unique prefix)."
 )
-@click.option("--limit", type=int, default=20, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def search(ctx: click.Context, text: str, conversation: str | None, limit: int) -> None:
-    """Conversation messages that contain every word of TEXT."""
+def search(
+    ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
+) -> None:
+    """Conversation messages that contain every word of TEXT, best matches first."""
     with open_ledger(ctx) as ledger:
         hits = ledger.search(text, conversation_id=conversation, limit=limit)
-        short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
-        table = Table(title=f"search: {text}")
-        id_column(table, "conversation", short.values())
-        for header in ("seq", "role", "content"):
-            table.add_column(header)
-        for hit in hits:
-            table.add_row(
-                short[hit.conversation_id],
-                str(hit.seq),
-                hit.message.role,
-                preview(hit.message.content, 80),
-            )
-        render(table)
+        if as_json:
+            print_json_lines(hits)
+        else:
+            render(_search_table(ledger, text, hits))
+
+
+def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
+    short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
+    table = Table(title=f"search: {text}")
+    id_column(table, "conversation", short.values())
+    for header in ("seq", "role", "content"):
+        table.add_column(header)
+    for hit in hits:
+        table.add_row(
+            short[hit.conversation_id],
+            str(hit.seq),
+            hit.message.role,
+            preview(hit.message.content, 80),
+        )
+    return table
 
 
 @cli.command()
 @click.option(
     "--stale-after",
-    type=float,
+    type=click.FloatRange(min=0),
     default=None,
     help="Also treat running runs silent for this many seconds as stale.",
 )
 @click.option("--dry-run", is_flag=True, help="List the stale runs without touching them.")
+@json_option
 @click.pass_context
-def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> None:
+def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_json: bool) -> None:
     """Abandon stale runs: mark them interrupted and free their conversations.
 
     To resume them instead, call Agent.recover() from code that has the agent's model and tools.
@@ -217,14 +284,18 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> Non
         stale = (
             ledger.stale_runs(stale_after) if dry_run else ledger.recover(stale_after=stale_after)
         )
-        verb = "stale" if dry_run else "abandoned"
-        runs_shown = ledger.short_ids((r.id for r in stale), of="run")
-        conversations_shown = ledger.short_ids(
-            (r.conversation_id for r in stale), of="conversation"
+        if as_json:
+            print_json_lines(table_row(r) for r in stale)
+        else:
+            _print_stale(ledger, stale, "stale" if dry_run else "abandoned")
+
+
+def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str) -> None:
+    runs_shown = ledger.short_ids((r.id for r in stale), of="run")
+    conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
+    for r in stale:
+        console().print(
+            f"{verb}: run {runs_shown[r.id]} of conversation "
+            f"{conversations_shown[r.conversation_id]} ({r.step_count} steps)"
         )
-        for r in stale:
-            console().print(
-                f"{verb}: run {runs_shown[r.id]} of conversation "
-                f"{conversations_shown[r.conversation_id]} ({r.step_count} steps)"
-            )
-        console().print(f"{len(stale)} run(s) {verb}")
+    console().print(f"{len(stale)} run(s) {verb}")
