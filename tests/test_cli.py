@@ -16,13 +16,15 @@ import pytest
 from sqlalchemy.engine import make_url
 
 import support.migration_harness as harness
-from agentledger import __version__
+from agentledger import AgentBuilder, ToolCall, __version__
 from agentledger.ledger import Ledger
+from agentledger.llm import InferenceResponse, ScriptedLLM
 from support.cli import (
     ANSWER,
     QUESTION,
     Recorded,
     flat,
+    get_weather,
     invoke,
     ok,
     record_a_run,
@@ -194,6 +196,45 @@ def test_trace_of_a_run_in_progress_prints_its_recorded_step(shared):
     assert "running" in output and "step 0 · tool_use" in output and "get_weather" in output
 
 
+def test_trace_says_a_runs_status_once_and_counts_its_steps_in_good_english(shared, tmp_path):
+    finished = flat(ok("--db", shared.url, "trace", shared.run_id))
+    assert " · weather-bot · completed · 2 steps · " in finished
+    assert "completed (completed)" not in finished
+    assert "tool_calls: 1 tool call " in finished and "tool call(s)" not in finished
+    stale = flat(ok("--db", shared.url, "trace", shared.stale_run_id or ""))
+    assert " · stale-planner · running · 1 step · " in stale
+
+    url = str(tmp_path / "stopped.db")
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(tool_calls=[ToolCall(id="c1", name="get_weather", arguments={})]),
+            InferenceResponse(content="Out of steps: it is sunny."),
+        ]
+    )
+    with Ledger.open(url) as ledger:
+        agent = (
+            AgentBuilder()
+            .with_llm(llm)
+            .with_tools([get_weather])
+            .with_max_steps(1)
+            .with_ledger(ledger)
+            .build()
+        )
+        run_id = agent.run("Weather?").run_id
+    stopped = flat(ok("--db", url, "trace", run_id))
+    assert " · stopped (steps_limit) · 2 steps · " in stopped
+
+
+@pytest.mark.parametrize("section", ["summary", "buffer", "no-such-section"])
+def test_show_of_an_empty_section_says_that_it_is_empty(shared, section):
+    output = flat(ok("--db", shared.url, "show", shared.conversation_id, "--section", section))
+    assert f"section {section} is empty" in output
+    assert QUESTION not in output
+    assert (
+        ok("--db", shared.url, "show", shared.conversation_id, "--section", section, "--json") == ""
+    )
+
+
 def test_runs_lists_each_run_with_its_agent_and_status(shared):
     rows = _rows(ok("--db", shared.url, "runs"))
     assert sorted((row[2], row[3]) for row in rows if row[2]) == [
@@ -242,14 +283,14 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         conversation = ledger.short_ids([conversation_id], of="conversation")[conversation_id]
 
     dry = flat(ok("--db", recorded.url, "recover", "--dry-run", "--stale-after", "0"))
-    assert f"stale: run {run} of conversation {conversation} (1 steps)" in dry
-    assert "1 run(s) stale" in dry
+    assert f"stale: run {run} of conversation {conversation} (1 step)" in dry
+    assert "1 run stale" in dry
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
         assert len(ledger.buffer(run_id)) > 0
 
     done = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert f"abandoned: run {run} " in done and "1 run(s) abandoned" in done
+    assert f"abandoned: run {run} " in done and "1 run abandoned" in done
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "interrupted"
         assert len(ledger.buffer(run_id)) == 0
@@ -257,14 +298,14 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         assert ledger.run(recorded.run_id).status == "completed"
 
     again = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert "0 run(s) abandoned" in again
+    assert "0 runs abandoned" in again
 
 
 def test_recover_leaves_a_run_with_a_live_lease_alone(recorded):
     with Ledger.open(recorded.url) as ledger:
         _conversation_id, run_id = harness.begin_stale_run(ledger)
-    assert "0 run(s) stale" in ok("--db", recorded.url, "recover", "--dry-run")
-    assert "0 run(s) abandoned" in ok("--db", recorded.url, "recover")
+    assert "0 runs stale" in ok("--db", recorded.url, "recover", "--dry-run")
+    assert "0 runs abandoned" in ok("--db", recorded.url, "recover")
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
 
@@ -290,6 +331,18 @@ def test_db_commands_take_a_ledger_down_and_up_again(recorded):
     assert f"at revision {HEAD}" in ok("--db", url, "db", "upgrade")
     assert f"up to date at {HEAD}" in ok("--db", url, "db", "check")
     assert QUESTION in ok("--db", url, "show", recorded.conversation_id)
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_db_upgrade_and_downgrade_refuse_an_unknown_revision_listing_those_there_are(
+    recorded, command
+):
+    result = invoke("--db", recorded.url, "db", command, "bogus")
+    assert result.exit_code == 1
+    said = flat(result.output)
+    assert "cannot migrate to revision 'bogus'" in said and "Traceback" not in result.output
+    assert f"Give head, base or one of the revisions this agentledger ships ({HEAD}," in said
+    assert ok("--db", recorded.url, "db", "current").strip() == f"{HEAD} (head)"
 
 
 def test_db_history_lists_every_revision_newest_first():
@@ -361,7 +414,7 @@ def test_db_upgrade_creates_an_empty_ledger_that_the_other_commands_read(tmp_pat
     path = tmp_path / "new.db"
     assert f"at revision {HEAD}" in ok("--db", str(path), "db", "upgrade")
     assert "conversations" in ok("--db", str(path), "conversations")
-    assert "0 run(s) stale" in ok("--db", str(path), "recover", "--dry-run")
+    assert "0 runs stale" in ok("--db", str(path), "recover", "--dry-run")
 
 
 def test_version_prints_the_package_version():

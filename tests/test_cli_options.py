@@ -133,6 +133,50 @@ def test_any_option_of_the_group_is_taken_after_each_command_of_it():
     assert run("inner", "leaf", "--db", "c.db", env={"TOY_DB": "env.db"}) == "c.db False ['db']"
 
 
+# --- help ----------------------------------------------------------------------------------------
+
+
+def command_object(path: tuple[str, ...]) -> click.Command:
+    found: click.Command = cli
+    for name in path:
+        assert isinstance(found, click.Group)
+        command = found.get_command(click.Context(found), name)
+        assert command is not None
+        found = command
+    return found
+
+
+@pytest.mark.parametrize("command", [(), *COMMANDS], ids=lambda c: " ".join(c) or "agentledger")
+def test_every_option_has_help_text_and_help_shows_no_markup(command):
+    shown = command_object(command)
+    options = [*shown.params, *(cli.params if command else ())]
+    silent = [
+        o.opts for o in options if isinstance(o, click.Option) and not o.hidden and not o.help
+    ]
+    assert not silent, f"`agentledger {' '.join(command)}`: options without help: {silent}"
+    help_text = ok(*command, "--help")
+    for markup in ("``", ":class:", ":func:", ":meth:", "::"):
+        assert markup not in help_text, f"{markup} in `agentledger {' '.join(command)} --help`"
+
+
+@pytest.mark.parametrize(
+    ("args", "says"),
+    [
+        (["runs", "--status", "bogus"], "'bogus' is not one of 'running', 'completed', 'stopped'"),
+        (["runs", "--limit", "0"], "0 is not in the range x>=1"),
+        (["conversations", "--limit", "-1"], "-1 is not in the range x>=1"),
+        (["search", "word", "--limit", "0"], "0 is not in the range x>=1"),
+        (["recover", "--stale-after", "-5"], "-5.0 is not in the range x>=0"),
+        (["show", "some-id", "--as", "robot"], "'robot' is not one of 'user', 'model'"),
+    ],
+    ids=lambda v: " ".join(v) if isinstance(v, list) else "",
+)
+def test_a_value_that_cannot_match_is_refused_listing_the_valid_ones(ledger_file, args, says):
+    result = invoke("--db", ledger_file, *args)
+    assert result.exit_code == 2, result.output
+    assert says in " ".join(result.output.split())
+
+
 # --- the demo: --db is its ledger too -------------------------------------------------------------
 
 

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import id_column, preview, run_tree_view
+from ._render import counted, id_column, preview, run_tree_view
 
 if TYPE_CHECKING:
     from ..ledger import AgentRun, Conversation, Ledger, SearchHit
@@ -296,6 +296,6 @@ def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str) -> None:
     for r in stale:
         console().print(
             f"{verb}: run {runs_shown[r.id]} of conversation "
-            f"{conversations_shown[r.conversation_id]} ({r.step_count} steps)"
+            f"{conversations_shown[r.conversation_id]} ({counted(r.step_count, 'step')})"
         )
-    console().print(f"{len(stale)} run(s) {verb}")
+    console().print(f"{counted(len(stale), 'run')} {verb}")

@@ -28,7 +28,7 @@ from ..llm import DEFAULT_TIMEOUT, AnthropicMessages, HttpProvider, OpenAIChat, 
 from ..loop import Agent
 from ..recording import RunResult
 from ..values import AgentState, AgentStatus, ToolCall, ToolExecution, new_id
-from ._render import preview
+from ._render import counted, preview, status_text
 
 Provider = Literal["openai", "anthropic"]
 PROVIDERS: dict[str, type[HttpProvider]] = {"openai": OpenAIChat, "anthropic": AnthropicMessages}
@@ -235,7 +235,8 @@ class Session:
         say(
             self.console,
             f"\ninterrupted: run {run.id} is kept in the ledger ({run.status}, "
-            f"{run.step_count} step(s) recorded; `agentledger trace {run.id}` shows them)",
+            f"{counted(run.step_count, 'step')} recorded; `agentledger trace {run.id}` shows "
+            "them)",
             "yellow",
         )
         again = self.setup.continue_command("chat", run.conversation_id)
@@ -330,7 +331,7 @@ def print_header(session: Session) -> None:
         say(console, f"continuing conversation {cid} ({count} messages)", "bold")
     say(
         console,
-        f"{setup.provider} · {setup.model} · {len(session.agent.tools)} tool(s) · "
+        f"{setup.provider} · {setup.model} · {counted(len(session.agent.tools), 'tool')} · "
         f"{RETRY_COMMAND} continues a failed run · /exit, /quit or Ctrl-D leaves",
         "dim",
     )
@@ -423,9 +424,8 @@ def status_line(result: RunResult, model: str) -> str:
     spend, usage = result.spend, result.spend.usage
     parts = [f"run {result.run_id}"]
     if result.status is not AgentStatus.COMPLETED:
-        reason = f" ({result.stop_reason})" if result.stop_reason else ""
-        parts.append(f"{result.status}{reason}")
-    parts.append(f"{spend.steps} step{'' if spend.steps == 1 else 's'}")
+        parts.append(status_text(result.status, result.stop_reason))
+    parts.append(counted(spend.steps, "step"))
     parts.append(f"{usage.input_tokens} in / {usage.output_tokens} out tokens")
     if usage.cache_read_tokens:
         parts.append(f"{usage.cache_read_tokens} cache read")

@@ -10,6 +10,7 @@ import click
 from ..errors import LedgerCorruptError, SchemaVersionError
 from ._app import cli, cli_errors, console, database, open_ledger, require_file
 from ._json import json_option, print_json_lines
+from ._render import counted
 
 _CREATE = "`agentledger db upgrade` creates one"
 
@@ -34,7 +35,7 @@ def upgrade(ctx: click.Context, revision: str) -> None:
 @click.argument("revision")
 @click.pass_context
 def downgrade(ctx: click.Context, revision: str) -> None:
-    """Migrate the ledger down to REVISION (``base`` removes every table)."""
+    """Migrate the ledger down to REVISION (base removes every table)."""
     from ..ledger import migrate
 
     require_file(ctx, _CREATE)
@@ -118,7 +119,7 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
         console().print(problem, markup=False, soft_wrap=True)
     if counts is None:
         console().print(
-            f"{len(problems)} problem(s): the ledger is damaged. Restore it from a backup "
+            f"{counted(len(problems), 'problem')}: the ledger is damaged. Restore it from a backup "
             "(for SQLite, with its -wal and -shm files).",
             markup=False,
             soft_wrap=True,
@@ -148,9 +149,18 @@ def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
 
 @db.command()
 @click.option(
-    "--dialect", type=click.Choice(["sqlite", "postgresql"]), default="sqlite", show_default=True
+    "--dialect",
+    type=click.Choice(["sqlite", "postgresql"]),
+    default="sqlite",
+    show_default=True,
+    help="The database the DDL is written for.",
 )
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the DDL to this file instead of standard output.",
+)
 def schema(dialect: str, output: Path | None) -> None:
     """The schema's DDL, from the migrations (what schema/*.sql hold)."""
     from ..ledger.schema import ddl
