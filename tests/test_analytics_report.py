@@ -334,7 +334,9 @@ def test_the_priced_report_is_complete_and_ranks_runs_by_inclusive_cost(priced, 
     runs = table_rows(output, "The most expensive runs")
     assert [row[1] for row in runs] == ["planner", "planner", EVIL]
     planner = runs[0]
-    own = sql(priced, f"SELECT sum(cost_usd) FROM step_executions WHERE run_id = '{planner[0]}'")
+    # Each run by its shortest unique prefix: it names one run, whose steps cost 0.037.
+    (run_id,) = sql(priced, f"SELECT id FROM agent_runs WHERE id LIKE '{planner[0]}%'")
+    own = sql(priced, f"SELECT sum(cost_usd) FROM step_executions WHERE run_id = '{run_id[0]}'")
     assert own[0][0] == pytest.approx(0.037)
     # excl.: its own steps; incl.: with the researcher's 0.002 + 0.003.
     assert planner[4:9] == ["2", "407", "528", "$0.0370", "$0.0420"]
@@ -357,7 +359,9 @@ def test_the_report_says_which_runs_are_still_running(tmp_path):
 
     assert "1 run is still running" in flat(output)
     assert "1 of 1 step has no price (models: scripted)" in flat(output)
-    assert [row[0] for row in table_rows(output, "Runs still running (oldest first)")] == [run_id]
+    with Ledger.open(path) as ledger:
+        shown = ledger.short_ids([run_id], of="run")[run_id]
+    assert [row[0] for row in table_rows(output, "Runs still running (oldest first)")] == [shown]
 
 
 def test_an_agent_name_that_is_markup_is_printed_as_it_is(priced_report):

@@ -10,18 +10,26 @@ import re
 import subprocess
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from click.testing import CliRunner, Result
 from sqlalchemy.engine import make_url
 
 import support.migration_harness as harness
 from agentledger import AgentBuilder, ToolCall, __version__, tool
-from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.cli import (
+    ANSWER,
+    QUESTION,
+    Recorded,
+    flat,
+    get_weather,
+    invoke,
+    ok,
+    record_a_run,
+    record_a_run_and_a_stale_one,
+)
 from support.databases import BACKENDS, fresh_database
 from support.migration_harness import Database
 
@@ -29,54 +37,6 @@ ROOT = Path(__file__).resolve().parents[1]
 CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)
-
-QUESTION = "What is the weather in Paris?"
-TOOL_OUTPUT = "TOOL-OUTPUT 22C and sunny in Paris"
-ANSWER = "Paris is sunny, with marmalade skies."
-
-
-@tool
-def get_weather(city: str) -> str:
-    """Current weather for a city."""
-    return TOOL_OUTPUT
-
-
-@dataclass(frozen=True)
-class Recorded:
-    url: str
-    conversation_id: str
-    run_id: str
-    stale_conversation_id: str | None = None
-    stale_run_id: str | None = None
-
-
-def record_a_run(url: str) -> Recorded:
-    """One run of a scripted agent: a tool call, then the answer."""
-    llm = ScriptedLLM(
-        [
-            InferenceResponse(
-                tool_calls=[ToolCall(id="call_1", name="get_weather", arguments={"city": "Paris"})],
-                usage={"input_tokens": 123, "output_tokens": 45},
-                finish_reason="tool_calls",
-            ),
-            InferenceResponse(
-                content=ANSWER,
-                usage={"input_tokens": 200, "output_tokens": 17},
-                finish_reason="stop",
-            ),
-        ]
-    )
-    with Ledger.open(url) as ledger:
-        agent = (
-            AgentBuilder()
-            .with_llm(llm)
-            .with_name("weather-bot")
-            .with_tools([get_weather])
-            .with_ledger(ledger)
-            .build()
-        )
-        result = agent.run(QUESTION)
-    return Recorded(url, result.conversation_id, result.run_id)
 
 
 @pytest.fixture(autouse=True)
@@ -106,26 +66,7 @@ def recorded(db_url: str) -> Recorded:
 def shared(request: pytest.FixtureRequest) -> Iterator[Recorded]:
     """A ledger holding one finished run and one stale run, shared by tests that only read."""
     with fresh_database(request.param, request) as url:
-        finished = record_a_run(url)
-        with Ledger.open(url) as ledger:
-            conversation_id, run_id = harness.begin_stale_run(ledger)
-        yield Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
-
-
-def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
-    return CliRunner().invoke(cli, list(args), env=env)
-
-
-def ok(*args: str, env: dict[str, str] | None = None) -> str:
-    result = invoke(*args, env=env)
-    assert result.exit_code == 0, f"agentledger {' '.join(args)}: {result.output}"
-    assert result.exception is None
-    return result.output
-
-
-def flat(output: str) -> str:
-    """The output with its line wrapping undone."""
-    return " ".join(output.split())
+        yield record_a_run_and_a_stale_one(url)
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -153,18 +94,59 @@ def test_conversations_lists_each_conversation_with_its_version_and_message_coun
     assert sorted((row[3], row[4]) for row in listed) == [("0", "1"), ("1", "2")]
 
 
+def shown_id(output: str, full_id: str) -> str:
+    """The prefix of ``full_id`` that ``output`` shows (the longest, when it shows several)."""
+    shown = [word for word in re.findall(r"[0-9a-f-]{8,}", output) if full_id.startswith(word)]
+    assert shown, f"{full_id} is not shown in:\n{output}"
+    return max(shown, key=len)
+
+
 @pytest.mark.parametrize(
     "command", [["conversations"], ["runs"], ["search", "marmalade"]], ids=" ".join
 )
-def test_listings_print_ids_in_full_so_they_can_be_passed_to_show_and_trace(shared, command):
+def test_listings_show_each_id_by_its_shortest_unique_prefix_of_at_least_8_characters(
+    shared, command
+):
     output = ok("--db", shared.url, *command)
     wanted = {
-        "conversations": [shared.conversation_id, shared.stale_conversation_id],
-        "runs": [shared.run_id, shared.stale_run_id],
-        "search": [shared.conversation_id],
+        "conversations": [
+            (shared.conversation_id, "conversation"),
+            (shared.stale_conversation_id, "conversation"),
+        ],
+        "runs": [(shared.run_id, "run"), (shared.stale_run_id, "run")],
+        "search": [(shared.conversation_id, "conversation")],
     }[command[0]]
-    for identifier in wanted:
-        assert identifier in output, f"the id {identifier} is cut short in:\n{output}"
+    with Ledger.open(shared.url) as ledger:
+        for identifier, kind in wanted:
+            assert identifier is not None
+            expected = ledger.short_ids([identifier], of=kind)[identifier]
+            assert shown_id(output, identifier) == expected
+            assert len(expected) >= 8 and identifier not in output
+
+
+def test_the_ids_runs_and_conversations_list_are_taken_by_trace_and_show(shared):
+    run = shown_id(ok("--db", shared.url, "runs"), shared.run_id)
+    assert "get_weather" in ok("--db", shared.url, "trace", run)
+    conversation = shown_id(ok("--db", shared.url, "conversations"), shared.conversation_id)
+    shown = ok("--db", shared.url, "show", conversation)
+    assert shared.conversation_id in shown and QUESTION in shown
+    listed = _rows(ok("--db", shared.url, "runs", "--conversation", conversation))
+    assert [row[2] for row in listed if row[2]] == ["weather-bot"]
+    found = ok("--db", shared.url, "search", "marmalade", "--conversation", conversation)
+    assert "marmalade" in found
+
+
+def test_an_ambiguous_prefix_exits_1_listing_the_ids_it_begins(recorded):
+    with Ledger.open(recorded.url) as ledger:
+        for n in (1, 2):
+            ledger.create_conversation(conversation_id=f"samesame-{n}")
+    for command in (["show", "samesame"], ["runs", "--conversation", "samesame"]):
+        result = invoke("--db", recorded.url, *command)
+        assert result.exit_code == 1, result.output
+        said = flat(result.output)
+        assert "'samesame' begins the ids of 2 conversations: samesame-1, samesame-2" in said
+        assert "Traceback" not in result.output
+    assert "samesame-1" in ok("--db", recorded.url, "show", "samesame-1")
 
 
 def test_show_prints_the_question_and_the_answer_and_no_tool_output(shared):
@@ -199,7 +181,8 @@ def test_show_prints_the_conversation_as_the_user_saw_it_and_as_the_model_sees_i
 
 def test_trace_prints_the_steps_the_tool_and_the_tokens(shared):
     output = flat(ok("--db", shared.url, "trace", shared.run_id))
-    assert shared.run_id in output
+    with Ledger.open(shared.url) as ledger:
+        assert f"run {ledger.short_ids([shared.run_id], of='run')[shared.run_id]} " in output
     assert "weather-bot" in output and "completed" in output
     assert "step 0 · tool_use · 123 in / 45 out" in output
     assert "step 1 · response · 200 in / 17 out" in output
@@ -248,6 +231,45 @@ def test_trace_of_a_run_in_progress_prints_its_recorded_step(shared):
     assert "running" in output and "step 0 · tool_use" in output and "get_weather" in output
 
 
+def test_trace_says_a_runs_status_once_and_counts_its_steps_in_good_english(shared, tmp_path):
+    finished = flat(ok("--db", shared.url, "trace", shared.run_id))
+    assert " · weather-bot · completed · 2 steps · " in finished
+    assert "completed (completed)" not in finished
+    assert "tool_calls: 1 tool call " in finished and "tool call(s)" not in finished
+    stale = flat(ok("--db", shared.url, "trace", shared.stale_run_id or ""))
+    assert " · stale-planner · running · 1 step · " in stale
+
+    url = str(tmp_path / "stopped.db")
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(tool_calls=[ToolCall(id="c1", name="get_weather", arguments={})]),
+            InferenceResponse(content="Out of steps: it is sunny."),
+        ]
+    )
+    with Ledger.open(url) as ledger:
+        agent = (
+            AgentBuilder()
+            .with_llm(llm)
+            .with_tools([get_weather])
+            .with_max_steps(1)
+            .with_ledger(ledger)
+            .build()
+        )
+        run_id = agent.run("Weather?").run_id
+    stopped = flat(ok("--db", url, "trace", run_id))
+    assert " · stopped (steps_limit) · 2 steps · " in stopped
+
+
+@pytest.mark.parametrize("section", ["summary", "buffer", "no-such-section"])
+def test_show_of_an_empty_section_says_that_it_is_empty(shared, section):
+    output = flat(ok("--db", shared.url, "show", shared.conversation_id, "--section", section))
+    assert f"section {section} is empty" in output
+    assert QUESTION not in output
+    assert (
+        ok("--db", shared.url, "show", shared.conversation_id, "--section", section, "--json") == ""
+    )
+
+
 def test_runs_lists_each_run_with_its_agent_and_status(shared):
     rows = _rows(ok("--db", shared.url, "runs"))
     assert sorted((row[2], row[3]) for row in rows if row[2]) == [
@@ -291,15 +313,19 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         conversation_id, run_id = harness.begin_stale_run(ledger)
     # The handle is closed: the run is what a crashed process leaves behind.
 
+    with Ledger.open(recorded.url) as ledger:
+        run = ledger.short_ids([run_id], of="run")[run_id]
+        conversation = ledger.short_ids([conversation_id], of="conversation")[conversation_id]
+
     dry = flat(ok("--db", recorded.url, "recover", "--dry-run", "--stale-after", "0"))
-    assert f"stale: run {run_id} of conversation {conversation_id} (1 steps)" in dry
-    assert "1 run(s) stale" in dry
+    assert f"stale: run {run} of conversation {conversation} (1 step)" in dry
+    assert "1 run stale" in dry
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
         assert len(ledger.buffer(run_id)) > 0
 
     done = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert f"abandoned: run {run_id}" in done and "1 run(s) abandoned" in done
+    assert f"abandoned: run {run} " in done and "1 run abandoned" in done
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "interrupted"
         assert len(ledger.buffer(run_id)) == 0
@@ -307,14 +333,14 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         assert ledger.run(recorded.run_id).status == "completed"
 
     again = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert "0 run(s) abandoned" in again
+    assert "0 runs abandoned" in again
 
 
 def test_recover_leaves_a_run_with_a_live_lease_alone(recorded):
     with Ledger.open(recorded.url) as ledger:
         _conversation_id, run_id = harness.begin_stale_run(ledger)
-    assert "0 run(s) stale" in ok("--db", recorded.url, "recover", "--dry-run")
-    assert "0 run(s) abandoned" in ok("--db", recorded.url, "recover")
+    assert "0 runs stale" in ok("--db", recorded.url, "recover", "--dry-run")
+    assert "0 runs abandoned" in ok("--db", recorded.url, "recover")
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
 
@@ -340,6 +366,18 @@ def test_db_commands_take_a_ledger_down_and_up_again(recorded):
     assert f"at revision {HEAD}" in ok("--db", url, "db", "upgrade")
     assert f"up to date at {HEAD}" in ok("--db", url, "db", "check")
     assert QUESTION in ok("--db", url, "show", recorded.conversation_id)
+
+
+@pytest.mark.parametrize("command", ["upgrade", "downgrade"])
+def test_db_upgrade_and_downgrade_refuse_an_unknown_revision_listing_those_there_are(
+    recorded, command
+):
+    result = invoke("--db", recorded.url, "db", command, "bogus")
+    assert result.exit_code == 1
+    said = flat(result.output)
+    assert "cannot migrate to revision 'bogus'" in said and "Traceback" not in result.output
+    assert f"Give head, base or one of the revisions this agentledger ships ({HEAD}," in said
+    assert ok("--db", recorded.url, "db", "current").strip() == f"{HEAD} (head)"
 
 
 def test_db_history_lists_every_revision_newest_first():
@@ -411,7 +449,7 @@ def test_db_upgrade_creates_an_empty_ledger_that_the_other_commands_read(tmp_pat
     path = tmp_path / "new.db"
     assert f"at revision {HEAD}" in ok("--db", str(path), "db", "upgrade")
     assert "conversations" in ok("--db", str(path), "conversations")
-    assert "0 run(s) stale" in ok("--db", str(path), "recover", "--dry-run")
+    assert "0 runs stale" in ok("--db", str(path), "recover", "--dry-run")
 
 
 def test_version_prints_the_package_version():
@@ -421,8 +459,13 @@ def test_version_prints_the_package_version():
 # --- the console script, in a process of its own -------------------------------------------------
 
 
-def _console(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
+def _console(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}},
+        **(env or {}),
+    }
     return subprocess.run(
         [str(CONSOLE_SCRIPT), *args],
         cwd=cwd,
@@ -459,11 +502,14 @@ def test_the_console_script_shows_and_traces_and_refuses_a_missing_ledger(tmp_pa
     assert version.returncode == 0 and version.stdout.strip().endswith(__version__)
 
 
-def test_the_console_script_piped_into_another_program_lists_whole_ids(tmp_path):
+def test_the_console_script_in_an_80_column_terminal_lists_ids_that_trace_takes(tmp_path):
     recorded = record_a_run(str(tmp_path / "ledger.db"))
-    for command, wanted in (("runs", recorded.run_id), ("conversations", recorded.conversation_id)):
-        listed = _console("--db", "ledger.db", command, cwd=tmp_path)
-        assert listed.returncode == 0, listed.stderr
-        assert wanted in listed.stdout, (
-            f"`agentledger {command} | ...` cuts ids short:\n{listed.stdout}"
-        )
+    terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": "80", "NO_COLOR": "1"}
+    listed = _console("--db", "ledger.db", "runs", cwd=tmp_path, env=terminal)
+    assert listed.returncode == 0, listed.stderr
+    text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    run = shown_id(text, recorded.run_id)
+    traced = _console("--db", "ledger.db", "trace", run, cwd=tmp_path, env=terminal)
+    assert traced.returncode == 0, traced.stderr
+    assert "get_weather" in traced.stdout

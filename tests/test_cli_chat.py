@@ -5,8 +5,10 @@ ledger and continued with ``--conversation``, and clean errors for what a user g
 from __future__ import annotations
 
 import json
+import os
 import re
 import sqlite3
+import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -336,6 +338,20 @@ def test_run_continues_a_conversation_that_chat_began(fake_provider, db):
     assert query(db, "SELECT count(DISTINCT conversation_id) FROM agent_runs") == [(1,)]
 
 
+def test_run_continues_a_conversation_given_by_a_unique_prefix_of_its_id(fake_provider, db):
+    fake_provider.push(Reply(OPENAI.answer("Noted.")), Reply(OPENAI.answer("Blue.")))
+    options = model_options(OPENAI, fake_provider)
+    first = invoke(db, "run", "My favourite colour is blue.", *options)
+    cid = conversation_id(first.output.split("tokens")[1])
+
+    result = invoke(db, "run", "What is my favourite colour?", *options, "--conversation", cid[:8])
+
+    assert result.exit_code == 0, result.output
+    assert f"conversation {cid} " in result.output
+    assert "My favourite colour is blue." in OPENAI.texts(fake_provider.requests[-1].body)
+    assert query(db, "SELECT count(*), count(DISTINCT conversation_id) FROM agent_runs") == [(2, 1)]
+
+
 # --- failures -----------------------------------------------------------------------------------
 
 
@@ -369,6 +385,37 @@ def test_a_refused_key_fails_the_run_with_its_message_records_it_and_exits_1(
     assert "Traceback" not in result.output
     assert query(db, "SELECT status FROM agent_runs") == [("failed",)]
     assert query(db, "SELECT role, content FROM conversation_messages") == [("user", "Hello")]
+
+
+def test_a_provider_failing_on_every_retry_is_said_once_with_the_attempts_and_traced_once(
+    fake_provider, db
+):
+    """The console script in a process of its own (no logging configured, as for a user):
+    the retries print nothing, the error is said once with how many attempts were made, and
+    the run's trace shows it once."""
+    overloaded = Reply(openai_error("overloaded", kind="server_error"), 503, {"retry-after": "0"})
+    fake_provider.push(*[overloaded] * 5)
+    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
+    command = [str(Path(sys.executable).parent / "agentledger"), "run", "Hi", "--db", str(db)]
+    done = subprocess.run(
+        [*command, *model_options(OPENAI, fake_provider)],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stderr == ""
+    said = "OpenAI failed on its side (HTTP 503: overloaded) after 5 attempts."
+    assert done.stdout.count("failed on its side") == 1 and said in done.stdout
+    assert len(fake_provider.requests) == 5
+    (run_id,) = [row[0] for row in query(db, "SELECT id FROM agent_runs")]
+    traced = " ".join(invoke(db, "trace", run_id).output.split())
+    assert traced.count("failed on its side") == 1 and said in traced
+    assert " · cli · failed · 1 step · " in traced
 
 
 def test_chat_goes_on_after_a_failed_run_and_retry_continues_it(fake_provider, db):

@@ -8,6 +8,9 @@ from __future__ import annotations
 import email.utils
 import json
 import logging
+import socket
+import subprocess
+import sys
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -1239,7 +1242,7 @@ def test_retryable_errors_say_what_happened_once_the_retries_are_spent(
         connect(api, server, retry=policy).complete(ask())
 
     error = raised.value
-    assert str(error).startswith(f"{api.name} {what} (HTTP {code}: Overloaded).")
+    assert str(error).startswith(f"{api.name} {what} (HTTP {code}: Overloaded) after 3 attempts.")
     assert advice in str(error)
     assert (error.status_code, error.attempts, error.retryable) == (code, 3, True)
 
@@ -1354,6 +1357,40 @@ def test_each_retry_is_logged_as_a_warning_saying_what_failed_and_when_it_retrie
     assert record.levelno == logging.WARNING
     assert "failed on its side (HTTP 503: overloaded)" in record.getMessage()
     assert "Retry 1 of 4 in 3.00s." in record.getMessage()
+
+
+_REFUSED = """
+import sys
+from agentledger import InferenceRequest, Message, Messages, ProviderConnectionError
+from agentledger.llm import OpenAIChat, RetryPolicy
+
+llm = OpenAIChat("m", base_url=sys.argv[1], retry=RetryPolicy(sleep=lambda seconds: None))
+try:
+    llm.complete(InferenceRequest(messages=Messages.of(Message.user("Hi"))))
+except ProviderConnectionError as exc:
+    print(exc)
+    print(exc.attempts)
+"""
+
+
+def test_a_refused_connection_is_said_once_with_its_attempts_and_not_on_each_retry() -> None:
+    """In a program that configured no logging (as the command line), the retries print
+    nothing; the error says what happened once, and how many attempts were made."""
+    with socket.socket() as probe:  # a loopback port nothing listens on once closed
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    done = subprocess.run(
+        [sys.executable, "-c", _REFUSED, f"http://127.0.0.1:{port}/v1"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
+    assert done.stderr == ""
+    message, attempts = done.stdout.splitlines()
+    assert message.startswith(f"could not reach OpenAI at http://127.0.0.1:{port}/v1 (")
+    assert ") after 5 attempts. Check the base URL" in message
+    assert attempts == "5"
 
 
 # -- configuration -----------------------------------------------------------------------------

@@ -225,7 +225,7 @@ def test_plain_sql_reads_a_read_only_ledger_through_read_only_uri(nobody, unwrit
         (["show", "{compacted}", "--as", "model"], "They asked about the weather"),
         (["trace", "{trip_run}"], "get_weather"),
         (["search", SEARCH_WORD], "marmalade"),
-        (["recover", "--dry-run", "--stale-after", "0"], "1 run(s) stale"),
+        (["recover", "--dry-run", "--stale-after", "0"], "1 run stale"),
         (["db", "current"], "(head)"),
         (["db", "check"], "up to date"),
         (["analytics", "report"], "trip-planner"),

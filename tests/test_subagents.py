@@ -850,7 +850,8 @@ def test_trace_draws_the_run_tree_with_every_agent_and_its_subtree_usage(
 
     assert output.exit_code == 0, output.output
     flat = " ".join(output.output.split())
+    shown = ledger.short_ids((node.run.id for node in runs.walk()), of="run")
     for node in runs.walk():
         assert node.run.agent_name in flat
-        assert node.run.id in flat
+        assert f"run {shown[node.run.id]} · {node.run.agent_name}" in flat
     assert flat.count("with subagents") == 2  # lead and researcher; fact_checker has none

@@ -7,6 +7,7 @@
     │   ├── ConfigurationError        an agent cannot be built as configured
     │   ├── ToolDefinitionError       a function cannot be turned into a tool
     │   ├── NotFoundError             no conversation or run has that id
+    │   │   └── AmbiguousIdError      the prefix given for an id begins more than one
     │   └── UnstorableTextError       text with a NUL character or a lone surrogate
     ├── RunError                      a run could not go on: the state says how far it got
     │   ├── LLMError                  the model call failed
@@ -133,6 +134,18 @@ class CompactionError(RunError):
 
 class NotFoundError(UsageError):
     """No conversation, run or step has the id given."""
+
+
+class AmbiguousIdError(NotFoundError):
+    """The prefix given for an id begins more than one id, so it names none of them.
+
+    ``candidates`` holds the ids it begins, in full (the first ten, in id order); the message
+    lists them. Give more characters of the one meant.
+    """
+
+    def __init__(self, message: str, *, candidates: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.candidates = candidates
 
 
 class UnstorableTextError(UsageError):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -16,6 +16,7 @@ from sqlalchemy.engine import make_url
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
+from ..values import SHORT_ID_LENGTH, short_ids
 from . import _extensions
 from ._duckdb import require_duckdb
 
@@ -113,7 +114,6 @@ class Analytics:
         snapshot of it copied to the temporary directory, removed on close.
         """
         require_duckdb()
-        import duckdb
 
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
@@ -194,6 +194,23 @@ class Analytics:
         ``masked_results``, ``summarized_messages``), and the conversation's messages in and out
         of the context when its run began."""
         return self._view("context_size")
+
+    def short_ids(
+        self, ids: Iterable[str], *, of: Literal["run", "conversation"]
+    ) -> dict[str, str]:
+        """Each of ``ids`` (of runs or of conversations) by its shortest prefix, of at least
+        ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind in the ledger: what
+        ``Ledger.short_ids`` gives, and what the command line takes for the id."""
+        wanted = list(ids)
+        heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
+        if not heads:
+            return short_ids(wanted)
+        table = "agent_runs" if of == "run" else "conversations"
+        alike = self.connection.execute(
+            f"SELECT id FROM {LEDGER}.{table} WHERE list_contains(?, left(id, {SHORT_ID_LENGTH}))",
+            [heads],
+        ).fetchall()
+        return short_ids(wanted, [row[0] for row in alike])
 
     def sql(self, query: str, params: Sequence[object] | None = None) -> duckdb.DuckDBPyRelation:
         """Any query over the views and the ledger's tables (``ledger.<table>``)."""
@@ -316,6 +333,8 @@ def _connect(
 ) -> duckdb.DuckDBPyConnection:
     """DuckDB with the ledger at ``url`` attached, checked and its views defined; ``files``
     gets what to do beside a SQLite ledger once the connection is closed."""
+    import duckdb
+
     path = sqlite_path(url)
     source = url if path is None else str(files.enter_context(file_to_read(path)))
     extension, attach = attach_statement(source)

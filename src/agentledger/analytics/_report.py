@@ -9,7 +9,7 @@ running, steps without a price) heads both, so nobody trusts a partial total.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
@@ -143,16 +143,23 @@ class ToolStat:
 class Column:
     name: str
     numeric: bool = False
+    identifier: bool = False
+    """A column of short ids (``Analytics.short_ids``): never wrapped nor cut in a terminal."""
 
 
 @dataclass(frozen=True)
 class ReportTable:
-    """A titled table of formatted cells, drawn the same in the terminal and in HTML."""
+    """A titled table of formatted cells, drawn the same in the terminal and in HTML.
+
+    ``records`` are the values the rows were formatted from, by column (numbers as numbers,
+    ids in full), and ``name`` names the table: what ``analytics report --json`` prints."""
 
     title: str
     columns: tuple[Column, ...]
     rows: tuple[tuple[str, ...], ...]
     note: str = ""
+    name: str = ""
+    records: tuple[Record, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -184,9 +191,9 @@ def build_report(
     tools = _tool_stats(analytics)
     tables = (
         _conversation_table(analytics, top),
-        _usage_table("Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
-        _usage_table("Usage by model", "model", analytics.model_usage(), "model"),
-        _runs_table(runs),
+        _usage_table("agents", "Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
+        _usage_table("models", "Usage by model", "model", analytics.model_usage(), "model"),
+        _runs_table(runs, analytics.short_ids((r.run_id for r in runs), of="run")),
         _tools_table(tools),
         _tree_shape_table(analytics),
         _completeness_table(completeness),
@@ -351,7 +358,7 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         analytics.conversation_usage().order(f"{_BY_COST}, last_run_at DESC").limit(top)
     )
     columns = (
-        Column("conversation"),
+        Column("conversation", identifier=True),
         Column("title"),
         Column("runs", True),
         Column("subagent runs", True),
@@ -359,9 +366,10 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         *_TOKEN_COLUMNS,
         Column("last run"),
     )
+    short = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")
     cells = tuple(
         (
-            r["conversation_id"],
+            short[r["conversation_id"]],
             r["title"] or "",
             count(r["runs"]),
             count(r["subagent_runs"]),
@@ -372,23 +380,25 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
         for r in rows
     )
     note = f"the {len(rows)} costliest of {total}" if total > len(rows) else ""
-    return ReportTable("Usage by conversation (with subagent runs)", columns, cells, note)
+    title = "Usage by conversation (with subagent runs)"
+    return ReportTable(title, columns, cells, note, "conversations", tuple(rows))
 
 
 def _usage_table(
-    title: str, label: str, relation: duckdb.DuckDBPyRelation, key: str
+    name: str, title: str, label: str, relation: duckdb.DuckDBPyRelation, key: str
 ) -> ReportTable:
     rows = _records(relation.order(f"{_BY_COST}, {key}"))
     columns = (Column(label), Column("runs", True), Column("steps", True), *_TOKEN_COLUMNS)
     cells = tuple(
         (r[key] or "(unknown)", count(r["runs"]), count(r["steps"]), *_token_cells(r)) for r in rows
     )
-    return ReportTable(title, columns, cells)
+    return ReportTable(title, columns, cells, name=name, records=tuple(rows))
 
 
-def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
+def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
+    """The costliest top-level runs, each by its short id (``Analytics.short_ids``)."""
     columns = (
-        Column("run"),
+        Column("run", identifier=True),
         Column("agent"),
         Column("status"),
         Column("started"),
@@ -401,7 +411,7 @@ def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
     )
     cells = tuple(
         (
-            run.run_id,
+            short[run.run_id],
             run.agent_name,
             run.status,
             time_text(run.started_at),
@@ -418,7 +428,19 @@ def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
         "Top-level runs by cost, then tokens. excl.: the run's own steps; incl.: with every "
         "subagent run below it. `agentledger trace RUN` draws a run's tree."
     )
-    return ReportTable("The most expensive runs", columns, cells, note)
+    records = tuple(
+        {
+            "run_id": run.run_id,
+            "agent_name": run.agent_name,
+            "status": run.status,
+            "started_at": run.started_at,
+            "runs": run.runs,
+            "exclusive": asdict(run.exclusive),
+            "inclusive": asdict(run.inclusive),
+        }
+        for run in runs
+    )
+    return ReportTable("The most expensive runs", columns, cells, note, "runs", records)
 
 
 def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
@@ -445,7 +467,8 @@ def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
         )
         for t in tools
     )
-    return ReportTable("Tools", columns, cells)
+    records = tuple(asdict(t) for t in tools)
+    return ReportTable("Tools", columns, cells, name="tools", records=records)
 
 
 def _tree_shape_table(analytics: Analytics) -> ReportTable:
@@ -466,7 +489,9 @@ def _tree_shape_table(analytics: Analytics) -> ReportTable:
             f"{number(s.get('p95_fan_out'))} / {count(s.get('max_fan_out'))}",
         ),
     )
-    return ReportTable("Run tree shape", (Column("measure"), Column("value", True)), pairs)
+    columns = (Column("measure"), Column("value", True))
+    records = (s,) if s else ()
+    return ReportTable("Run tree shape", columns, pairs, name="tree_shape", records=records)
 
 
 def _completeness_table(c: Completeness) -> ReportTable:
@@ -479,7 +504,7 @@ def _completeness_table(c: Completeness) -> ReportTable:
         ("models without a price", ", ".join(c.unpriced_models) or "–"),
     )
     columns = (Column("measure"), Column("value", True))
-    return ReportTable("Completeness", columns, pairs, c.summary())
+    return ReportTable("Completeness", columns, pairs, c.summary(), "completeness", (asdict(c),))
 
 
 def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
@@ -487,17 +512,19 @@ def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
     if not rows:
         return ()
     columns = (
-        Column("run"),
-        Column("conversation"),
+        Column("run", identifier=True),
+        Column("conversation", identifier=True),
         Column("agent"),
         Column("depth", True),
         Column("started"),
         Column("last heartbeat"),
     )
+    runs = analytics.short_ids((r["run_id"] for r in rows), of="run")
+    conversations = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")
     cells = tuple(
         (
-            r["run_id"],
-            r["conversation_id"],
+            runs[r["run_id"]],
+            conversations[r["conversation_id"]],
             r["agent_name"],
             count(r["depth"]),
             time_text(r["started_at"]),
@@ -506,4 +533,5 @@ def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
         for r in rows
     )
     note = "Still running, or their process died: `agentledger recover` finds the stale ones."
-    return (ReportTable("Runs still running (oldest first)", columns, cells, note),)
+    title = "Runs still running (oldest first)"
+    return (ReportTable(title, columns, cells, note, "running_runs", tuple(rows)),)

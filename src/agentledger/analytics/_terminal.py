@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Group, RenderableType
+from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
@@ -38,8 +38,13 @@ def render_terminal(report: Report) -> Group:
 def rich_table(table: ReportTable) -> list[RenderableType]:
     """The table, and its note under it when it has one."""
     drawn = Table(title=table.title, title_justify="left")
-    for column in table.columns:
-        drawn.add_column(column.name, justify="right" if column.numeric else "left")
+    for at, column in enumerate(table.columns):
+        justify: JustifyMethod = "right" if column.numeric else "left"
+        if column.identifier:  # what a person types to trace or show it: never cut
+            width = max((len(column.name), *(len(row[at]) for row in table.rows)))
+            drawn.add_column(column.name, justify=justify, no_wrap=True, min_width=width)
+        else:
+            drawn.add_column(column.name, justify=justify)
     for row in table.rows:
         drawn.add_row(*(Text(cell) for cell in row))
     if not table.rows:

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import AgentLedgerError
-from ._app import cli, cli_errors, console, database, render
+from ._app import cli, cli_errors, database, render
+from ._json import json_option, print_json_lines
 
 if TYPE_CHECKING:
     from ..analytics import Analytics, Report
@@ -56,18 +57,25 @@ def _analytics(ctx: click.Context) -> Iterator[Analytics]:
     show_default=True,
     help="How many runs and conversations the tables list.",
 )
+@json_option
 @click.pass_context
-def report(ctx: click.Context, html_file: Path | None, top: int) -> None:
+def report(ctx: click.Context, html_file: Path | None, top: int, as_json: bool) -> None:
     """Usage by conversation, agent and model, the most expensive runs, tools, the shape of
-    the run trees, and what the totals do not cover yet (running runs, unpriced steps)."""
+    the run trees, and what the totals do not cover yet (running runs, unpriced steps).
+
+    With --json, one object per row of every table, its "table" naming the table:
+    conversations, agents, models, runs, tools, tree_shape, completeness, running_runs."""
     from ..analytics import build_report, render_terminal
 
     with _analytics(ctx) as opened:
         built = build_report(opened, top=top)
     written = None if html_file is None else _write_html(built, html_file)
-    render(render_terminal(built))
+    if as_json:
+        print_json_lines({"table": t.name, **r} for t in built.tables for r in t.records)
+    else:
+        render(render_terminal(built))
     if written is not None:
-        console().print(f"wrote {written}", markup=False)
+        click.echo(f"wrote {written}", err=as_json)
 
 
 def _write_html(built: Report, path: Path) -> Path:
@@ -111,8 +119,9 @@ def export() -> None:
 
 @export.command()
 @click.argument("directory", type=click.Path(file_okay=False, path_type=Path))
+@json_option
 @click.pass_context
-def parquet(ctx: click.Context, directory: Path) -> None:
+def parquet(ctx: click.Context, directory: Path, as_json: bool) -> None:
     """Every table as Parquet under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD),
     for Spark, DuckDB, Polars and other engines beyond one machine."""
     from ..analytics import render_export, summarize_export
@@ -124,4 +133,8 @@ def parquet(ctx: click.Context, directory: Path) -> None:
             raise click.ClickException(
                 f"cannot write Parquet under {directory}: {exc.strerror or exc}"
             ) from exc
-    render(render_export(directory, summarize_export(directory, files)))
+    exported = summarize_export(directory, files)
+    if as_json:
+        print_json_lines(exported)
+    else:
+        render(render_export(directory, exported))

@@ -1,15 +1,19 @@
-"""The ``agentledger`` command group, and what its commands share: the console, the ledger
-named by ``--db`` (read-only with ``--read-only``), and errors turned into one-line CLI
-errors."""
+"""The ``agentledger`` command group, and what its commands share: the group's options (taken
+before or after a command's name), the console, the ledger named by ``--db`` (read-only with
+``--read-only``), and errors turned into one-line CLI errors."""
 
 from __future__ import annotations
 
 import contextlib
+import copy
+import functools
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from .. import __version__
@@ -20,7 +24,8 @@ if TYPE_CHECKING:
 
 DEFAULT_DB = "./agentledger.db"
 WIDE = 240
-"""Width of the output when it is not a terminal (a pipe, a file): wide enough for full ids."""
+"""Width of the output when it is not a terminal (a pipe, a file): wide enough that tables
+are seldom wrapped (scripts read `--json` instead)."""
 
 
 def console() -> Console:
@@ -33,23 +38,92 @@ def render(renderable: Any) -> None:
     console().print(renderable)
 
 
+@dataclass
 class Options:
-    """The options of the group, for its commands: the ledger's database, and whether it may
-    only be read."""
+    """The options of the group, for its commands: each taken before or after the command's
+    name (``agentledger --db X runs`` and ``agentledger runs --db X`` alike)."""
 
-    def __init__(self, db: str, read_only: bool = False) -> None:
-        self.db = db
-        self.read_only = read_only
+    db: str = DEFAULT_DB
+    read_only: bool = False
+    """Only read the ledger."""
+    given: set[str] = field(default_factory=set)
+    """The options the user gave, on the command line or in the environment (the others hold
+    their defaults)."""
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _TakesGroupOptions(click.Command):
+    """A command (or a group below the top one) that takes the top group's options too, after
+    its own name: ``agentledger db upgrade --db X``.
+
+    Every option of the top group is carried, whatever it is: adding one to ``cli`` (and its
+    field to :class:`Options`) is all a new group option needs. Given after the command, an
+    option overrides the one given before it; the environment and the default are read once,
+    by the top group."""
+
+    def get_params(self, ctx: click.Context) -> list[click.Parameter]:
+        params = super().get_params(ctx)
+        top = ctx.find_root().command
+        if ctx.parent is None or not isinstance(top, LedgerGroup):
+            return params
+        taken = {opt for param in params for opt in param.opts}
+        carried = [
+            _after_the_command(option)
+            for option in top.params
+            if isinstance(option, click.Option)
+            and not option.is_eager  # --version and --help
+            and not taken.intersection(option.opts)
+        ]
+        own = len(self.params)
+        return [*params[:own], *carried, *params[own:]]  # before --help
+
+
+class LedgerCommand(_TakesGroupOptions):
+    """A command of ``agentledger``."""
+
+
+class LedgerGroup(_TakesGroupOptions, click.Group):
+    """``agentledger`` and its groups of commands, whose commands take the top group's
+    options after their names."""
+
+    command_class = LedgerCommand
+    group_class = type  # a group made by a group is of its class
+
+
+@functools.cache
+def _after_the_command(option: click.Option) -> click.Option:
+    """``option`` of the top group, as a command takes it after its name: no default and no
+    environment variable of its own, so that only a value given there overrides the group's."""
+    carried = copy.copy(option)
+    carried.default = None
+    carried.envvar = None
+    carried.show_default = False
+    carried.show_envvar = False
+    carried.required = False
+    carried.expose_value = False
+    carried.callback = _override_the_group
+    return carried
+
+
+def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """A group option given after the command: it wins over the one given before it."""
+    assert param.name is not None
+    if ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE:
+        options = ctx.find_object(Options)
+        assert options is not None
+        setattr(options, param.name, value)
+        options.given.add(param.name)
+    return value
+
+
+@click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="agentledger")
 @click.option(
     "--db",
     envvar="AGENTLEDGER_DB",
     default=DEFAULT_DB,
     show_default=True,
-    help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB).",
+    help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB). "
+    "Before or after the command's name.",
 )
 @click.option(
     "--read-only",
@@ -59,9 +133,11 @@ class Options:
     "may not write the SQLite file or its directory.",
 )
 @click.pass_context
-def cli(ctx: click.Context, db: str, read_only: bool) -> None:
+def cli(ctx: click.Context, /, **options: Any) -> None:
     """agentledger: an LLM agent loop whose memory is a relational ledger."""
-    ctx.obj = Options(db, read_only)
+    defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+    given = {name for name in options if ctx.get_parameter_source(name) not in defaults}
+    ctx.obj = Options(**options, given=given)
 
 
 def main() -> None:
@@ -95,6 +171,13 @@ def _options(ctx: click.Context) -> Options:
     found = ctx.find_object(Options)
     assert found is not None
     return found
+
+
+def given(ctx: click.Context, name: str) -> bool:
+    """Whether the user gave the group's option ``name`` (on the command line, before or after
+    the command, or in the environment) rather than leaving it to its default."""
+    found = ctx.find_object(Options)
+    return found is not None and name in found.given
 
 
 @contextlib.contextmanager

@@ -4,12 +4,20 @@ stale runs; and the offline demo."""
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 from rich.table import Table
 
-from ._app import cli, console, open_ledger, render, time_text
-from ._render import preview, run_tree_view
+from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
+from ._json import json_option, print_json_lines, run_records, table_row
+from ._render import counted, id_column, preview, run_tree_view
+
+if TYPE_CHECKING:
+    from ..ledger import AgentRun, Conversation, Ledger, SearchHit
+    from ..values import Messages
+
+_LIMIT_HELP = "List at most this many."
 
 
 @cli.command()
@@ -17,30 +25,68 @@ from ._render import preview, run_tree_view
     "--db-file",
     type=click.Path(dir_okay=False, path_type=Path),
     default=None,
-    help="Where to keep the demo's ledger (default: a new temporary file).",
+    hidden=True,
+    help="Deprecated: the old name of --db.",
 )
-def demo(db_file: Path | None) -> None:
-    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger."""
+@click.pass_context
+def demo(ctx: click.Context, db_file: Path | None) -> None:
+    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger: the
+    file --db names, else a new temporary file."""
     from .demo import run_demo
 
-    run_demo(db_path=db_file)
+    run_demo(db_path=_demo_file(ctx, db_file))
+
+
+def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
+    """The SQLite file --db names (or --db-file, its old name), None for a temporary one."""
+    from ..ledger import normalize_url, sqlite_path
+
+    if db_file is not None:
+        if given(ctx, "db"):
+            raise click.UsageError(
+                "give the demo's ledger once, with --db (--db-file is its old name)"
+            )
+        click.echo("agentledger: --db-file is deprecated, use --db", err=True)
+        return db_file
+    if not given(ctx, "db"):
+        return None
+    with cli_errors():
+        path = sqlite_path(normalize_url(database(ctx)))
+    if path is None:
+        raise click.UsageError(
+            "the demo records into a SQLite file: give --db (or AGENTLEDGER_DB) a file path, "
+            "or leave it out for a temporary file"
+        )
+    return path
 
 
 @cli.command()
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def conversations(ctx: click.Context, limit: int) -> None:
+def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Conversations, most recently updated first."""
     with open_ledger(ctx) as ledger:
-        table = Table(
-            "id", "kind", "title", "version", "messages", "updated", title="conversations"
+        listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
+        if as_json:
+            print_json_lines({**table_row(c), "messages": count} for c, count in listed)
+        else:
+            render(_conversations_table(ledger, listed))
+
+
+def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> Table:
+    short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
+    table = Table(title="conversations")
+    id_column(table, "id", short.values())
+    for header in ("kind", "title", "version", "messages", "updated"):
+        table.add_column(header)
+    for c, count in listed:
+        table.add_row(
+            short[c.id], c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
         )
-        for c in ledger.conversations(limit=limit):
-            count = len(ledger.messages(c.id))
-            table.add_row(
-                c.id, c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
-            )
-        render(table)
+    return table
 
 
 @cli.command()
@@ -60,28 +106,54 @@ def conversations(ctx: click.Context, limit: int) -> None:
     help="Only this section: messages (the conversation), summary or buffer (the messages "
     "summaries replaced).",
 )
+@json_option
 @click.pass_context
-def show(ctx: click.Context, conversation: str, view: str, section: str | None) -> None:
+def show(
+    ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
+) -> None:
     """The conversation: what the user said and what the agent answered; with --as model,
-    what the model sees of it now."""
+    what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
+    (as `agentledger conversations` shows it)."""
     with open_ledger(ctx) as ledger:
-        record = ledger.conversation(conversation)
+        record = ledger.conversation(conversation)  # by its id or a unique prefix of it
         if section is not None:
-            messages, heading = ledger.messages(conversation, section), f"section {section}"
+            messages, heading = ledger.messages(record.id, section), f"section {section}"
         elif view == "model":
-            messages, heading = ledger.model_context(conversation), "as the model sees it"
+            messages, heading = ledger.model_context(record.id), "as the model sees it"
         else:
-            messages, heading = ledger.history(conversation), "as the user saw it"
-        summarized = {m.id for m in ledger.messages(conversation, "buffer")}
-        out = console()
-        out.rule(f"conversation {record.id} · version {record.version} · {heading}")
-        for message in messages:
-            style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
-            note = " [dim](summarized)[/dim]" if message.id in summarized else ""
-            when = time_text(message.created_at)
-            out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
-            out.print(message.content, markup=False)
-            out.print()
+            messages, heading = ledger.history(record.id), "as the user saw it"
+        summarized = {m.id for m in ledger.messages(record.id, "buffer")}
+    if as_json:
+        print_json_lines(
+            {"conversation_id": record.id, **m.model_dump(), "summarized": m.id in summarized}
+            for m in messages
+        )
+        return
+    console().rule(f"conversation {record.id} · version {record.version} · {heading}")
+    _print_messages(messages, summarized, section)
+
+
+def _print_messages(messages: Messages, summarized: set[str], section: str | None) -> None:
+    out = console()
+    for message in messages:
+        style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
+        note = " [dim](summarized)[/dim]" if message.id in summarized else ""
+        when = time_text(message.created_at)
+        out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
+        out.print(message.content, markup=False)
+        out.print()
+    if not messages:
+        out.print(_empty(section), style="dim", markup=False)
+
+
+def _empty(section: str | None) -> str:
+    """What an empty view says, so that it is not taken for a failure."""
+    if section is None:
+        return "(no messages yet)"
+    return (
+        f"(section {section} is empty: a conversation's messages are in the section messages; "
+        "summary and buffer fill once it has been summarized)"
+    )
 
 
 @cli.command()
@@ -91,84 +163,124 @@ def show(ctx: click.Context, conversation: str, view: str, section: str | None) 
     is_flag=True,
     help="Also show each failed tool call's whole error and the traceback of what it raised.",
 )
+@json_option
 @click.pass_context
-def trace(ctx: click.Context, run: str, verbose: bool) -> None:
+def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
     """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
-    each with its own (exclusive) and its subtree's (inclusive) usage."""
+    each with its own (exclusive) and its subtree's (inclusive) usage. RUN is its id, or a
+    prefix of it that is unique (as `agentledger runs` shows it).
+
+    With --json, one object per run of the tree (the run itself first, then its subagent runs
+    depth first), each with its usage and its steps."""
     with open_ledger(ctx) as ledger:
-        render(run_tree_view(ledger, ledger.run_tree(run), verbose=verbose))
+        tree = ledger.run_tree(run)
+        if as_json:
+            print_json_lines(run_records(ledger, tree))
+        else:
+            render(run_tree_view(ledger, tree, verbose=verbose))
+
+
+_STATUSES = ["running", "completed", "stopped", "failed", "interrupted"]
 
 
 @cli.command()
-@click.option("--conversation", default=None, help="Only this conversation's runs.")
 @click.option(
-    "--status",
-    type=click.Choice(["running", "completed", "stopped", "failed", "interrupted"]),
+    "--conversation",
     default=None,
-    help="Only the runs with this status.",
+    help="Only this conversation's runs (its id or a unique prefix).",
 )
-@click.option("--limit", type=int, default=50, show_default=True)
+@click.option(
+    "--status", type=click.Choice(_STATUSES), default=None, help="Only the runs with this status."
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def runs(ctx: click.Context, conversation: str | None, status: str | None, limit: int) -> None:
-    """Runs, newest first."""
+def runs(
+    ctx: click.Context, conversation: str | None, status: str | None, limit: int, as_json: bool
+) -> None:
+    """Runs, newest first (a conversation's, oldest first)."""
     with open_ledger(ctx) as ledger:
-        table = Table(
-            "id",
-            "conversation",
-            "agent",
-            "status",
-            "stop",
-            "steps",
-            "tokens",
-            "cost",
-            "started",
-            title="runs",
+        listed = ledger.runs(conversation, status=status, limit=limit)
+        if as_json:
+            print_json_lines(table_row(r) for r in listed)
+        else:
+            render(_runs_table(ledger, listed))
+
+
+def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
+    runs_shown = ledger.short_ids((r.id for r in listed), of="run")
+    conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
+    table = Table(title="runs")
+    id_column(table, "id", runs_shown.values())
+    id_column(table, "conversation", conversations_shown.values())
+    for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
+        table.add_column(header)
+    for r in listed:
+        table.add_row(
+            runs_shown[r.id],
+            conversations_shown[r.conversation_id],
+            r.agent_name,
+            r.status,
+            r.stop_reason or "",
+            str(r.step_count),
+            str(r.usage.total_tokens),
+            "" if r.cost_usd is None else f"${r.cost_usd:.4f}",
+            time_text(r.started_at),
         )
-        for r in ledger.runs(conversation, status=status, limit=limit):
-            cost = "" if r.cost_usd is None else f"${r.cost_usd:.4f}"
-            table.add_row(
-                r.id,
-                r.conversation_id,
-                r.agent_name,
-                r.status,
-                r.stop_reason or "",
-                str(r.step_count),
-                str(r.usage.total_tokens),
-                cost,
-                time_text(r.started_at),
-            )
-        render(table)
+    return table
 
 
 @cli.command()
 @click.argument("text")
-@click.option("--conversation", default=None, help="Only this conversation.")
-@click.option("--limit", type=int, default=20, show_default=True)
+@click.option(
+    "--conversation", default=None, help="Only this conversation (its id or a unique prefix)."
+)
+@click.option(
+    "--limit", type=click.IntRange(min=1), default=20, show_default=True, help=_LIMIT_HELP
+)
+@json_option
 @click.pass_context
-def search(ctx: click.Context, text: str, conversation: str | None, limit: int) -> None:
-    """Conversation messages that contain every word of TEXT."""
+def search(
+    ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
+) -> None:
+    """Conversation messages that contain every word of TEXT, best matches first."""
     with open_ledger(ctx) as ledger:
-        table = Table("conversation", "seq", "role", "content", title=f"search: {text}")
-        for hit in ledger.search(text, conversation_id=conversation, limit=limit):
-            table.add_row(
-                hit.conversation_id,
-                str(hit.seq),
-                hit.message.role,
-                preview(hit.message.content, 80),
-            )
-        render(table)
+        hits = ledger.search(text, conversation_id=conversation, limit=limit)
+        if as_json:
+            print_json_lines(hits)
+        else:
+            render(_search_table(ledger, text, hits))
+
+
+def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
+    short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
+    table = Table(title=f"search: {text}")
+    id_column(table, "conversation", short.values())
+    for header in ("seq", "role", "content"):
+        table.add_column(header)
+    for hit in hits:
+        table.add_row(
+            short[hit.conversation_id],
+            str(hit.seq),
+            hit.message.role,
+            preview(hit.message.content, 80),
+        )
+    return table
 
 
 @cli.command()
 @click.option(
     "--stale-after",
-    type=float,
+    type=click.FloatRange(min=0),
     default=None,
     help="Also treat running runs silent for this many seconds as stale.",
 )
 @click.option("--dry-run", is_flag=True, help="List the stale runs without touching them.")
+@json_option
 @click.pass_context
-def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> None:
+def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_json: bool) -> None:
     """Abandon stale runs: mark them interrupted and free their conversations.
 
     To resume them instead, call Agent.recover() from code that has the agent's model and tools.
@@ -177,9 +289,18 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool) -> Non
         stale = (
             ledger.stale_runs(stale_after) if dry_run else ledger.recover(stale_after=stale_after)
         )
-        verb = "stale" if dry_run else "abandoned"
-        for r in stale:
-            console().print(
-                f"{verb}: run {r.id} of conversation {r.conversation_id} ({r.step_count} steps)"
-            )
-        console().print(f"{len(stale)} run(s) {verb}")
+        if as_json:
+            print_json_lines(table_row(r) for r in stale)
+        else:
+            _print_stale(ledger, stale, "stale" if dry_run else "abandoned")
+
+
+def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str) -> None:
+    runs_shown = ledger.short_ids((r.id for r in stale), of="run")
+    conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
+    for r in stale:
+        console().print(
+            f"{verb}: run {runs_shown[r.id]} of conversation "
+            f"{conversations_shown[r.conversation_id]} ({counted(r.step_count, 'step')})"
+        )
+    console().print(f"{counted(len(stale), 'run')} {verb}")

@@ -28,7 +28,7 @@ from ..llm import DEFAULT_TIMEOUT, AnthropicMessages, HttpProvider, OpenAIChat, 
 from ..loop import Agent
 from ..recording import RunResult
 from ..values import AgentState, AgentStatus, ToolCall, ToolExecution, new_id
-from ._render import preview
+from ._render import counted, preview, status_text
 
 Provider = Literal["openai", "anthropic"]
 PROVIDERS: dict[str, type[HttpProvider]] = {"openai": OpenAIChat, "anthropic": AnthropicMessages}
@@ -150,10 +150,11 @@ def _names_a_parent(missing: str, module_name: str) -> bool:
 # -- the ledger and the agent --------------------------------------------------------------------
 
 
-def open_ledger(db: str, conversation_id: str | None) -> Ledger:
-    """The ledger at ``db``, created when needed; with ``conversation_id``, one that holds that
-    conversation (else ``NotFoundError``, and nothing is created). A ledger this user may not
-    write raises ``LedgerReadOnlyError``."""
+def open_ledger(db: str, conversation_id: str | None) -> tuple[Ledger, str | None]:
+    """The ledger at ``db``, created when needed; with ``conversation_id`` (an id or a unique
+    prefix of one), one that holds that conversation (else ``NotFoundError``, and nothing is
+    created), and the conversation's full id. A ledger this user may not write raises
+    ``LedgerReadOnlyError``."""
     path = sqlite_path(normalize_url(db))
     if conversation_id is not None and path is not None and not path.exists():
         raise NotFoundError(
@@ -163,12 +164,12 @@ def open_ledger(db: str, conversation_id: str | None) -> Ledger:
     ledger = Ledger.open(db)
     try:
         ledger.check_writable()  # before the first question, not after it
-        if conversation_id is not None:
-            ledger.conversation(conversation_id)
+        if conversation_id is None:
+            return ledger, None
+        return ledger, ledger.conversation(conversation_id).id
     except (LedgerReadOnlyError, NotFoundError):
         ledger.close()
         raise
-    return ledger
 
 
 def build_agent(setup: Setup, llm: HttpProvider, ledger: Ledger, console: Console) -> Agent:
@@ -236,7 +237,8 @@ class Session:
         say(
             self.console,
             f"\ninterrupted: run {run.id} is kept in the ledger ({run.status}, "
-            f"{run.step_count} step(s) recorded; `agentledger trace {run.id}` shows them)",
+            f"{counted(run.step_count, 'step')} recorded; `agentledger trace {run.id}` shows "
+            "them)",
             "yellow",
         )
         again = self.setup.continue_command("chat", run.conversation_id)
@@ -254,15 +256,15 @@ def open_session(db: str, setup: Setup, console: Console) -> Iterator[Session]:
     opened) before anything is written."""
     llm = make_llm(setup)
     with llm:
-        ledger = open_ledger(db, setup.conversation_id)
+        ledger, conversation_id = open_ledger(db, setup.conversation_id)
         try:
             session = Session(
                 setup=setup,
                 agent=build_agent(setup, llm, ledger, console),
                 ledger=ledger,
                 console=console,
-                conversation_id=setup.conversation_id or new_id(),
-                is_new=setup.conversation_id is None,
+                conversation_id=conversation_id or new_id(),
+                is_new=conversation_id is None,
             )
             if not session.is_new:
                 session.failed_run_id = last_failed_run(ledger, session.conversation_id)
@@ -331,7 +333,7 @@ def print_header(session: Session) -> None:
         say(console, f"continuing conversation {cid} ({count} messages)", "bold")
     say(
         console,
-        f"{setup.provider} · {setup.model} · {len(session.agent.tools)} tool(s) · "
+        f"{setup.provider} · {setup.model} · {counted(len(session.agent.tools), 'tool')} · "
         f"{RETRY_COMMAND} continues a failed run · /exit, /quit or Ctrl-D leaves",
         "dim",
     )
@@ -424,9 +426,8 @@ def status_line(result: RunResult, model: str) -> str:
     spend, usage = result.spend, result.spend.usage
     parts = [f"run {result.run_id}"]
     if result.status is not AgentStatus.COMPLETED:
-        reason = f" ({result.stop_reason})" if result.stop_reason else ""
-        parts.append(f"{result.status}{reason}")
-    parts.append(f"{spend.steps} step{'' if spend.steps == 1 else 's'}")
+        parts.append(status_text(result.status, result.stop_reason))
+    parts.append(counted(spend.steps, "step"))
     parts.append(f"{usage.input_tokens} in / {usage.output_tokens} out tokens")
     if usage.cache_read_tokens:
         parts.append(f"{usage.cache_read_tokens} cache read")

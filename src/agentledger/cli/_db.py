@@ -9,6 +9,8 @@ import click
 
 from ..errors import LedgerCorruptError, SchemaVersionError
 from ._app import cli, cli_errors, console, database, open_ledger, refuse_read_only, require_file
+from ._json import json_option, print_json_lines
+from ._render import counted
 
 _CREATE = "`agentledger db upgrade` creates one"
 
@@ -34,7 +36,7 @@ def upgrade(ctx: click.Context, revision: str) -> None:
 @click.argument("revision")
 @click.pass_context
 def downgrade(ctx: click.Context, revision: str) -> None:
-    """Migrate the ledger down to REVISION (``base`` removes every table)."""
+    """Migrate the ledger down to REVISION (base removes every table)."""
     from ..ledger import migrate
 
     refuse_read_only(ctx, "db downgrade")
@@ -57,14 +59,23 @@ def current(ctx: click.Context) -> None:
 
 
 @db.command()
-def history() -> None:
+@json_option
+def history(as_json: bool) -> None:
     """The migrations this agentledger ships, newest first."""
     from ..ledger import migrate
 
-    for revision in migrate.history():
-        console().print(
-            f"{revision.revision}  {revision.doc.splitlines()[0] if revision.doc else ''}"
+    revisions = [
+        (r.revision, r.down_revision, r.doc.splitlines()[0] if r.doc else "")
+        for r in migrate.history()
+    ]
+    if as_json:
+        print_json_lines(
+            {"revision": revision, "down_revision": down, "doc": doc}
+            for revision, down, doc in revisions
         )
+        return
+    for revision, _, doc in revisions:
+        console().print(f"{revision}  {doc}", markup=False)
 
 
 @db.command()
@@ -82,12 +93,16 @@ def check(ctx: click.Context) -> None:
 
 
 @db.command("verify")
+@json_option
 @click.pass_context
-def verify_command(ctx: click.Context) -> None:
+def verify_command(ctx: click.Context, as_json: bool) -> None:
     """Check the whole ledger for damage: every row against its checksum, the positions of
     every conversation, buffer, run and step, each run's and each step's counts and, on SQLite,
     every page and index (integrity_check), every foreign key and the full-text index. Exit 1,
-    listing what is wrong, on damage."""
+    listing what is wrong, on damage.
+
+    With --json, one object per problem ({"problem": ...}), or when there is none, one per
+    table with the rows it holds and how many of them carry a checksum."""
     with open_ledger(ctx) as ledger:
         try:
             problems = ledger.verify()
@@ -95,11 +110,18 @@ def verify_command(ctx: click.Context) -> None:
             problems = [str(exc)]
         counts = None if problems else ledger.row_counts()
         sqlite = ledger.dialect == "sqlite"
+    if as_json:
+        print_json_lines({"problem": problem} for problem in problems)
+        print_json_lines(
+            {"table": name, "rows": rows, "rows_with_checksum": sealed}
+            for name, (rows, sealed) in (counts or {}).items()
+        )
+        ctx.exit(1 if problems else 0)
     for problem in problems:
         console().print(problem, markup=False, soft_wrap=True)
     if counts is None:
         console().print(
-            f"{len(problems)} problem(s): the ledger is damaged. Restore it from a backup "
+            f"{counted(len(problems), 'problem')}: the ledger is damaged. Restore it from a backup "
             "(for SQLite, with its -wal and -shm files).",
             markup=False,
             soft_wrap=True,
@@ -129,9 +151,18 @@ def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
 
 @db.command()
 @click.option(
-    "--dialect", type=click.Choice(["sqlite", "postgresql"]), default="sqlite", show_default=True
+    "--dialect",
+    type=click.Choice(["sqlite", "postgresql"]),
+    default="sqlite",
+    show_default=True,
+    help="The database the DDL is written for.",
 )
-@click.option("--output", type=click.Path(dir_okay=False, path_type=Path), default=None)
+@click.option(
+    "--output",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help="Write the DDL to this file instead of standard output.",
+)
 def schema(dialect: str, output: Path | None) -> None:
     """The schema's DDL, from the migrations (what schema/*.sql hold)."""
     from ..ledger.schema import ddl

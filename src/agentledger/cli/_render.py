@@ -2,68 +2,105 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Any
 
+from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
 from ..loop import TRACEBACK_KEY
 
 
+def id_column(table: Table, header: str, shown: Iterable[str]) -> None:
+    """A column of ids as ``Ledger.short_ids`` shows them (what a person can type for each):
+    never wrapped nor cut, however narrow the terminal."""
+    width = max((len(header), *(len(s) for s in shown)))
+    table.add_column(header, no_wrap=True, min_width=width)
+
+
 def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:
     """A run tree (``Ledger.run_tree``) as a terminal tree: each run with its own and its
     subtree's usage, its steps and tool calls, and each subagent run under the call that
-    started it. ``verbose`` adds, under each failed tool call, its whole error and the
-    traceback of what it raised."""
-    root = Tree(run_label(node))
-    _add_steps(root, ledger, node, verbose)
+    started it. Runs are shown by their short ids (``Ledger.short_ids``). ``verbose`` adds,
+    under each failed tool call, its whole error and the traceback of what it raised."""
+    short = ledger.short_ids((n.run.id for n in node.walk()), of="run")
+    root = Tree(run_label(node, short))
+    _add_steps(root, ledger, node, short, verbose)
     return root
 
 
-def run_label(node: Any) -> str:
+def run_label(node: Any, short: dict[str, str]) -> str:
     record, own, total = node.run, node.exclusive, node.inclusive
-    stop = f" ({record.stop_reason})" if record.stop_reason else ""
     label = (
-        f"[bold]run {record.id}[/bold] · {record.agent_name} · {record.status}{stop} · "
-        f"{own.steps} steps · {own.usage.input_tokens} in / {own.usage.output_tokens} out"
+        f"[bold]run {short[record.id]}[/bold] · {escape(record.agent_name)} · "
+        f"{status_text(record.status, record.stop_reason)} · {counted(own.steps, 'step')} · "
+        f"{own.usage.input_tokens} in / {own.usage.output_tokens} out"
         f"{cost(own.cost_usd)} · {ms(record.duration_ms)}"
     )
     if node.children:
         label += (
-            f" · with subagents: {total.steps} steps, {total.usage.input_tokens} in / "
+            f" · with subagents: {counted(total.steps, 'step')}, {total.usage.input_tokens} in / "
             f"{total.usage.output_tokens} out{cost(total.cost_usd)}"
         )
     return label
 
 
-def _add_steps(branch: Tree, ledger: Any, node: Any, verbose: bool) -> None:
-    if node.run.error:
-        branch.add(f"[red]{node.run.error}[/red]")
+def status_text(status: str, stop_reason: str | None) -> str:
+    """A run's status, with why it stopped when that says more: ``stopped (steps_limit)``,
+    but ``completed``, not ``completed (completed)``, and ``failed``, not ``failed (error)``."""
+    if stop_reason is None or stop_reason == status or (status, stop_reason) == _FAILED:
+        return str(status)
+    return f"{status} ({stop_reason})"
+
+
+_FAILED = ("failed", "error")
+
+
+def counted(amount: int, noun: str) -> str:
+    """``1 step``, ``2 steps``, ``0 steps``."""
+    return f"{amount} {noun}{'' if amount == 1 else 's'}"
+
+
+def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verbose: bool) -> None:
+    steps = ledger.steps(node.run.id)
+    said = {e.step.error for e in steps}
+    if node.run.error and node.run.error not in said:  # a run's error is its last step's
+        branch.add(f"[red]{escape(node.run.error)}[/red]")
     children = {child.run.id: child for child in node.children}
-    for execution in ledger.steps(node.run.id):
-        step, outcome = execution.step, execution.outcome
-        decided = (
-            f" · {outcome.decided_by}: {outcome.detail}" if outcome and outcome.decided_by else ""
-        )
+    for execution in steps:
+        step = execution.step
         item = branch.add(
             f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
-            f"{step.usage.output_tokens} out · {ms(step.duration_ms)}{decided}"
+            f"{step.usage.output_tokens} out · {ms(step.duration_ms)}{escape(_decided(execution))}"
         )
         if step.error:
-            item.add(f"[red]{step.error}[/red]")
+            item.add(f"[red]{escape(step.error)}[/red]")
         for tool in step.tool_executions:
             mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
             leaf = item.add(
-                f"{mark} {tool.tool_name} · {ms(tool.duration_ms)} → {preview(tool.result)}"
+                f"{mark} {escape(tool.tool_name)} · {ms(tool.duration_ms)} → "
+                f"{escape(preview(tool.result))}"
             )
             if verbose and tool.is_error:
                 _add_failure(leaf, tool)
             child = children.get(tool.child_run_id or "")
             if child is not None:
-                _add_steps(leaf.add(run_label(child)), ledger, child, verbose)
+                _add_steps(leaf.add(run_label(child, short)), ledger, child, short, verbose)
         answer = step.final_response()
         if answer is not None:
-            item.add(f"[green]answer:[/green] {preview(answer.content)}")
+            item.add(f"[green]answer:[/green] {escape(preview(answer.content))}")
+
+
+def _decided(execution: Any) -> str:
+    """`` · criterion: why`` the run went on or stopped after the step; the step's error is
+    printed under it, not here again (older ledgers copied it into the outcome)."""
+    outcome = execution.outcome
+    if outcome is None or not outcome.decided_by:
+        return ""
+    detail = outcome.detail if outcome.detail != execution.step.error else ""
+    return f" · {outcome.decided_by}: {detail}" if detail else f" · {outcome.decided_by}"
 
 
 def _add_failure(leaf: Tree, tool: Any) -> None:

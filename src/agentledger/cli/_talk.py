@@ -95,7 +95,11 @@ _AGENT_OPTIONS = (
         default=None,
         help="Seconds to wait for the model's answer (default 60).",
     ),
-    click.option("--conversation", default=None, help="Continue this conversation (its id)."),
+    click.option(
+        "--conversation",
+        default=None,
+        help="Continue this conversation (its id, or a unique prefix of it).",
+    ),
 )
 
 

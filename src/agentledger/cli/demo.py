@@ -39,7 +39,7 @@ from ..values import (
     ToolCall,
     Usage,
 )
-from ._render import run_tree_view
+from ._render import counted, run_tree_view
 
 SYSTEM_PROMPT = "You are a travel assistant. Use the tools; quote prices in euros."
 
@@ -395,7 +395,7 @@ def _print_turn(console: Console, number: int, state: AgentState, last: Inferenc
     assert outcome is not None
     console.print(
         f"  run {state.run_id} · [bold]{state.status}[/bold]: {outcome.detail} "
-        f"(judged by {outcome.decided_by}) · {state.step_count} steps · "
+        f"(judged by {outcome.decided_by}) · {counted(state.step_count, 'step')} · "
         f"{state.usage.input_tokens} in / {state.usage.output_tokens} out tokens · the model's "
         f"last request held {len(last.messages)} messages, "
         f"{sum(1 for m in last.messages if m.is_tool_trace())} of them trace\n"

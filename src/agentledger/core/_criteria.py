@@ -41,7 +41,8 @@ def error(state: AgentState) -> ContinuationDecision:
     """Stop when the model call of the last step failed."""
     step = state.current_step
     if step is not None and step.error is not None:
-        return ContinuationDecision.stop(StopReason.ERROR, step.error)
+        # The error itself is the step's (and the run's): said once, there.
+        return ContinuationDecision.stop(StopReason.ERROR, "the model call failed")
     return ContinuationDecision.abstain()
 
 
@@ -54,7 +55,8 @@ def tool_calls(state: AgentState) -> ContinuationDecision:
     if step.step_type is StepType.INVALID_OUTPUT:
         return ContinuationDecision.proceed("the model's output could not be parsed")
     if step.has_tool_calls():
-        return ContinuationDecision.proceed(f"{len(step.tool_executions)} tool call(s)")
+        calls = len(step.tool_executions)
+        return ContinuationDecision.proceed(f"{calls} tool call{'' if calls == 1 else 's'}")
     return ContinuationDecision.allow_stop(StopReason.COMPLETED, "the model answered")
 
 

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import Connection, Engine, func, insert, select
+from sqlalchemy import Connection, Engine, Select, func, insert, select
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
@@ -20,7 +20,6 @@ from ..errors import (
     ConfigurationError,
     LedgerError,
     LedgerOpenError,
-    NotFoundError,
     SchemaVersionError,
 )
 from ..values import (
@@ -50,11 +49,12 @@ from ._engine import (
     sqlite_path,
     with_retries,
 )
+from ._lookup import IdKind, id_by_prefix, shortest_prefixes
 from ._reads import counted_steps, load_steps
 from ._recovery import abandon, stale_query
 from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_of
 from ._run_tree import RunTree, read_run_tree
-from ._runs import run_row
+from ._runs import run_row_by_id_or_prefix
 from ._search import SearchHit, hit_of, search_statement
 from ._verification import find_damage, probe_sqlite
 from ._writes import LedgerRecorder
@@ -222,15 +222,18 @@ class Ledger:
         return self.conversation(created)
 
     def conversation(self, conversation_id: str) -> Conversation:
-        query = select(conversations).where(conversations.c.id == conversation_id)
+        """The conversation ``conversation_id``: its id, or a prefix of it (at least
+        ``SHORT_ID_LENGTH`` characters) that begins no other conversation's id. Every method
+        that takes a conversation's id takes such a prefix too; the record holds the full id.
+
+        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
+        them) when the prefix begins several."""
 
         def read(conn: Connection) -> Conversation:
-            row = conn.execute(query).mappings().first()
+            row = conn.execute(_conversation_row(conversation_id)).mappings().first()
             if row is None:
-                raise NotFoundError(
-                    f"no conversation {conversation_id!r} in this ledger "
-                    "(see `agentledger conversations`)"
-                )
+                full_id = id_by_prefix(conn, "conversation", conversation_id)
+                row = conn.execute(_conversation_row(full_id)).mappings().one()
             return conversation_of(row)
 
         return self._read(f"reading conversation {conversation_id}", read)
@@ -264,13 +267,13 @@ class Ledger:
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in
         its context (what a new run starts from, before its own trace)."""
-        state = self.recorder.load_conversation(conversation_id)
+        state = self.recorder.load_conversation(self.conversation(conversation_id).id)
         return state.store.select(*AgentState.INFERENCE_SECTIONS)
 
     def compactions(self, conversation_id: str) -> list[Compaction]:
         """Every compaction of a conversation's context, oldest first: the summaries made
         between its runs, the observation masking within them, and the failed attempts."""
-        self.conversation(conversation_id)
+        conversation_id = self.conversation(conversation_id).id
         query = (
             select(context_compactions)
             .where(context_compactions.c.conversation_id == conversation_id)
@@ -282,7 +285,7 @@ class Ledger:
         )
 
     def _conversation_rows(self, conversation_id: str, wanted: Callable[[Any], bool]) -> Messages:
-        self.conversation(conversation_id)
+        conversation_id = self.conversation(conversation_id).id
         query = (
             select(conversation_messages)
             .where(conversation_messages.c.conversation_id == conversation_id)
@@ -300,7 +303,15 @@ class Ledger:
     # --- runs -----------------------------------------------------------------------------------
 
     def run(self, run_id: str) -> AgentRun:
-        return self._read(f"reading run {run_id}", lambda conn: run_of(run_row(conn, run_id)))
+        """The run ``run_id``: its id, or a prefix of it (at least ``SHORT_ID_LENGTH``
+        characters) that begins no other run's id. Every method that takes a run's id takes
+        such a prefix too; the record holds the full id.
+
+        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
+        them) when the prefix begins several."""
+        return self._read(
+            f"reading run {run_id}", lambda conn: run_of(run_row_by_id_or_prefix(conn, run_id))
+        )
 
     def runs(
         self,
@@ -312,7 +323,7 @@ class Ledger:
         """Runs, oldest first within a conversation, newest first across the ledger."""
         query = select(agent_runs)
         if conversation_id is not None:
-            self.conversation(conversation_id)
+            conversation_id = self.conversation(conversation_id).id
             query = query.where(agent_runs.c.conversation_id == conversation_id).order_by(
                 agent_runs.c.started_at, agent_runs.c.id
             )
@@ -329,13 +340,13 @@ class Ledger:
         """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
         usage. Give a root run's id for the whole tree (``AgentRun.root_run_id``)."""
         top = self.run(run_id)
-        return self._read(f"reading the run tree of {run_id}", lambda c: read_run_tree(c, top))
+        return self._read(f"reading the run tree of {top.id}", lambda c: read_run_tree(c, top))
 
     def steps(self, run_id: str) -> tuple[StepExecution, ...]:
         """The run's steps, rebuilt with their tool executions and outcomes."""
         run = self.run(run_id)
-        steps = self._read(f"reading the steps of run {run_id}", lambda c: load_steps(c, run_id))
-        counted_steps(steps, run_id, run.step_count)
+        steps = self._read(f"reading the steps of run {run.id}", lambda c: load_steps(c, run.id))
+        counted_steps(steps, run.id, run.step_count)
         return steps
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
@@ -352,7 +363,7 @@ class Ledger:
 
     def buffer(self, run_id: str) -> Messages:
         """The run's execution buffer rows: empty once the run committed."""
-        self.run(run_id)
+        run_id = self.run(run_id).id
         query = (
             select(execution_buffer_rows)
             .where(execution_buffer_rows.c.run_id == run_id)
@@ -371,7 +382,11 @@ class Ledger:
     def search(
         self, query: str, *, conversation_id: str | None = None, limit: int = 20
     ) -> list[SearchHit]:
-        """Conversation messages matching every word of ``query``, best matches first."""
+        """Conversation messages matching every word of ``query``, best matches first; with
+        ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
+        such conversation)."""
+        if conversation_id is not None:
+            conversation_id = self.conversation(conversation_id).id
         found = search_statement(self.dialect, query, conversation_id, limit)
         if found is None:
             return []
@@ -379,6 +394,15 @@ class Ledger:
         return self._read(
             f"searching for {query!r}",
             lambda conn: [hit_of(r) for r in conn.execute(statement, params).mappings()],
+        )
+
+    def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
+        """Each of ``ids`` (of runs or of conversations, as ``of`` says) by its shortest
+        prefix, of at least ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind
+        in the ledger: what a person can type for it (the command line's listings show these)."""
+        wanted = list(ids)
+        return self._read(
+            f"shortening {len(wanted)} {of} ids", lambda conn: shortest_prefixes(conn, of, wanted)
         )
 
     # --- recovery -------------------------------------------------------------------------------
@@ -436,6 +460,10 @@ class Ledger:
 
     def _read(self, what: str, read: Callable[[Connection], T]) -> T:
         return self._database.read(what, read)
+
+
+def _conversation_row(conversation_id: str) -> Select[Any]:
+    return select(conversations).where(conversations.c.id == conversation_id)
 
 
 def _prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly | None) -> None:

@@ -11,8 +11,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
-from ..errors import NotFoundError
 from ..values import AgentState, AgentStatus, printable
+from ._lookup import id_by_prefix, not_found
 from ._reads import load_steps
 from ._rows import run_columns_at_end
 from ._statements import statements_for
@@ -29,8 +29,15 @@ def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
     """The row of run ``run_id``; :class:`NotFoundError` when there is none."""
     rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": run_id})
     if not rows:
-        raise NotFoundError(f"no run {run_id!r} in this ledger (see `agentledger runs`)")
+        raise not_found("run", run_id)
     return rows[0]
+
+
+def run_row_by_id_or_prefix(conn: Connection, given: str) -> dict[str, Any]:
+    """The row of the run ``given`` stands for: its id, or a prefix of it that begins no other
+    run's id (:mod:`._lookup`)."""
+    rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": given})
+    return rows[0] if rows else run_row(conn, id_by_prefix(conn, "run", given))
 
 
 def end_run(

@@ -24,10 +24,11 @@ from alembic import command
 from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
+from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 
-from ..errors import SchemaVersionError
+from ..errors import SchemaVersionError, UsageError
 from ._access import read_only_access
 from ._engine import WRITE, make_engine, normalize_url, sqlite_path
 
@@ -68,7 +69,7 @@ class Revision:
 
 def upgrade(database: Target, revision: str = "head") -> str | None:
     """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at."""
-    with locked(database) as conn:
+    with locked(database) as conn, _known(revision):
         check_not_newer(_current(conn))
         command.upgrade(alembic_config(conn), revision)
         return _current(conn)
@@ -78,10 +79,25 @@ def downgrade(database: Target, revision: str) -> str | None:
     """Migrate the ledger down to ``revision`` (``base`` removes every table); the revision it
     is at (``None`` at base). A revision that would lose data refuses
     (:class:`~agentledger.MigrationError`) and changes nothing."""
-    with locked(database) as conn:
+    with locked(database) as conn, _known(revision):
         check_not_newer(_current(conn))
         command.downgrade(alembic_config(conn), revision)
         return _current(conn)
+
+
+@contextlib.contextmanager
+def _known(revision: str) -> Iterator[None]:
+    """Alembic's refusal of a revision it cannot find or reach, as a :class:`UsageError`
+    naming the revisions there are."""
+    try:
+        yield
+    except CommandError as exc:
+        known = ", ".join(r.revision for r in history())
+        raise UsageError(
+            f"cannot migrate to revision {revision!r}: {exc}. Give head, base or one of the "
+            f"revisions this agentledger ships ({known}; `agentledger db history` says what "
+            "each does)"
+        ) from exc
 
 
 def current(database: Target) -> str | None:

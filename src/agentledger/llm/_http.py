@@ -75,17 +75,20 @@ class RetryPolicy:
 
 @dataclass(frozen=True)
 class _Failure:
-    """One failed attempt: the error to raise if it is the last, and whether to try again."""
+    """One failed attempt: what happened and what to do about it, and whether to try again."""
 
     kind: type[ProviderError]
-    message: str
+    what: str
+    advice: str
     retryable: bool
     status_code: int | None = None
     retry_after: float | None = None
 
     def error(self, provider: str, attempts: int) -> ProviderError:
+        """The error raised after the last attempt: said once, with how many were made."""
+        tries = f" after {attempts} attempts" if attempts > 1 else ""
         return self.kind(
-            self.message,
+            f"{self.what}{tries}. {self.advice}",
             provider=provider,
             status_code=self.status_code,
             attempts=attempts,
@@ -198,8 +201,8 @@ class HttpProvider:
             if delay is None:
                 raise outcome.error(self.provider, attempt)
             logger.warning(
-                "%s Retry %d of %d in %.2fs.",
-                outcome.message,
+                "%s. Retry %d of %d in %.2fs.",
+                outcome.what,
                 attempt,
                 self.retry.max_retries,
                 delay,
@@ -228,9 +231,10 @@ class HttpProvider:
                 ProviderConnectionError,
                 self._redact(
                     f"could not reach {self.provider} at {self.base_url} "
-                    f"({type(exc).__name__}: {exc}). Check the base URL and the network, or "
-                    "start the local server; the run is kept and can be resumed."
+                    f"({type(exc).__name__}: {exc})"
                 ),
+                "Check the base URL and the network, or start the local server; the run is "
+                "kept and can be resumed.",
                 retryable=True,
             )
         if response.is_success:
@@ -245,7 +249,7 @@ class HttpProvider:
         }.get(type(exc), "waiting for the answer")
         return _Failure(
             ProviderTimeoutError,
-            f"{self.provider} timed out while {phase} ({_timeout_text(self.timeout)}). "
+            f"{self.provider} timed out while {phase} ({_timeout_text(self.timeout)})",
             "Pass a longer timeout= or resume the run later.",
             retryable=True,
         )
@@ -273,7 +277,8 @@ class HttpProvider:
         kind, retryable, advice = _classify(status, self)
         return _Failure(
             kind,
-            f"{self.provider} {advice[0]} ({detail}). {advice[1]}",
+            f"{self.provider} {advice[0]} ({detail})",
+            advice[1],
             retryable=retryable,
             status_code=status,
             retry_after=_retry_after(response.headers, self.retry.clock()) if retryable else None,

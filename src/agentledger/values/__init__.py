@@ -14,7 +14,7 @@ from ._continuation import (
     StopReason,
     Verdict,
 )
-from ._ids import Clock, new_id, utc_now
+from ._ids import SHORT_ID_LENGTH, Clock, new_id, short_ids, utc_now
 from ._inference import LLM, InferenceRequest, InferenceResponse, ModelSettings, ToolSchema
 from ._messages import (
     EMPTY_MESSAGES,
@@ -51,6 +51,7 @@ __all__ = [
     "EMPTY_MESSAGES",
     "LLM",
     "REACT_METADATA_KEY",
+    "SHORT_ID_LENGTH",
     "STORABLE_TEXT_RULE",
     "AgentState",
     "AgentStatus",
@@ -89,6 +90,7 @@ __all__ = [
     "new_id",
     "output_error",
     "printable",
+    "short_ids",
     "split_output",
     "utc_now",
 ]

@@ -1,0 +1,95 @@
+"""Ids a person can type: a run or a conversation found by its id or by a unique prefix of it,
+and the shortest prefix that stands for each id (what the command line shows).
+
+The exact id is always tried first, through the primary key. A prefix needs at least
+``SHORT_ID_LENGTH`` characters: one that begins no id is :class:`NotFoundError`, one that begins
+several is :class:`AmbiguousIdError`, listing them. On SQLite a prefix is a range of the primary
+key's index (text compares as bytes there); on PostgreSQL text compares by the database's
+collation, where a prefix is no range, so ``substr`` compares it and the id column is read
+through (only once the exact id was not found, or to shorten the ids a listing shows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from sqlalchemy import Column, ColumnElement, Connection, Table, and_, func, or_, select
+
+from ..errors import AmbiguousIdError, NotFoundError
+from ..values import SHORT_ID_LENGTH, short_ids
+from .tables import agent_runs, conversations
+
+IdKind = Literal["run", "conversation"]
+CANDIDATES_LISTED = 10
+"""How many ids an ambiguous prefix's error lists."""
+
+_TABLES: dict[IdKind, Table] = {"run": agent_runs, "conversation": conversations}
+_LISTINGS: dict[IdKind, str] = {
+    "run": "agentledger runs",
+    "conversation": "agentledger conversations",
+}
+
+
+def not_found(kind: IdKind, given: str) -> NotFoundError:
+    """No ``kind`` has the id ``given``, nor one it begins."""
+    prefix = (
+        f"no {kind} id begins with it"
+        if len(given) >= SHORT_ID_LENGTH
+        else f"a prefix needs at least {SHORT_ID_LENGTH} characters"
+    )
+    return NotFoundError(f"no {kind} {given!r} in this ledger ({prefix}; see `{_LISTINGS[kind]}`)")
+
+
+def id_by_prefix(conn: Connection, kind: IdKind, given: str) -> str:
+    """The one ``kind`` id that ``given`` begins (once no row has ``given`` as its id)."""
+    if len(given) < SHORT_ID_LENGTH:
+        raise not_found(kind, given)
+    column = _TABLES[kind].c.id
+    found = [
+        row[0]
+        for row in conn.execute(
+            select(column)
+            .where(_begins(conn, column, given))
+            .order_by(column)
+            .limit(CANDIDATES_LISTED + 1)
+        )
+    ]
+    if not found:
+        raise not_found(kind, given)
+    if len(found) > 1:
+        raise _ambiguous(kind, given, found)
+    return str(found[0])
+
+
+def _ambiguous(kind: IdKind, given: str, found: list[str]) -> AmbiguousIdError:
+    listed = tuple(found[:CANDIDATES_LISTED])
+    how_many = (
+        f"more than {CANDIDATES_LISTED} {kind}s; the first {CANDIDATES_LISTED}"
+        if len(found) > CANDIDATES_LISTED
+        else f"{len(found)} {kind}s"
+    )
+    return AmbiguousIdError(
+        f"{given!r} begins the ids of {how_many}: {', '.join(listed)}. Give more characters "
+        f"of the {kind} meant (`{_LISTINGS[kind]}` shows each by a prefix that is unique)",
+        candidates=listed,
+    )
+
+
+def shortest_prefixes(conn: Connection, kind: IdKind, ids: Iterable[str]) -> dict[str, str]:
+    """Each of ``ids`` by its shortest unique prefix among every ``kind`` id in the ledger."""
+    wanted = list(dict.fromkeys(ids))
+    heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
+    if not heads:
+        return short_ids(wanted)
+    column = _TABLES[kind].c.id
+    alike = select(column).where(or_(*(_begins(conn, column, head) for head in heads)))
+    return short_ids(wanted, [row[0] for row in conn.execute(alike)])
+
+
+def _begins(conn: Connection, column: Column[str], prefix: str) -> ColumnElement[bool]:
+    """``column`` begins with ``prefix``, case-sensitively (SQLite's LIKE is not)."""
+    last = prefix[-1]
+    if conn.dialect.name == "sqlite" and ord(last) < 0x10FFFF:
+        return and_(column >= prefix, column < prefix[:-1] + chr(ord(last) + 1))
+    return func.substr(column, 1, len(prefix)) == prefix
