@@ -5,10 +5,7 @@ tracing, searching, recovering, and the ``db`` commands that migrate it. Through
 from __future__ import annotations
 
 import gc
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -23,6 +20,7 @@ from support.cli import (
     ANSWER,
     QUESTION,
     Recorded,
+    console,
     flat,
     get_weather,
     invoke,
@@ -34,7 +32,6 @@ from support.databases import BACKENDS, fresh_database
 from support.migration_harness import Database
 
 ROOT = Path(__file__).resolve().parents[1]
-CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)
 
@@ -459,57 +456,38 @@ def test_version_prints_the_package_version():
 # --- the console script, in a process of its own -------------------------------------------------
 
 
-def _console(
-    *args: str, cwd: Path, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {
-        **{k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}},
-        **(env or {}),
-    }
-    return subprocess.run(
-        [str(CONSOLE_SCRIPT), *args],
-        cwd=cwd,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
 def test_the_console_script_shows_and_traces_and_refuses_a_missing_ledger(tmp_path):
     recorded = record_a_run(str(tmp_path / "ledger.db"))
 
-    shown = _console("--db", "ledger.db", "show", recorded.conversation_id, cwd=tmp_path)
+    shown = console("--db", "ledger.db", "show", recorded.conversation_id, cwd=tmp_path)
     assert shown.returncode == 0, shown.stderr
     assert QUESTION in shown.stdout and ANSWER in flat(shown.stdout)
     assert "TOOL-OUTPUT" not in shown.stdout
 
-    traced = _console("--db", "ledger.db", "trace", recorded.run_id, cwd=tmp_path)
+    traced = console("--db", "ledger.db", "trace", recorded.run_id, cwd=tmp_path)
     assert traced.returncode == 0, traced.stderr
     assert "get_weather" in traced.stdout
 
     empty = tmp_path / "empty"
     empty.mkdir()
-    missing = _console("runs", cwd=empty)  # the default, ./agentledger.db, is not there
+    missing = console("runs", cwd=empty)  # the default, ./agentledger.db, is not there
     assert missing.returncode == 1
     assert "agentledger db upgrade" in flat(missing.stderr)
     assert "Traceback" not in missing.stderr
     assert list(empty.iterdir()) == []
 
-    version = _console("--version", cwd=tmp_path)
+    version = console("--version", cwd=tmp_path)
     assert version.returncode == 0 and version.stdout.strip().endswith(__version__)
 
 
 def test_the_console_script_in_an_80_column_terminal_lists_ids_that_trace_takes(tmp_path):
     recorded = record_a_run(str(tmp_path / "ledger.db"))
     terminal = {"TTY_COMPATIBLE": "1", "COLUMNS": "80", "NO_COLOR": "1"}
-    listed = _console("--db", "ledger.db", "runs", cwd=tmp_path, env=terminal)
+    listed = console("--db", "ledger.db", "runs", cwd=tmp_path, env=terminal)
     assert listed.returncode == 0, listed.stderr
     text = re.sub(r"\x1b\[[0-9;]*m", "", listed.stdout)
     assert max(len(line) for line in text.splitlines()) <= 80
     run = shown_id(text, recorded.run_id)
-    traced = _console("--db", "ledger.db", "trace", run, cwd=tmp_path, env=terminal)
+    traced = console("--db", "ledger.db", "trace", run, cwd=tmp_path, env=terminal)
     assert traced.returncode == 0, traced.stderr
     assert "get_weather" in traced.stdout

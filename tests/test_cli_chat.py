@@ -5,10 +5,8 @@ ledger and continued with ``--conversation``, and clean errors for what a user g
 from __future__ import annotations
 
 import json
-import os
 import re
 import sqlite3
-import subprocess
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -19,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger.cli import cli
+from support.cli import console
 from support.fake_provider import (
     FakeProvider,
     Reply,
@@ -395,17 +394,7 @@ def test_a_provider_failing_on_every_retry_is_said_once_with_the_attempts_and_tr
     the run's trace shows it once."""
     overloaded = Reply(openai_error("overloaded", kind="server_error"), 503, {"retry-after": "0"})
     fake_provider.push(*[overloaded] * 5)
-    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
-    command = [str(Path(sys.executable).parent / "agentledger"), "run", "Hi", "--db", str(db)]
-    done = subprocess.run(
-        [*command, *model_options(OPENAI, fake_provider)],
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    done = console("run", "Hi", "--db", str(db), *model_options(OPENAI, fake_provider))
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr == ""

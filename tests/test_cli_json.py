@@ -5,12 +5,8 @@ found by walking the ``agentledger`` group, so a new one must say whether it pri
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 from typing import Any
 
 import click
@@ -20,7 +16,14 @@ from click.testing import CliRunner
 import support.migration_harness as harness
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
-from support.cli import ANSWER, QUESTION, Recorded, invoke, record_a_run_and_a_stale_one
+from support.cli import (
+    ANSWER,
+    QUESTION,
+    Recorded,
+    console,
+    invoke,
+    record_a_run_and_a_stale_one,
+)
 from support.databases import BACKENDS, fresh_database
 
 PRINTS_ROWS = {
@@ -189,17 +192,8 @@ def test_export_parquet_prints_each_table_it_wrote_as_json(shared, tmp_path):
 
 def test_the_console_script_piped_into_another_program_prints_json_lines(tmp_path):
     recorded = record_a_run_and_a_stale_one(str(tmp_path / "ledger.db"))
-    env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "agentledger"), "runs", "--db", "ledger.db", "--json"],
-        cwd=tmp_path,
-        env=env,
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=True,
-    )
+    done = console("runs", "--db", "ledger.db", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
     assert {json.loads(line)["id"] for line in done.stdout.splitlines()} == {
         recorded.run_id,
         recorded.stale_run_id,

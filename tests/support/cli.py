@@ -3,7 +3,11 @@ process "died"), and the command run through click's ``CliRunner``."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from click.testing import CliRunner, Result
 
@@ -84,3 +88,28 @@ def ok(*args: str, env: dict[str, str] | None = None) -> str:
 def flat(output: str) -> str:
     """The output with its line wrapping undone."""
     return " ".join(output.split())
+
+
+CONSOLE_SCRIPT = Path(sys.executable).parent / "agentledger"
+
+
+def console(
+    *args: str, cwd: Path | None = None, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    """``agentledger ARGS`` as a user runs it: the installed console script, in a process of its
+    own, its output captured (a pipe, not a terminal), with neither ``COLUMNS`` nor
+    ``AGENTLEDGER_DB`` from the test's environment unless ``env`` gives them."""
+    env = {
+        **{k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}},
+        **(env or {}),
+    }
+    return subprocess.run(
+        [str(CONSOLE_SCRIPT), *args],
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
