@@ -14,6 +14,7 @@
     │   │   ├── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
     │   │   └── ProviderError         a model provider's HTTP API failed (after any retries)
     │   │       ├── ProviderConnectionError      the server could not be reached
+    │   │       │   └── ProviderStreamCutError   a stream broke after text was shown
     │   │       ├── ProviderTimeoutError         the server did not answer in time
     │   │       ├── ProviderRateLimitError       429: too many requests
     │   │       ├── ProviderServerError          5xx: the provider failed
@@ -97,6 +98,18 @@ class ProviderError(LLMError):
 
 class ProviderConnectionError(ProviderError):
     """The provider's server could not be reached (DNS, refused connection, TLS)."""
+
+
+class ProviderStreamCutError(ProviderConnectionError):
+    """A streamed response broke off after some of it had been yielded: not retried, since the
+    caller has already shown that text. ``partial`` is the response as far as it came (its
+    content and reasoning; tool calls only when they had arrived whole)."""
+
+    def __init__(
+        self, message: str, *, provider: str, partial: object = None, attempts: int = 1
+    ) -> None:
+        super().__init__(message, provider=provider, attempts=attempts, retryable=False)
+        self.partial = partial
 
 
 class ProviderTimeoutError(ProviderError):

@@ -10,7 +10,16 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ..values import LLM, InferenceRequest, InferenceResponse, ModelSettings
+from ..values import (
+    LLM,
+    AsyncLLM,
+    InferenceDelta,
+    InferenceRequest,
+    InferenceResponse,
+    ModelSettings,
+    StreamingLLM,
+    StreamItem,
+)
 from ._pricing import Price, PriceTable
 from ._scripted import ScriptedLLM, ScriptItem
 
@@ -31,7 +40,9 @@ __all__ = [
     "DEFAULT_TIMEOUT",
     "LLM",
     "AnthropicMessages",
+    "AsyncLLM",
     "HttpProvider",
+    "InferenceDelta",
     "InferenceRequest",
     "InferenceResponse",
     "ModelSettings",
@@ -41,6 +52,8 @@ __all__ = [
     "RetryPolicy",
     "ScriptItem",
     "ScriptedLLM",
+    "StreamItem",
+    "StreamingLLM",
 ]
 
 

@@ -15,7 +15,17 @@ from ._continuation import (
     Verdict,
 )
 from ._ids import SHORT_ID_LENGTH, Clock, new_id, short_ids, utc_now
-from ._inference import LLM, InferenceRequest, InferenceResponse, ModelSettings, ToolSchema
+from ._inference import (
+    LLM,
+    AsyncLLM,
+    InferenceDelta,
+    InferenceRequest,
+    InferenceResponse,
+    ModelSettings,
+    StreamingLLM,
+    StreamItem,
+    ToolSchema,
+)
 from ._messages import (
     EMPTY_MESSAGES,
     Message,
@@ -56,6 +66,7 @@ __all__ = [
     "AgentState",
     "AgentStatus",
     "AgentStep",
+    "AsyncLLM",
     "Clock",
     "Compaction",
     "CompactionKind",
@@ -65,6 +76,7 @@ __all__ = [
     "ContinuationOutcome",
     "ExecutionBudget",
     "FiledMessage",
+    "InferenceDelta",
     "InferenceRequest",
     "InferenceResponse",
     "Message",
@@ -78,6 +90,8 @@ __all__ = [
     "StepExecution",
     "StepType",
     "StopReason",
+    "StreamItem",
+    "StreamingLLM",
     "ToolCall",
     "ToolCalls",
     "ToolExecution",

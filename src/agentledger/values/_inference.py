@@ -1,9 +1,12 @@
 """The provider-neutral model interface: the tools a model is offered, one request in, one
-response out, and the ``LLM`` protocol every provider and test double implements."""
+response out (whole, or streamed as deltas then the whole), and the protocols every provider
+and test double implements: ``LLM`` (``complete``), and optionally ``StreamingLLM``
+(``stream``) and ``AsyncLLM`` (``acomplete``, ``astream``)."""
 
 from __future__ import annotations
 
-from typing import Literal, Protocol
+from collections.abc import AsyncIterator, Iterator
+from typing import Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -79,7 +82,53 @@ class InferenceResponse(BaseModel):
         return bool(self.tool_calls)
 
 
+class InferenceDelta(BaseModel):
+    """A piece of a response while it streams: text the model produced since the last delta,
+    and reasoning (thinking) likewise; either may be empty.
+
+    A stream's text deltas, joined, are the final response's ``content``; its reasoning deltas,
+    joined, its ``reasoning``. Tool calls are not streamed piece by piece: they arrive whole,
+    on the final :class:`InferenceResponse`."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    text: str = ""
+    reasoning: str = ""
+
+
+StreamItem = InferenceDelta | InferenceResponse
+"""What a stream yields: zero or more :class:`InferenceDelta`, then exactly one
+:class:`InferenceResponse`, the whole response, equal (content, tool calls, usage, cost, finish
+reason, model) to what ``complete`` would have returned for the same answer."""
+
+
+@runtime_checkable
 class LLM(Protocol):
     """Anything that can complete an inference request: a provider client or a test double."""
 
     def complete(self, request: InferenceRequest) -> InferenceResponse: ...
+
+
+@runtime_checkable
+class StreamingLLM(Protocol):
+    """An ``LLM`` that can also stream its response: ``stream`` yields items of :data:`StreamItem`.
+
+    A stream that fails before its first delta raises the same errors ``complete`` would
+    (after the same retries); one cut after a delta has been yielded is not retried (the
+    caller has shown that text) and raises ``ProviderStreamCutError``, whose ``partial`` holds
+    the response as far as it came."""
+
+    def complete(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def stream(self, request: InferenceRequest) -> Iterator[StreamItem]: ...
+
+
+@runtime_checkable
+class AsyncLLM(Protocol):
+    """An ``LLM`` with asynchronous forms: ``acomplete`` as ``complete``, ``astream`` as
+    ``stream``, on an event loop. A provider that implements only ``complete`` still works in
+    the asynchronous loop, which runs it in a worker thread."""
+
+    async def acomplete(self, request: InferenceRequest) -> InferenceResponse: ...
+
+    def astream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]: ...
