@@ -5,6 +5,8 @@ everything, and prices."""
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import email.utils
 import json
 import logging
@@ -12,7 +14,7 @@ import socket
 import subprocess
 import sys
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
@@ -104,8 +106,10 @@ class Server:
         answer = self.answers.popleft() if len(self.answers) > 1 else self.answers[0]
         if isinstance(answer, type):
             raise answer(f"scripted {answer.__name__}", request=request)
-        if isinstance(answer, httpx.Response):
-            return answer
+        if isinstance(answer, httpx.Response):  # a fresh copy: a response is read only once
+            return httpx.Response(
+                answer.status_code, headers=answer.headers, content=answer.content
+            )
         return httpx.Response(200, json=answer)
 
     @property
@@ -171,6 +175,23 @@ def sleeps() -> list[float]:
 
 
 Connect = Callable[..., Any]
+Complete = Callable[[HttpProvider, InferenceRequest], InferenceResponse]
+
+
+@pytest.fixture(params=["complete", "acomplete"])
+def complete(request: pytest.FixtureRequest) -> Complete:
+    """``complete(provider, request)``: the provider's answer, by ``complete`` or, on an event
+    loop, by ``acomplete``: the two share every retry and error."""
+    if request.param == "complete":
+        return lambda provider, inference: provider.complete(inference)
+    return lambda provider, inference: asyncio.run(provider.acomplete(inference))
+
+
+def _async(sleep: Callable[[float], None]) -> Callable[[float], Awaitable[None]]:
+    async def async_sleep(seconds: float) -> None:
+        sleep(seconds)
+
+    return async_sleep
 
 
 @pytest.fixture
@@ -182,7 +203,8 @@ def connect(sleeps: list[float]) -> Iterator[Connect]:
     def factory(api: Api, server: Server, **options: Any) -> Any:
         options.setdefault("base_url", api.local_url)
         options.setdefault("api_key", KEY)
-        options.setdefault("retry", RetryPolicy(sleep=sleeps.append))
+        policy = options.get("retry") or RetryPolicy(sleep=sleeps.append)
+        options["retry"] = dataclasses.replace(policy, async_sleep=_async(policy.sleep))
         provider = api.cls(
             options.pop("model", api.model), transport=httpx.MockTransport(server), **options
         )
@@ -1014,6 +1036,7 @@ def test_anthropic_turns_a_body_it_cannot_read_into_a_provider_response_error(
     ],
 )
 def test_a_429_waits_as_long_as_the_server_asks_then_succeeds(
+    complete: Complete,
     api: Api,
     connect: Connect,
     sleeps: list[float],
@@ -1022,7 +1045,7 @@ def test_a_429_waits_as_long_as_the_server_asks_then_succeeds(
 ) -> None:
     server = Server(status(429, api.error("Rate limit reached"), **headers), api.answer("Done."))
 
-    response = connect(api, server).complete(ask())
+    response = complete(connect(api, server), ask())
 
     assert response.content == "Done."
     assert sleeps == [expected]
@@ -1032,7 +1055,7 @@ def test_a_429_waits_as_long_as_the_server_asks_then_succeeds(
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_retry_after_http_date_waits_until_that_time(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     now = datetime(2026, 3, 4, 5, 6, 7, tzinfo=UTC)
     header = email.utils.format_datetime(now + timedelta(seconds=30), usegmt=True)
@@ -1041,7 +1064,7 @@ def test_a_retry_after_http_date_waits_until_that_time(
     )
     policy = RetryPolicy(sleep=sleeps.append, clock=lambda: now)
 
-    connect(api, server, retry=policy).complete(ask())
+    complete(connect(api, server, retry=policy), ask())
 
     (slept,) = sleeps
     assert slept == 30.0
@@ -1056,31 +1079,36 @@ def test_a_retry_after_http_date_waits_until_that_time(
     ],
 )
 def test_an_unreadable_retry_after_falls_back_to_what_can_be_read(
-    api: Api, connect: Connect, sleeps: list[float], headers: dict[str, str], expected: float
+    complete: Complete,
+    api: Api,
+    connect: Connect,
+    sleeps: list[float],
+    headers: dict[str, str],
+    expected: float,
 ) -> None:
     policy = RetryPolicy(initial_delay=0.5, jitter=False, sleep=sleeps.append)
     server = Server(status(429, api.error("slow down"), **headers), api.answer("ok"))
 
-    connect(api, server, retry=policy).complete(ask())
+    complete(connect(api, server, retry=policy), ask())
 
     assert sleeps == [expected]
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_retry_after_date_in_the_past_retries_at_once(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     header = "Wed, 21 Oct 2015 07:28:00 GMT"
     server = Server(status(503, api.error("busy"), **{"retry-after": header}), api.answer("ok"))
 
-    connect(api, server).complete(ask())
+    complete(connect(api, server), ask())
 
     assert sleeps == [0.0]
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_retries_back_off_exponentially_up_to_the_maximum_delay(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     policy = RetryPolicy(
         max_retries=5,
@@ -1092,7 +1120,7 @@ def test_retries_back_off_exponentially_up_to_the_maximum_delay(
     )
     server = Server(*[status(500, api.error("oops"))] * 5, api.answer("Done."))
 
-    response = connect(api, server, retry=policy).complete(ask())
+    response = complete(connect(api, server, retry=policy), ask())
 
     assert sleeps == [0.5, 1.0, 2.0, 3.0, 3.0]
     assert len(server.requests) == 6
@@ -1123,13 +1151,13 @@ def test_a_retry_policy_with_negative_values_is_refused(options: dict[str, Any])
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("max_retries", [0, 1, 3])
 def test_a_provider_that_keeps_failing_is_asked_max_retries_plus_one_times(
-    api: Api, connect: Connect, sleeps: list[float], max_retries: int
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float], max_retries: int
 ) -> None:
     server = Server(status(503, api.error("overloaded")))
     policy = RetryPolicy(max_retries=max_retries, sleep=sleeps.append)
 
     with pytest.raises(ProviderServerError) as raised:
-        connect(api, server, retry=policy).complete(ask())
+        complete(connect(api, server, retry=policy), ask())
 
     assert len(server.requests) == max_retries + 1
     assert len(sleeps) == max_retries
@@ -1140,7 +1168,7 @@ def test_a_provider_that_keeps_failing_is_asked_max_retries_plus_one_times(
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_retry_after_longer_than_max_retry_after_raises_at_once(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     server = Server(
         status(429, api.error("Rate limit reached"), **{"retry-after": "120"}), api.answer("ok")
@@ -1148,7 +1176,7 @@ def test_a_retry_after_longer_than_max_retry_after_raises_at_once(
     policy = RetryPolicy(max_retry_after=60.0, sleep=sleeps.append)
 
     with pytest.raises(ProviderRateLimitError) as raised:
-        connect(api, server, retry=policy).complete(ask())
+        complete(connect(api, server, retry=policy), ask())
 
     assert len(server.requests) == 1
     assert sleeps == []
@@ -1160,11 +1188,11 @@ def test_a_retry_after_longer_than_max_retry_after_raises_at_once(
 @pytest.mark.parametrize("api", APIS)
 @pytest.mark.parametrize("code", [408, 500, 502, 503, 504, 529])
 def test_server_errors_are_retried(
-    api: Api, connect: Connect, sleeps: list[float], code: int
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float], code: int
 ) -> None:
     server = Server(status(code, api.error("try again")), api.answer("Done."))
 
-    response = connect(api, server).complete(ask())
+    response = complete(connect(api, server), ask())
 
     assert response.content == "Done."
     assert len(server.requests) == 2
@@ -1189,6 +1217,7 @@ def test_server_errors_are_retried(
     ],
 )
 def test_client_errors_are_raised_after_one_request_saying_what_to_do(
+    complete: Complete,
     api: Api,
     connect: Connect,
     sleeps: list[float],
@@ -1200,7 +1229,7 @@ def test_client_errors_are_raised_after_one_request_saying_what_to_do(
     server = Server(status(code, api.error("the server's own words")), api.answer("never"))
 
     with pytest.raises(kind) as raised:
-        connect(api, server).complete(ask())
+        complete(connect(api, server), ask())
 
     error = raised.value
     message = str(error)
@@ -1227,6 +1256,7 @@ def test_client_errors_are_raised_after_one_request_saying_what_to_do(
     ],
 )
 def test_retryable_errors_say_what_happened_once_the_retries_are_spent(
+    complete: Complete,
     api: Api,
     connect: Connect,
     sleeps: list[float],
@@ -1239,7 +1269,7 @@ def test_retryable_errors_say_what_happened_once_the_retries_are_spent(
     policy = RetryPolicy(max_retries=2, sleep=sleeps.append)
 
     with pytest.raises(kind) as raised:
-        connect(api, server, retry=policy).complete(ask())
+        complete(connect(api, server, retry=policy), ask())
 
     error = raised.value
     assert str(error).startswith(f"{api.name} {what} (HTTP {code}: Overloaded) after 3 attempts.")
@@ -1249,25 +1279,25 @@ def test_retryable_errors_say_what_happened_once_the_retries_are_spent(
 
 @pytest.mark.parametrize("api", APIS)
 def test_an_error_body_that_is_not_json_is_quoted_in_the_message(
-    api: Api, connect: Connect
+    complete: Complete, api: Api, connect: Connect
 ) -> None:
     server = Server(status(400, "<html><body>Bad   Request\n from the proxy</body></html>"))
 
     with pytest.raises(ProviderRequestError) as raised:
-        connect(api, server).complete(ask())
+        complete(connect(api, server), ask())
 
     assert "HTTP 400: <html><body>Bad Request from the proxy</body></html>" in str(raised.value)
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_connect_errors_are_retried_then_raised_as_provider_connection_errors(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     server = Server(httpx.ConnectError)
     policy = RetryPolicy(max_retries=2, sleep=sleeps.append)
 
     with pytest.raises(ProviderConnectionError) as raised:
-        connect(api, server, retry=policy).complete(ask())
+        complete(connect(api, server, retry=policy), ask())
 
     error = raised.value
     assert len(server.requests) == 3
@@ -1280,13 +1310,13 @@ def test_connect_errors_are_retried_then_raised_as_provider_connection_errors(
 
 @pytest.mark.parametrize("api", APIS)
 def test_read_timeouts_are_retried_then_raised_as_provider_timeout_errors(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     server = Server(httpx.ReadTimeout)
     policy = RetryPolicy(max_retries=1, sleep=sleeps.append)
 
     with pytest.raises(ProviderTimeoutError) as raised:
-        connect(api, server, retry=policy, timeout=12.5).complete(ask())
+        complete(connect(api, server, retry=policy, timeout=12.5), ask())
 
     error = raised.value
     assert len(server.requests) == 2
@@ -1305,17 +1335,17 @@ def test_read_timeouts_are_retried_then_raised_as_provider_timeout_errors(
     ],
 )
 def test_a_timeout_says_in_which_phase_it_happened(
-    connect: Connect, exception: type[httpx.TimeoutException], phase: str
+    complete: Complete, connect: Connect, exception: type[httpx.TimeoutException], phase: str
 ) -> None:
     policy = RetryPolicy(max_retries=0)
 
     with pytest.raises(ProviderTimeoutError, match=f"timed out while {phase}"):
-        connect(OPENAI, Server(exception), retry=policy).complete(ask())
+        complete(connect(OPENAI, Server(exception), retry=policy), ask())
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_call_that_finally_succeeds_lists_every_retry_in_its_metadata(
-    api: Api, connect: Connect, sleeps: list[float]
+    complete: Complete, api: Api, connect: Connect, sleeps: list[float]
 ) -> None:
     policy = RetryPolicy(initial_delay=0.5, jitter=False, sleep=sleeps.append)
     server = Server(
@@ -1326,7 +1356,7 @@ def test_a_call_that_finally_succeeds_lists_every_retry_in_its_metadata(
         api.answer("Done."),
     )
 
-    response = connect(api, server, retry=policy).complete(ask())
+    response = complete(connect(api, server, retry=policy), ask())
 
     assert response.metadata["retries"] == [
         {"attempt": 1, "status": 429, "delay_s": 2.0},
@@ -1339,19 +1369,19 @@ def test_a_call_that_finally_succeeds_lists_every_retry_in_its_metadata(
 
 @pytest.mark.parametrize("api", APIS)
 def test_a_call_that_succeeds_at_once_has_no_retries_in_its_metadata(
-    api: Api, connect: Connect
+    complete: Complete, api: Api, connect: Connect
 ) -> None:
-    assert "retries" not in connect(api, Server(api.answer("Hi"))).complete(ask()).metadata
+    assert "retries" not in complete(connect(api, Server(api.answer("Hi"))), ask()).metadata
 
 
 @pytest.mark.parametrize("api", APIS)
 def test_each_retry_is_logged_as_a_warning_saying_what_failed_and_when_it_retries(
-    api: Api, connect: Connect, caplog: pytest.LogCaptureFixture
+    complete: Complete, api: Api, connect: Connect, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.WARNING, logger="agentledger.llm")
     server = Server(status(503, api.error("overloaded"), **{"retry-after": "3"}), api.answer("ok"))
 
-    connect(api, server).complete(ask())
+    complete(connect(api, server), ask())
 
     (record,) = [r for r in caplog.records if r.name == "agentledger.llm"]
     assert record.levelno == logging.WARNING

@@ -24,10 +24,21 @@ _ids = itertools.count(1)
 class Reply:
     """One scripted answer: a status, a JSON body (or raw text) and headers, after a delay."""
 
-    body: Mapping[str, Any] | str
+    body: Mapping[str, Any] | str | Streamed
     status: int = 200
     headers: Mapping[str, str] = field(default_factory=dict)
     delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """One scripted streamed answer: server-sent events (text, sent as they are), one every
+    ``interval`` seconds, in a chunked body. ``cut_after`` closes the connection after that
+    many events, without ending the body, as a dropped connection does."""
+
+    events: tuple[str, ...]
+    interval: float = 0.0
+    cut_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -45,6 +56,8 @@ class FakeProvider:
 
     def __init__(self) -> None:
         self.requests: list[Received] = []
+        self.disconnects: list[float] = []
+        """When (``time.monotonic()``) a client closed a stream before its end."""
         self._script: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
@@ -103,6 +116,9 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
             received = Received("POST", self.path, dict(self.headers.items()), body)
             reply = provider._next(received)
             time.sleep(reply.delay)
+            if isinstance(reply.body, Streamed):
+                self._stream(reply.status, reply.body)
+                return
             payload = (
                 reply.body if isinstance(reply.body, str) else json.dumps(reply.body)
             ).encode()
@@ -116,6 +132,25 @@ def _handler(provider: FakeProvider) -> type[BaseHTTPRequestHandler]:
                 self.wfile.write(payload)
             except (BrokenPipeError, ConnectionResetError):
                 pass  # the client gave up waiting (a read timeout test)
+
+        def _stream(self, status: int, streamed: Streamed) -> None:
+            self.send_response(status)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            try:
+                for number, event in enumerate(streamed.events):
+                    if number == streamed.cut_after:
+                        self.close_connection = True
+                        return
+                    data = event.encode()
+                    self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+                    self.wfile.flush()
+                    time.sleep(streamed.interval)
+                self.wfile.write(b"0\r\n\r\n")
+            except (BrokenPipeError, ConnectionResetError):
+                provider.disconnects.append(time.monotonic())
+                self.close_connection = True
 
         def log_message(self, format: str, *args: object) -> None:
             pass
@@ -241,3 +276,126 @@ def anthropic_message(
 
 def anthropic_error(message: str, *, kind: str = "invalid_request_error") -> dict:
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# -- streams: the same answers, as each API streams them ---------------------------------------
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def sse(data: Mapping[str, Any] | str, event: str = "") -> str:
+    """One server-sent event."""
+    text = data if isinstance(data, str) else json.dumps(data)
+    return (f"event: {event}\n" if event else "") + f"data: {text}\n\n"
+
+
+def openai_chunks(
+    completion: Mapping[str, Any], *, size: int = 4, interleave: bool = False
+) -> list[dict[str, Any]]:
+    """The ``chat.completion.chunk`` objects a streamed ``completion`` arrives in: reasoning,
+    then text, in pieces of ``size`` characters; each tool call's id and name, then its
+    arguments in pieces (all calls' first, then the pieces by turns when ``interleave``); the
+    finish reason; the usage alone in the last chunk (``include_usage``)."""
+    head = {k: completion[k] for k in ("id", "created", "model", "system_fingerprint")}
+    head["object"] = "chat.completion.chunk"
+    choice = completion["choices"][0]
+    message = choice["message"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return head | {"choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+
+    chunks = [chunk({"role": "assistant", "content": ""})]
+    for name in ("reasoning_content", "reasoning"):
+        chunks += [chunk({name: p}) for p in _pieces(message.get(name) or "", size)]
+    chunks += [chunk({"content": p}) for p in _pieces(message.get("content") or "", size)]
+    chunks += [chunk({"refusal": p}) for p in _pieces(message.get("refusal") or "", size)]
+    calls = message.get("tool_calls") or []
+    starts = [
+        chunk(
+            {
+                "tool_calls": [
+                    {
+                        "index": i,
+                        "id": c["id"],
+                        "type": "function",
+                        "function": {"name": c["function"]["name"], "arguments": ""},
+                    }
+                ]
+            }
+        )
+        for i, c in enumerate(calls)
+    ]
+    arguments = [
+        [
+            chunk({"tool_calls": [{"index": i, "function": {"arguments": p}}]})
+            for p in _pieces(c["function"]["arguments"], size)
+        ]
+        for i, c in enumerate(calls)
+    ]
+    if interleave:
+        chunks += starts
+        for turn in itertools.zip_longest(*arguments):
+            chunks += [c for c in turn if c is not None]
+    else:
+        for start, pieces in zip(starts, arguments, strict=True):
+            chunks += [start, *pieces]
+    chunks.append(chunk({}, choice["finish_reason"]))
+    chunks.append(head | {"choices": [], "usage": completion["usage"]})
+    return chunks
+
+
+def openai_stream(completion: Mapping[str, Any], **options: Any) -> list[str]:
+    """``completion`` as the server-sent events of a stream, ``[DONE]`` last."""
+    return [sse(c) for c in openai_chunks(completion, **options)] + [sse("[DONE]")]
+
+
+def anthropic_events(message: Mapping[str, Any], *, size: int = 4) -> list[dict[str, Any]]:
+    """The events a streamed ``message`` arrives in, as the Messages API sends them."""
+    usage = dict(message["usage"])
+    opening = dict(message) | {"content": [], "stop_reason": None, "stop_sequence": None}
+    opening["usage"] = usage | {"output_tokens": 1}
+    events: list[dict[str, Any]] = [{"type": "message_start", "message": opening}]
+    events.append({"type": "ping"})
+    for index, block in enumerate(message["content"]):
+        events += _anthropic_block(index, block, size)
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": message["stop_reason"], "stop_sequence": None},
+            "usage": {"output_tokens": usage["output_tokens"]},
+        }
+    )
+    events.append({"type": "message_stop"})
+    return events
+
+
+def _anthropic_block(index: int, block: Mapping[str, Any], size: int) -> list[dict[str, Any]]:
+    kind = block["type"]
+    empty = {
+        "text": {"type": "text", "text": ""},
+        "thinking": {"type": "thinking", "thinking": ""},
+        "tool_use": {**block, "input": {}},
+    }.get(kind, dict(block))
+    deltas: list[dict[str, Any]] = []
+    if kind == "text":
+        deltas = [{"type": "text_delta", "text": p} for p in _pieces(block["text"], size)]
+    elif kind == "thinking":
+        deltas = [
+            {"type": "thinking_delta", "thinking": p} for p in _pieces(block["thinking"], size)
+        ]
+        deltas.append({"type": "signature_delta", "signature": block["signature"]})
+    elif kind == "tool_use":
+        text = json.dumps(block["input"])
+        deltas = [{"type": "input_json_delta", "partial_json": p} for p in _pieces(text, size)]
+    return [
+        {"type": "content_block_start", "index": index, "content_block": empty},
+        *({"type": "content_block_delta", "index": index, "delta": d} for d in deltas),
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def anthropic_stream(message: Mapping[str, Any], **options: Any) -> list[str]:
+    """``message`` as the server-sent events of a stream, each named by its type."""
+    return [sse(e, e["type"]) for e in anthropic_events(message, **options)]

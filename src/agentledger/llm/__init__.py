@@ -25,15 +25,16 @@ from ._scripted import ScriptedLLM, ScriptItem
 
 if _TYPE_CHECKING:
     from ._anthropic import AnthropicMessages
-    from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+    from ._http import DEFAULT_TIMEOUT, HttpProvider
     from ._openai import OpenAIChat
+    from ._retries import RetryPolicy
 
 _LAZY = {
     "DEFAULT_TIMEOUT": "._http",
     "AnthropicMessages": "._anthropic",
     "HttpProvider": "._http",
     "OpenAIChat": "._openai",
-    "RetryPolicy": "._http",
+    "RetryPolicy": "._retries",
 }
 
 __all__ = [

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
@@ -9,6 +10,7 @@ import httpx
 from pydantic import JsonValue
 
 from ..values import (
+    InferenceDelta,
     InferenceRequest,
     InferenceResponse,
     Message,
@@ -18,8 +20,10 @@ from ..values import (
     ToolSchema,
     Usage,
 )
-from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
+from ._retries import RetryPolicy, status_of_error
+from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -59,7 +63,7 @@ class AnthropicMessages(HttpProvider):
         retry: RetryPolicy | None = None,
         prices: PriceTable | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
     ) -> None:
         super().__init__(
@@ -114,6 +118,87 @@ class AnthropicMessages(HttpProvider):
             model=body.get("model"),
             metadata=metadata,
         )
+
+    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
+        return self.payload(request) | {"stream": True}
+
+    def assembler(self) -> StreamAssembler:
+        return _EventAssembler()
+
+
+class _EventAssembler(StreamAssembler):
+    """Messages stream events back into one ``message``: ``message_start`` opens it (with the
+    input usage), each content block is built from its ``content_block_start`` and deltas
+    (``text_delta``, ``input_json_delta``, ``thinking_delta``, ``signature_delta``) until its
+    ``content_block_stop``, ``message_delta`` brings the stop reason and the output usage,
+    ``message_stop`` ends it; ``ping`` is ignored and ``error`` raises."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.message: dict[str, Any] = {"content": []}
+        self.blocks: dict[int, dict[str, Any]] = {}
+        self.json: dict[int, str] = {}
+        self.whole: set[int] = set()
+
+    def feed(self, event: ServerSentEvent) -> list[InferenceDelta]:
+        data = json.loads(event.data)
+        kind = data.get("type") or event.event
+        if kind == "message_start":
+            self.message = dict(data["message"])
+        elif kind == "content_block_start":
+            self.blocks[data["index"]] = dict(data["content_block"])
+        elif kind == "content_block_delta":
+            return self._delta(data["index"], data["delta"])
+        elif kind == "content_block_stop":
+            self._stop(data["index"])
+        elif kind == "message_delta":
+            self._message_delta(data)
+        elif kind == "message_stop":
+            self.done = True
+        elif kind == "error":
+            error = data.get("error") or {}
+            message = str(error.get("message") or error)
+            raise StreamErrorEvent(status_of_error(error.get("type", "")), message)
+        return []
+
+    def _delta(self, index: int, delta: Mapping[str, Any]) -> list[InferenceDelta]:
+        block = self.blocks[index]
+        kind = delta["type"]
+        if kind == "text_delta":
+            block["text"] = block.get("text", "") + delta["text"]
+            return self.emit(text=delta["text"])
+        if kind == "thinking_delta":
+            separator = "\n\n" if self.reasoning and not block.get("thinking") else ""
+            block["thinking"] = block.get("thinking", "") + delta["thinking"]
+            return self.emit(reasoning=separator + delta["thinking"] if delta["thinking"] else "")
+        if kind == "signature_delta":
+            block["signature"] = block.get("signature", "") + delta["signature"]
+        elif kind == "input_json_delta":
+            self.json[index] = self.json.get(index, "") + delta["partial_json"]
+        return []
+
+    def _stop(self, index: int) -> None:
+        block = self.blocks[index]
+        if block["type"] == "tool_use" and self.json.get(index, "").strip():
+            block["input"] = json.loads(self.json[index])
+        self.whole.add(index)
+
+    def _message_delta(self, data: Mapping[str, Any]) -> None:
+        self.message.update(data.get("delta") or {})
+        usage = {k: v for k, v in (data.get("usage") or {}).items() if v is not None}
+        self.message["usage"] = {**(self.message.get("usage") or {}), **usage}
+
+    def body(self) -> Mapping[str, Any]:
+        return self.message | {"content": [self.blocks[i] for i in sorted(self.blocks)]}
+
+    def partial_body(self) -> Mapping[str, Any]:
+        """Text and thinking as far as they came; tool calls only once whole."""
+        blocks = [
+            self.blocks[i]
+            for i in sorted(self.blocks)
+            if self.blocks[i]["type"] != "tool_use" or i in self.whole
+        ]
+        return self.message | {"content": blocks, "stop_reason": None}
 
 
 def _turns(messages: Iterable[Message]) -> list[dict[str, Any]]:

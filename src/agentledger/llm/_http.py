@@ -3,15 +3,16 @@ API keys kept out of everything that is stored, logged or raised."""
 
 from __future__ import annotations
 
-import logging
 import os
-import random
 import re
-import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from email.utils import parsedate_to_datetime
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Generator,
+    Iterator,
+    Mapping,
+)
+from contextlib import aclosing, closing
 from importlib.metadata import PackageNotFoundError, version
 from typing import Any, ClassVar, Self
 
@@ -27,12 +28,18 @@ from ..errors import (
     ProviderRequestError,
     ProviderResponseError,
     ProviderServerError,
+    ProviderStreamCutError,
     ProviderTimeoutError,
 )
-from ..values import Clock, InferenceRequest, InferenceResponse, utc_now
+from ..values import (
+    InferenceDelta,
+    InferenceRequest,
+    InferenceResponse,
+    StreamItem,
+)
 from ._pricing import PriceTable
-
-logger = logging.getLogger("agentledger.llm")
+from ._retries import Failure, Retries, RetryPolicy, retry_after
+from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
@@ -40,70 +47,34 @@ DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[\w\-*.]{4,}")
 
 
-@dataclass(frozen=True, kw_only=True)
-class RetryPolicy:
-    """How a provider retries connect errors, timeouts, 429 and 5xx answers.
-
-    The delay before retry ``n`` (1-based) is ``initial_delay * multiplier ** (n - 1)``, capped
-    at ``max_delay``, with jitter drawn from its upper half. A ``Retry-After`` (or
-    ``retry-after-ms``) header replaces the computed delay; one longer than ``max_retry_after``
-    is not waited for: the error is raised at once. ``max_retries=0`` disables retries.
-    ``sleep`` waits and ``clock`` tells the time (a ``Retry-After`` given as an HTTP date is
-    measured against it): the seams tests replace.
-    """
-
-    max_retries: int = 4
-    initial_delay: float = 0.5
-    max_delay: float = 30.0
-    multiplier: float = 2.0
-    jitter: bool = True
-    max_retry_after: float = 60.0
-    sleep: Callable[[float], None] = time.sleep
-    clock: Clock = utc_now
-
-    def __post_init__(self) -> None:
-        if self.max_retries < 0 or self.initial_delay < 0 or self.max_delay < 0:
-            raise ConfigurationError(
-                f"invalid {self!r}: max_retries, initial_delay and max_delay must be >= 0"
-            )
-
-    def backoff(self, retry: int) -> float:
-        """The computed delay before retry number ``retry``."""
-        delay = min(self.max_delay, self.initial_delay * self.multiplier ** (retry - 1))
-        return random.uniform(delay / 2, delay) if self.jitter else delay
+_AFTER_DELTAS = " after part of the answer had been streamed"
 
 
-@dataclass(frozen=True)
-class _Failure:
-    """One failed attempt: what happened and what to do about it, and whether to try again."""
-
-    kind: type[ProviderError]
-    what: str
-    advice: str
-    retryable: bool
-    status_code: int | None = None
-    retry_after: float | None = None
-
-    def error(self, provider: str, attempts: int) -> ProviderError:
-        """The error raised after the last attempt: said once, with how many were made."""
-        tries = f" after {attempts} attempts" if attempts > 1 else ""
-        return self.kind(
-            f"{self.what}{tries}. {self.advice}",
-            provider=provider,
-            status_code=self.status_code,
-            attempts=attempts,
-            retryable=self.retryable,
-        )
+def _deltas(
+    items: Iterator[InferenceDelta | Failure],
+) -> Generator[InferenceDelta, None, Failure | None]:
+    """Yields an attempt's deltas; returns its failure, if it failed."""
+    for item in items:
+        if isinstance(item, Failure):
+            return item
+        yield item
+    return None
 
 
 class HttpProvider:
     """The shared part of :class:`OpenAIChat` and :class:`AnthropicMessages`.
 
-    Subclasses name their API and environment variables and map requests and responses; this
-    class sends them with one ``httpx.Client`` (connections are reused), retries what can be
-    retried, turns every failure into a :class:`~agentledger.errors.ProviderError`, and prices
-    the usage with ``prices``. The API key lives only in the client's headers: it is never in
-    ``repr()``, an error message, a log line or a response's metadata.
+    Subclasses name their API and environment variables and map requests and responses
+    (whole and streamed); this class sends them with one ``httpx.Client``, or one
+    ``httpx.AsyncClient`` for ``acomplete`` and ``astream`` (connections are reused), retries
+    what can be retried, turns every failure into a
+    :class:`~agentledger.errors.ProviderError`, and prices the usage with ``prices``. The
+    API key lives only in the clients' headers: it is never in ``repr()``, an error message,
+    a log line or a response's metadata.
+
+    ``transport`` replaces the network (``httpx.MockTransport`` serves both forms); an
+    asynchronous transport serves ``acomplete`` and ``astream``, a synchronous one
+    ``complete`` and ``stream``.
     """
 
     provider: ClassVar[str]
@@ -122,7 +93,7 @@ class HttpProvider:
         retry: RetryPolicy | None = None,
         prices: PriceTable | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.model = model
         self.base_url = (
@@ -138,15 +109,53 @@ class HttpProvider:
         self.retry = retry if retry is not None else RetryPolicy()
         self.prices = prices if prices is not None else PriceTable.default()
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
-        self._client = httpx.Client(
-            base_url=self.base_url,
-            timeout=self.timeout,
-            transport=transport,
-            headers={
-                "User-Agent": f"agentledger/{_package_version()}",
-                **self.auth_headers(key or None),
-                **(headers or {}),
-            },
+        self._headers = {
+            "User-Agent": f"agentledger/{_package_version()}",
+            **self.auth_headers(key or None),
+            **(headers or {}),
+        }
+        self._transport = transport
+        self._client: httpx.Client | None = None
+        self._aclient: httpx.AsyncClient | None = None
+
+    def _sync_client(self) -> httpx.Client:
+        """The pooled client of ``complete`` and ``stream``, made when first used."""
+        if self._client is None:
+            self._client = httpx.Client(
+                base_url=self.base_url,
+                timeout=self.timeout,
+                transport=self._sync_transport(),
+                headers=self._headers,
+            )
+        return self._client
+
+    def _async_client(self) -> httpx.AsyncClient:
+        """The pooled client of ``acomplete`` and ``astream``, made when first used."""
+        if self._aclient is None:
+            self._aclient = httpx.AsyncClient(
+                base_url=self.base_url,
+                timeout=self.timeout,
+                transport=self._async_transport(),
+                headers=self._headers,
+            )
+        return self._aclient
+
+    def _sync_transport(self) -> httpx.BaseTransport | None:
+        if self._transport is None or isinstance(self._transport, httpx.BaseTransport):
+            return self._transport
+        raise ConfigurationError(
+            f"{self!r} was given an asynchronous transport only: call acomplete() or "
+            "astream(), or pass a transport that also serves synchronous calls "
+            "(httpx.MockTransport serves both)."
+        )
+
+    def _async_transport(self) -> httpx.AsyncBaseTransport | None:
+        if self._transport is None or isinstance(self._transport, httpx.AsyncBaseTransport):
+            return self._transport
+        raise ConfigurationError(
+            f"{self!r} was given a synchronous transport only: call complete() or stream(), "
+            "or pass a transport that also serves asynchronous calls "
+            "(httpx.MockTransport serves both)."
         )
 
     # -- what a subclass provides -------------------------------------------------------------
@@ -162,21 +171,58 @@ class HttpProvider:
         """A provider-neutral response from this API's response body."""
         raise NotImplementedError
 
-    # -- the call -----------------------------------------------------------------------------
+    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
+        """The request body that asks for ``request``'s answer as a stream."""
+        raise NotImplementedError
+
+    def assembler(self) -> StreamAssembler:
+        """A fresh assembler of this API's stream events."""
+        raise NotImplementedError
+
+    # -- the call: one request, one whole response ---------------------------------------------
 
     def complete(self, request: InferenceRequest) -> InferenceResponse:
-        body, retries = self._post(self.payload(request))
+        """The model's answer to ``request``, after the retries the policy allows."""
+        retries = Retries(self.retry, self.provider)
+        payload = self.payload(request)
+        while True:
+            outcome = self._attempt(payload)
+            if not isinstance(outcome, Failure):
+                return self._finish(outcome, request, retries.log)
+            self.retry.sleep(retries.delay_after(outcome))
+
+    async def acomplete(self, request: InferenceRequest) -> InferenceResponse:
+        """``complete`` on an event loop: the same request, retries, errors and response."""
+        retries = Retries(self.retry, self.provider)
+        payload = self.payload(request)
+        while True:
+            outcome = await self._aattempt(payload)
+            if not isinstance(outcome, Failure):
+                return self._finish(outcome, request, retries.log)
+            await self.retry.async_sleep(retries.delay_after(outcome))
+
+    def _attempt(self, payload: dict[str, Any]) -> Mapping[str, Any] | Failure:
         try:
-            response = self.parse(body)
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} answered with a response this client cannot read "
-                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really an "
-                    f"{self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-            ) from None
+            response = self._sync_client().post(self.endpoint, json=payload)
+        except httpx.TransportError as exc:
+            return self._transport_failure(exc)
+        return self._outcome(response)
+
+    async def _aattempt(self, payload: dict[str, Any]) -> Mapping[str, Any] | Failure:
+        try:
+            response = await self._async_client().post(self.endpoint, json=payload)
+        except httpx.TransportError as exc:
+            return self._transport_failure(exc)
+        return self._outcome(response)
+
+    def _outcome(self, response: httpx.Response) -> Mapping[str, Any] | Failure:
+        return self._json(response) if response.is_success else self._status_failure(response)
+
+    def _finish(
+        self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
+    ) -> InferenceResponse:
+        """The response ``body`` says, named after its model, priced, with its retries."""
+        response = self._parse(body)
         model = response.model or request.model or self.model
         metadata = dict(response.metadata)
         if retries:
@@ -189,65 +235,215 @@ class HttpProvider:
             }
         )
 
-    def _post(self, payload: dict[str, Any]) -> tuple[Mapping[str, Any], list[JsonValue]]:
-        retries: list[JsonValue] = []
-        attempt = 0
-        while True:
-            attempt += 1
-            outcome = self._attempt(payload)
-            if not isinstance(outcome, _Failure):
-                return outcome, retries
-            delay = self._delay_before_retry(outcome, attempt)
-            if delay is None:
-                raise outcome.error(self.provider, attempt)
-            logger.warning(
-                "%s. Retry %d of %d in %.2fs.",
-                outcome.what,
-                attempt,
-                self.retry.max_retries,
-                delay,
-            )
-            retries.append(
-                {"attempt": attempt, "status": outcome.status_code, "delay_s": round(delay, 3)}
-            )
-            self.retry.sleep(delay)
-
-    def _delay_before_retry(self, failure: _Failure, attempt: int) -> float | None:
-        if not failure.retryable or attempt > self.retry.max_retries:
-            return None
-        if failure.retry_after is None:
-            return self.retry.backoff(attempt)
-        if failure.retry_after > self.retry.max_retry_after:
-            return None
-        return failure.retry_after
-
-    def _attempt(self, payload: dict[str, Any]) -> Mapping[str, Any] | _Failure:
+    def _parse(self, body: Mapping[str, Any]) -> InferenceResponse:
         try:
-            response = self._client.post(self.endpoint, json=payload)
-        except httpx.TimeoutException as exc:
-            return self._timeout(exc)
-        except httpx.TransportError as exc:
-            return _Failure(
-                ProviderConnectionError,
+            return self.parse(body)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProviderResponseError(
                 self._redact(
-                    f"could not reach {self.provider} at {self.base_url} "
-                    f"({type(exc).__name__}: {exc})"
+                    f"{self.provider} answered with a response this client cannot read "
+                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really an "
+                    f"{self.provider}-compatible API?"
                 ),
-                "Check the base URL and the network, or start the local server; the run is "
-                "kept and can be resumed.",
-                retryable=True,
-            )
-        if response.is_success:
-            return self._json(response)
-        return self._status_failure(response)
+                provider=self.provider,
+            ) from None
 
-    def _timeout(self, exc: httpx.TimeoutException) -> _Failure:
+    # -- the call, streamed -------------------------------------------------------------------
+
+    def stream(self, request: InferenceRequest) -> Iterator[StreamItem]:
+        """The answer to ``request`` as it comes: deltas, then the whole response.
+
+        A failure before the first delta is retried as ``complete`` retries it; a stream cut
+        after one raises :class:`~agentledger.errors.ProviderStreamCutError` with the answer
+        so far. Closing the iterator early closes the HTTP response."""
+        retries = Retries(self.retry, self.provider)
+        payload = self.stream_payload(request)
+        while True:
+            assembler = self.assembler()
+            with closing(self._stream_attempt(payload, assembler)) as items:
+                failure = yield from _deltas(items)
+            if failure is None:
+                yield self._finish(assembler.body(), request, retries.log)
+                return
+            self._raise_if_shown(failure, assembler, request, retries)
+            self.retry.sleep(retries.delay_after(failure))
+
+    async def astream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
+        """``stream`` on an event loop; ``aclose()`` or cancelling the task closes the HTTP
+        response."""
+        retries = Retries(self.retry, self.provider)
+        payload = self.stream_payload(request)
+        while True:
+            assembler = self.assembler()
+            failure = None
+            async with aclosing(self._astream_attempt(payload, assembler)) as items:
+                async for item in items:
+                    if isinstance(item, Failure):
+                        failure = item
+                    else:
+                        yield item
+            if failure is None:
+                yield self._finish(assembler.body(), request, retries.log)
+                return
+            self._raise_if_shown(failure, assembler, request, retries)
+            await self.retry.async_sleep(retries.delay_after(failure))
+
+    def _stream_attempt(
+        self, payload: dict[str, Any], assembler: StreamAssembler
+    ) -> Generator[InferenceDelta | Failure, None, None]:
+        """One streamed request: its deltas, then a failure if it failed."""
+        try:
+            with self._sync_client().stream("POST", self.endpoint, json=payload) as response:
+                if not response.is_success:
+                    response.read()
+                    yield self._status_failure(response)
+                    return
+                try:
+                    decoder = EventDecoder()
+                    for line in response.iter_lines():
+                        yield from self._feed(assembler, decoder, line)
+                        if assembler.done:
+                            return
+                except httpx.TransportError as exc:
+                    yield self._stream_broke(exc)
+                    return
+        except httpx.TransportError as exc:
+            yield self._transport_failure(exc)
+            return
+        except StreamErrorEvent as event:
+            yield self._event_failure(event)
+            return
+        yield self._ended_early()
+
+    async def _astream_attempt(
+        self, payload: dict[str, Any], assembler: StreamAssembler
+    ) -> AsyncGenerator[InferenceDelta | Failure, None]:
+        try:
+            client = self._async_client()
+            async with client.stream("POST", self.endpoint, json=payload) as response:
+                if not response.is_success:
+                    await response.aread()
+                    yield self._status_failure(response)
+                    return
+                try:
+                    decoder = EventDecoder()
+                    async for line in response.aiter_lines():
+                        for delta in self._feed(assembler, decoder, line):
+                            yield delta
+                        if assembler.done:
+                            return
+                except httpx.TransportError as exc:
+                    yield self._stream_broke(exc)
+                    return
+        except httpx.TransportError as exc:
+            yield self._transport_failure(exc)
+            return
+        except StreamErrorEvent as event:
+            yield self._event_failure(event)
+            return
+        yield self._ended_early()
+
+    def _feed(
+        self, assembler: StreamAssembler, decoder: EventDecoder, line: str
+    ) -> list[InferenceDelta]:
+        """The deltas a line of the stream completes; an event that cannot be read is a
+        :class:`ProviderResponseError`, as an unreadable whole response is."""
+        event = decoder.feed(line)
+        if event is None or assembler.done:
+            return []
+        try:
+            return assembler.feed(event)
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+            raise ProviderResponseError(
+                self._redact(
+                    f"{self.provider} streamed an event this client cannot read "
+                    f"({type(exc).__name__}: {exc}): {_snippet(event.data)!r}. Is "
+                    f"{self.base_url} really an {self.provider}-compatible API?"
+                ),
+                provider=self.provider,
+            ) from None
+
+    def _raise_if_shown(
+        self,
+        failure: Failure,
+        assembler: StreamAssembler,
+        request: InferenceRequest,
+        retries: Retries,
+    ) -> None:
+        """A stream that failed after a delta was yielded is not retried: the caller has
+        shown that text. A cut raises ``ProviderStreamCutError`` with the answer so far; an
+        error the provider sent raises its own error."""
+        if not assembler.shown:
+            return
+        attempts = retries.failed + 1
+        if failure.kind not in (ProviderConnectionError, ProviderTimeoutError):
+            raise failure.error(self.provider, attempts, after=_AFTER_DELTAS)
+        raise ProviderStreamCutError(
+            f"{failure.what}{_AFTER_DELTAS}. The text streamed so far is in the error's "
+            "partial response; the run is kept and can be resumed.",
+            provider=self.provider,
+            partial=self._partial(assembler, request, retries),
+            attempts=attempts,
+        )
+
+    def _partial(
+        self, assembler: StreamAssembler, request: InferenceRequest, retries: Retries
+    ) -> InferenceResponse:
+        """The answer as far as it came: its text and reasoning, whole tool calls only."""
+        try:
+            return self._finish(assembler.partial_body(), request, retries.log)
+        except ProviderResponseError:
+            return InferenceResponse(content=assembler.text, reasoning=assembler.reasoning or None)
+
+    def _event_failure(self, event: StreamErrorEvent) -> Failure:
+        """An error event in the stream, judged as the HTTP status it stands for."""
+        kind, retryable, advice = _classify(event.status, self)
+        return Failure(
+            kind,
+            f"{self.provider} {advice[0]} (error event in the stream: "
+            f"{_snippet(self._redact(event.message))})",
+            advice[1],
+            retryable=retryable,
+        )
+
+    def _stream_broke(self, exc: httpx.TransportError) -> Failure:
+        if isinstance(exc, httpx.TimeoutException):
+            return self._timeout(exc)
+        return Failure(
+            ProviderConnectionError,
+            self._redact(f"{self.provider}'s stream broke off ({type(exc).__name__}: {exc})"),
+            "Check the network or the server; the run is kept and can be resumed.",
+            retryable=True,
+        )
+
+    def _ended_early(self) -> Failure:
+        return Failure(
+            ProviderConnectionError,
+            f"{self.provider}'s stream ended before the answer was complete",
+            "Check the network or the server; the run is kept and can be resumed.",
+            retryable=True,
+        )
+
+    def _transport_failure(self, exc: httpx.TransportError) -> Failure:
+        if isinstance(exc, httpx.TimeoutException):
+            return self._timeout(exc)
+        return Failure(
+            ProviderConnectionError,
+            self._redact(
+                f"could not reach {self.provider} at {self.base_url} ({type(exc).__name__}: {exc})"
+            ),
+            "Check the base URL and the network, or start the local server; the run is "
+            "kept and can be resumed.",
+            retryable=True,
+        )
+
+    def _timeout(self, exc: httpx.TimeoutException) -> Failure:
         phase = {
             httpx.ConnectTimeout: "connecting",
             httpx.WriteTimeout: "sending",
             httpx.PoolTimeout: "waiting for a free connection",
         }.get(type(exc), "waiting for the answer")
-        return _Failure(
+        return Failure(
             ProviderTimeoutError,
             f"{self.provider} timed out while {phase} ({_timeout_text(self.timeout)})",
             "Pass a longer timeout= or resume the run later.",
@@ -271,17 +467,17 @@ class HttpProvider:
             )
         return body
 
-    def _status_failure(self, response: httpx.Response) -> _Failure:
+    def _status_failure(self, response: httpx.Response) -> Failure:
         status = response.status_code
         detail = f"HTTP {status}: {_snippet(self._redact(_server_message(response)))}"
         kind, retryable, advice = _classify(status, self)
-        return _Failure(
+        return Failure(
             kind,
             f"{self.provider} {advice[0]} ({detail})",
             advice[1],
             retryable=retryable,
             status_code=status,
-            retry_after=_retry_after(response.headers, self.retry.clock()) if retryable else None,
+            retry_after=retry_after(response.headers, self.retry.clock()) if retryable else None,
         )
 
     def _redact(self, text: str) -> str:
@@ -292,14 +488,28 @@ class HttpProvider:
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Close the pooled connections."""
-        self._client.close()
+        """Close the pooled connections of the synchronous client (``aclose`` closes the
+        asynchronous one's)."""
+        if self._client is not None:
+            self._client.close()
+
+    async def aclose(self) -> None:
+        """Close the pooled connections of both clients."""
+        self.close()
+        if self._aclient is not None:
+            await self._aclient.aclose()
 
     def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
@@ -385,31 +595,6 @@ def _server_message(response: httpx.Response) -> str:
     if isinstance(error, str):
         return error
     return response.text
-
-
-def _retry_after(headers: httpx.Headers, now: datetime) -> float | None:
-    """Seconds to wait, from ``retry-after-ms`` or ``Retry-After`` (seconds, or an HTTP date
-    that is ``now`` or later)."""
-    milliseconds = headers.get("retry-after-ms")
-    if milliseconds is not None:
-        try:
-            return max(0.0, float(milliseconds) / 1000)
-        except ValueError:
-            pass
-    value = headers.get("retry-after")
-    if value is None:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    if when.tzinfo is None:
-        when = when.replace(tzinfo=UTC)
-    return max(0.0, (when - now).total_seconds())
 
 
 def _package_version() -> str:

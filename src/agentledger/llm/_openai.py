@@ -10,6 +10,7 @@ import httpx
 from pydantic import JsonValue
 
 from ..values import (
+    InferenceDelta,
     InferenceRequest,
     InferenceResponse,
     Message,
@@ -20,8 +21,10 @@ from ..values import (
     Usage,
     new_id,
 )
-from ._http import DEFAULT_TIMEOUT, HttpProvider, RetryPolicy
+from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
+from ._retries import RetryPolicy, status_of_error
+from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 
 
 class OpenAIChat(HttpProvider):
@@ -55,7 +58,7 @@ class OpenAIChat(HttpProvider):
         retry: RetryPolicy | None = None,
         prices: PriceTable | None = None,
         headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         max_tokens_parameter: str | None = None,
     ) -> None:
         super().__init__(
@@ -102,6 +105,93 @@ class OpenAIChat(HttpProvider):
             model=body.get("model"),
             metadata=metadata,
         )
+
+    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
+        return self.payload(request) | {"stream": True, "stream_options": {"include_usage": True}}
+
+    def assembler(self) -> StreamAssembler:
+        return _ChunkAssembler()
+
+
+class _ChunkAssembler(StreamAssembler):
+    """``chat.completion.chunk`` events back into one ``chat.completion``: text, refusal and
+    reasoning pieces joined, tool calls assembled by their ``index`` (id and name first, the
+    arguments in pieces), the usage from the last chunk; ``data: [DONE]`` ends the stream."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: dict[str, Any] = {}
+        self.content = ""
+        self.refusal = ""
+        self.calls: dict[int, dict[str, Any]] = {}
+        self.finish_reason: str | None = None
+        self.usage: Mapping[str, Any] | None = None
+
+    def feed(self, event: ServerSentEvent) -> list[InferenceDelta]:
+        if event.data.strip() == "[DONE]":
+            self.done = True
+            return []
+        chunk = json.loads(event.data)
+        error = chunk.get("error")
+        if error is not None:
+            raise StreamErrorEvent(*_stream_error(error))
+        self.head = self.head or {k: chunk[k] for k in ("id", "model") if k in chunk}
+        self.usage = chunk.get("usage") or self.usage
+        deltas: list[InferenceDelta] = []
+        for choice in chunk.get("choices") or ():
+            deltas.extend(self._choice(choice))
+        return deltas
+
+    def _choice(self, choice: Mapping[str, Any]) -> list[InferenceDelta]:
+        self.finish_reason = choice.get("finish_reason") or self.finish_reason
+        delta = choice.get("delta") or {}
+        for piece in delta.get("tool_calls") or ():
+            self._call(piece)
+        text, refusal = delta.get("content") or "", delta.get("refusal") or ""
+        reasoning = delta.get("reasoning_content") or delta.get("reasoning") or ""
+        self.content += text
+        self.refusal += refusal
+        return self.emit(text=text + refusal, reasoning=reasoning)
+
+    def _call(self, piece: Mapping[str, Any]) -> None:
+        call = self.calls.setdefault(piece.get("index", len(self.calls)), {"arguments": ""})
+        function = piece.get("function") or {}
+        call["id"] = call.get("id") or piece.get("id")
+        call["name"] = call.get("name") or function.get("name")
+        call["arguments"] += function.get("arguments") or ""
+
+    def body(self) -> Mapping[str, Any]:
+        return self._body(with_calls=True)
+
+    def partial_body(self) -> Mapping[str, Any]:
+        """Tool calls are whole only once the choice has finished."""
+        return self._body(with_calls=self.finish_reason is not None)
+
+    def _body(self, *, with_calls: bool) -> Mapping[str, Any]:
+        message: dict[str, Any] = {
+            "content": self.content or None,
+            "refusal": self.refusal or None,
+            "reasoning_content": self.reasoning or None,
+        }
+        if with_calls and self.calls:
+            message["tool_calls"] = [
+                {"id": c["id"], "type": "function", "function": _function(c)}
+                for _, c in sorted(self.calls.items())
+            ]
+        choice = {"message": message, "finish_reason": self.finish_reason}
+        return {**self.head, "choices": [choice], "usage": self.usage}
+
+
+def _function(call: Mapping[str, Any]) -> dict[str, Any]:
+    return {"name": call["name"], "arguments": call["arguments"]}
+
+
+def _stream_error(error: object) -> tuple[int, str]:
+    """The HTTP status an error chunk stands for, and its message."""
+    if not isinstance(error, Mapping):
+        return 500, str(error)
+    name = str(error.get("code") or error.get("type") or "")
+    return status_of_error(name), str(error.get("message") or error)
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
