@@ -29,6 +29,7 @@ from agentledger import (
     ProviderResponseError,
     ProviderServerError,
     ProviderStreamCutError,
+    Role,
     ToolCall,
     ToolSchema,
 )
@@ -537,6 +538,32 @@ def test_an_anthropic_cut_keeps_the_thinking_so_far_and_only_the_whole_tool_call
         ToolCall(id="toolu_whole", name="get_weather", arguments={"city": "Paris"}),
     )
     assert partial.usage.input_tokens == 20
+
+
+def test_a_thinking_block_cut_before_its_signature_is_kept_as_reasoning_but_never_sent_back(
+    connect: Callable[..., Any],
+) -> None:
+    body = anthropic_message(anthropic_thinking("Paris first, then London.", "sig"))
+    events = anthropic_events(body)
+    signature = next(i for i, e in enumerate(events) if "signature" in e.get("delta", {}))
+    server = Server(Events([sse(e, e["type"]) for e in events[:signature]], cut=True), body)
+    provider = connect(ANTHROPIC, server)
+
+    _, error = drain(provider, ask(), "sync")
+    partial = error.partial  # type: ignore[union-attr]
+    provider.complete(
+        InferenceRequest(
+            messages=Messages.of(
+                Message.user("Weather?"),
+                Message(role=Role.ASSISTANT, content="Par", metadata=partial.metadata),
+                Message.user("go on"),
+            )
+        )
+    )
+
+    assert partial.reasoning == "Paris first, then London."
+    sent = server.bodies()[1]["messages"][1]
+    assert sent == {"role": "assistant", "content": [{"type": "text", "text": "Par"}]}
 
 
 @pytest.mark.parametrize("mode", MODES)

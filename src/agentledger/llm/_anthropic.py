@@ -232,9 +232,11 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
 
 
 def _thinking(message: Message) -> list[dict[str, Any]]:
-    """The thinking blocks kept with an assistant message, to send back unchanged."""
+    """The thinking blocks kept with an assistant message, to send back unchanged; a thinking
+    block a stream was cut in before its signature came is left out (the API refuses it)."""
     kept = message.metadata.get(THINKING_BLOCKS)
-    return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
+    blocks = [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
+    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
