@@ -494,6 +494,7 @@ def _message_row(
         "section": section,
         "seq": seq,
         "run_id": run_id,
+        "interrupted": message.interrupted,
     }
 
 
