@@ -138,8 +138,10 @@ def _print_messages(messages: Messages, summarized: set[str], section: str | Non
     for message in messages:
         style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
         note = " [dim](summarized)[/dim]" if message.id in summarized else ""
+        # An answer cut short (its run was cancelled, or its process died): said so, at once.
+        cut = " [bold yellow](interrupted)[/bold yellow]" if message.interrupted else ""
         when = time_text(message.created_at)
-        out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
+        out.print(f"[{style}]{message.role}[/{style}]{cut} [dim]{when}[/dim]{note}")
         out.print(message.content, markup=False)
         out.print()
     if not messages:
