@@ -11,7 +11,7 @@ import pytest
 from sqlalchemy import text
 
 from agentledger import AgentStatus, InferenceResponse, ScriptedLLM, StopReason, ToolCall
-from agentledger.errors import LeaseLostError, NotFoundError, UsageError
+from agentledger.errors import LeaseLostError, NotFoundError, UnstorableTextError, UsageError
 from agentledger.ledger import Ledger
 from agentledger.ledger.migrate import head
 from agentledger.recording import (
@@ -195,6 +195,28 @@ def test_partial_output_is_fenced_by_the_lease_of_the_run(db_url):
             second.recorder.record_partial_output("no-such-run", 0, SHOWN[0])
 
 
+@pytest.mark.parametrize(
+    "bad", ["nul \x00 in it", "lone \ud800 surrogate"], ids=["nul", "surrogate"]
+)
+def test_streamed_text_that_cannot_be_stored_is_refused_with_nothing_written(db_url, bad):
+    with Ledger.open(db_url) as ledger:
+        agent = agent_on(ledger, tool_step_then_answer())
+        state = step(agent, ledger.recorder, begin(agent, ledger.recorder))
+        assert state.run_id is not None
+        ledger.recorder.record_partial_output(state.run_id, 1, SHOWN[0])
+        with pytest.raises(UnstorableTextError, match=r"the streamed text holds .*nothing was"):
+            ledger.recorder.record_partial_output(state.run_id, 1, bad)
+        with pytest.raises(UnstorableTextError, match="the streamed text holds"):
+            ledger.recorder.interrupt_run(state.run_id, partial_text=bad)
+        # Nothing changed: the run still runs, holds its conversation, and keeps what it had.
+        columns = run_columns(db_url, state.run_id)
+        assert (columns["status"], columns["partial_output"]) == ("running", SHOWN[0])
+        assert lease_holder(db_url, state.conversation_id) is not None
+        result = ledger.recorder.interrupt_run(state.run_id, partial_text=SHOWN[0])
+    assert result.answer == SHOWN[0]
+    assert violations(db_url) == []
+
+
 # --- recovery -------------------------------------------------------------------------------------
 
 
@@ -333,6 +355,9 @@ def test_the_in_memory_recorder_keeps_partial_output_only_while_the_step_streams
     memory.record_partial_output(state.run_id, 0, "Looking")
     assert memory.partial_output(state.run_id) == (0, "Looking")
     step(agent, memory, state)
+    assert memory.partial_output(state.run_id) is None
+    with pytest.raises(UnstorableTextError):
+        memory.record_partial_output(state.run_id, 0, "\x00")
     assert memory.partial_output(state.run_id) is None
     memory.interrupt_run(state.run_id, partial_text="")
     with pytest.raises(NotFoundError, match="no running run"):

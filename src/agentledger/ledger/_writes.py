@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
 from ..errors import ConversationBusyError, LedgerUnavailableError, UsageError
-from ..recording import SPAWNED_BY, RunResult, interrupted_answer
+from ..recording import SPAWNED_BY, RunResult, check_shown, interrupted_answer
 from ..values import (
     AgentState,
     AgentStatus,
@@ -232,6 +232,7 @@ class LedgerRecorder:
         lease.next_buffer_seq += len(buffer)
 
     def record_partial_output(self, run_id: str, step_index: int, text: str) -> None:
+        check_shown(text)
         lease = self.leases.held(run_id)
 
         def work(conn: Connection) -> None:

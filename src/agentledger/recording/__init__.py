@@ -13,6 +13,7 @@ from ._recorder import (
     HasRecorder,
     Recorder,
     RunResult,
+    check_shown,
     interrupted_answer,
 )
 
@@ -24,5 +25,6 @@ __all__ = [
     "InMemoryRecorder",
     "Recorder",
     "RunResult",
+    "check_shown",
     "interrupted_answer",
 ]

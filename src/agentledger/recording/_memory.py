@@ -16,7 +16,7 @@ from ..values import (
     ToolCall,
     new_id,
 )
-from ._recorder import SPAWNED_BY, RunResult, interrupted_answer
+from ._recorder import SPAWNED_BY, RunResult, check_shown, interrupted_answer
 
 
 class InMemoryRecorder:
@@ -80,6 +80,7 @@ class InMemoryRecorder:
             self._partial.pop(run_id, None)
 
     def record_partial_output(self, run_id: str, step_index: int, text: str) -> None:
+        check_shown(text)
         with self._lock:
             self._check_running(run_id)
             self._partial[run_id] = (step_index, text)

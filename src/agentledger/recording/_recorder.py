@@ -25,6 +25,7 @@ from ..values import (
     StopReason,
     ToolCall,
     Usage,
+    check_storable,
 )
 
 SPAWNED_BY = "spawned_by"
@@ -107,6 +108,8 @@ def interrupted_answer(
     kept in its metadata, each answered :data:`INTERRUPTED_RESULT`, never as ``tool_calls``:
     a model is sent the message as a plain answer, so no call in it is left unanswered. None
     when there is nothing to keep."""
+    check_shown(partial_text)
+    check_storable(pending_tool_calls, "the pending tool calls")
     if not partial_text and not pending_tool_calls:
         return None
     metadata: dict[str, JsonValue] = {}
@@ -116,6 +119,18 @@ def interrupted_answer(
             for call in pending_tool_calls
         ]
     return Message(role=Role.ASSISTANT, content=partial_text, metadata=metadata, interrupted=True)
+
+
+def check_shown(text: str) -> None:
+    """Raise :class:`UnstorableTextError`, before anything is written, when streamed text
+    cannot be stored (a NUL character, a lone surrogate): the same rule the model's whole
+    response is held to."""
+    check_storable(
+        text,
+        "the streamed text",
+        what_to_do="strip or escape such characters from the model's output before they are "
+        "shown (the step's whole response would be refused for them too); nothing was recorded",
+    )
 
 
 class Recorder(Protocol):
@@ -142,7 +157,8 @@ class Recorder(Protocol):
         """Make durable what the caller has been shown so far of step ``step_index`` of run
         ``run_id`` while it streams: ``text`` is all of it since the step began (each call
         replaces the one before). One small write, fenced by the run's lease; the loop calls
-        it at a bounded interval, never per token. Recording the step discards it."""
+        it at a bounded interval, never per token. Recording the step discards it.
+        :class:`UnstorableTextError` when ``text`` cannot be stored, with nothing written."""
         ...
 
     def interrupt_run(
@@ -155,7 +171,8 @@ class Recorder(Protocol):
         is nothing to keep, see :func:`interrupted_answer`). ``pending_tool_calls`` are the
         calls of that step that had no result: each is answered :data:`INTERRUPTED_RESULT`.
         The execution buffer is cleared and the lease freed. Returns the run's result, whose
-        ``answer`` is ``partial_text`` (None when empty)."""
+        ``answer`` is ``partial_text`` (None when empty). :class:`UnstorableTextError` when
+        the text cannot be stored, with nothing written and the run still held."""
         ...
 
     def commit_run(self, state: AgentState) -> None:
@@ -168,7 +185,9 @@ class Recorder(Protocol):
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
         """Mark the run failed, keeping its buffer and steps, and free the lease. Its totals are
-        those of the steps recorded."""
+        those of the steps recorded. Its partial output is discarded (a resume redoes the
+        step): a run that cannot go on after text was shown (a stream cut after its first
+        delta) is ended with :meth:`interrupt_run`, which keeps that text."""
         ...
 
     def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:
