@@ -283,8 +283,13 @@ def test_a_process_killed_while_streaming_leaves_its_flushed_text_for_recovery(d
     conversation_id, run_id = child.result["conversation_id"], child.result["run_id"]
     assert run_columns(db_url, run_id)["partial_output"] == SHOWN[-1]
 
+    dry = flat(ok("--db", db_url, "recover", "--stale-after", "0", "--dry-run"))
+    assert f"(1 step, {len(SHOWN[-1])} characters shown kept)" in dry
+    assert conversation(db_url, conversation_id) == [("user", QUESTION, False)]
+    output = flat(ok("--db", db_url, "recover", "--stale-after", "0"))
+    assert f"abandoned: run {run_id[:8]}" in output and "characters shown kept" in output
     with Ledger.open(db_url) as ledger:
-        assert [r.id for r in ledger.recover(stale_after=0)] == [run_id]
+        assert ledger.recover(stale_after=0) == []
         assert ledger.verify() == []
     assert conversation(db_url, conversation_id) == [
         ("user", QUESTION, False),
