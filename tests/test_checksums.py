@@ -238,12 +238,16 @@ def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_hea
         "context_compactions": ["checksum"],
     }
     # Added after 0003: covered once they differ from their defaults (sealed rows still match).
-    assert ADDED == {"conversation_messages": {"in_context": True, "summary_id": None}}
+    assert ADDED == {
+        "conversation_messages": {"in_context": True, "summary_id": None, "interrupted": False},
+        "agent_runs": {"partial_output": None, "partial_step_index": None},
+    }
     row = {c: None for c in COVERED["conversation_messages"]}
     same = checksum(conversation_messages, {**row, "in_context": True, "summary_id": None})
     assert checksum(conversation_messages, row) == same
     assert checksum(conversation_messages, {**row, "in_context": False}) != same
     assert checksum(conversation_messages, {**row, "summary_id": "s"}) != same
+    assert checksum(conversation_messages, {**row, "interrupted": True}) != same
 
 
 # --- the canonical form -------------------------------------------------------------------------

@@ -2,13 +2,15 @@
 
 Two ledger handles on one database drive runs the way ``Agent.run`` does (the recorder
 interface, one transaction per call: ``begin_run``, ``record_step`` after each
-``Agent.step``, ``commit_run`` or ``fail_run``), interleaved at random with whole runs
+``Agent.step``, ``record_partial_output`` while a step streams, ``commit_run``, ``fail_run``
+or ``interrupt_run`` when the caller cancels), interleaved at random with whole runs
 (``Agent.run``), takeovers (``claim_run``, ``Agent.resume``, with and without
 ``stale_after=0``), abandons (``Ledger.recover()``), time passing beyond the leases,
 and crashes (a handle dropped without closing and a new one opened on the same database).
 
 The model is dictionaries and lists: each conversation's messages, each run's status, steps,
-buffer and pending answer, and which lease token each conversation holds. The machine predicts
+buffer, pending answer and partial output (which a cancel or an abandon commits as its
+interrupted answer), and which lease token each conversation holds. The machine predicts
 the outcome of every operation (done, ``ConversationBusyError``, ``LeaseLostError``,
 ``UsageError``) and checks, after every rule, that the conversations read through the public
 API, every run's status, steps and buffer, and the buffer rows in SQL equal the model, and
@@ -123,6 +125,9 @@ class RunModel:
     """The answer its last step recorded, not committed yet (the run has ended its loop)."""
     silent: bool = False
     """No heartbeat since time last passed."""
+    partial: tuple[int, str] | None = None
+    """The partial output last flushed while a step streamed, and the lease token that
+    flushed it (a recorded step, or the run's end, discards it)."""
 
 
 @dataclass
@@ -329,6 +334,7 @@ def ledger_machine(
             run = self.runs[run_id]
             run.steps += 1
             run.silent = False
+            run.partial = None
             self.conversations[run.conversation_id].expired = False
             return got
 
@@ -397,12 +403,57 @@ def ledger_machine(
             del handle.driving[run_id]
             self.committed(self.runs[run_id])
 
+        @precondition(lambda self: self.any_driven(self.can_step))
+        @rule(pick=PICK, text=TEXTS)
+        def stream_partial(self, pick: int, text: str) -> None:
+            """The step in progress streams: what was shown so far is flushed."""
+            handle, run_id = self.pick_driven(pick, self.can_step)
+            _, token = handle.driving[run_id]
+            run = self.runs[run_id]
+            expected = "done" if self.holds(run_id, token) else "LeaseLostError"
+            got = outcome_of(
+                lambda: handle.ledger.recorder.record_partial_output(run_id, run.steps, text)
+            )
+            self.check("record_partial_output", expected, got)
+            if got != "done":
+                self.lose(handle, run_id)
+                return
+            run.partial, run.silent = (token, text), False
+            self.conversations[run.conversation_id].expired = False
+
+        @precondition(lambda self: self.any_driven(self.can_step))
+        @rule(pick=PICK)
+        def cancel_run(self, pick: int) -> None:
+            """The caller cancels while a step is in progress: ``interrupt_run`` with what this
+            process showed of it."""
+            handle, run_id = self.pick_driven(pick, self.can_step)
+            _, token = handle.driving[run_id]
+            run = self.runs[run_id]
+            shown = run.partial[1] if run.partial and run.partial[0] == token else ""
+            expected = "done" if self.holds(run_id, token) else "LeaseLostError"
+            got = outcome_of(
+                lambda: handle.ledger.recorder.interrupt_run(run_id, partial_text=shown)
+            )
+            self.check("interrupt_run", expected, got)
+            handle.driving.pop(run_id)
+            if got != "done":
+                return
+            self.ended_interrupted(run, shown)
+
+        def ended_interrupted(self, run: RunModel, shown: str) -> None:
+            conversation = self.conversations[run.conversation_id]
+            if shown:
+                conversation.messages.append(("assistant", shown))
+            if conversation.lease_run == run.id:
+                conversation.lease_run = conversation.token = None
+            run.status, run.buffer, run.answer, run.partial = "interrupted", [], None, None
+
         def committed(self, run: RunModel) -> None:
             assert run.answer is not None
             conversation = self.conversations[run.conversation_id]
             conversation.messages.append(("assistant", run.answer))
             conversation.lease_run = conversation.token = None
-            run.status, run.buffer, run.answer = "completed", [], None
+            run.status, run.buffer, run.answer, run.partial = "completed", [], None, None
 
         # --- crashes, time, takeovers ----------------------------------------------------------
 
@@ -540,10 +591,7 @@ def ledger_machine(
             tally[f"abandoned {'some' if expected else 'none'}"] += 1
             for run_id in expected:
                 run = self.runs[run_id]
-                run.status, run.buffer, run.answer = "interrupted", [], None
-                conversation = self.conversations[run.conversation_id]
-                if conversation.lease_run == run_id:
-                    conversation.lease_run = conversation.token = None
+                self.ended_interrupted(run, run.partial[1] if run.partial else "")
 
         # --- what must hold --------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, create_engine, event, text
+from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.pool import NullPool
 
 from agentledger import (
@@ -318,6 +318,12 @@ def _engine(url: str) -> Engine:
     return create_engine(sqlalchemy_url(url), poolclass=NullPool)
 
 
+def _interrupted(conn: Connection) -> str:
+    """The ``interrupted`` column, or false at a revision before 0006 (a migration test)."""
+    columns = {c["name"] for c in inspect(conn).get_columns("conversation_messages")}
+    return "interrupted" if "interrupted" in columns else "false"
+
+
 @contextlib.contextmanager
 def connect(url: str) -> Iterator[Connection]:
     """A plain SQLAlchemy connection to the ledger's database, outside the library."""
@@ -354,9 +360,10 @@ def transaction_violations(conn: Connection, *, separated: bool = True) -> list[
     users: Counter[str] = Counter()
     answers: Counter[str] = Counter()
     others: Counter[str] = Counter()
-    for conversation_id, seq, section, role, tool_calls, run_id in rows(
+    cut: Counter[str] = Counter()
+    for conversation_id, seq, section, role, tool_calls, run_id, interrupted in rows(
         conn,
-        "SELECT conversation_id, seq, section, role, tool_calls, run_id "
+        f"SELECT conversation_id, seq, section, role, tool_calls, run_id, {_interrupted(conn)} "
         "FROM conversation_messages ORDER BY conversation_id, seq",
     ):
         seqs[conversation_id].append(seq)
@@ -365,8 +372,12 @@ def transaction_violations(conn: Connection, *, separated: bool = True) -> list[
                 f"separated mode, but conversation {conversation_id} holds a "
                 f"{role} trace message at seq {seq}"
             )
+        if interrupted:
+            cut[run_id] += 1
         if role == "user":
             users[run_id] += 1
+        elif interrupted and role == "assistant" and not has_tool_calls(tool_calls):
+            pass  # an answer cut short: counted in ``cut`` only
         elif role == "assistant" and not has_tool_calls(tool_calls):
             answers[run_id] += 1
         else:
@@ -389,6 +400,11 @@ def transaction_violations(conn: Connection, *, separated: bool = True) -> list[
             problems.append(f"completed run {run_id} has {answers[run_id]} answers")
         if status != "completed" and answers[run_id] + others[run_id]:
             problems.append(f"{status} run {run_id} put half a run in its conversation")
+        if cut[run_id] and (status != "interrupted" or cut[run_id] > 1):
+            problems.append(
+                f"{status} run {run_id} has {cut[run_id]} interrupted answers: only an "
+                "interrupted run has one, and only one"
+            )
         if steps[run_id] != list(range(len(steps[run_id]))):
             problems.append(f"run {run_id}: step indexes {steps[run_id]}, not 0..n-1")
         if step_count != len(steps[run_id]):

@@ -2,7 +2,8 @@
 
 :func:`violations` returns every way a database breaks them (empty when it keeps them all):
 the rules of runs as transactions (:func:`crash_child.transaction_violations`: one user message
-per run, one answer per completed run and none in an unfinished one, no trace in a separated
+per run, one answer per completed run and none in an unfinished one but an interrupted run's
+single answer flagged ``interrupted`` (what the user was shown), no trace in a separated
 conversation, contiguous ``seq`` and step indexes, totals equal to the steps' sums, no buffer
 outside running or failed runs, no lease held by an ended run, ``integrity_check`` and
 ``foreign_key_check`` clean), plus the one other agent stores break for good: every tool call

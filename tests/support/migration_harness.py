@@ -186,11 +186,12 @@ class Database:
         """Every row of the models' tables, read through the models' column types (times
         timezone-aware, JSON decoded, booleans as bool): fit to be written to any backend."""
         rows: Rows = {}
-        present = set(self.table_names())
+        present = self.columns()  # an older revision lacks the columns added since
         with self.engine.connect() as conn:
             for table in ledger_tables.metadata.sorted_tables:
                 if table.name in present:
-                    found = conn.execute(select(table)).mappings()
+                    have = [c for c in table.columns if c.name in present[table.name]]
+                    found = conn.execute(select(*have)).mappings()
                     rows[table.name] = [dict(r) for r in found]
         return rows
 
@@ -640,7 +641,10 @@ ONLY_SINCE_0004 = {
 }
 """What revision 0003 cannot hold: left empty in a ledger that stands for an old one."""
 
-CANNOT_HOLD = {"0003": ONLY_SINCE_0004}
+ONLY_SINCE_0006 = {"agent_runs": ["partial_output", "partial_step_index"]}
+"""What revision 0005 cannot hold: what a streaming run has shown so far."""
+
+CANNOT_HOLD = {"0003": ONLY_SINCE_0004, "0005": ONLY_SINCE_0006}
 """What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
 revisions not listed can hold everything the newest can."""
 

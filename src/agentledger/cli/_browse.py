@@ -138,8 +138,10 @@ def _print_messages(messages: Messages, summarized: set[str], section: str | Non
     for message in messages:
         style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
         note = " [dim](summarized)[/dim]" if message.id in summarized else ""
+        # An answer cut short (its run was cancelled, or its process died): said so, at once.
+        cut = " [bold yellow](interrupted)[/bold yellow]" if message.interrupted else ""
         when = time_text(message.created_at)
-        out.print(f"[{style}]{message.role}[/{style}] [dim]{when}[/dim]{note}")
+        out.print(f"[{style}]{message.role}[/{style}]{cut} [dim]{when}[/dim]{note}")
         out.print(message.content, markup=False)
         out.print()
     if not messages:
@@ -281,26 +283,29 @@ def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
 @json_option
 @click.pass_context
 def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_json: bool) -> None:
-    """Abandon stale runs: mark them interrupted and free their conversations.
+    """Abandon stale runs: mark them interrupted, keep what a streaming one had shown as its
+    answer (flagged interrupted), and free their conversations.
 
     To resume them instead, call Agent.recover() from code that has the agent's model and tools.
     """
     with open_ledger(ctx) as ledger:
-        stale = (
-            ledger.stale_runs(stale_after) if dry_run else ledger.recover(stale_after=stale_after)
-        )
+        found = ledger.stale_runs(stale_after)
+        shown = {r.id: len(r.partial_output or "") for r in found}
+        stale = found if dry_run else ledger.recover(stale_after=stale_after)
         if as_json:
             print_json_lines(table_row(r) for r in stale)
         else:
-            _print_stale(ledger, stale, "stale" if dry_run else "abandoned")
+            _print_stale(ledger, stale, "stale" if dry_run else "abandoned", shown)
 
 
-def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str) -> None:
+def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[str, int]) -> None:
     runs_shown = ledger.short_ids((r.id for r in stale), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
     for r in stale:
+        # What a streaming run had shown is kept (or, in a dry run, would be): say how much.
+        kept = f", {counted(shown[r.id], 'character')} shown kept" if shown.get(r.id) else ""
         console().print(
             f"{verb}: run {runs_shown[r.id]} of conversation "
-            f"{conversations_shown[r.conversation_id]} ({counted(r.step_count, 'step')})"
+            f"{conversations_shown[r.conversation_id]} ({counted(r.step_count, 'step')}{kept})"
         )
     console().print(f"{counted(len(stale), 'run')} {verb}")

@@ -420,9 +420,11 @@ class Ledger:
         """Abandon every stale run: mark it ``interrupted``, flush its buffer and free its
         conversation; the runs abandoned.
 
-        The conversations stay clean: a run's answer only ever reaches them at its commit.
-        Resuming stale runs instead needs the agent's model and tools: that is
-        ``Agent.recover`` (or ``Agent.resume(run_id)``). A read-only handle refuses
+        The conversations stay clean: a run's answer only ever reaches them at its commit;
+        only what a step being streamed had shown when the process died (its partial output)
+        is committed now, as the run's answer flagged ``interrupted``. Resuming stale runs
+        instead needs the agent's model and tools: that is ``Agent.recover`` (or
+        ``Agent.resume(run_id)``). A read-only handle refuses
         (:class:`LedgerReadOnlyError`), stale runs or not: :meth:`stale_runs` lists them.
         """
         self._database.check_writable("recovering stale runs")
@@ -438,7 +440,8 @@ class Ledger:
         (contiguous, as many steps as each run counted and as many tool executions as each step
         did) and, on SQLite, ``PRAGMA integrity_check`` (pages, and indexes against their
         tables: a row an index lost), ``foreign_key_check`` and the full-text index's own
-        check. Reads the whole database: its time grows with the file.
+        check; and that every interrupted answer is the only answer of an ``interrupted`` run.
+        Reads the whole database: its time grows with the file.
         """
         return self._read("verifying the ledger", find_damage)
 

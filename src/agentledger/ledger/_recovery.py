@@ -3,9 +3,12 @@ taken over, and abandoning stale runs.
 
 A run is stale when it is still ``running`` and its conversation's lease expired (or another
 run took it), or, with ``stale_after``, when it has not beaten for that long. Resuming one is
-the agent's business (``Agent.resume`` rebuilds its state and goes on); abandoning one only
-needs the ledger: it is marked ``interrupted``, its buffer flushed and its conversation freed.
-The conversation stays clean either way: a run's answer only ever reaches it at its commit.
+the agent's business (``Agent.resume`` rebuilds its state and goes on, redoing the step in
+progress, whose partial output the new step replaces); abandoning one only needs the ledger: it
+is marked ``interrupted``, its buffer flushed and its conversation freed. The conversation stays
+clean either way: a run's answer only ever reaches it at its commit, but for what a streaming
+step had shown when its process died (its partial output), which an abandon commits as a
+cancel would, flagged ``interrupted``.
 """
 
 from __future__ import annotations
@@ -16,9 +19,11 @@ from typing import Any
 from sqlalchemy import Connection, Select, and_, delete, false, or_, select, update
 
 from ..errors import ConversationBusyError, UsageError
+from ..recording import interrupted_answer
 from ..values import AgentStatus
 from ._engine import Database
-from ._runs import end_run, recorded_totals
+from ._interrupts import append_interrupted_answer, count_new_version
+from ._runs import end_run, recorded_totals, run_row
 from .tables import agent_runs, conversations, execution_buffer_rows
 
 ABANDONED = "abandoned by recover(): its process stopped before the run ended"
@@ -111,6 +116,7 @@ def _abandon(conn: Connection, run_id: str, stale_after: float | None, database:
     ).first()
     if still_stale is None:
         return False
+    _keep_what_was_shown(conn, still_stale.conversation_id, run_id, now)
     interrupted = AgentStatus.INTERRUPTED
     totals = recorded_totals(conn, still_stale.conversation_id, run_id, interrupted, ABANDONED, now)
     totals["stop_reason"] = None
@@ -125,3 +131,14 @@ def _abandon(conn: Connection, run_id: str, stale_after: float | None, database:
         .values(lease_holder=None, lease_run_id=None, lease_expires_at=None, updated_at=now)
     )
     return True
+
+
+def _keep_what_was_shown(
+    conn: Connection, conversation_id: str, run_id: str, now: datetime
+) -> None:
+    """Commit the partial output of the step the run was streaming when its process died, as
+    its answer flagged interrupted (as a cancel would have)."""
+    answer = interrupted_answer(run_row(conn, run_id)["partial_output"] or "")
+    if answer is not None:
+        append_interrupted_answer(conn, conversation_id, run_id, answer)
+        count_new_version(conn, conversation_id, now)

@@ -119,6 +119,7 @@ def message_of(row: Row) -> Message:
         "metadata": row["metadata"] or {},
         "id": row["id"],
         "created_at": row["created_at"],
+        "interrupted": bool(row.get("interrupted", False)),  # buffer rows have no such column
     }
     if row["checksum"] is None:
         return Message.model_validate(values)  # written by hand: check it
@@ -321,6 +322,8 @@ def run_columns_at_end(
         **usage_columns(state.usage),
         "cost_usd": state.cost_usd,
         "fully_priced": state.fully_priced,
+        "partial_output": None,  # an ended run streams nothing
+        "partial_step_index": None,
     }
 
 

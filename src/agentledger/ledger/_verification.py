@@ -15,11 +15,18 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Connection, Engine, func, or_, select
+from sqlalchemy import Connection, Engine, func, or_, select, true
 from sqlalchemy.exc import DatabaseError
 
+from ..values import AgentStatus, Role
 from .checksums import damaged_rows
-from .tables import agent_runs, metadata, step_executions, tool_executions
+from .tables import (
+    agent_runs,
+    conversation_messages,
+    metadata,
+    step_executions,
+    tool_executions,
+)
 
 _FTS_CHECK = (
     "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('integrity-check')"
@@ -105,6 +112,7 @@ def find_damage(conn: Connection) -> list[str]:
     problems += _gaps(conn)
     problems += _miscounted_steps(conn)
     problems += _miscounted_tool_calls(conn)
+    problems += _misplaced_interrupted_answers(conn)
     return problems
 
 
@@ -157,3 +165,40 @@ def _miscounted(conn: Connection, counted: Any, owner: Any, *also: Any) -> list[
         .where(counted != rows)
     )
     return [tuple(row) for row in conn.execute(query)]
+
+
+def _misplaced_interrupted_answers(conn: Connection) -> list[str]:
+    """Interrupted answers out of place: each is an assistant message of an ``interrupted``
+    run, and the only assistant message of its run in the conversation (nothing answered
+    after it, nothing before it that the cut answer would contradict)."""
+    messages, runs = conversation_messages.c, agent_runs.c
+    strays = conn.execute(
+        select(messages.id, messages.run_id, messages.role, runs.status)
+        .outerjoin(agent_runs, runs.id == messages.run_id)
+        .where(
+            messages.interrupted == true(),
+            or_(
+                messages.role != Role.ASSISTANT.value,
+                runs.status.is_(None),
+                runs.status != AgentStatus.INTERRUPTED.value,
+            ),
+        )
+    ).all()
+    problems = [
+        f"interrupted message {m.id} is a {m.role} message of run {m.run_id} "
+        f"({m.status or 'no run'}): only an interrupted run's answer is flagged interrupted"
+        for m in strays
+    ]
+    cut = select(messages.run_id).where(messages.interrupted == true())
+    doubled = conn.execute(
+        select(messages.run_id, func.count())
+        .where(messages.role == Role.ASSISTANT.value, messages.run_id.in_(cut))
+        .group_by(messages.run_id)
+        .having(func.count() > 1)
+    ).all()
+    problems += [
+        f"run {run} has {n} assistant messages in its conversation, one of them interrupted: "
+        "an interrupted answer is its run's only one"
+        for run, n in doubled
+    ]
+    return problems

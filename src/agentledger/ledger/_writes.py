@@ -1,5 +1,6 @@
-"""``LedgerRecorder``: a run as a sequence of short write transactions (begin, one per step,
-commit or fail), taking over a run to resume it, and compactions of a conversation's context.
+"""``LedgerRecorder``: a run as a sequence of short write transactions (begin, one per step and
+one per flush of a streaming step's partial output, commit, fail or interrupt), taking over a
+run to resume it, and compactions of a conversation's context.
 
 Every write of a run checks and extends its conversation's lease first (:mod:`._leases`). When
 the database fails in the middle of a write, the recorder asks it whether the transaction took
@@ -17,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
 from ..errors import ConversationBusyError, LedgerUnavailableError, UsageError
-from ..recording import SPAWNED_BY, RunResult
+from ..recording import SPAWNED_BY, RunResult, check_shown, interrupted_answer
 from ..values import (
     AgentState,
     AgentStatus,
@@ -27,9 +28,16 @@ from ..values import (
     Message,
     Messages,
     StepExecution,
+    StopReason,
+    ToolCall,
     new_id,
 )
 from ._engine import Database
+from ._interrupts import (
+    RECORD_PARTIAL_OUTPUT,
+    append_interrupted_answer,
+    interrupted_answer_of,
+)
 from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
 from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
 from ._recovery import check_claimable, stale_query
@@ -59,7 +67,12 @@ from .tables import (
 _RECORD_PROGRESS = (
     update(agent_runs)
     .where(agent_runs.c.id == bindparam("run_id"))
-    .values(heartbeat_at=bindparam("beat"), step_count=bindparam("steps"))
+    .values(
+        heartbeat_at=bindparam("beat"),
+        step_count=bindparam("steps"),
+        partial_output=None,  # the step is recorded: what it streamed is in it
+        partial_step_index=None,
+    )
 )
 _INSERT_STEP = insert(step_executions)
 _INSERT_TOOLS = insert(tool_executions)
@@ -125,7 +138,11 @@ class LedgerRecorder:
         def read(conn: Connection) -> RunResult:
             row = run_row(conn, run_id)
             state = rebuild_state(conn, row)
-            return RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
+            result = RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
+            if row["status"] != AgentStatus.INTERRUPTED:
+                return result
+            answer = interrupted_answer_of(conn, run_id) or None  # what the user was shown
+            return result.model_copy(update={"answer": answer, "stop_reason": row["stop_reason"]})
 
         return self.database.read(f"reading the result of run {run_id}", read)
 
@@ -213,6 +230,51 @@ class LedgerRecorder:
             ),
         )
         lease.next_buffer_seq += len(buffer)
+
+    def record_partial_output(self, run_id: str, step_index: int, text: str) -> None:
+        check_shown(text)
+        lease = self.leases.held(run_id)
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.check(conn, run_id, lease, now)
+            values = {"run_id": run_id, "text": text, "step": step_index, "beat": now}
+            self.sql.execute(conn, RECORD_PARTIAL_OUTPUT, values)
+
+        # Idempotent: a flush whose acknowledgement was lost is simply written again next time.
+        self.database.write(f"recording the partial output of step {step_index} of {run_id}", work)
+
+    def interrupt_run(
+        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+    ) -> RunResult:
+        lease = self.leases.held(run_id)
+        answer = interrupted_answer(partial_text, pending_tool_calls)
+
+        def work(conn: Connection) -> None:
+            now = self.database.clock()
+            self.leases.check(conn, run_id, lease, now)
+            if answer is not None:
+                append_interrupted_answer(conn, lease.conversation_id, run_id, answer)
+            self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})
+            ended = recorded_totals(
+                conn, lease.conversation_id, run_id, AgentStatus.INTERRUPTED, None, now
+            )
+            ended["stop_reason"] = StopReason.CANCELLED.value
+            end_run(conn, run_id, ended, row=lease.run_row)
+            self.leases.release(conn, lease, now, bump_version=True)
+
+        try:
+            self._write(
+                work,
+                f"interrupting run {run_id}",
+                took_effect=lambda: select(agent_runs.c.id).where(
+                    agent_runs.c.id == run_id,
+                    agent_runs.c.stop_reason == StopReason.CANCELLED.value,
+                ),
+            )
+        finally:
+            self.leases.drop(run_id)
+        return self.run_result(run_id)
 
     def commit_run(self, state: AgentState) -> None:
         run_id = _run_id(state)
@@ -494,6 +556,7 @@ def _message_row(
         "section": section,
         "seq": seq,
         "run_id": run_id,
+        "interrupted": message.interrupted,
     }
 
 

@@ -74,7 +74,8 @@ _UNCOVERED = {
 }
 
 ADDED: dict[str, dict[str, Any]] = {
-    conversation_messages.name: {"in_context": True, "summary_id": None},
+    conversation_messages.name: {"in_context": True, "summary_id": None, "interrupted": False},
+    agent_runs.name: {"partial_output": None, "partial_step_index": None},
 }
 """Columns added after revision 0003, with their defaults: a row's checksum covers such a
 column only when its value is not the default, so the revision that adds one seals nothing

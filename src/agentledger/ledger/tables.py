@@ -31,6 +31,7 @@ from sqlalchemy import (
     Index,
     MetaData,
     UniqueConstraint,
+    false,
     true,
 )
 from sqlalchemy.dialects.postgresql import JSONB
@@ -244,6 +245,7 @@ class ConversationMessage(LedgerTable, table=True):
     in_context: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
     summary_id: str | None = None
     checksum: int | None = _checksum_column()
+    interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
 
 
 class AgentRun(LedgerTable, table=True):
@@ -273,6 +275,10 @@ class AgentRun(LedgerTable, table=True):
     budget: dict[str, JsonValue] | None = _json("budget")
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
+    partial_output: str | None = None
+    """What the user has been shown so far of the step being streamed (``NULL`` when none)."""
+    partial_step_index: int | None = None
+    """The step ``partial_output`` belongs to."""
 
     @property
     def usage(self) -> Usage:

@@ -6,6 +6,25 @@ and neither imports the other.
 """
 
 from ._memory import InMemoryRecorder
-from ._recorder import SPAWNED_BY, HasRecorder, Recorder, RunResult
+from ._recorder import (
+    INTERRUPTED_RESULT,
+    INTERRUPTED_TOOL_CALLS,
+    SPAWNED_BY,
+    HasRecorder,
+    Recorder,
+    RunResult,
+    check_shown,
+    interrupted_answer,
+)
 
-__all__ = ["SPAWNED_BY", "HasRecorder", "InMemoryRecorder", "Recorder", "RunResult"]
+__all__ = [
+    "INTERRUPTED_RESULT",
+    "INTERRUPTED_TOOL_CALLS",
+    "SPAWNED_BY",
+    "HasRecorder",
+    "InMemoryRecorder",
+    "Recorder",
+    "RunResult",
+    "check_shown",
+    "interrupted_answer",
+]

@@ -13,9 +13,10 @@ from ..values import (
     FiledMessage,
     Message,
     StepExecution,
+    ToolCall,
     new_id,
 )
-from ._recorder import SPAWNED_BY, RunResult
+from ._recorder import SPAWNED_BY, RunResult, check_shown, interrupted_answer
 
 
 class InMemoryRecorder:
@@ -31,6 +32,9 @@ class InMemoryRecorder:
         self._runs: dict[str, AgentState] = {}
         self._busy: dict[str, str] = {}
         self._compactions: dict[str, list[Compaction]] = {}
+        self._steps: dict[str, dict[int, StepExecution]] = {}
+        self._partial: dict[str, tuple[int, str]] = {}
+        self._interrupted: dict[str, str | None] = {}
         self._lock = threading.Lock()
 
     def load_conversation(self, conversation_id: str | None) -> AgentState:
@@ -69,11 +73,60 @@ class InMemoryRecorder:
     def record_step(
         self, run_id: str, execution: StepExecution, filed: Sequence[FiledMessage]
     ) -> None:
-        """Nothing to do: in one process a run's steps live in its state, which
-        :meth:`commit_run` and :meth:`fail_run` keep."""
+        """Keep the step, for :meth:`interrupt_run` (:meth:`commit_run` and :meth:`fail_run`
+        are given the run's state), and discard the step's partial output."""
+        with self._lock:
+            self._steps.setdefault(run_id, {})[execution.step_index] = execution
+            self._partial.pop(run_id, None)
+
+    def record_partial_output(self, run_id: str, step_index: int, text: str) -> None:
+        check_shown(text)
+        with self._lock:
+            self._check_running(run_id)
+            self._partial[run_id] = (step_index, text)
+
+    def partial_output(self, run_id: str) -> tuple[int, str] | None:
+        """The step index and text of the partial output of a running run, if it has one."""
+        with self._lock:
+            return self._partial.get(run_id)
+
+    def interrupt_run(
+        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+    ) -> RunResult:
+        answer = interrupted_answer(partial_text, pending_tool_calls)
+        with self._lock:
+            begun = self._check_running(run_id)
+            cid = begun.conversation_id
+            stored = self._conversations[cid]
+            if answer is not None:
+                stored = stored.with_messages(stored.messages().append(answer))
+                self._conversations[cid] = stored
+            steps = self._steps.pop(run_id, {})
+            ended = begun.with_message_store(stored.store).model_copy(
+                update={
+                    "step_executions": tuple(steps[i] for i in sorted(steps)),
+                    "status": AgentStatus.INTERRUPTED,
+                }
+            )
+            self._runs[run_id] = ended
+            self._interrupted[run_id] = partial_text or None
+            self._partial.pop(run_id, None)
+            self._release(ended)
+        return RunResult.of(ended).interrupted(partial_text)
+
+    def _check_running(self, run_id: str) -> AgentState:
+        """The state run ``run_id`` began with, while it holds its conversation."""
+        state = self._runs.get(run_id)
+        if state is None or self._busy.get(state.conversation_id) != run_id:
+            raise NotFoundError(
+                f"no running run {run_id!r} in this process's in-memory recorder: it ended, or "
+                "was never begun here"
+            )
+        return state
 
     def commit_run(self, state: AgentState) -> None:
         with self._lock:
+            self._forget_progress(state)
             self._conversations[state.conversation_id] = state
             assert state.run_id is not None
             self._runs[state.run_id] = state
@@ -81,6 +134,7 @@ class InMemoryRecorder:
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
         with self._lock:
+            self._forget_progress(state)
             assert state.run_id is not None
             self._runs[state.run_id] = state.model_copy(update={"status": AgentStatus.FAILED})
             self._release(state)
@@ -125,6 +179,11 @@ class InMemoryRecorder:
         with self._lock:
             return list(self._compactions.get(conversation_id, ()))
 
+    def _forget_progress(self, state: AgentState) -> None:
+        """A run that ends with its state given needs none of what was kept for an interrupt."""
+        self._steps.pop(state.run_id or "", None)
+        self._partial.pop(state.run_id or "", None)
+
     def _release(self, state: AgentState) -> None:
         if self._busy.get(state.conversation_id) == state.run_id:
             del self._busy[state.conversation_id]
@@ -137,6 +196,7 @@ class InMemoryRecorder:
                     f"no failed run {run_id!r} to continue in this process's in-memory recorder"
                 )
             self._busy[state.conversation_id] = run_id
+            self._steps[run_id] = {e.step_index: e for e in state.step_executions}
             return state.model_copy(update={"status": AgentStatus.RUNNING})
 
     def stale_run_ids(self, stale_after: float | None = None) -> Sequence[str]:
@@ -157,4 +217,6 @@ class InMemoryRecorder:
             state = self._runs.get(run_id)
         if state is None:
             raise NotFoundError(f"no run {run_id!r} in this process's in-memory recorder")
+        if run_id in self._interrupted:
+            return RunResult.of(state).interrupted(self._interrupted[run_id])
         return RunResult.of(state)

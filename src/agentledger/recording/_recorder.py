@@ -1,7 +1,8 @@
 """The recorder interface, and ``RunResult``.
 
 ``Agent.run`` drives a run through a :class:`Recorder`: ``begin_run`` when the user message
-arrives, ``record_step`` after every step, then ``commit_run`` or ``fail_run``. The SQL ledger
+arrives, ``record_step`` after every step (and ``record_partial_output`` while a step streams),
+then ``commit_run``, ``fail_run`` or, when the run is cancelled, ``interrupt_run``. The SQL ledger
 (:mod:`agentledger.ledger`) implements the same interface; the loop never imports it.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, JsonValue
 
 from ..values import (
     AgentState,
@@ -18,10 +19,13 @@ from ..values import (
     Compaction,
     FiledMessage,
     Message,
+    Role,
     Spend,
     StepExecution,
     StopReason,
+    ToolCall,
     Usage,
+    check_storable,
 )
 
 SPAWNED_BY = "spawned_by"
@@ -72,6 +76,62 @@ class RunResult(BaseModel):
             state=state,
         )
 
+    def interrupted(self, answer: str | None) -> RunResult:
+        """This result as that of a run cancelled with ``answer`` shown (status
+        ``interrupted``, stop reason ``cancelled``)."""
+        return self.model_copy(
+            update={
+                "answer": answer or None,
+                "status": AgentStatus.INTERRUPTED,
+                "stop_reason": StopReason.CANCELLED,
+            }
+        )
+
+
+INTERRUPTED_TOOL_CALLS = "interrupted_tool_calls"
+"""The key, in an interrupted answer's metadata, of the tool calls its step made that had no
+result when the run was cancelled, each with the result it was given
+(:data:`INTERRUPTED_RESULT`)."""
+
+INTERRUPTED_RESULT = (
+    "interrupted: the run was cancelled before this tool call returned; it may or may not "
+    "have taken effect"
+)
+"""The error result a tool call without a result gets when its run is interrupted."""
+
+
+def interrupted_answer(
+    partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+) -> Message | None:
+    """The assistant message that keeps what the user was shown of an answer cut short:
+    exactly ``partial_text``, flagged ``interrupted``. The tool calls that had no result are
+    kept in its metadata, each answered :data:`INTERRUPTED_RESULT`, never as ``tool_calls``:
+    a model is sent the message as a plain answer, so no call in it is left unanswered. None
+    when there is nothing to keep."""
+    check_shown(partial_text)
+    check_storable(pending_tool_calls, "the pending tool calls")
+    if not partial_text and not pending_tool_calls:
+        return None
+    metadata: dict[str, JsonValue] = {}
+    if pending_tool_calls:
+        metadata[INTERRUPTED_TOOL_CALLS] = [
+            {**call.model_dump(mode="json", exclude_none=True), "result": INTERRUPTED_RESULT}
+            for call in pending_tool_calls
+        ]
+    return Message(role=Role.ASSISTANT, content=partial_text, metadata=metadata, interrupted=True)
+
+
+def check_shown(text: str) -> None:
+    """Raise :class:`UnstorableTextError`, before anything is written, when streamed text
+    cannot be stored (a NUL character, a lone surrogate): the same rule the model's whole
+    response is held to."""
+    check_storable(
+        text,
+        "the streamed text",
+        what_to_do="strip or escape such characters from the model's output before they are "
+        "shown (the step's whole response would be refused for them too); nothing was recorded",
+    )
+
 
 class Recorder(Protocol):
     """Where runs are recorded. Each method is one transaction of the run's life."""
@@ -93,6 +153,28 @@ class Recorder(Protocol):
         (``AgentState.filed``), all or nothing."""
         ...
 
+    def record_partial_output(self, run_id: str, step_index: int, text: str) -> None:
+        """Make durable what the caller has been shown so far of step ``step_index`` of run
+        ``run_id`` while it streams: ``text`` is all of it since the step began (each call
+        replaces the one before). One small write, fenced by the run's lease; the loop calls
+        it at a bounded interval, never per token. Recording the step discards it.
+        :class:`UnstorableTextError` when ``text`` cannot be stored, with nothing written."""
+        ...
+
+    def interrupt_run(
+        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+    ) -> RunResult:
+        """End run ``run_id``, cancelled, in one transaction: status ``interrupted``, stop
+        reason ``cancelled``, totals those of its recorded steps; its user message kept, and
+        ``partial_text`` (exactly what the caller was shown of the step in progress) committed
+        to the conversation as an assistant message flagged ``interrupted`` (none when there
+        is nothing to keep, see :func:`interrupted_answer`). ``pending_tool_calls`` are the
+        calls of that step that had no result: each is answered :data:`INTERRUPTED_RESULT`.
+        The execution buffer is cleared and the lease freed. Returns the run's result, whose
+        ``answer`` is ``partial_text`` (None when empty). :class:`UnstorableTextError` when
+        the text cannot be stored, with nothing written and the run still held."""
+        ...
+
     def commit_run(self, state: AgentState) -> None:
         """Append the run's conversation messages, flush its buffer, close it, free the lease.
 
@@ -103,7 +185,9 @@ class Recorder(Protocol):
 
     def fail_run(self, state: AgentState, error: str | None = None) -> None:
         """Mark the run failed, keeping its buffer and steps, and free the lease. Its totals are
-        those of the steps recorded."""
+        those of the steps recorded. Its partial output is discarded (a resume redoes the
+        step): a run that cannot go on after text was shown (a stream cut after its first
+        delta) is ended with :meth:`interrupt_run`, which keeps that text."""
         ...
 
     def claim_run(self, run_id: str, *, stale_after: float | None = None) -> AgentState:

@@ -30,6 +30,9 @@ class StopReason(StrEnum):
     """The model call failed."""
     CUSTOM = "custom"
     """A criterion of the user's stopped the run."""
+    CANCELLED = "cancelled"
+    """The run was cancelled while it ran (a stopped stream, a cancelled task, Ctrl-C, a
+    dropped client): it ended ``interrupted``, what the user was shown kept as its answer."""
 
     @property
     def is_limit(self) -> bool:

@@ -81,6 +81,9 @@ class Message(BaseModel):
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     id: str = Field(default_factory=new_id)
     created_at: datetime = Field(default_factory=utc_now)
+    interrupted: bool = False
+    """An answer cut short: the part of a streamed answer the user was shown before the run
+    was cancelled (or its process died), kept as it was shown."""
 
     @model_validator(mode="after")
     def _check_shape(self) -> Message:

@@ -28,7 +28,8 @@ class AgentStatus(StrEnum):
     FAILED = "failed"
     """The model call failed; the execution buffer is kept and the run can be continued."""
     INTERRUPTED = "interrupted"
-    """The process running the run died and the run was abandoned."""
+    """The run was cancelled (stop reason ``cancelled``), or its process died and the run was
+    abandoned; what the user was shown of its answer is kept, flagged ``interrupted``."""
 
     @classmethod
     def after(cls, outcome: ContinuationOutcome) -> AgentStatus:
