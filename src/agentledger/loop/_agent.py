@@ -61,7 +61,7 @@ from ..values import (
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
-from ._runtime import StreamClosed, awaiting_on, emit
+from ._runtime import StreamClosed, emit
 from ._streams import AsyncRunStream, RunStream
 
 logger = logging.getLogger(__name__)
@@ -160,8 +160,7 @@ class Agent:
         """:meth:`run` on an event loop, which it never blocks: the model and ``async def``
         tools are awaited, and sync tools, steps and ledger writes run in worker threads.
         Cancelling the task ends the run as :meth:`run` ends a failed one."""
-        with awaiting_on(asyncio.get_running_loop()):
-            return await arun_flow(self._run(user_text, conversation_id))
+        return await arun_flow(self._run(user_text, conversation_id))
 
     def stream(self, user_text: str, conversation_id: str | None = None) -> RunStream:
         """:meth:`run`, telling its events as they happen (:mod:`agentledger.events`): iterate
@@ -199,8 +198,7 @@ class Agent:
 
     async def acompact(self, conversation_id: str, *, force: bool = False) -> Compaction | None:
         """:meth:`compact` on an event loop, which it never blocks."""
-        with awaiting_on(asyncio.get_running_loop()):
-            return await arun_flow(self._compact(conversation_id, force=force))
+        return await arun_flow(self._compact(conversation_id, force=force))
 
     def _compact(self, conversation_id: str, *, force: bool) -> Flow[Compaction | None]:
         if self.config.summarizer is None:
@@ -324,8 +322,7 @@ class Agent:
 
     async def aresume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
         """:meth:`resume` on an event loop, which it never blocks."""
-        with awaiting_on(asyncio.get_running_loop()):
-            return await arun_flow(self._resume(run_id, stale_after=stale_after))
+        return await arun_flow(self._resume(run_id, stale_after=stale_after))
 
     def _resume(self, run_id: str, *, stale_after: float | None) -> Flow[RunResult]:
         recorder = self.config.recorder
@@ -339,8 +336,7 @@ class Agent:
 
     async def arecover(self, stale_after: float | None = None) -> list[RunResult]:
         """:meth:`recover` on an event loop, which it never blocks."""
-        with awaiting_on(asyncio.get_running_loop()):
-            return await arun_flow(self._recover(stale_after))
+        return await arun_flow(self._recover(stale_after))
 
     def _recover(self, stale_after: float | None) -> Flow[list[RunResult]]:
         results = []

@@ -10,11 +10,12 @@ flow's, and so the same for ``Agent.run`` and ``Agent.arun``.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ._runtime import in_thread
+from ._runtime import awaiting_on, in_thread
 
 T = TypeVar("T")
 
@@ -30,34 +31,51 @@ Flow = Generator[Call, Any, T]
 """A run's logic: yields :class:`Call` s, returns its result."""
 
 
-def run_flow(flow: Flow[T]) -> T:
-    """Drive ``flow`` here, each call in this thread."""
+@dataclass(frozen=True)
+class _Outcome:
+    """What a call came to: its value, or the exception it raised."""
+
     value: Any = None
     error: BaseException | None = None
-    while True:
-        try:
-            call = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        value, error = None, None
-        try:
-            value = call.function()
-        except BaseException as exc:  # the flow decides what a failure leaves behind
-            error = exc
+
+
+def _next_call(flow: Flow[T], outcome: _Outcome) -> Call | StopIteration:
+    """Send ``outcome`` into ``flow``: the next call it needs, or the end (with its result)."""
+    try:
+        return flow.send(outcome.value) if outcome.error is None else flow.throw(outcome.error)
+    except StopIteration as done:
+        return done
+
+
+def _called(call: Call) -> _Outcome:
+    try:
+        return _Outcome(value=call.function())
+    except BaseException as exc:  # the flow decides what a failure leaves behind
+        return _Outcome(error=exc)
+
+
+async def _awaited(call: Call) -> _Outcome:
+    try:
+        return _Outcome(value=await in_thread(call.function))
+    except BaseException as exc:  # a cancellation too: the flow decides what it leaves behind
+        return _Outcome(error=exc)
+
+
+def run_flow(flow: Flow[T]) -> T:
+    """Drive ``flow`` here, each call in this thread."""
+    step = _next_call(flow, _Outcome())
+    while isinstance(step, Call):
+        step = _next_call(flow, _called(step))
+    return step.value  # type: ignore[no-any-return]
 
 
 async def arun_flow(flow: Flow[T]) -> T:
-    """Drive ``flow`` on the running event loop, each call in a worker thread. A cancellation
-    (``asyncio.CancelledError``) is thrown into the flow where it waits, like any failure."""
-    value: Any = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
-        value, error = None, None
-        try:
-            value = await in_thread(call.function)
-        except BaseException as exc:  # the flow decides what a failure leaves behind
-            error = exc
+    """Drive ``flow`` on the running event loop, each call in a worker thread, and what the
+    calls must await (an ``AsyncLLM``, an ``async def`` tool) awaited on this loop. A
+    cancellation (``asyncio.CancelledError``) is thrown into the flow where it waits, like
+    any failure."""
+    with awaiting_on(asyncio.get_running_loop()):
+        step = _next_call(flow, _Outcome())
+        while isinstance(step, Call):
+            step = _next_call(flow, await _awaited(step))
+        return step.value  # type: ignore[no-any-return]

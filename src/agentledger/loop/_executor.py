@@ -103,35 +103,29 @@ class ToolExecutor:
         or a private one)."""
         started_at = self._started(context)
         prepared = self._prepared(context, started_at)
-        if isinstance(prepared, ToolExecution):
-            return self._finished(context, prepared)
+        if not isinstance(prepared, tuple):
+            return self._finished(context, started_at, prepared)
         tool, arguments = prepared
         try:
             value = tool.invoke(arguments, context)
-            if inspect.isawaitable(value):
-                value = wait_for(value)
-        except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
-            raise
-        except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            return self._finished(context, self._raised(context, started_at, exc, arguments))
-        return self._finished(context, self._output(context, started_at, value, arguments))
+            value = wait_for(value) if inspect.isawaitable(value) else value
+        except Exception as exc:
+            return self._finished(context, started_at, exc, arguments)
+        return self._finished(context, started_at, value, arguments)
 
     async def aexecute_one(self, context: ToolContext) -> ToolExecution:
         """Run one call of an ``async def`` tool on the running event loop."""
         started_at = self._started(context)
         prepared = self._prepared(context, started_at)
-        if isinstance(prepared, ToolExecution):
-            return self._finished(context, prepared)
+        if not isinstance(prepared, tuple):
+            return self._finished(context, started_at, prepared)
         tool, arguments = prepared
         try:
             value = tool.invoke(arguments, context)
-            if inspect.isawaitable(value):
-                value = await value
-        except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
-            raise
-        except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            return self._finished(context, self._raised(context, started_at, exc, arguments))
-        return self._finished(context, self._output(context, started_at, value, arguments))
+            value = (await value) if inspect.isawaitable(value) else value
+        except Exception as exc:
+            return self._finished(context, started_at, exc, arguments)
+        return self._finished(context, started_at, value, arguments)
 
     def _started(self, context: ToolContext) -> datetime:
         if context.run_id is not None:
@@ -142,7 +136,25 @@ class ToolExecutor:
             )
         return self.clock()
 
-    def _finished(self, context: ToolContext, execution: ToolExecution) -> ToolExecution:
+    def _finished(
+        self,
+        context: ToolContext,
+        started_at: datetime,
+        outcome: object,
+        arguments: BaseModel | None = None,
+    ) -> ToolExecution:
+        """The execution of a call whose tool returned ``outcome`` (or raised it, or whose
+        error result it already is), told to the listener."""
+        if isinstance(outcome, LedgerError):  # the ledger failed (a subagent's, say): the run
+            raise outcome  # must fail, and can be resumed
+        if isinstance(outcome, ToolExecution):
+            execution = outcome
+        elif isinstance(outcome, Exception):  # a tool's failure is a result for the model
+            assert arguments is not None
+            execution = self._raised(context, started_at, outcome, arguments)
+        else:
+            assert arguments is not None
+            execution = self._output(context, started_at, outcome, arguments)
         if context.run_id is not None:
             emit(
                 ToolCallFinished(

@@ -29,13 +29,31 @@ class _Ended:
     error: BaseException | None = None
 
 
-def _not_yet() -> UsageError:
-    return UsageError(
-        "the stream's result is known once it is exhausted: iterate over every event first"
-    )
+class _Events:
+    """What both streams share: the end of the run, once the consumer has reached it."""
+
+    _ended: _Ended | None = None
+
+    @property
+    def result(self) -> RunResult:
+        """The run's result, once every event has been read."""
+        if self._ended is None or self._ended.result is None:
+            raise UsageError(
+                "the stream's result is known once it is exhausted: iterate over every event first"
+            )
+        return self._ended.result
+
+    def _read(self, item: Event | _Ended) -> Event | None:
+        """``item`` if it is an event; at the end, None (or the run's error, raised)."""
+        if not isinstance(item, _Ended):
+            return item
+        self._ended = item
+        if item.error is not None:
+            raise item.error
+        return None
 
 
-class RunStream(Iterator[Event]):
+class RunStream(_Events, Iterator[Event]):
     """A run's events, for a ``for`` loop; ``result`` once it is exhausted.
 
     The run goes in a thread of its own from the first ``next``. ``close()`` (or dropping the
@@ -47,13 +65,6 @@ class RunStream(Iterator[Event]):
         self._items: queue.SimpleQueue[Event | _Ended] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
         self._closed = False
-        self._ended: _Ended | None = None
-
-    @property
-    def result(self) -> RunResult:
-        if self._ended is None or self._ended.result is None:
-            raise _not_yet()
-        return self._ended.result
 
     def __iter__(self) -> RunStream:
         return self
@@ -65,13 +76,10 @@ class RunStream(Iterator[Event]):
             context = contextvars.copy_context()
             self._thread = threading.Thread(target=context.run, args=(self._work,), daemon=True)
             self._thread.start()
-        item = self._items.get()
-        if isinstance(item, _Ended):
-            self._ended = item
-            if item.error is not None:
-                raise item.error
+        event = self._read(self._items.get())
+        if event is None:
             raise StopIteration
-        return item
+        return event
 
     def close(self) -> None:
         """Stop the run (if it has not ended) and wait until it is recorded as stopped."""
@@ -103,7 +111,7 @@ class RunStream(Iterator[Event]):
             self._items.put(_Ended(error=exc))
 
 
-class AsyncRunStream(AsyncIterator[Event]):
+class AsyncRunStream(_Events, AsyncIterator[Event]):
     """A run's events, for an ``async for`` loop; ``result`` once it is exhausted.
 
     The run goes in a task of its own from the first ``__anext__``; ``aclose()`` (or cancelling
@@ -114,13 +122,6 @@ class AsyncRunStream(AsyncIterator[Event]):
         self._start = start
         self._items: asyncio.Queue[Event | _Ended] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
-        self._ended: _Ended | None = None
-
-    @property
-    def result(self) -> RunResult:
-        if self._ended is None or self._ended.result is None:
-            raise _not_yet()
-        return self._ended.result
 
     def __aiter__(self) -> AsyncRunStream:
         return self
@@ -135,12 +136,10 @@ class AsyncRunStream(AsyncIterator[Event]):
         except asyncio.CancelledError:
             await self.aclose()
             raise
-        if isinstance(item, _Ended):
-            self._ended = item
-            if item.error is not None:
-                raise item.error
+        event = self._read(item)
+        if event is None:
             raise StopAsyncIteration
-        return item
+        return event
 
     async def aclose(self) -> None:
         """Cancel the run (if it has not ended) and wait until it is recorded as stopped."""
