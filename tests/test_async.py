@@ -275,11 +275,18 @@ def test_acompact_without_a_summarizer_says_how_to_get_one(ledger: Ledger) -> No
 class Slow:
     """A model that takes its time: long enough to be cancelled while it is asked."""
 
+    def __init__(self) -> None:
+        self.cancelled = asyncio.Event()
+
     def complete(self, request: InferenceRequest) -> InferenceResponse:
         raise AssertionError("the async loop awaits acomplete")
 
     async def acomplete(self, request: InferenceRequest) -> InferenceResponse:
-        await asyncio.sleep(5)
+        try:
+            await asyncio.sleep(5)
+        except asyncio.CancelledError:
+            self.cancelled.set()
+            raise
         return InferenceResponse(content="late")
 
 

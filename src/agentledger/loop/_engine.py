@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ._runtime import awaiting_on, in_thread
+from ._runtime import awaiting_on, cancel_in_flight, in_thread, tracking_in_flight
 
 T = TypeVar("T")
 
@@ -57,7 +57,10 @@ def _called(call: Call) -> _Outcome:
 async def _awaited(call: Call) -> _Outcome:
     try:
         return _Outcome(value=await in_thread(call.function))
-    except BaseException as exc:  # a cancellation too: the flow decides what it leaves behind
+    except asyncio.CancelledError as exc:
+        cancel_in_flight()  # the step's thread stops waiting for the model, or for its tools
+        return _Outcome(error=exc)
+    except BaseException as exc:  # the flow decides what a failure leaves behind
         return _Outcome(error=exc)
 
 
@@ -74,7 +77,7 @@ async def arun_flow(flow: Flow[T]) -> T:
     calls must await (an ``AsyncLLM``, an ``async def`` tool) awaited on this loop. A
     cancellation (``asyncio.CancelledError``) is thrown into the flow where it waits, like
     any failure."""
-    with awaiting_on(asyncio.get_running_loop()):
+    with awaiting_on(asyncio.get_running_loop()), tracking_in_flight():
         step = _next_call(flow, _Outcome())
         while isinstance(step, Call):
             step = _next_call(flow, await _awaited(step))

@@ -15,7 +15,7 @@ import asyncio
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
@@ -71,15 +71,47 @@ def event_loop() -> asyncio.AbstractEventLoop | None:
     return _LOOP.get()
 
 
+_IN_FLIGHT: contextvars.ContextVar[set[Future[Any]] | None] = contextvars.ContextVar(
+    "agentledger_in_flight", default=None
+)
+
+
 def wait_for(awaitable: Awaitable[T]) -> T:
     """The result of ``awaitable``, from synchronous code: on the run's event loop when the
     run is asynchronous (this code runs in a worker thread of it), else on a private event
-    loop, so an ``async def`` tool works from ``Agent.run`` too."""
+    loop, so an ``async def`` tool works from ``Agent.run`` too. While it runs on the run's
+    loop it is in flight: cancelling the run cancels it (:func:`cancel_in_flight`)."""
     loop = event_loop()
     coroutine = _as_coroutine(awaitable)
-    if loop is not None:
-        return asyncio.run_coroutine_threadsafe(coroutine, loop).result()
-    return asyncio.run(coroutine)
+    if loop is None:
+        return asyncio.run(coroutine)
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    in_flight = _IN_FLIGHT.get()
+    if in_flight is not None:
+        in_flight.add(future)
+    try:
+        return future.result()
+    finally:
+        if in_flight is not None:
+            in_flight.discard(future)
+
+
+@contextmanager
+def tracking_in_flight() -> Iterator[None]:
+    """Keep the awaitables that the steps started inside hand to this loop, so that
+    :func:`cancel_in_flight` can stop them (the model's stream, ``async def`` tools)."""
+    token = _IN_FLIGHT.set(set())
+    try:
+        yield
+    finally:
+        _IN_FLIGHT.reset(token)
+
+
+def cancel_in_flight() -> None:
+    """Cancel what the steps of this run wait for on its event loop: a cancelled run does not
+    wait for its model to finish answering (its step's thread then ends at once)."""
+    for future in list(_IN_FLIGHT.get() or ()):
+        future.cancel()
 
 
 async def _as_coroutine(awaitable: Awaitable[T]) -> T:
