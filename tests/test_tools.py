@@ -246,14 +246,10 @@ def star_kwargs(**options: str) -> str:
     return ""
 
 
-async def asynchronous(city: str) -> str:
-    return city
-
-
 UNDESCRIBABLE = pytest.mark.parametrize(
     "function",
-    [no_annotation, star_args, star_kwargs, asynchronous],
-    ids=["parameter without annotation", "*args", "**kwargs", "async function"],
+    [no_annotation, star_args, star_kwargs],
+    ids=["parameter without annotation", "*args", "**kwargs"],
 )
 
 

@@ -146,11 +146,6 @@ def function_tool(
     function: Callable[..., object], *, name: str | None = None, description: str | None = None
 ) -> FunctionTool:
     """The :class:`FunctionTool` for ``function``; what ``@tool`` does."""
-    if inspect.iscoroutinefunction(function):
-        raise ToolDefinitionError(
-            f"{function.__qualname__} is async; tools are called synchronously. "
-            "Wrap it in a function that runs it (for example with asyncio.run)."
-        )
     tool_name = function.__name__ if name is None else name
     if not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", tool_name):
         raise ToolDefinitionError(

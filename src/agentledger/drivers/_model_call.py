@@ -4,19 +4,26 @@ step when the call raised)."""
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
+from typing import cast
 
 from ..errors import UnstorableTextError
-from ..loop import StepRequest
+from ..loop import StepRequest, emit, event_loop, listening, wait_for
 from ..values import (
+    LLM,
     AgentState,
     AgentStep,
+    InferenceDelta,
+    InferenceRequest,
     InferenceResponse,
     Message,
     Messages,
+    ReasoningDelta,
     Role,
     Spend,
     StepType,
+    TextDelta,
     ToolExecution,
     check_storable,
     printable,
@@ -134,3 +141,75 @@ def _step_type(response: InferenceResponse, request: StepRequest) -> StepType:
     if request.is_final_response:
         return StepType.FINAL_RESPONSE
     return StepType.TOOL_USE if response.tool_calls else StepType.RESPONSE
+
+
+def ask_model(
+    llm: LLM,
+    inference: InferenceRequest,
+    state: AgentState,
+    request: StepRequest,
+    *,
+    tell: bool = True,
+) -> InferenceResponse:
+    """The model's response to ``inference``: awaited on the run's event loop when the run is
+    asynchronous and the model has ``acomplete``/``astream`` (else called here, in the step's
+    thread). When someone listens to the run's events and ``tell`` is set, the model streams
+    (``stream``/``astream`` when it has them) and its text is told as it comes, as
+    :class:`TextDelta` and :class:`ReasoningDelta`; a model that cannot stream tells its whole
+    text as one delta."""
+    told = _teller(state, request) if tell and listening() else None
+    if event_loop() is not None and hasattr(llm, "acomplete"):
+        return wait_for(_ask_async(llm, inference, told))
+    if told is not None and hasattr(llm, "stream"):
+        return _streamed(cast(Iterator[object], llm.stream(inference)), told)
+    response = llm.complete(inference)
+    if told is not None:
+        told(InferenceDelta(text=response.content, reasoning=response.reasoning or ""))
+    return response
+
+
+async def _ask_async(
+    llm: object, inference: InferenceRequest, told: Callable[[InferenceDelta], None] | None
+) -> InferenceResponse:
+    if told is not None and hasattr(llm, "astream"):
+        items = cast(AsyncIterator[object], llm.astream(inference))
+        async for item in items:
+            if isinstance(item, InferenceResponse):
+                return item
+            if isinstance(item, InferenceDelta):
+                told(item)
+        raise _no_response(llm)
+    response = await llm.acomplete(inference)  # type: ignore[attr-defined]
+    assert isinstance(response, InferenceResponse)
+    if told is not None:
+        told(InferenceDelta(text=response.content, reasoning=response.reasoning or ""))
+    return response
+
+
+def _streamed(items: Iterator[object], told: Callable[[InferenceDelta], None]) -> InferenceResponse:
+    for item in items:
+        if isinstance(item, InferenceResponse):
+            return item
+        if isinstance(item, InferenceDelta):
+            told(item)
+    raise _no_response(items)
+
+
+def _no_response(source: object) -> RuntimeError:
+    return RuntimeError(
+        f"the stream of {type(source).__name__} ended without its whole response: a stream "
+        "yields its deltas, then exactly one InferenceResponse"
+    )
+
+
+def _teller(state: AgentState, request: StepRequest) -> Callable[[InferenceDelta], None]:
+    """Tells the listener a step's deltas, as events of the run."""
+    run_id, index = state.run_id or "", request.step_index
+
+    def told(delta: InferenceDelta) -> None:
+        if delta.text:
+            emit(TextDelta(run_id=run_id, step_index=index, text=delta.text))
+        if delta.reasoning:
+            emit(ReasoningDelta(run_id=run_id, step_index=index, text=delta.reasoning))
+
+    return told

@@ -43,6 +43,7 @@ from ..values import (
     output_error,
 )
 from ._model_call import (
+    ask_model,
     checked_response,
     execute_tools,
     failed_step,
@@ -278,7 +279,9 @@ class ReActDriver:
         started_at = request.clock()
         messages = inference_messages(state, request)
         try:
-            response = checked_response(self.llm.complete(self._inference(state, request)))
+            inference = self._inference(state, request)
+            # Its text is a JSON decision, not words for the user: it is not told as it comes.
+            response = checked_response(ask_model(self.llm, inference, state, request, tell=False))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
             return failed_step(exc, messages, request, started_at)
         final = request.is_final_response

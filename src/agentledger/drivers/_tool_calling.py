@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from ..loop import StepRequest
 from ..values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
 from ._model_call import (
+    ask_model,
     checked_response,
     execute_tools,
     failed_step,
@@ -38,7 +39,7 @@ class ToolCallingDriver:
             settings=self.settings,
         )
         try:
-            response = checked_response(self.llm.complete(inference))
+            response = checked_response(ask_model(self.llm, inference, state, request))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
             return failed_step(exc, messages, request, started_at)
         executions = execute_tools(response, state, request)

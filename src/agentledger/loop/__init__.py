@@ -8,7 +8,10 @@ recorder interface; never a driver, a provider or the ledger.
 
 from ._agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
 from ._driver import Driver, StepRequest
+from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import TRACEBACK_KEY, ToolExecutor
+from ._runtime import emit, event_loop, listening, wait_for
+from ._streams import AsyncRunStream, RunStream
 from ._subagents import (
     SPAWN_TOOL_NAME,
     SpawnArguments,
@@ -23,12 +26,22 @@ __all__ = [
     "TRACEBACK_KEY",
     "Agent",
     "AgentConfig",
+    "AsyncRunStream",
+    "Call",
     "Driver",
     "FinalResponse",
+    "Flow",
+    "RunStream",
     "SpawnArguments",
     "SpawnSubagentTool",
     "StepRequest",
     "SubagentPolicy",
     "SubagentSpec",
     "ToolExecutor",
+    "arun_flow",
+    "emit",
+    "event_loop",
+    "listening",
+    "run_flow",
+    "wait_for",
 ]

@@ -6,12 +6,14 @@ code over values; asking the model and running tools happen in the driver.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import partial
 
 from ..core import (
     EMPTY_TOOLS,
@@ -48,13 +50,19 @@ from ..values import (
     InferenceResponse,
     Message,
     Role,
+    RunFinished,
+    RunStarted,
     StepExecution,
+    StepRecorded,
     StopReason,
     check_storable,
     new_id,
 )
 from ._driver import Driver, StepRequest
+from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
+from ._runtime import StreamClosed, emit
+from ._streams import AsyncRunStream, RunStream
 
 logger = logging.getLogger(__name__)
 
@@ -146,15 +154,37 @@ class Agent:
         With a context budget, a conversation grown past its share of the budget is summarized
         first (:meth:`compact`); if that fails, the run goes on with the conversation as it was
         (the failure is logged and recorded)."""
-        state = self.config.recorder.load_conversation(conversation_id)
+        return run_flow(self._run(user_text, conversation_id))
+
+    async def arun(self, user_text: str, conversation_id: str | None = None) -> RunResult:
+        """:meth:`run` on an event loop, which it never blocks: the model and ``async def``
+        tools are awaited, and sync tools, steps and ledger writes run in worker threads.
+        Cancelling the task ends the run as :meth:`run` ends a failed one."""
+        return await arun_flow(self._run(user_text, conversation_id))
+
+    def stream(self, user_text: str, conversation_id: str | None = None) -> RunStream:
+        """:meth:`run`, telling its events as they happen (:mod:`agentledger.events`): iterate
+        over it; once it is exhausted, ``.result`` is the run's :class:`RunResult`. Closing it
+        (or dropping it) before the end stops the run."""
+        return RunStream(lambda: self.run(user_text, conversation_id))
+
+    def astream(self, user_text: str, conversation_id: str | None = None) -> AsyncRunStream:
+        """:meth:`arun`, telling its events as they happen: ``async for`` over it; once it is
+        exhausted, ``.result`` is the run's :class:`RunResult`. ``aclose()`` (or cancelling
+        the consuming task) stops the run."""
+        return AsyncRunStream(lambda: self.arun(user_text, conversation_id))
+
+    def _run(self, user_text: str, conversation_id: str | None) -> Flow[RunResult]:
+        recorder = self.config.recorder
+        state = yield Call(partial(recorder.load_conversation, conversation_id))
         if conversation_id is not None and self.config.summarizer is not None:
             check_storable(user_text, "the user message")
             incoming = Message(role=Role.USER, content=user_text)
             try:
-                state = self._summarize(state, incoming=incoming, force=False)[0]
+                state = (yield from self._summarize(state, incoming=incoming, force=False))[0]
             except CompactionError as exc:
                 logger.warning("%s; the run goes on with the whole conversation", exc)
-        return self._start(state, user_text)
+        return (yield from self._start(state, user_text))
 
     def compact(self, conversation_id: str, *, force: bool = False) -> Compaction | None:
         """Summarize the oldest messages of a conversation now, if it takes more than its share
@@ -164,17 +194,24 @@ class Agent:
         Raises :class:`CompactionError` when the summary could not be made (the conversation is
         then exactly as it was), and :class:`ConversationBusyError` while a run holds it.
         """
+        return run_flow(self._compact(conversation_id, force=force))
+
+    async def acompact(self, conversation_id: str, *, force: bool = False) -> Compaction | None:
+        """:meth:`compact` on an event loop, which it never blocks."""
+        return await arun_flow(self._compact(conversation_id, force=force))
+
+    def _compact(self, conversation_id: str, *, force: bool) -> Flow[Compaction | None]:
         if self.config.summarizer is None:
             raise UsageError(
                 f"agent {self.name!r} has no summarizer: build it with "
                 "AgentBuilder.with_context_budget(max_tokens) (summarize=True, the default)"
             )
-        state = self.config.recorder.load_conversation(conversation_id)
-        return self._summarize(state, incoming=None, force=force)[1]
+        state = yield Call(partial(self.config.recorder.load_conversation, conversation_id))
+        return (yield from self._summarize(state, incoming=None, force=force))[1]
 
     def _summarize(
         self, state: AgentState, *, incoming: Message | None, force: bool
-    ) -> tuple[AgentState, Compaction | None]:
+    ) -> Flow[tuple[AgentState, Compaction | None]]:
         """Summarize ``state``'s conversation if :func:`plan_summary` says so; the state to go
         on with, and what was recorded."""
         budget, summarizer = self.config.context_budget, self.config.summarizer
@@ -197,8 +234,12 @@ class Agent:
         )
         response = None
         try:
-            response = summarizer.summarize(
-                plan.previous.append_messages(plan.moved), budget.summary_limit
+            response = yield Call(
+                partial(
+                    summarizer.summarize,
+                    plan.previous.append_messages(plan.moved),
+                    budget.summary_limit,
+                )
             )
             if not response.content.strip():
                 raise CompactionError("the model returned an empty summary")
@@ -213,7 +254,9 @@ class Agent:
                 }
             )
             with contextlib.suppress(LedgerError):  # the model's error is the one to report
-                recorder.record_compaction(state, failed, summary=None, moved=())
+                yield Call(
+                    partial(recorder.record_compaction, state, failed, summary=None, moved=())
+                )
             raise CompactionError(
                 f"summarizing conversation {state.conversation_id} failed ({failed.error}); "
                 "the conversation is unchanged"
@@ -227,8 +270,12 @@ class Agent:
                 **_spent(response),
             }
         )
-        recorder.record_compaction(state, compaction, summary=summary, moved=plan.moved)
-        return recorder.load_conversation(state.conversation_id), compaction
+        yield Call(
+            partial(
+                recorder.record_compaction, state, compaction, summary=summary, moved=plan.moved
+            )
+        )
+        return (yield Call(partial(recorder.load_conversation, state.conversation_id))), compaction
 
     def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
         """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
@@ -244,71 +291,124 @@ class Agent:
                 "metadata": {SPAWNED_BY: parent.idempotency_key},
             }
         )
-        return self._start(state, task)
+        return run_flow(self._start(state, task))
 
-    def _start(self, state: AgentState, user_text: str) -> RunResult:
+    def _start(self, state: AgentState, user_text: str) -> Flow[RunResult]:
         """Begin a run on ``state`` with the user's message, record it, and drive it. Text the
         ledger cannot store is refused before anything is written."""
         check_storable(user_text, "the user message")
         user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
         state = self.begin(state.with_messages(state.messages().append(user)))
-        self.config.recorder.begin_run(state, user_message=user, agent_name=self.name)
-        return self._drive(state)
+        yield Call(
+            partial(self.config.recorder.begin_run, state, user_message=user, agent_name=self.name)
+        )
+        assert state.run_id is not None
+        emit(
+            RunStarted(
+                run_id=state.run_id,
+                conversation_id=state.conversation_id,
+                agent_name=self.name,
+                depth=state.depth,
+                parent_run_id=state.parent_run_id,
+            )
+        )
+        return (yield from self._drive(state))
 
     def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
         """Continue a run whose process died or whose model failed, with this agent's model
         and tools. The step in flight at a crash is done again. Resume a run tree through its
         root: the redone spawn resumes each subagent run with the subagent's own agent."""
-        return self._drive(self.config.recorder.claim_run(run_id, stale_after=stale_after))
+        return run_flow(self._resume(run_id, stale_after=stale_after))
+
+    async def aresume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
+        """:meth:`resume` on an event loop, which it never blocks."""
+        return await arun_flow(self._resume(run_id, stale_after=stale_after))
+
+    def _resume(self, run_id: str, *, stale_after: float | None) -> Flow[RunResult]:
+        recorder = self.config.recorder
+        state = yield Call(partial(recorder.claim_run, run_id, stale_after=stale_after))
+        return (yield from self._drive(state))
 
     def recover(self, stale_after: float | None = None) -> list[RunResult]:
         """Resume every stale top-level run of the recorder, with the subagent runs below it;
         runs another process claims first are left to it."""
+        return run_flow(self._recover(stale_after))
+
+    async def arecover(self, stale_after: float | None = None) -> list[RunResult]:
+        """:meth:`recover` on an event loop, which it never blocks."""
+        return await arun_flow(self._recover(stale_after))
+
+    def _recover(self, stale_after: float | None) -> Flow[list[RunResult]]:
         results = []
-        for run_id in self.config.recorder.stale_run_ids(stale_after):
+        run_ids = yield Call(partial(self.config.recorder.stale_run_ids, stale_after))
+        for run_id in run_ids:
             try:
-                results.append(self.resume(run_id, stale_after=stale_after))
+                results.append((yield from self._resume(run_id, stale_after=stale_after)))
             except (ConversationBusyError, LeaseLostError):
                 continue  # another process claimed it first, or took it over
         return results
 
-    def _drive(self, state: AgentState) -> RunResult:
+    def _drive(self, state: AgentState) -> Flow[RunResult]:
+        """Take the run's steps, recording each as it ends, then commit the run (or record it
+        failed). Every exit of the run goes through here, sync or async alike."""
         recorder = self.config.recorder
         ended = False
         try:
-            for after in self._continue(state):
-                execution = after.current_execution
-                assert after.run_id is not None and execution is not None
-                recorder.record_step(after.run_id, execution, after.filed_since(state))
-                state = after
+            if _takes_a_step(state):
+                while True:
+                    after = yield Call(partial(self.step, state))
+                    yield from self._record_step(state, after)
+                    state = after
+                    if not _goes_on(state):
+                        break
             state = _settled(state)
             if state.status is AgentStatus.FAILED:
                 ended = True  # fail_run frees the run whether or not it could write
-                recorder.fail_run(state)
+                yield Call(partial(recorder.fail_run, state))
             else:
-                recorder.commit_run(state)
+                yield Call(partial(recorder.commit_run, state))
         except BaseException as exc:
             if not ended:
-                # A step or the commit could not be recorded: the run ends failed as of its
-                # last recorded step, free to be resumed at once (when the database lets us
-                # say so; otherwise its lease expires). The original error is the one to report.
-                with contextlib.suppress(Exception):
-                    recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
+                yield from self._ended_early(state, exc)
             raise
-        return RunResult.of(state)
+        result = RunResult.of(state)
+        emit(run_finished(result))
+        return result
+
+    def _record_step(self, before: AgentState, after: AgentState) -> Flow[None]:
+        execution = after.current_execution
+        assert after.run_id is not None and execution is not None
+        filed = after.filed_since(before)
+        yield Call(partial(self.config.recorder.record_step, after.run_id, execution, filed))
+        step = execution.step
+        emit(
+            StepRecorded(
+                run_id=after.run_id,
+                step_index=execution.step_index,
+                usage=step.usage,
+                cost_usd=step.cost_usd,
+            )
+        )
+
+    def _ended_early(self, state: AgentState, exc: BaseException) -> Flow[None]:
+        """A run that stopped before it could be committed: a step or the commit could not be
+        recorded, or the run was cancelled (its task cancelled, its stream closed, Ctrl-C). It
+        ends failed as of its last recorded step, free to be resumed at once (when the database
+        lets us say so; otherwise its lease expires). The original error is the one to report.
+
+        This is the one place a cancellation is caught."""
+        with contextlib.suppress(Exception):
+            yield Call(partial(self.config.recorder.fail_run, state, _failure_text(exc)))
 
     def _continue(self, state: AgentState) -> Iterator[AgentState]:
         """Steps until the run stops. A run whose last step already ended it (a crash between
         that step and the commit) takes no more steps; a failed one tries again."""
-        outcome = state.continuation_outcome
-        ended = outcome is not None and not outcome.should_continue
-        if ended and outcome is not None and outcome.stop_reason is not StopReason.ERROR:
+        if not _takes_a_step(state):
             return
         while True:
             state = self.step(state)
             yield state
-            outcome = state.continuation_outcome
-            if outcome is None or not outcome.should_continue:
+            if not _goes_on(state):
                 return
 
     def begin(self, state: AgentState) -> AgentState:
@@ -378,6 +478,42 @@ def _spent(response: InferenceResponse) -> dict[str, object]:
     if response.model:
         spent["model"] = response.model
     return spent
+
+
+def _takes_a_step(state: AgentState) -> bool:
+    """Whether a run picked up in ``state`` takes a step: not when its last step already ended
+    it (a crash between that step and the commit); a failed one tries again."""
+    outcome = state.continuation_outcome
+    if outcome is None or outcome.should_continue:
+        return True
+    return outcome.stop_reason is StopReason.ERROR
+
+
+def _goes_on(state: AgentState) -> bool:
+    outcome = state.continuation_outcome
+    return outcome is not None and outcome.should_continue
+
+
+def _failure_text(exc: BaseException) -> str:
+    """What a run that ended early records as its error."""
+    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed)):
+        return f"{type(exc).__name__}: the run was cancelled before it ended"
+    return f"{type(exc).__name__}: {exc}"
+
+
+def run_finished(result: RunResult) -> RunFinished:
+    """The event that ends a run's stream: its summary, with the whole result attached."""
+    return RunFinished(
+        run_id=result.run_id,
+        conversation_id=result.conversation_id,
+        answer=result.answer,
+        status=result.status,
+        stop_reason=result.stop_reason,
+        usage=result.usage,
+        cost_usd=result.cost_usd,
+        error=result.error,
+        result=result,
+    )
 
 
 def _settled(state: AgentState) -> AgentState:

@@ -13,27 +13,33 @@ end of that traceback is kept in the tool execution's metadata (``traceback``), 
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
+from functools import partial
 
 import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from ..core import EMPTY_TOOLS, ToolContext, ToolOutput, ToolSet
+from ..core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet
 from ..errors import LedgerError
 from ..values import (
     AgentState,
     Clock,
     Spend,
     ToolCall,
+    ToolCallFinished,
+    ToolCallStarted,
     ToolExecution,
     find_unstorable,
     printable,
     utc_now,
 )
+from ._runtime import emit, event_loop, in_context, in_thread, wait_for
 
 logger = logging.getLogger("agentledger.tools")
 
@@ -70,13 +76,102 @@ class ToolExecutor:
             ToolContext(state=state, tool_call=c, step_index=step_index, in_flight=in_flight)
             for c in calls
         ]
+        if event_loop() is not None and contexts:
+            # An asynchronous run: the calls are tasks on its event loop (async tools awaited
+            # there, sync ones in worker threads), cancelled together.
+            return wait_for(self._execute_as_tasks(contexts))
         if self.max_parallel == 1 or len(contexts) < 2:
             return tuple(self.execute_one(c) for c in contexts)
         with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(contexts))) as pool:
-            return tuple(pool.map(self.execute_one, contexts))
+            return tuple(pool.map(in_context(self.execute_one), contexts))
+
+    async def _execute_as_tasks(self, contexts: Sequence[ToolContext]) -> tuple[ToolExecution, ...]:
+        slots = asyncio.Semaphore(self.max_parallel)
+
+        async def one(context: ToolContext) -> ToolExecution:
+            async with slots:
+                if _is_async(self.tools.get(context.tool_call.name)):
+                    return await self.aexecute_one(context)
+                return await in_thread(partial(self.execute_one, context))
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(c)) for c in contexts]
+        return tuple(t.result() for t in tasks)
 
     def execute_one(self, context: ToolContext) -> ToolExecution:
-        started_at = self.clock()
+        """Run one call here (an ``async def`` tool to completion on an event loop: the run's,
+        or a private one)."""
+        started_at = self._started(context)
+        prepared = self._prepared(context, started_at)
+        if not isinstance(prepared, tuple):
+            return self._finished(context, started_at, prepared)
+        tool, arguments = prepared
+        try:
+            value = tool.invoke(arguments, context)
+            value = wait_for(value) if inspect.isawaitable(value) else value
+        except Exception as exc:
+            return self._finished(context, started_at, exc, arguments)
+        return self._finished(context, started_at, value, arguments)
+
+    async def aexecute_one(self, context: ToolContext) -> ToolExecution:
+        """Run one call of an ``async def`` tool on the running event loop."""
+        started_at = self._started(context)
+        prepared = self._prepared(context, started_at)
+        if not isinstance(prepared, tuple):
+            return self._finished(context, started_at, prepared)
+        tool, arguments = prepared
+        try:
+            value = tool.invoke(arguments, context)
+            value = (await value) if inspect.isawaitable(value) else value
+        except Exception as exc:
+            return self._finished(context, started_at, exc, arguments)
+        return self._finished(context, started_at, value, arguments)
+
+    def _started(self, context: ToolContext) -> datetime:
+        if context.run_id is not None:
+            emit(
+                ToolCallStarted(
+                    run_id=context.run_id, step_index=context.step_index, call=context.tool_call
+                )
+            )
+        return self.clock()
+
+    def _finished(
+        self,
+        context: ToolContext,
+        started_at: datetime,
+        outcome: object,
+        arguments: BaseModel | None = None,
+    ) -> ToolExecution:
+        """The execution of a call whose tool returned ``outcome`` (or raised it, or whose
+        error result it already is), told to the listener."""
+        if isinstance(outcome, LedgerError):  # the ledger failed (a subagent's, say): the run
+            raise outcome  # must fail, and can be resumed
+        if isinstance(outcome, ToolExecution):
+            execution = outcome
+        elif isinstance(outcome, Exception):  # a tool's failure is a result for the model
+            assert arguments is not None
+            execution = self._raised(context, started_at, outcome, arguments)
+        else:
+            assert arguments is not None
+            execution = self._output(context, started_at, outcome, arguments)
+        if context.run_id is not None:
+            emit(
+                ToolCallFinished(
+                    run_id=context.run_id,
+                    step_index=context.step_index,
+                    call_id=context.tool_call.id,
+                    result=execution.result,
+                    is_error=execution.is_error,
+                    duration_ms=execution.duration_ms,
+                )
+            )
+        return execution
+
+    def _prepared(
+        self, context: ToolContext, started_at: datetime
+    ) -> tuple[Tool, BaseModel] | ToolExecution:
+        """The tool and its validated arguments, or the error result that says why not."""
         call = context.tool_call
         tool = self.tools.get(call.name)
         if tool is None:
@@ -84,15 +179,15 @@ class ToolExecutor:
         if call.raw_arguments is not None:
             return self._failed(context, started_at, _unparsed_arguments(call))
         try:
-            arguments = tool.arguments_model.model_validate(call.arguments)
+            return tool, tool.arguments_model.model_validate(call.arguments)
         except ValidationError as exc:
             return self._failed(context, started_at, _invalid_arguments(call, exc))
-        try:
-            value = tool.invoke(arguments, context)
-        except LedgerError:  # the ledger failed (a subagent's, say): the run must fail, resumable
-            raise
-        except Exception as exc:  # a tool's failure is a result for the model, not a crash
-            return self._raised(context, started_at, exc, arguments)
+
+    def _output(
+        self, context: ToolContext, started_at: datetime, value: object, arguments: BaseModel
+    ) -> ToolExecution:
+        """The execution of a call whose tool returned ``value``."""
+        call = context.tool_call
         output = _as_output(value, call)
         if isinstance(output, str):
             return self._failed(context, started_at, output, arguments)
@@ -152,6 +247,14 @@ class ToolExecutor:
             finished_at=self.clock(),
             metadata=metadata or {},
         )
+
+
+def _is_async(tool: Tool | None) -> bool:
+    """Whether ``tool`` is an ``async def`` function (or its ``invoke`` is)."""
+    function = getattr(tool, "function", None)
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(
+        getattr(tool, "invoke", None)
+    )
 
 
 def _kept_traceback(exc: BaseException, *, limit: int = TRACEBACK_LIMIT) -> str:

@@ -1,0 +1,159 @@
+"""Where a step runs: who listens to its events, and which event loop (if any) its awaitables
+belong to.
+
+The loop's logic is one implementation, run by a synchronous shell (``Agent.run``) and an
+asynchronous one (``Agent.arun``). The asynchronous shell takes each step in a worker thread
+(processors and drivers are plain functions) and hands back to its event loop what must be
+awaited: an ``AsyncLLM``'s call, ``async def`` tools. Both facts travel in context variables,
+which worker threads started with ``asyncio.to_thread`` (or :func:`in_context`) inherit, so a
+subagent run started by a tool streams its events to the same listener.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import threading
+from collections.abc import Awaitable, Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import Any, TypeVar
+
+from ..values import Event
+
+T = TypeVar("T")
+
+EventSink = Callable[[Event], None]
+
+_SINK: contextvars.ContextVar[EventSink | None] = contextvars.ContextVar(
+    "agentledger_event_sink", default=None
+)
+_LOOP: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.ContextVar(
+    "agentledger_event_loop", default=None
+)
+
+
+def listening() -> bool:
+    """Whether a caller streams this run's events (so the model is asked to stream)."""
+    return _SINK.get() is not None
+
+
+def emit(event: Event) -> None:
+    """Tell the listener, if there is one. A listener that raises stops the run (that is how a
+    consumer that stopped iterating cancels it)."""
+    sink = _SINK.get()
+    if sink is not None:
+        sink(event)
+
+
+@contextmanager
+def events_to(sink: EventSink) -> Iterator[None]:
+    """Send the events of the runs started inside to ``sink``."""
+    token = _SINK.set(sink)
+    try:
+        yield
+    finally:
+        _SINK.reset(token)
+
+
+@contextmanager
+def awaiting_on(loop: asyncio.AbstractEventLoop) -> Iterator[None]:
+    """Have the steps started inside await their awaitables on ``loop``."""
+    token = _LOOP.set(loop)
+    try:
+        yield
+    finally:
+        _LOOP.reset(token)
+
+
+def event_loop() -> asyncio.AbstractEventLoop | None:
+    """The event loop of the asynchronous run this code belongs to, if any."""
+    return _LOOP.get()
+
+
+_IN_FLIGHT: contextvars.ContextVar[set[Future[Any]] | None] = contextvars.ContextVar(
+    "agentledger_in_flight", default=None
+)
+
+
+def wait_for(awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, from synchronous code: on the run's event loop when the
+    run is asynchronous (this code runs in a worker thread of it), else on a private event
+    loop, so an ``async def`` tool works from ``Agent.run`` too. While it runs on the run's
+    loop it is in flight: cancelling the run cancels it (:func:`cancel_in_flight`)."""
+    loop = event_loop()
+    coroutine = _as_coroutine(awaitable)
+    if loop is None:
+        return asyncio.run(coroutine)
+    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
+    in_flight = _IN_FLIGHT.get()
+    if in_flight is not None:
+        in_flight.add(future)
+    try:
+        return future.result()
+    finally:
+        if in_flight is not None:
+            in_flight.discard(future)
+
+
+@contextmanager
+def tracking_in_flight() -> Iterator[None]:
+    """Keep the awaitables that the steps started inside hand to this loop, so that
+    :func:`cancel_in_flight` can stop them (the model's stream, ``async def`` tools)."""
+    token = _IN_FLIGHT.set(set())
+    try:
+        yield
+    finally:
+        _IN_FLIGHT.reset(token)
+
+
+def cancel_in_flight() -> None:
+    """Cancel what the steps of this run wait for on its event loop: a cancelled run does not
+    wait for its model to finish answering (its step's thread then ends at once)."""
+    for future in list(_IN_FLIGHT.get() or ()):
+        future.cancel()
+
+
+async def _as_coroutine(awaitable: Awaitable[T]) -> T:
+    return await awaitable
+
+
+def in_context(function: Callable[..., T]) -> Callable[..., T]:
+    """``function`` bound to a copy of the current context, for a thread pool that does not
+    carry it over (each call gets its own copy)."""
+    context = contextvars.copy_context()
+
+    def call(*args: Any) -> T:
+        return context.copy().run(function, *args)
+
+    return call
+
+
+_WORKERS: ThreadPoolExecutor | None = None
+_WORKERS_LOCK = threading.Lock()
+
+MAX_WORKER_THREADS = 256
+"""How many threads the asynchronous loop may block at once (steps, sync tools, ledger writes):
+many runs share them, and none of their work waits on the event loop's default executor."""
+
+
+def _workers() -> ThreadPoolExecutor:
+    global _WORKERS
+    with _WORKERS_LOCK:
+        if _WORKERS is None:
+            _WORKERS = ThreadPoolExecutor(MAX_WORKER_THREADS, thread_name_prefix="agentledger")
+        return _WORKERS
+
+
+async def in_thread(function: Callable[[], T]) -> T:
+    """``function()`` in a worker thread, with this context, awaited without blocking the event
+    loop. Our own pool, not the loop's default executor: a step waiting on a sync tool's thread
+    must never wait for a thread that steps hold (the default executor has a handful)."""
+    loop = asyncio.get_running_loop()
+    return await loop.run_in_executor(_workers(), contextvars.copy_context().run, function)
+
+
+class StreamClosed(BaseException):
+    """Raised where a run emits its next event once the consumer of its stream has closed it;
+    a ``BaseException``, so no ``except Exception`` (a tool's, a model call's) takes it for a
+    failure of its own. The run then ends as a cancelled run does."""

@@ -1,0 +1,167 @@
+"""The streams ``Agent.stream`` and ``Agent.astream`` return: a run's events as they happen,
+then its result.
+
+A run emits its events from wherever it is (the loop, a step's thread, a tool's thread, a
+subagent's run); the stream is the queue between those places and the one consumer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+import queue
+import threading
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from dataclasses import dataclass
+
+from ..errors import UsageError
+from ..recording import RunResult
+from ..values import Event
+from ._runtime import StreamClosed, events_to
+
+
+@dataclass(frozen=True)
+class _Ended:
+    """What follows a run's last event: its result, or the exception it raised."""
+
+    result: RunResult | None = None
+    error: BaseException | None = None
+
+
+class _Events:
+    """What both streams share: the end of the run, once the consumer has reached it."""
+
+    _ended: _Ended | None = None
+
+    @property
+    def result(self) -> RunResult:
+        """The run's result, once every event has been read."""
+        if self._ended is None or self._ended.result is None:
+            raise UsageError(
+                "the stream's result is known once it is exhausted: iterate over every event first"
+            )
+        return self._ended.result
+
+    def _read(self, item: Event | _Ended) -> Event | None:
+        """``item`` if it is an event; at the end, None (or the run's error, raised)."""
+        if not isinstance(item, _Ended):
+            return item
+        self._ended = item
+        if item.error is not None:
+            raise item.error
+        return None
+
+
+class RunStream(_Events, Iterator[Event]):
+    """A run's events, for a ``for`` loop; ``result`` once it is exhausted.
+
+    The run goes in a thread of its own from the first ``next``. ``close()`` (or dropping the
+    stream) stops it at its next event, and the run ends as a cancelled run does.
+    """
+
+    def __init__(self, start: Callable[[], RunResult]) -> None:
+        self._start = start
+        self._items: queue.SimpleQueue[Event | _Ended] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    def __iter__(self) -> RunStream:
+        return self
+
+    def __next__(self) -> Event:
+        if self._ended is not None:
+            raise StopIteration
+        if self._thread is None:
+            context = contextvars.copy_context()
+            self._thread = threading.Thread(target=context.run, args=(self._work,), daemon=True)
+            self._thread.start()
+        event = self._read(self._items.get())
+        if event is None:
+            raise StopIteration
+        return event
+
+    def close(self) -> None:
+        """Stop the run (if it has not ended) and wait until it is recorded as stopped."""
+        self._closed = True
+        if self._thread is not None:
+            self._thread.join()
+
+    def __enter__(self) -> RunStream:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self._closed = True  # a dropped stream stops its run, without waiting for it
+
+    def _tell(self, event: Event) -> None:
+        if self._closed:
+            raise StreamClosed
+        self._items.put(event)
+
+    def _work(self) -> None:
+        try:
+            with events_to(self._tell):
+                self._items.put(_Ended(result=self._start()))
+        except StreamClosed:
+            self._items.put(_Ended(error=None))
+        except BaseException as exc:  # the consumer gets the run's error from next()
+            self._items.put(_Ended(error=exc))
+
+
+class AsyncRunStream(_Events, AsyncIterator[Event]):
+    """A run's events, for an ``async for`` loop; ``result`` once it is exhausted.
+
+    The run goes in a task of its own from the first ``__anext__``; ``aclose()`` (or cancelling
+    the consuming task) cancels it, and the run ends as a cancelled run does.
+    """
+
+    def __init__(self, start: Callable[[], Awaitable[RunResult]]) -> None:
+        self._start = start
+        self._items: asyncio.Queue[Event | _Ended] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+
+    def __aiter__(self) -> AsyncRunStream:
+        return self
+
+    async def __anext__(self) -> Event:
+        if self._ended is not None:
+            raise StopAsyncIteration
+        if self._task is None:
+            self._task = asyncio.create_task(self._work(asyncio.get_running_loop()))
+        try:
+            item = await self._items.get()
+        except asyncio.CancelledError:
+            await self.aclose()
+            raise
+        event = self._read(item)
+        if event is None:
+            raise StopAsyncIteration
+        return event
+
+    async def aclose(self) -> None:
+        """Cancel the run (if it has not ended) and wait until it is recorded as stopped."""
+        task, self._task = self._task, None
+        if self._ended is None:
+            self._ended = _Ended()
+        if task is None or task.done():
+            return
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.shield(task)
+
+    async def _work(self, loop: asyncio.AbstractEventLoop) -> None:
+        def tell(event: Event) -> None:
+            loop.call_soon_threadsafe(self._items.put_nowait, event)
+
+        try:
+            with events_to(tell):
+                result = await self._start()
+        except BaseException as exc:  # the consumer gets the run's error from __anext__
+            loop.call_soon_threadsafe(self._items.put_nowait, _Ended(error=exc))
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        loop.call_soon_threadsafe(self._items.put_nowait, _Ended(result=result))
