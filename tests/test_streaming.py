@@ -5,6 +5,7 @@ streams offline."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -243,6 +244,20 @@ def test_closing_a_stream_mid_answer_stops_the_run_and_frees_the_conversation(
     )
     assert again.status is AgentStatus.COMPLETED
     assert ledger.verify() == []
+
+
+def test_a_stream_dropped_mid_answer_stops_its_run(ledger: Ledger, db: Database) -> None:
+    stream = slow_lead(ledger).stream(QUESTION)
+    for event in stream:
+        if isinstance(event, TextDelta):
+            break
+    del stream, event
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while db.scalar("SELECT status FROM agent_runs") == "running" and time.monotonic() < deadline:
+        time.sleep(0.02)
+    run = db.row("SELECT status, error FROM agent_runs")
+    assert run["status"] == "failed" and "cancelled" in run["error"]
 
 
 def test_aclose_of_an_astream_mid_answer_stops_the_run(ledger: Ledger, db: Database) -> None:

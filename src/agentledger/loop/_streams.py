@@ -53,6 +53,30 @@ class _Events:
         return None
 
 
+class _Channel:
+    """Between a run's thread and its stream: the events, and whether the consumer is gone.
+    The thread holds only this, never the stream, so a stream dropped unread is collected
+    (and its run stopped)."""
+
+    def __init__(self) -> None:
+        self.items: queue.SimpleQueue[Event | _Ended] = queue.SimpleQueue()
+        self.closed = False
+
+    def tell(self, event: Event) -> None:
+        if self.closed:
+            raise StreamClosed
+        self.items.put(event)
+
+    def work(self, start: Callable[[], RunResult]) -> None:
+        try:
+            with events_to(self.tell):
+                self.items.put(_Ended(result=start()))
+        except StreamClosed:
+            self.items.put(_Ended(error=None))
+        except BaseException as exc:  # the consumer gets the run's error from next()
+            self.items.put(_Ended(error=exc))
+
+
 class RunStream(_Events, Iterator[Event]):
     """A run's events, for a ``for`` loop; ``result`` once it is exhausted.
 
@@ -62,9 +86,8 @@ class RunStream(_Events, Iterator[Event]):
 
     def __init__(self, start: Callable[[], RunResult]) -> None:
         self._start = start
-        self._items: queue.SimpleQueue[Event | _Ended] = queue.SimpleQueue()
+        self._channel = _Channel()
         self._thread: threading.Thread | None = None
-        self._closed = False
 
     def __iter__(self) -> RunStream:
         return self
@@ -74,16 +97,18 @@ class RunStream(_Events, Iterator[Event]):
             raise StopIteration
         if self._thread is None:
             context = contextvars.copy_context()
-            self._thread = threading.Thread(target=context.run, args=(self._work,), daemon=True)
+            self._thread = threading.Thread(
+                target=context.run, args=(self._channel.work, self._start), daemon=True
+            )
             self._thread.start()
-        event = self._read(self._items.get())
+        event = self._read(self._channel.items.get())
         if event is None:
             raise StopIteration
         return event
 
     def close(self) -> None:
         """Stop the run (if it has not ended) and wait until it is recorded as stopped."""
-        self._closed = True
+        self._channel.closed = True
         if self._thread is not None:
             self._thread.join()
 
@@ -94,21 +119,7 @@ class RunStream(_Events, Iterator[Event]):
         self.close()
 
     def __del__(self) -> None:
-        self._closed = True  # a dropped stream stops its run, without waiting for it
-
-    def _tell(self, event: Event) -> None:
-        if self._closed:
-            raise StreamClosed
-        self._items.put(event)
-
-    def _work(self) -> None:
-        try:
-            with events_to(self._tell):
-                self._items.put(_Ended(result=self._start()))
-        except StreamClosed:
-            self._items.put(_Ended(error=None))
-        except BaseException as exc:  # the consumer gets the run's error from next()
-            self._items.put(_Ended(error=exc))
+        self._channel.closed = True  # a dropped stream stops its run, without waiting for it
 
 
 class AsyncRunStream(_Events, AsyncIterator[Event]):
