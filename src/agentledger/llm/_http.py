@@ -21,13 +21,8 @@ from pydantic import JsonValue
 
 from ..errors import (
     ConfigurationError,
-    ProviderAuthenticationError,
     ProviderConnectionError,
-    ProviderError,
-    ProviderRateLimitError,
-    ProviderRequestError,
     ProviderResponseError,
-    ProviderServerError,
     ProviderStreamCutError,
     ProviderTimeoutError,
 )
@@ -40,6 +35,7 @@ from ..values import (
 from ._pricing import PriceTable
 from ._retries import Failure, Retries, RetryPolicy, retry_after
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
+from ._statuses import classify, server_message, snippet
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
@@ -357,7 +353,7 @@ class HttpProvider:
             raise ProviderResponseError(
                 self._redact(
                     f"{self.provider} streamed an event this client cannot read "
-                    f"({type(exc).__name__}: {exc}): {_snippet(event.data)!r}. Is "
+                    f"({type(exc).__name__}: {exc}): {snippet(event.data)!r}. Is "
                     f"{self.base_url} really an {self.provider}-compatible API?"
                 ),
                 provider=self.provider,
@@ -397,11 +393,11 @@ class HttpProvider:
 
     def _event_failure(self, event: StreamErrorEvent) -> Failure:
         """An error event in the stream, judged as the HTTP status it stands for."""
-        kind, retryable, advice = _classify(event.status, self)
+        kind, retryable, advice = classify(event.status, self)
         return Failure(
             kind,
             f"{self.provider} {advice[0]} (error event in the stream: "
-            f"{_snippet(self._redact(event.message))})",
+            f"{snippet(self._redact(event.message))})",
             advice[1],
             retryable=retryable,
         )
@@ -459,7 +455,7 @@ class HttpProvider:
             raise ProviderResponseError(
                 self._redact(
                     f"{self.provider} answered HTTP {response.status_code} with a body that is "
-                    f"not a JSON object: {_snippet(self._redact(response.text))!r}. Is "
+                    f"not a JSON object: {snippet(self._redact(response.text))!r}. Is "
                     f"{self.base_url} really an {self.provider}-compatible API?"
                 ),
                 provider=self.provider,
@@ -469,8 +465,8 @@ class HttpProvider:
 
     def _status_failure(self, response: httpx.Response) -> Failure:
         status = response.status_code
-        detail = f"HTTP {status}: {_snippet(self._redact(_server_message(response)))}"
-        kind, retryable, advice = _classify(status, self)
+        detail = f"HTTP {status}: {snippet(self._redact(server_message(response)))}"
+        kind, retryable, advice = classify(status, self)
         return Failure(
             kind,
             f"{self.provider} {advice[0]} ({detail})",
@@ -526,87 +522,11 @@ def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(sorted(found, key=len, reverse=True))
 
 
-def _classify(
-    status: int, provider: HttpProvider
-) -> tuple[type[ProviderError], bool, tuple[str, str]]:
-    """The error type, whether to retry, and what happened / what to do, for an HTTP status."""
-    if status == 429:
-        return (
-            ProviderRateLimitError,
-            True,
-            (
-                "is rate limiting the requests",
-                "Wait and resume the run, lower the request rate, or allow more retries "
-                "with RetryPolicy(max_retries=...).",
-            ),
-        )
-    if status in (408, 409):
-        return (
-            ProviderRequestError,
-            True,
-            ("could not take the request now", "The run is kept: resume it later."),
-        )
-    if status >= 500:
-        return (
-            ProviderServerError,
-            True,
-            ("failed on its side", "The run is kept: resume it later."),
-        )
-    if status in (401, 403):
-        what = "refused the API key" if status == 401 else "refused the key's permissions"
-        return (
-            ProviderAuthenticationError,
-            False,
-            (
-                what,
-                f"Set {provider.api_key_variable} to a valid key (or pass api_key=) and "
-                "check that the key may use this model.",
-            ),
-        )
-    if status == 404:
-        return (
-            ProviderRequestError,
-            False,
-            (
-                f"has no such endpoint or model at {provider.base_url}",
-                f"Check the model name ({provider.model!r}) and the base URL.",
-            ),
-        )
-    return (
-        ProviderRequestError,
-        False,
-        (
-            "refused the request",
-            "Check the model name, the model settings and the messages; retrying the same "
-            "request will not help.",
-        ),
-    )
-
-
-def _server_message(response: httpx.Response) -> str:
-    """The error message in an OpenAI- or Anthropic-style error body, else the body."""
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text.strip() or response.reason_phrase
-    error = body.get("error") if isinstance(body, dict) else None
-    if isinstance(error, dict) and isinstance(error.get("message"), str):
-        return str(error["message"])
-    if isinstance(error, str):
-        return error
-    return response.text
-
-
 def _package_version() -> str:
     try:
         return version("agentledger")
     except PackageNotFoundError:  # pragma: no cover - a source tree without install
         return "0"
-
-
-def _snippet(text: str, limit: int = 300) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= limit else f"{text[:limit]}..."
 
 
 def _timeout_text(timeout: httpx.Timeout) -> str:
