@@ -49,7 +49,7 @@ from support.migration_harness import (
     begin_stale_run,
     record_representative_runs,
 )
-from support.unprivileged import unprivileged_worker
+from support.unprivileged import UNPRIVILEGED_USER, unprivileged_worker
 
 # --- a recorded ledger, and what may not change ---------------------------------------------
 
@@ -161,6 +161,12 @@ def unwritable(request: pytest.FixtureRequest, shelf: Shelf) -> Iterator[Shelf]:
 @pytest.fixture(scope="module")
 def nobody() -> Iterator[ProcessPoolExecutor]:
     """A worker that runs the plays as ``nobody`` (or as this user, when it is not root)."""
+    blocked = play.unreachable()
+    if blocked:
+        pytest.skip(
+            f"{UNPRIVILEGED_USER} may not enter {', '.join(blocked)} (on the way to this checkout "
+            "or to Python): give them o+x, or clone elsewhere, to run the unprivileged tests"
+        )
     with unprivileged_worker() as worker:
         uid, euid = worker.submit(play.user_id).result()
         assert uid == euid and (euid != 0 or os.geteuid() != 0)

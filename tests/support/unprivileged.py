@@ -17,6 +17,8 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import stat
+import sys
 import tempfile
 from collections.abc import Iterator
 from concurrent.futures import ProcessPoolExecutor
@@ -77,6 +79,24 @@ def _warm_up_commands(ids: dict[str, str]) -> list[list[str]]:
         ["--read-only", "db", "upgrade"],
         ["--read-only", "recover"],
     ]
+
+
+def unreachable() -> list[str]:
+    """The directories ``nobody`` could not pass through to reach this checkout or its virtual
+    environment (a clone under a ``mktemp -d`` folder, mode 0700): the worker would fail on its
+    first lazy load there (migration scripts, DuckDB's extensions). Empty when every one may be
+    entered by others. (The interpreter's own files need not be reachable: the worker loaded
+    them before it gave root up.)"""
+    if os.geteuid() != 0:
+        return []
+    tops = {Path(__file__).resolve().parents[2], Path(sys.prefix).resolve()}
+    blocked = {
+        str(folder)
+        for top in tops
+        for folder in (top, *top.parents)
+        if not folder.stat().st_mode & stat.S_IXOTH
+    }
+    return sorted(blocked)
 
 
 @contextlib.contextmanager
