@@ -290,7 +290,7 @@ class Slow:
         return InferenceResponse(content="late")
 
 
-def test_a_cancelled_arun_ends_failed_with_its_user_message_kept_and_frees_the_conversation(
+def test_a_cancelled_arun_ends_interrupted_with_its_user_message_kept_and_frees_the_conversation(
     ledger: Ledger, db: Database
 ) -> None:
     first = agent(ScriptedLLM(script()), ledger).run(QUESTION)
@@ -309,12 +309,12 @@ def test_a_cancelled_arun_ends_failed_with_its_user_message_kept_and_frees_the_c
     assert time.perf_counter() - started < 2  # the run did not wait for the model
 
     cancelled = db.row(
-        "SELECT status, error FROM agent_runs WHERE conversation_id = :c AND id != :r",
+        "SELECT status, stop_reason, error FROM agent_runs WHERE conversation_id = :c AND id != :r",
         c=first.conversation_id,
         r=first.run_id,
     )
-    assert cancelled["status"] == "failed"
-    assert "cancelled" in cancelled["error"]
+    assert (cancelled["status"], cancelled["stop_reason"]) == ("interrupted", "cancelled")
+    assert cancelled["error"] is None
     # the conversation is free again, and holds the user message of the cancelled run
     again = asyncio.run(
         agent(ScriptedLLM([InferenceResponse(content="Sun.")]), ledger).arun(

@@ -233,8 +233,9 @@ def test_closing_a_stream_mid_answer_stops_the_run_and_frees_the_conversation(
     stream.close()
     assert time.perf_counter() - started < 1
 
-    run = db.row("SELECT status, error, conversation_id FROM agent_runs")
-    assert run["status"] == "failed" and "cancelled" in run["error"]
+    run = db.row("SELECT status, stop_reason, conversation_id FROM agent_runs")
+    assert (run["status"], run["stop_reason"]) == ("interrupted", "cancelled")
+    assert stream.result.status is AgentStatus.INTERRUPTED
     again = (
         AgentBuilder()
         .with_llm(ScriptedLLM([answer("Sun.")]))
@@ -256,8 +257,8 @@ def test_a_stream_dropped_mid_answer_stops_its_run(ledger: Ledger, db: Database)
     deadline = time.monotonic() + 5
     while db.scalar("SELECT status FROM agent_runs") == "running" and time.monotonic() < deadline:
         time.sleep(0.02)
-    run = db.row("SELECT status, error FROM agent_runs")
-    assert run["status"] == "failed" and "cancelled" in run["error"]
+    run = db.row("SELECT status, stop_reason FROM agent_runs")
+    assert (run["status"], run["stop_reason"]) == ("interrupted", "cancelled")
 
 
 def test_aclose_of_an_astream_mid_answer_stops_the_run(ledger: Ledger, db: Database) -> None:
@@ -269,8 +270,8 @@ def test_aclose_of_an_astream_mid_answer_stops_the_run(ledger: Ledger, db: Datab
         await stream.aclose()
 
     asyncio.run(main())
-    run = db.row("SELECT status, error FROM agent_runs")
-    assert run["status"] == "failed" and "cancelled" in run["error"]
+    run = db.row("SELECT status, stop_reason FROM agent_runs")
+    assert (run["status"], run["stop_reason"]) == ("interrupted", "cancelled")
     assert ledger.verify() == []
 
 

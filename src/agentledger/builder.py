@@ -31,6 +31,7 @@ from .loop import (
     AgentConfig,
     Driver,
     FinalResponse,
+    PartialFlush,
     SpawnSubagentTool,
     SubagentPolicy,
     SubagentSpec,
@@ -74,6 +75,7 @@ class AgentBuilder:
     summarize: bool = True
     summarizer: LLM | None = None
     summary_model: str | None = None
+    partial_flush: PartialFlush = PartialFlush()
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -201,6 +203,13 @@ class AgentBuilder:
             raise ConfigurationError(f"with_parallel_tools needs at least 1, got {max_parallel}")
         return self._with(max_parallel_tools=max_parallel)
 
+    def with_partial_flush(self, *, seconds: float = 0.5, characters: int = 2000) -> AgentBuilder:
+        """While a streamed step's text is shown, make it durable (the run's partial output)
+        every ``seconds`` or every ``characters`` shown, whichever comes first: what a process
+        killed mid-answer leaves for recovery to commit. A cancelled run commits all it showed,
+        whatever the interval."""
+        return self._with(partial_flush=PartialFlush(seconds=seconds, characters=characters))
+
     def with_subagents(
         self, subagents: Iterable[SubagentSpec], *, policy: SubagentPolicy | None = None
     ) -> AgentBuilder:
@@ -247,6 +256,7 @@ class AgentBuilder:
                 recorder=recorder,
                 context_budget=self.context_budget,
                 summarizer=self._summarizer(),
+                partial_flush=self.partial_flush,
             )
         )
 
@@ -268,6 +278,7 @@ class AgentBuilder:
             final_instruction=self.final_instruction,
             stop_finish_reasons=self.stop_finish_reasons,
             recorder=recorder,
+            partial_flush=self.partial_flush,
             subagents=tuple(spec.subagents),
             subagent_policy=self.subagent_policy,
         )

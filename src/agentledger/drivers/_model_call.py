@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import cast
 
 from ..errors import UnstorableTextError
-from ..loop import StepRequest, emit, event_loop, listening, wait_for
+from ..loop import StepRequest, emit, event_loop, listening, note_tool_calls, wait_for
 from ..values import (
     LLM,
     AgentState,
@@ -102,6 +102,7 @@ def execute_tools(
 ) -> tuple[ToolExecution, ...]:
     """Run the tool calls of ``response`` with the request's executor."""
     spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
+    note_tool_calls(state.run_id, request.step_index, response.tool_calls)
     return request.executor.execute(response.tool_calls, state, request.step_index, in_flight=spent)
 
 

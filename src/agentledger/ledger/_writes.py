@@ -11,7 +11,7 @@ that is the truth and the run goes on; if not, or if the database cannot say, th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -245,10 +245,17 @@ class LedgerRecorder:
         self.database.write(f"recording the partial output of step {step_index} of {run_id}", work)
 
     def interrupt_run(
-        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+        self,
+        run_id: str,
+        *,
+        partial_text: str,
+        pending_tool_calls: Sequence[ToolCall] = (),
+        tool_results: Mapping[str, str] | None = None,
+        error: str | None = None,
     ) -> RunResult:
         lease = self.leases.held(run_id)
-        answer = interrupted_answer(partial_text, pending_tool_calls)
+        answer = interrupted_answer(partial_text, pending_tool_calls, tool_results)
+        stop_reason = StopReason.CANCELLED if error is None else StopReason.ERROR
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
@@ -257,9 +264,9 @@ class LedgerRecorder:
                 append_interrupted_answer(conn, lease.conversation_id, run_id, answer)
             self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})
             ended = recorded_totals(
-                conn, lease.conversation_id, run_id, AgentStatus.INTERRUPTED, None, now
+                conn, lease.conversation_id, run_id, AgentStatus.INTERRUPTED, error, now
             )
-            ended["stop_reason"] = StopReason.CANCELLED.value
+            ended["stop_reason"] = stop_reason.value
             end_run(conn, run_id, ended, row=lease.run_row)
             self.leases.release(conn, lease, now, bump_version=True)
 
@@ -269,7 +276,7 @@ class LedgerRecorder:
                 f"interrupting run {run_id}",
                 took_effect=lambda: select(agent_runs.c.id).where(
                     agent_runs.c.id == run_id,
-                    agent_runs.c.stop_reason == StopReason.CANCELLED.value,
+                    agent_runs.c.stop_reason == stop_reason.value,
                 ),
             )
         finally:

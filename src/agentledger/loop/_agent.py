@@ -61,6 +61,7 @@ from ..values import (
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
+from ._partials import Interruption, PartialFlush, RunWatch, watching
 from ._runtime import StreamClosed, emit
 from ._streams import AsyncRunStream, RunStream
 
@@ -99,6 +100,7 @@ class AgentConfig:
     recorder: Recorder = field(default_factory=InMemoryRecorder)
     context_budget: ContextBudget | None = None
     summarizer: Summarizer | None = None
+    partial_flush: PartialFlush = PartialFlush()
 
 
 class Agent:
@@ -351,17 +353,31 @@ class Agent:
     def _drive(self, state: AgentState) -> Flow[RunResult]:
         """Take the run's steps, recording each as it ends, then commit the run (or record it
         failed). Every exit of the run goes through here, sync or async alike."""
+        assert state.run_id is not None
+        with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
+            return (yield from self._steps(state, watch))
+
+    def _steps(self, state: AgentState, watch: RunWatch) -> Flow[RunResult]:
         recorder = self.config.recorder
         ended = False
         try:
+            shown = ""
             if _takes_a_step(state):
                 while True:
                     after = yield Call(partial(self.step, state))
-                    yield from self._record_step(state, after)
+                    shown = yield from self._record_step(state, after, watch)
                     state = after
                     if not _goes_on(state):
                         break
             state = _settled(state)
+            if state.status is AgentStatus.FAILED and shown:
+                # The step that failed had shown text (its stream was cut): it is kept.
+                ended = True
+                result = yield from self._interrupt(
+                    watch, Interruption(shown), error=state.error or "the step failed"
+                )
+                emit(run_finished(result))
+                return result
             if state.status is AgentStatus.FAILED:
                 ended = True  # fail_run frees the run whether or not it could write
                 yield Call(partial(recorder.fail_run, state))
@@ -369,16 +385,18 @@ class Agent:
                 yield Call(partial(recorder.commit_run, state))
         except BaseException as exc:
             if not ended:
-                yield from self._ended_early(state, exc)
+                yield from self._ended_early(state, exc, watch)
             raise
         result = RunResult.of(state)
         emit(run_finished(result))
         return result
 
-    def _record_step(self, before: AgentState, after: AgentState) -> Flow[None]:
+    def _record_step(self, before: AgentState, after: AgentState, watch: RunWatch) -> Flow[str]:
+        """Record the step ``before`` became ``after``; the text it showed the caller."""
         execution = after.current_execution
         assert after.run_id is not None and execution is not None
         filed = after.filed_since(before)
+        shown = watch.seal(execution.step_index)
         yield Call(partial(self.config.recorder.record_step, after.run_id, execution, filed))
         step = execution.step
         emit(
@@ -389,16 +407,42 @@ class Agent:
                 cost_usd=step.cost_usd,
             )
         )
+        return shown
 
-    def _ended_early(self, state: AgentState, exc: BaseException) -> Flow[None]:
-        """A run that stopped before it could be committed: a step or the commit could not be
-        recorded, or the run was cancelled (its task cancelled, its stream closed, Ctrl-C). It
-        ends failed as of its last recorded step, free to be resumed at once (when the database
-        lets us say so; otherwise its lease expires). The original error is the one to report.
+    def _ended_early(self, state: AgentState, exc: BaseException, watch: RunWatch) -> Flow[None]:
+        """A run that stopped before it could be committed: it was cancelled (its task
+        cancelled, its stream closed, Ctrl-C), or a step or the commit could not be recorded.
+
+        A cancelled run, or one that had shown text of its step in flight, is interrupted:
+        what was shown is committed to the conversation. Otherwise it ends failed as of its
+        last recorded step, free to be resumed at once (when the database lets us say so;
+        otherwise its lease expires). The original error is the one to report.
 
         This is the one place a cancellation is caught."""
+        kept = watch.interrupted()
+        cancelled = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
         with contextlib.suppress(Exception):
-            yield Call(partial(self.config.recorder.fail_run, state, _failure_text(exc)))
+            if cancelled or kept.text:
+                error = None if cancelled else _failure_text(exc)
+                yield from self._interrupt(watch, kept, error=error)
+            else:
+                yield Call(partial(self.config.recorder.fail_run, state, _failure_text(exc)))
+
+    def _interrupt(
+        self, watch: RunWatch, kept: Interruption, *, error: str | None
+    ) -> Flow[RunResult]:
+        result: RunResult = yield Call(
+            partial(
+                self.config.recorder.interrupt_run,
+                watch.run_id,
+                partial_text=kept.text,
+                pending_tool_calls=kept.tool_calls,
+                tool_results=kept.tool_results,
+                error=error,
+            )
+        )
+        watch.result = result
+        return result
 
     def _continue(self, state: AgentState) -> Iterator[AgentState]:
         """Steps until the run stops. A run whose last step already ended it (a crash between

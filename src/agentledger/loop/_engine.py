@@ -15,7 +15,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from ._runtime import awaiting_on, cancel_in_flight, in_thread, tracking_in_flight
+from ._runtime import awaiting_on, cancel_in_flight, in_thread, settled, tracking_in_flight
 
 T = TypeVar("T")
 
@@ -54,11 +54,19 @@ def _called(call: Call) -> _Outcome:
         return _Outcome(error=exc)
 
 
+CANCEL_GRACE_SECONDS = 0.1
+"""How long a cancelled run waits for the call it was waiting on to end in its thread (a
+ledger write a moment from done, a step whose model and tools were just cancelled) before it
+ends the run: long enough that the run ends from a known point, short enough to stay prompt."""
+
+
 async def _awaited(call: Call) -> _Outcome:
+    done = in_thread(call.function)
     try:
-        return _Outcome(value=await in_thread(call.function))
+        return _Outcome(value=await asyncio.wrap_future(done))
     except asyncio.CancelledError as exc:
         cancel_in_flight()  # the step's thread stops waiting for the model, or for its tools
+        await settled(done, CANCEL_GRACE_SECONDS)
         return _Outcome(error=exc)
     except BaseException as exc:  # the flow decides what a failure leaves behind
         return _Outcome(error=exc)

@@ -39,6 +39,7 @@ from ..values import (
     printable,
     utc_now,
 )
+from ._partials import note_tool_result
 from ._runtime import emit, event_loop, in_context, in_thread, wait_for
 
 logger = logging.getLogger("agentledger.tools")
@@ -92,7 +93,7 @@ class ToolExecutor:
             async with slots:
                 if _is_async(self.tools.get(context.tool_call.name)):
                     return await self.aexecute_one(context)
-                return await in_thread(partial(self.execute_one, context))
+                return await asyncio.wrap_future(in_thread(partial(self.execute_one, context)))
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(c)) for c in contexts]
@@ -156,6 +157,7 @@ class ToolExecutor:
             assert arguments is not None
             execution = self._output(context, started_at, outcome, arguments)
         if context.run_id is not None:
+            note_tool_result(context.run_id, context.tool_call.id, execution.result)
             emit(
                 ToolCallFinished(
                     run_id=context.run_id,

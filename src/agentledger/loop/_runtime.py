@@ -12,6 +12,8 @@ subagent run started by a tool streams its events to the same listener.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import contextvars
 import threading
 from collections.abc import Awaitable, Callable, Iterator
@@ -91,6 +93,8 @@ def wait_for(awaitable: Awaitable[T]) -> T:
         in_flight.add(future)
     try:
         return future.result()
+    except concurrent.futures.CancelledError:
+        raise asyncio.CancelledError from None  # the run is cancelled: no step's failure
     finally:
         if in_flight is not None:
             in_flight.discard(future)
@@ -145,12 +149,25 @@ def _workers() -> ThreadPoolExecutor:
         return _WORKERS
 
 
-async def in_thread(function: Callable[[], T]) -> T:
-    """``function()`` in a worker thread, with this context, awaited without blocking the event
-    loop. Our own pool, not the loop's default executor: a step waiting on a sync tool's thread
-    must never wait for a thread that steps hold (the default executor has a handful)."""
-    loop = asyncio.get_running_loop()
-    return await loop.run_in_executor(_workers(), contextvars.copy_context().run, function)
+def submit(function: Callable[[], object]) -> None:
+    """Start ``function()`` in a worker thread, and do not wait for it."""
+    _workers().submit(function)
+
+
+def in_thread(function: Callable[[], T]) -> Future[T]:
+    """``function()`` started in a worker thread, with this context: await it with
+    ``asyncio.wrap_future`` (or :func:`settled`). Our own pool, not the loop's default
+    executor: a step waiting on a sync tool's thread must never wait for a thread that steps
+    hold (the default executor has a handful)."""
+    return _workers().submit(contextvars.copy_context().run, function)
+
+
+async def settled(future: Future[Any], timeout: float) -> None:
+    """Wait up to ``timeout`` seconds for ``future`` to end, whatever it comes to."""
+    if future.done():
+        return
+    with contextlib.suppress(BaseException):
+        await asyncio.wait_for(asyncio.shield(asyncio.wrap_future(future)), timeout)
 
 
 class StreamClosed(BaseException):

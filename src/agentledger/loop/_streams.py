@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from ..errors import UsageError
 from ..recording import RunResult
 from ..values import Event
+from ._partials import Shown, showing
 from ._runtime import StreamClosed, events_to
 
 
@@ -30,13 +31,22 @@ class _Ended:
 
 
 class _Events:
-    """What both streams share: the end of the run, once the consumer has reached it."""
+    """What both streams share: what the consumer was shown, and the end of the run, once the
+    consumer has reached it."""
 
     _ended: _Ended | None = None
 
+    def __init__(self) -> None:
+        self._shown = Shown()
+
     @property
     def result(self) -> RunResult:
-        """The run's result, once every event has been read."""
+        """The run's result, once every event has been read; after the stream was closed
+        early, the interrupted run's result (status ``interrupted``, its answer the text the
+        consumer was shown)."""
+        first = self._shown.first
+        if first is not None and first.result is not None:
+            return first.result
         if self._ended is None or self._ended.result is None:
             raise UsageError(
                 "the stream's result is known once it is exhausted: iterate over every event first"
@@ -44,8 +54,10 @@ class _Events:
         return self._ended.result
 
     def _read(self, item: Event | _Ended) -> Event | None:
-        """``item`` if it is an event; at the end, None (or the run's error, raised)."""
+        """``item`` if it is an event (now shown to the consumer); at the end, None (or the
+        run's error, raised)."""
         if not isinstance(item, _Ended):
+            self._shown.took(item)
             return item
         self._ended = item
         if item.error is not None:
@@ -58,9 +70,10 @@ class _Channel:
     The thread holds only this, never the stream, so a stream dropped unread is collected
     (and its run stopped)."""
 
-    def __init__(self) -> None:
+    def __init__(self, shown: Shown) -> None:
         self.items: queue.SimpleQueue[Event | _Ended] = queue.SimpleQueue()
         self.closed = False
+        self.shown = shown
 
     def tell(self, event: Event) -> None:
         if self.closed:
@@ -69,7 +82,7 @@ class _Channel:
 
     def work(self, start: Callable[[], RunResult]) -> None:
         try:
-            with events_to(self.tell):
+            with events_to(self.tell), showing(self.shown):
                 self.items.put(_Ended(result=start()))
         except StreamClosed:
             self.items.put(_Ended(error=None))
@@ -85,8 +98,9 @@ class RunStream(_Events, Iterator[Event]):
     """
 
     def __init__(self, start: Callable[[], RunResult]) -> None:
+        super().__init__()
         self._start = start
-        self._channel = _Channel()
+        self._channel = _Channel(self._shown)
         self._thread: threading.Thread | None = None
 
     def __iter__(self) -> RunStream:
@@ -130,6 +144,7 @@ class AsyncRunStream(_Events, AsyncIterator[Event]):
     """
 
     def __init__(self, start: Callable[[], Awaitable[RunResult]]) -> None:
+        super().__init__()
         self._start = start
         self._items: asyncio.Queue[Event | _Ended] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
@@ -168,7 +183,7 @@ class AsyncRunStream(_Events, AsyncIterator[Event]):
             loop.call_soon_threadsafe(self._items.put_nowait, event)
 
         try:
-            with events_to(tell):
+            with events_to(tell), showing(self._shown):
                 result = await self._start()
         except BaseException as exc:  # the consumer gets the run's error from __anext__
             loop.call_soon_threadsafe(self._items.put_nowait, _Ended(error=exc))

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from ..errors import ConversationBusyError, NotFoundError
 from ..values import (
@@ -34,7 +34,7 @@ class InMemoryRecorder:
         self._compactions: dict[str, list[Compaction]] = {}
         self._steps: dict[str, dict[int, StepExecution]] = {}
         self._partial: dict[str, tuple[int, str]] = {}
-        self._interrupted: dict[str, str | None] = {}
+        self._interrupted: dict[str, tuple[str, str | None]] = {}
         self._lock = threading.Lock()
 
     def load_conversation(self, conversation_id: str | None) -> AgentState:
@@ -91,9 +91,15 @@ class InMemoryRecorder:
             return self._partial.get(run_id)
 
     def interrupt_run(
-        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+        self,
+        run_id: str,
+        *,
+        partial_text: str,
+        pending_tool_calls: Sequence[ToolCall] = (),
+        tool_results: Mapping[str, str] | None = None,
+        error: str | None = None,
     ) -> RunResult:
-        answer = interrupted_answer(partial_text, pending_tool_calls)
+        answer = interrupted_answer(partial_text, pending_tool_calls, tool_results)
         with self._lock:
             begun = self._check_running(run_id)
             cid = begun.conversation_id
@@ -109,10 +115,10 @@ class InMemoryRecorder:
                 }
             )
             self._runs[run_id] = ended
-            self._interrupted[run_id] = partial_text or None
+            self._interrupted[run_id] = (partial_text, error)
             self._partial.pop(run_id, None)
             self._release(ended)
-        return RunResult.of(ended).interrupted(partial_text)
+        return RunResult.of(ended).interrupted(partial_text, error)
 
     def _check_running(self, run_id: str) -> AgentState:
         """The state run ``run_id`` began with, while it holds its conversation."""
@@ -218,5 +224,5 @@ class InMemoryRecorder:
         if state is None:
             raise NotFoundError(f"no run {run_id!r} in this process's in-memory recorder")
         if run_id in self._interrupted:
-            return RunResult.of(state).interrupted(self._interrupted[run_id])
+            return RunResult.of(state).interrupted(*self._interrupted[run_id])
         return RunResult.of(state)

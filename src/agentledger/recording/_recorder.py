@@ -8,7 +8,7 @@ then ``commit_run``, ``fail_run`` or, when the run is cancelled, ``interrupt_run
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, JsonValue
@@ -76,14 +76,16 @@ class RunResult(BaseModel):
             state=state,
         )
 
-    def interrupted(self, answer: str | None) -> RunResult:
+    def interrupted(self, answer: str | None, error: str | None = None) -> RunResult:
         """This result as that of a run cancelled with ``answer`` shown (status
-        ``interrupted``, stop reason ``cancelled``)."""
+        ``interrupted``, stop reason ``cancelled``), or ended by ``error`` after it was shown
+        (stop reason ``error``)."""
         return self.model_copy(
             update={
                 "answer": answer or None,
                 "status": AgentStatus.INTERRUPTED,
-                "stop_reason": StopReason.CANCELLED,
+                "stop_reason": StopReason.CANCELLED if error is None else StopReason.ERROR,
+                "error": error,
             }
         )
 
@@ -101,21 +103,28 @@ INTERRUPTED_RESULT = (
 
 
 def interrupted_answer(
-    partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+    partial_text: str,
+    pending_tool_calls: Sequence[ToolCall] = (),
+    tool_results: Mapping[str, str] | None = None,
 ) -> Message | None:
     """The assistant message that keeps what the user was shown of an answer cut short:
-    exactly ``partial_text``, flagged ``interrupted``. The tool calls that had no result are
-    kept in its metadata, each answered :data:`INTERRUPTED_RESULT`, never as ``tool_calls``:
-    a model is sent the message as a plain answer, so no call in it is left unanswered. None
+    exactly ``partial_text``, flagged ``interrupted``. The tool calls of its step, which no
+    recorded step answers, are kept in its metadata with the result each came to
+    (``tool_results``, by call id) or :data:`INTERRUPTED_RESULT`, never as ``tool_calls``: a
+    model is sent the message as a plain answer, so no call in it is left unanswered. None
     when there is nothing to keep."""
     check_shown(partial_text)
-    check_storable(pending_tool_calls, "the pending tool calls")
+    results = dict(tool_results or {})
+    check_storable((pending_tool_calls, results), "the pending tool calls")
     if not partial_text and not pending_tool_calls:
         return None
     metadata: dict[str, JsonValue] = {}
     if pending_tool_calls:
         metadata[INTERRUPTED_TOOL_CALLS] = [
-            {**call.model_dump(mode="json", exclude_none=True), "result": INTERRUPTED_RESULT}
+            {
+                **call.model_dump(mode="json", exclude_none=True),
+                "result": results.get(call.id, INTERRUPTED_RESULT),
+            }
             for call in pending_tool_calls
         ]
     return Message(role=Role.ASSISTANT, content=partial_text, metadata=metadata, interrupted=True)
@@ -162,14 +171,23 @@ class Recorder(Protocol):
         ...
 
     def interrupt_run(
-        self, run_id: str, *, partial_text: str, pending_tool_calls: Sequence[ToolCall] = ()
+        self,
+        run_id: str,
+        *,
+        partial_text: str,
+        pending_tool_calls: Sequence[ToolCall] = (),
+        tool_results: Mapping[str, str] | None = None,
+        error: str | None = None,
     ) -> RunResult:
         """End run ``run_id``, cancelled, in one transaction: status ``interrupted``, stop
         reason ``cancelled``, totals those of its recorded steps; its user message kept, and
         ``partial_text`` (exactly what the caller was shown of the step in progress) committed
         to the conversation as an assistant message flagged ``interrupted`` (none when there
         is nothing to keep, see :func:`interrupted_answer`). ``pending_tool_calls`` are the
-        calls of that step that had no result: each is answered :data:`INTERRUPTED_RESULT`.
+        calls of that step, which no recorded step answers: each keeps its result from
+        ``tool_results`` (by call id) when it returned, else :data:`INTERRUPTED_RESULT`. A run
+        that could not go on after text was shown (its stream cut, its model failing) is
+        ended the same way with its ``error``: stop reason ``error``, the error recorded.
         The execution buffer is cleared and the lease freed. Returns the run's result, whose
         ``answer`` is ``partial_text`` (None when empty). :class:`UnstorableTextError` when
         the text cannot be stored, with nothing written and the run still held."""

@@ -1,0 +1,247 @@
+"""What a run has shown its caller, kept so that a cancel loses none of it.
+
+The consumer of a run's stream notes each text delta as it hands it over (:meth:`Shown.took`):
+that text, and no more, is what the user was shown of the step in flight. While the step
+streams, it is made durable at a bounded interval (:class:`PartialFlush`) as the run's partial
+output, in a worker thread, never on the consumer's thread or event loop. When the run ends
+early, :meth:`RunWatch.interrupted` gives the text to commit, with the tool calls of the step
+that no recorded step answers.
+
+Recording a step *seals* it: a flush of that step still in flight is waited for, and none
+starts after, so the partial output a step's record clears is never written back.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import heapq
+import itertools
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from ..errors import ConfigurationError
+from ..recording import Recorder, RunResult
+from ..values import Event, TextDelta, ToolCall
+from ._runtime import submit
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartialFlush:
+    """How often what a streaming step has shown is made durable: every ``seconds`` or every
+    ``characters`` shown, whichever comes first (``AgentBuilder.with_partial_flush``)."""
+
+    seconds: float = 0.5
+    characters: int = 2000
+
+    def __post_init__(self) -> None:
+        if self.seconds <= 0 or self.characters < 1:
+            raise ConfigurationError(
+                "a partial-output flush needs seconds > 0 and characters >= 1, got "
+                f"seconds={self.seconds}, characters={self.characters}"
+            )
+
+
+@dataclass(frozen=True)
+class Interruption:
+    """What a run that ends early keeps: the text shown of its step in flight, and that step's
+    tool calls with the results of those that returned."""
+
+    text: str = ""
+    tool_calls: tuple[ToolCall, ...] = ()
+    tool_results: dict[str, str] = field(default_factory=dict)
+
+
+class RunWatch:
+    """One run's shown text and unanswered tool calls, and the flushes of its partial output."""
+
+    def __init__(self, run_id: str, recorder: Recorder, policy: PartialFlush) -> None:
+        self.run_id = run_id
+        self.result: RunResult | None = None
+        """The run's result once it was ended early (interrupted)."""
+        self._recorder = recorder
+        self._policy = policy
+        self._state = threading.Lock()  # held briefly, by the consumer too
+        self._writing = threading.Lock()  # held across a flush's write, and by a seal
+        self._sealed = -1  # steps up to this index are recorded (or the run has ended)
+        self._step = -1
+        self._pieces: list[str] = []
+        self._unflushed = 0
+        self._flushed_at = 0.0
+        self._flush_due = False  # a flush is scheduled or in flight
+        self._calls: tuple[ToolCall, ...] = ()
+        self._results: dict[str, str] = {}
+
+    def shown(self, step_index: int, text: str) -> None:
+        """The consumer handed over ``text`` of step ``step_index``."""
+        now = time.monotonic()
+        with self._state:
+            if step_index <= self._sealed:
+                return
+            if step_index != self._step:
+                self._step, self._pieces, self._unflushed = step_index, [], 0
+                self._flushed_at = now
+            self._pieces.append(text)
+            self._unflushed += len(text)
+            if self._flush_due:
+                return
+            self._flush_due = True
+            if self._unflushed >= self._policy.characters:
+                at = now
+            else:
+                at = self._flushed_at + self._policy.seconds
+        _TIMER.at(at, self._flush)
+
+    def tool_calls(self, step_index: int, calls: Sequence[ToolCall]) -> None:
+        """Step ``step_index`` made ``calls``; none of them is answered until it is recorded."""
+        with self._state:
+            if step_index > self._sealed:
+                self._calls, self._results = tuple(calls), {}
+
+    def tool_result(self, call_id: str, result: str) -> None:
+        with self._state:
+            self._results[call_id] = result
+
+    def _flush(self) -> None:
+        with self._writing:
+            with self._state:
+                self._flush_due = False
+                if self._step <= self._sealed or not self._unflushed:
+                    return
+                step, text = self._step, "".join(self._pieces)
+                self._unflushed, self._flushed_at = 0, time.monotonic()
+            try:
+                self._recorder.record_partial_output(self.run_id, step, text)
+            except Exception as exc:  # the next flush, or the end of the run, writes it
+                logger.warning("run %s: could not flush its partial output (%s)", self.run_id, exc)
+
+    def seal(self, step_index: int) -> str:
+        """Step ``step_index`` is about to be recorded: no flush of it runs from now on. The
+        text it showed."""
+        with self._writing, self._state:
+            self._sealed = max(self._sealed, step_index)
+            text = "".join(self._pieces) if self._step == step_index else ""
+            if self._step <= step_index:
+                self._pieces, self._unflushed = [], 0
+                self._calls, self._results = (), {}
+            return text
+
+    def interrupted(self) -> Interruption:
+        """The run ends early: what to keep of its step in flight. No flush runs after."""
+        with self._writing, self._state:
+            shown = "".join(self._pieces) if self._step > self._sealed else ""
+            self._sealed = 1 << 62
+            return Interruption(shown, self._calls, dict(self._results))
+
+
+class Shown:
+    """The runs a stream (or a run without one) watches, by run id: its own and its
+    subagents'."""
+
+    def __init__(self) -> None:
+        self._runs: dict[str, RunWatch] = {}
+        self.first: RunWatch | None = None
+        """The first run started under it: the one the stream was opened for."""
+
+    def took(self, event: Event) -> None:
+        """The consumer is handed ``event``."""
+        if isinstance(event, TextDelta):
+            watch = self._runs.get(event.run_id)
+            if watch is not None:
+                watch.shown(event.step_index, event.text)
+
+    def get(self, run_id: str | None) -> RunWatch | None:
+        return self._runs.get(run_id or "")
+
+    def add(self, watch: RunWatch) -> None:
+        self._runs[watch.run_id] = watch
+        if self.first is None:
+            self.first = watch
+
+    def discard(self, watch: RunWatch) -> None:
+        if self._runs.get(watch.run_id) is watch:
+            del self._runs[watch.run_id]
+
+
+_SHOWN: contextvars.ContextVar[Shown | None] = contextvars.ContextVar(
+    "agentledger_shown", default=None
+)
+
+
+@contextmanager
+def showing(shown: Shown) -> Iterator[None]:
+    """Watch the runs started inside in ``shown``."""
+    token = _SHOWN.set(shown)
+    try:
+        yield
+    finally:
+        _SHOWN.reset(token)
+
+
+@contextmanager
+def watching(run_id: str, recorder: Recorder, policy: PartialFlush) -> Iterator[RunWatch]:
+    """Watch run ``run_id`` while it is driven (in the stream's :class:`Shown`, if any)."""
+    shown = _SHOWN.get() or Shown()
+    watch = RunWatch(run_id, recorder, policy)
+    shown.add(watch)
+    token = _SHOWN.set(shown)
+    try:
+        yield watch
+    finally:
+        _SHOWN.reset(token)
+        shown.discard(watch)
+
+
+def note_tool_calls(run_id: str | None, step_index: int, calls: Sequence[ToolCall]) -> None:
+    """Step ``step_index`` of run ``run_id`` made ``calls`` (what an interrupt answers)."""
+    shown = _SHOWN.get()
+    watch = shown.get(run_id) if shown is not None else None
+    if watch is not None and calls:
+        watch.tool_calls(step_index, calls)
+
+
+def note_tool_result(run_id: str | None, call_id: str, result: str) -> None:
+    """Call ``call_id`` of run ``run_id`` returned ``result`` (kept if the run is interrupted
+    before its step is recorded)."""
+    shown = _SHOWN.get()
+    watch = shown.get(run_id) if shown is not None else None
+    if watch is not None:
+        watch.tool_result(call_id, result)
+
+
+class _Timer:
+    """One thread that starts what is due (the flushes of every streaming run) in the worker
+    pool: no thread sleeps per run, and nothing waits on a consumer's event loop."""
+
+    def __init__(self) -> None:
+        self._due: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._wake = threading.Condition()
+        self._thread: threading.Thread | None = None
+
+    def at(self, when: float, work: Callable[[], None]) -> None:
+        with self._wake:
+            heapq.heappush(self._due, (when, next(self._order), work))
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._serve, name="agentledger-flush", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def _serve(self) -> None:
+        while True:
+            with self._wake:
+                while not self._due or self._due[0][0] > time.monotonic():
+                    wait = self._due[0][0] - time.monotonic() if self._due else None
+                    self._wake.wait(wait)
+                work = heapq.heappop(self._due)[2]
+            submit(work)
+
+
+_TIMER = _Timer()
