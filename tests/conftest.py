@@ -9,10 +9,12 @@ from pathlib import Path
 import pytest
 
 from agentledger import FunctionTool, tool
+from agentledger.ledger import Ledger
 from support import reports
 from support.clocks import FakeClock
 from support.databases import BACKENDS, fresh_database, postgres_database, session_server
 from support.fake_provider import FakeProvider
+from support.ledger import Database
 from support.postgres import PostgresServer
 
 
@@ -131,3 +133,18 @@ def pg_url(pg_server: PostgresServer) -> Iterator[str]:
     """A fresh, empty PostgreSQL database URL, for tests that only concern PostgreSQL."""
     with postgres_database(pg_server) as url:
         yield url
+
+
+@pytest.fixture
+def ledger(db_url: str) -> Iterator[Ledger]:
+    """A :class:`Ledger` opened on ``db_url`` (each backend), closed afterwards."""
+    with Ledger.open(db_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
+    """SQL on the ``ledger`` fixture's own database, to check what it wrote."""
+    database = Database(db_url)
+    yield database
+    database.close()

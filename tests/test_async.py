@@ -8,7 +8,6 @@ import asyncio
 import itertools
 import threading
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -55,19 +54,6 @@ def agent(llm: Any, ledger: Ledger | None = None, *tools: Any, parallel: int = 1
     builder = AgentBuilder().with_llm(llm).with_tools(list(tools or (weather, forecast)))
     builder = builder.with_parallel_tools(parallel)
     return (builder.with_ledger(ledger) if ledger is not None else builder).build()
-
-
-@pytest.fixture
-def ledger(db_url: str) -> Iterator[Ledger]:
-    with Ledger.open(db_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.close()
 
 
 def rows_of(db: Database, run_id: str) -> dict[str, list[dict[str, Any]]]:

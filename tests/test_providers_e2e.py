@@ -311,19 +311,6 @@ def _decoded(column: str, value: Any) -> Any:
     return value
 
 
-@pytest.fixture
-def ledger(db_url: str) -> Iterator[Ledger]:
-    with Ledger.open(db_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.engine.dispose()
-
-
 @pytest.fixture(scope="module")
 def loopback() -> Iterator[FakeProvider]:
     server = FakeProvider()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import gc
 import time
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -77,19 +76,6 @@ def lead(ledger: Ledger | None, *, chunk_size: int | None = 5) -> Agent:
     builder = AgentBuilder().with_llm(llm).with_name("lead").with_tools([weather])
     builder = builder.with_subagents([researcher])
     return (builder.with_ledger(ledger) if ledger is not None else builder).build()
-
-
-@pytest.fixture
-def ledger(db_url: str) -> Iterator[Ledger]:
-    with Ledger.open(db_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
-    database = Database(db_url)
-    yield database
-    database.close()
 
 
 def shape(events: list[Any]) -> list[tuple[str, int]]:

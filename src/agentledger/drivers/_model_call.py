@@ -9,7 +9,7 @@ from datetime import datetime
 from typing import cast
 
 from ..errors import UnstorableTextError
-from ..loop import StepRequest, emit, event_loop, listening, note_tool_calls, wait_for
+from ..loop import StepRequest, emit, event_loop, listening, note_told, note_tool_calls, wait_for
 from ..values import (
     LLM,
     AgentState,
@@ -209,6 +209,7 @@ def _teller(state: AgentState, request: StepRequest) -> Callable[[InferenceDelta
 
     def told(delta: InferenceDelta) -> None:
         if delta.text:
+            note_told(run_id, index, delta.text)
             emit(TextDelta(run_id=run_id, step_index=index, text=delta.text))
         if delta.reasoning:
             emit(ReasoningDelta(run_id=run_id, step_index=index, text=delta.reasoning))

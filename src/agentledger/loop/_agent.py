@@ -301,20 +301,7 @@ class Agent:
         check_storable(user_text, "the user message")
         user = Message(role=Role.USER, content=user_text, created_at=self.config.clock())
         state = self.begin(state.with_messages(state.messages().append(user)))
-        yield Call(
-            partial(self.config.recorder.begin_run, state, user_message=user, agent_name=self.name)
-        )
-        assert state.run_id is not None
-        emit(
-            RunStarted(
-                run_id=state.run_id,
-                conversation_id=state.conversation_id,
-                agent_name=self.name,
-                depth=state.depth,
-                parent_run_id=state.parent_run_id,
-            )
-        )
-        return (yield from self._drive(state))
+        return (yield from self._drive(state, user_message=user))
 
     def resume(self, run_id: str, *, stale_after: float | None = None) -> RunResult:
         """Continue a run whose process died or whose model failed, with this agent's model
@@ -350,12 +337,34 @@ class Agent:
                 continue  # another process claimed it first, or took it over
         return results
 
-    def _drive(self, state: AgentState) -> Flow[RunResult]:
-        """Take the run's steps, recording each as it ends, then commit the run (or record it
-        failed). Every exit of the run goes through here, sync or async alike."""
+    def _drive(self, state: AgentState, *, user_message: Message | None = None) -> Flow[RunResult]:
+        """Begin the run when ``user_message`` is given (else it was claimed), take its steps,
+        recording each as it ends, then commit the run (or record it failed). Every exit of
+        the run goes through here, sync or async alike."""
         assert state.run_id is not None
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
+            if user_message is not None:
+                yield from self._begin_run(state, user_message, watch)
             return (yield from self._steps(state, watch))
+
+    def _begin_run(self, state: AgentState, user: Message, watch: RunWatch) -> Flow[None]:
+        recorder = self.config.recorder
+        try:
+            yield Call(partial(recorder.begin_run, state, user_message=user, agent_name=self.name))
+        except BaseException as exc:
+            if _cancels(exc):  # the run may have begun in its thread all the same: end it
+                yield from self._ended_early(state, exc, watch)
+            raise
+        assert state.run_id is not None
+        emit(
+            RunStarted(
+                run_id=state.run_id,
+                conversation_id=state.conversation_id,
+                agent_name=self.name,
+                depth=state.depth,
+                parent_run_id=state.parent_run_id,
+            )
+        )
 
     def _steps(self, state: AgentState, watch: RunWatch) -> Flow[RunResult]:
         recorder = self.config.recorder
@@ -387,7 +396,7 @@ class Agent:
             if not ended:
                 yield from self._ended_early(state, exc, watch)
             raise
-        result = RunResult.of(state)
+        result = watch.result = RunResult.of(state)
         emit(run_finished(result))
         return result
 
@@ -396,8 +405,8 @@ class Agent:
         execution = after.current_execution
         assert after.run_id is not None and execution is not None
         filed = after.filed_since(before)
-        shown = watch.seal(execution.step_index)
-        yield Call(partial(self.config.recorder.record_step, after.run_id, execution, filed))
+        record = partial(self.config.recorder.record_step, after.run_id, execution, filed)
+        shown: str = yield Call(partial(watch.sealed, execution.step_index, record))
         step = execution.step
         emit(
             StepRecorded(
@@ -420,7 +429,7 @@ class Agent:
 
         This is the one place a cancellation is caught."""
         kept = watch.interrupted()
-        cancelled = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
+        cancelled = _cancels(exc)
         with contextlib.suppress(Exception):
             if cancelled or kept.text:
                 error = None if cancelled else _failure_text(exc)
@@ -538,9 +547,14 @@ def _goes_on(state: AgentState) -> bool:
     return outcome is not None and outcome.should_continue
 
 
+def _cancels(exc: BaseException) -> bool:
+    """Whether ``exc`` cancels the run it reaches (rather than failing it)."""
+    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
+
+
 def _failure_text(exc: BaseException) -> str:
     """What a run that ended early records as its error."""
-    if isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed)):
+    if _cancels(exc):
         return f"{type(exc).__name__}: the run was cancelled before it ended"
     return f"{type(exc).__name__}: {exc}"
 

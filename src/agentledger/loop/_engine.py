@@ -33,10 +33,12 @@ Flow = Generator[Call, Any, T]
 
 @dataclass(frozen=True)
 class _Outcome:
-    """What a call came to: its value, or the exception it raised."""
+    """What a call came to: its value, or the exception it raised; ``cancel`` when the run
+    was cancelled while the call ended all the same (the flow is told at its next call)."""
 
     value: Any = None
     error: BaseException | None = None
+    cancel: asyncio.CancelledError | None = None
 
 
 def _next_call(flow: Flow[T], outcome: _Outcome) -> Call | StopIteration:
@@ -67,6 +69,8 @@ async def _awaited(call: Call) -> _Outcome:
     except asyncio.CancelledError as exc:
         cancel_in_flight()  # the step's thread stops waiting for the model, or for its tools
         await settled(done, CANCEL_GRACE_SECONDS)
+        if done.done() and not done.cancelled() and done.exception() is None:
+            return _Outcome(value=done.result(), cancel=exc)  # it happened: the flow goes on
         return _Outcome(error=exc)
     except BaseException as exc:  # the flow decides what a failure leaves behind
         return _Outcome(error=exc)
@@ -84,9 +88,19 @@ async def arun_flow(flow: Flow[T]) -> T:
     """Drive ``flow`` on the running event loop, each call in a worker thread, and what the
     calls must await (an ``AsyncLLM``, an ``async def`` tool) awaited on this loop. A
     cancellation (``asyncio.CancelledError``) is thrown into the flow where it waits, like
-    any failure."""
+    any failure; when the call it waited on ended all the same (a write that committed), the
+    flow is sent its value and thrown the cancellation at its next call instead. A run whose
+    last call ended so returns, and the cancellation is raised to the caller."""
+    cancelled: asyncio.CancelledError | None = None
     with awaiting_on(asyncio.get_running_loop()), tracking_in_flight():
         step = _next_call(flow, _Outcome())
         while isinstance(step, Call):
-            step = _next_call(flow, await _awaited(step))
+            if cancelled is not None:
+                outcome, cancelled = _Outcome(error=cancelled), None
+            else:
+                outcome = await _awaited(step)
+                cancelled = cancelled or outcome.cancel
+            step = _next_call(flow, outcome)
+        if cancelled is not None:
+            raise cancelled
         return step.value  # type: ignore[no-any-return]

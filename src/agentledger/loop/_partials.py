@@ -63,17 +63,20 @@ class RunWatch:
     def __init__(self, run_id: str, recorder: Recorder, policy: PartialFlush) -> None:
         self.run_id = run_id
         self.result: RunResult | None = None
-        """The run's result once it was ended early (interrupted)."""
+        """The run's result once it has ended (committed, failed or interrupted), whether or
+        not its caller was still there to be told."""
         self._recorder = recorder
         self._policy = policy
         self._state = threading.Lock()  # held briefly, by the consumer too
         self._writing = threading.Lock()  # held across a flush's write, and by a seal
         self._sealed = -1  # steps up to this index are recorded (or the run has ended)
         self._step = -1
-        self._pieces: list[str] = []
+        self._pieces: list[str] = []  # shown: handed to the consumer
+        self._told: list[str] = []  # told: sent to the consumer, who will be shown it
+        self._told_step = -1
         self._unflushed = 0
         self._flushed_at = 0.0
-        self._flush_due = False  # a flush is scheduled or in flight
+        self._flush_at: float | None = None  # when the next flush is scheduled
         self._calls: tuple[ToolCall, ...] = ()
         self._results: dict[str, str] = {}
 
@@ -88,14 +91,21 @@ class RunWatch:
                 self._flushed_at = now
             self._pieces.append(text)
             self._unflushed += len(text)
-            if self._flush_due:
-                return
-            self._flush_due = True
             if self._unflushed >= self._policy.characters:
                 at = now
             else:
                 at = self._flushed_at + self._policy.seconds
+            if self._flush_at is not None and self._flush_at <= at:
+                return  # a flush soon enough is already scheduled
+            self._flush_at = at
         _TIMER.at(at, self._flush)
+
+    def told(self, step_index: int, text: str) -> None:
+        """The run sent ``text`` of step ``step_index`` to its consumer."""
+        with self._state:
+            if step_index != self._told_step:
+                self._told_step, self._told = step_index, []
+            self._told.append(text)
 
     def tool_calls(self, step_index: int, calls: Sequence[ToolCall]) -> None:
         """Step ``step_index`` made ``calls``; none of them is answered until it is recorded."""
@@ -110,7 +120,7 @@ class RunWatch:
     def _flush(self) -> None:
         with self._writing:
             with self._state:
-                self._flush_due = False
+                self._flush_at = None
                 if self._step <= self._sealed or not self._unflushed:
                     return
                 step, text = self._step, "".join(self._pieces)
@@ -122,14 +132,22 @@ class RunWatch:
 
     def seal(self, step_index: int) -> str:
         """Step ``step_index`` is about to be recorded: no flush of it runs from now on. The
-        text it showed."""
+        text it told the consumer (who goes on reading it: it will all be shown)."""
         with self._writing, self._state:
             self._sealed = max(self._sealed, step_index)
-            text = "".join(self._pieces) if self._step == step_index else ""
+            text = "".join(self._told) if self._told_step == step_index else ""
             if self._step <= step_index:
                 self._pieces, self._unflushed = [], 0
                 self._calls, self._results = (), {}
             return text
+
+    def sealed(self, step_index: int, record: Callable[[], object]) -> str:
+        """:meth:`seal` step ``step_index``, then ``record()`` it; the text it told. Sealed in
+        the same call as the record, so a record that never runs (its run cancelled first)
+        seals nothing."""
+        told = self.seal(step_index)
+        record()
+        return told
 
     def interrupted(self) -> Interruption:
         """The run ends early: what to keep of its step in flight. No flush runs after."""
@@ -203,6 +221,14 @@ def note_tool_calls(run_id: str | None, step_index: int, calls: Sequence[ToolCal
     watch = shown.get(run_id) if shown is not None else None
     if watch is not None and calls:
         watch.tool_calls(step_index, calls)
+
+
+def note_told(run_id: str | None, step_index: int, text: str) -> None:
+    """Step ``step_index`` of run ``run_id`` sent ``text`` to the consumer of its stream."""
+    shown = _SHOWN.get()
+    watch = shown.get(run_id) if shown is not None else None
+    if watch is not None:
+        watch.told(step_index, text)
 
 
 def note_tool_result(run_id: str | None, call_id: str, result: str) -> None:

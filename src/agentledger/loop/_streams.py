@@ -41,17 +41,24 @@ class _Events:
 
     @property
     def result(self) -> RunResult:
-        """The run's result, once every event has been read; after the stream was closed
-        early, the interrupted run's result (status ``interrupted``, its answer the text the
-        consumer was shown)."""
+        """The run's result, once every event has been read; once the stream was closed, the
+        run's result as it ended (status ``interrupted``, its answer the text the consumer
+        was shown, when the close stopped it)."""
         first = self._shown.first
-        if first is not None and first.result is not None:
+        if self._ended is not None and first is not None and first.result is not None:
             return first.result
         if self._ended is None or self._ended.result is None:
             raise UsageError(
                 "the stream's result is known once it is exhausted: iterate over every event first"
             )
         return self._ended.result
+
+    def _closed(self, unread: list[Event | _Ended]) -> None:
+        """The consumer closed the stream, leaving ``unread``: the run's end, if it is there
+        (a run that ended before the close keeps its result)."""
+        if self._ended is None:
+            ends = [item for item in unread if isinstance(item, _Ended)]
+            self._ended = ends[0] if ends else _Ended()
 
     def _read(self, item: Event | _Ended) -> Event | None:
         """``item`` if it is an event (now shown to the consumer); at the end, None (or the
@@ -125,6 +132,7 @@ class RunStream(_Events, Iterator[Event]):
         self._channel.closed = True
         if self._thread is not None:
             self._thread.join()
+        self._closed(_drained(self._channel.items))
 
     def __enter__(self) -> RunStream:
         return self
@@ -170,13 +178,15 @@ class AsyncRunStream(_Events, AsyncIterator[Event]):
     async def aclose(self) -> None:
         """Cancel the run (if it has not ended) and wait until it is recorded as stopped."""
         task, self._task = self._task, None
-        if self._ended is None:
-            self._ended = _Ended()
-        if task is None or task.done():
-            return
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await asyncio.shield(task)
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(task)
+        await asyncio.sleep(0)  # what the run's last moments scheduled reaches the queue
+        unread = []
+        while not self._items.empty():
+            unread.append(self._items.get_nowait())
+        self._closed(unread)
 
     async def _work(self, loop: asyncio.AbstractEventLoop) -> None:
         def tell(event: Event) -> None:
@@ -191,3 +201,12 @@ class AsyncRunStream(_Events, AsyncIterator[Event]):
                 raise
             return
         loop.call_soon_threadsafe(self._items.put_nowait, _Ended(result=result))
+
+
+def _drained(items: queue.SimpleQueue[Event | _Ended]) -> list[Event | _Ended]:
+    unread = []
+    while True:
+        try:
+            unread.append(items.get_nowait())
+        except queue.Empty:
+            return unread
