@@ -30,7 +30,8 @@ from agentledger import (
 )
 from agentledger.events import TextDelta, ToolCallStarted
 from agentledger.ledger import Ledger
-from agentledger.recording import INTERRUPTED_RESULT, INTERRUPTED_TOOL_CALLS
+from agentledger.loop import AsyncRunStream
+from agentledger.recording import INTERRUPTED_RESULT, INTERRUPTED_TOOL_CALLS, LATE_TOOL_RESULTS
 from support.invariants import violations
 from support.ledger import Database
 
@@ -88,6 +89,19 @@ def the_run(db: Database, run_id: str) -> dict[str, Any]:
     )
 
 
+async def stopped_after(stream: AsyncRunStream, characters: int) -> str:
+    """Read ``stream`` until it has shown ``characters`` of text, then close it (the user
+    pressed Stop); the text shown."""
+    shown = ""
+    async for event in stream:
+        if isinstance(event, TextDelta):
+            shown += event.text
+            if len(shown) >= characters:
+                break
+    await stream.aclose()
+    return shown
+
+
 # --- closing or cancelling a stream mid-answer --------------------------------------------------
 
 
@@ -123,14 +137,7 @@ def test_aclose_commits_exactly_the_text_it_handed_over_and_the_next_run_sees_it
 ) -> None:
     async def main() -> tuple[str, Any]:
         stream = slow(ledger).astream(QUESTION)
-        shown = ""
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown += event.text
-                if len(shown) >= 30:
-                    break
-        await stream.aclose()
-        return shown, stream.result
+        return await stopped_after(stream, 30), stream.result
 
     shown, result = asyncio.run(main())
     assert result.status is AgentStatus.INTERRUPTED and result.answer == shown
@@ -353,8 +360,16 @@ def test_cancelling_during_tools_cancels_async_tools_and_answers_every_call(
         "slow_async": INTERRUPTED_RESULT,
         "slow_sync": INTERRUPTED_RESULT,
     }
-    assert sync_done.wait(2)  # the sync tool finished in its thread; nothing acted on it
+    # the sync tool finished in its thread: its result is recorded, and nothing acted on it
+    assert sync_done.wait(2)
+    deadline, late = time.monotonic() + 5, None
+    while late is None and time.monotonic() < deadline:
+        metadata = as_json(db.scalar("SELECT metadata FROM agent_runs")) or {}
+        late = metadata.get(LATE_TOOL_RESULTS)
+        time.sleep(0.02)
+    assert late == {"call_2": "done late"}
     assert db.scalar("SELECT count(*) FROM agent_runs") == 1
+    assert db.scalar("SELECT status FROM agent_runs") == "interrupted"
     assert violations(db_url) == []
 
 
@@ -375,18 +390,7 @@ def test_cancelling_a_run_while_its_subagent_streams_interrupts_both(
         .build()
     )
 
-    async def main() -> str:
-        stream = agent.astream(QUESTION)
-        shown = ""
-        async for event in stream:
-            if isinstance(event, TextDelta):
-                shown += event.text
-                if len(shown) >= 30:
-                    break
-        await stream.aclose()
-        return shown
-
-    shown = asyncio.run(main())
+    shown = asyncio.run(stopped_after(agent.astream(QUESTION), 30))
     runs = db.rows("SELECT id, status, stop_reason, parent_run_id, conversation_id FROM agent_runs")
     assert {(r["status"], r["stop_reason"]) for r in runs} == {("interrupted", "cancelled")}
     [sub] = [r for r in runs if r["parent_run_id"] is not None]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,18 +87,6 @@ def lead(
         .with_subagents(subagents, policy=policy)
     )
     return builder.with_ledger(ledger) if ledger is not None else builder
-
-
-@pytest.fixture
-def ledger(db_url: str) -> Iterator[Ledger]:
-    with Ledger.open(db_url) as opened:
-        yield opened
-
-
-@pytest.fixture
-def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
-    with Database(db_url) as database:
-        yield database
 
 
 # --- 1. the seed case: only the answer goes up ------------------------------------------------

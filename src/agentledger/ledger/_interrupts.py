@@ -14,10 +14,11 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from ..values import Message
+from ..recording import LATE_TOOL_RESULTS
+from ..values import AgentStatus, Message, printable
 from ._reads import next_seq
 from ._rows import message_columns
-from .checksums import sealed
+from .checksums import CHECKSUM, sealed
 from .tables import agent_runs, conversation_messages, conversations
 
 RECORD_PARTIAL_OUTPUT = (
@@ -66,3 +67,23 @@ def interrupted_answer_of(conn: Connection, run_id: str) -> str | None:
         )
     ).scalar()
     return None if found is None else str(found)
+
+
+def add_late_tool_result(conn: Connection, run_id: str, call_id: str, result: str) -> None:
+    """Keep ``result`` of call ``call_id``, which returned after run ``run_id`` was interrupted,
+    in the run's metadata (``late_tool_results``); a run not interrupted is left alone."""
+    found = (
+        conn.execute(select(agent_runs).where(agent_runs.c.id == run_id).with_for_update())
+        .mappings()
+        .first()
+    )
+    if found is None or found["status"] != AgentStatus.INTERRUPTED.value:
+        return
+    metadata = dict(found["metadata"] or {})
+    late = {**(metadata.get(LATE_TOOL_RESULTS) or {}), call_id: printable(result)}
+    row = sealed(agent_runs, {**found, "metadata": {**metadata, LATE_TOOL_RESULTS: late}})
+    conn.execute(
+        update(agent_runs)
+        .where(agent_runs.c.id == run_id)
+        .values(metadata=row["metadata"], checksum=row[CHECKSUM])
+    )

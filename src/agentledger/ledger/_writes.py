@@ -35,6 +35,7 @@ from ..values import (
 from ._engine import Database
 from ._interrupts import (
     RECORD_PARTIAL_OUTPUT,
+    add_late_tool_result,
     append_interrupted_answer,
     interrupted_answer_of,
 )
@@ -62,8 +63,7 @@ from .tables import (
     tool_executions,
 )
 
-# The statements of every step, built once (building and keying a statement costs more than
-# running it through a compiled cache).
+# Every step's statements, built once (building and keying one costs more than running it).
 _RECORD_PROGRESS = (
     update(agent_runs)
     .where(agent_runs.c.id == bindparam("run_id"))
@@ -243,6 +243,12 @@ class LedgerRecorder:
 
         # Idempotent: a flush whose acknowledgement was lost is simply written again next time.
         self.database.write(f"recording the partial output of step {step_index} of {run_id}", work)
+
+    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
+        self.database.write(
+            f"recording a late result of tool call {call_id} of {run_id}",
+            lambda conn: add_late_tool_result(conn, run_id, call_id, result),
+        )
 
     def interrupt_run(
         self,

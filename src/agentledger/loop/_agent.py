@@ -396,7 +396,8 @@ class Agent:
             if not ended:
                 yield from self._ended_early(state, exc, watch)
             raise
-        result = watch.result = RunResult.of(state)
+        result = RunResult.of(state)
+        watch.ended(result)
         emit(run_finished(result))
         return result
 
@@ -450,7 +451,7 @@ class Agent:
                 error=error,
             )
         )
-        watch.result = result
+        watch.ended(result)
         return result
 
     def _continue(self, state: AgentState) -> Iterator[AgentState]:

@@ -79,6 +79,8 @@ class RunWatch:
         self._flush_at: float | None = None  # when the next flush is scheduled
         self._calls: tuple[ToolCall, ...] = ()
         self._results: dict[str, str] = {}
+        self._late: set[str] = set()  # the calls still running when the run was interrupted
+        self._late_results: dict[str, str] = {}  # ... that have returned since
 
     def shown(self, step_index: int, text: str) -> None:
         """The consumer handed over ``text`` of step ``step_index``."""
@@ -114,8 +116,45 @@ class RunWatch:
                 self._calls, self._results = tuple(calls), {}
 
     def tool_result(self, call_id: str, result: str) -> None:
+        """Call ``call_id`` returned ``result``: kept for an interrupt, or, when the run was
+        interrupted while it ran (a sync tool, in its thread), recorded as a late result."""
         with self._state:
             self._results[call_id] = result
+            if call_id in self._late:
+                self._late.discard(call_id)
+                self._late_results[call_id] = result
+        self._record_late()
+
+    def ended(self, result: RunResult) -> None:
+        """The run ended with ``result``."""
+        with self._state:
+            self.result = result
+        self._record_late()
+
+    @property
+    def awaits_late_results(self) -> bool:
+        with self._state:
+            return bool(self._late or self._late_results)
+
+    def _record_late(self) -> None:
+        with self._state:
+            if self.result is None or not self._late_results:
+                return
+            late, self._late_results = self._late_results, {}
+
+        def record() -> None:
+            for call_id, result in late.items():
+                try:
+                    self._recorder.record_late_tool_result(self.run_id, call_id, result)
+                except Exception as exc:  # nothing acts on it: losing it loses no decision
+                    logger.warning(
+                        "run %s: could not record the late result of %s (%s)",
+                        self.run_id,
+                        call_id,
+                        exc,
+                    )
+
+        submit(record)
 
     def _flush(self) -> None:
         with self._writing:
@@ -154,6 +193,7 @@ class RunWatch:
         with self._writing, self._state:
             shown = "".join(self._pieces) if self._step > self._sealed else ""
             self._sealed = 1 << 62
+            self._late = {c.id for c in self._calls} - set(self._results)
             return Interruption(shown, self._calls, dict(self._results))
 
 
@@ -212,7 +252,8 @@ def watching(run_id: str, recorder: Recorder, policy: PartialFlush) -> Iterator[
         yield watch
     finally:
         _SHOWN.reset(token)
-        shown.discard(watch)
+        if not watch.awaits_late_results:  # else the tools' threads still find it
+            shown.discard(watch)
 
 
 def note_tool_calls(run_id: str | None, step_index: int, calls: Sequence[ToolCall]) -> None:

@@ -9,6 +9,7 @@ from ._memory import InMemoryRecorder
 from ._recorder import (
     INTERRUPTED_RESULT,
     INTERRUPTED_TOOL_CALLS,
+    LATE_TOOL_RESULTS,
     SPAWNED_BY,
     HasRecorder,
     Recorder,
@@ -20,6 +21,7 @@ from ._recorder import (
 __all__ = [
     "INTERRUPTED_RESULT",
     "INTERRUPTED_TOOL_CALLS",
+    "LATE_TOOL_RESULTS",
     "SPAWNED_BY",
     "HasRecorder",
     "InMemoryRecorder",

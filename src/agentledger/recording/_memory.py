@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Mapping, Sequence
+from typing import cast
+
+from pydantic import JsonValue
 
 from ..errors import ConversationBusyError, NotFoundError
 from ..values import (
@@ -15,8 +18,15 @@ from ..values import (
     StepExecution,
     ToolCall,
     new_id,
+    printable,
 )
-from ._recorder import SPAWNED_BY, RunResult, check_shown, interrupted_answer
+from ._recorder import (
+    LATE_TOOL_RESULTS,
+    SPAWNED_BY,
+    RunResult,
+    check_shown,
+    interrupted_answer,
+)
 
 
 class InMemoryRecorder:
@@ -119,6 +129,16 @@ class InMemoryRecorder:
             self._partial.pop(run_id, None)
             self._release(ended)
         return RunResult.of(ended).interrupted(partial_text, error)
+
+    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
+        with self._lock:
+            state = self._runs.get(run_id)
+            if state is None or state.status is not AgentStatus.INTERRUPTED:
+                return
+            late = dict(cast(dict[str, JsonValue], state.metadata.get(LATE_TOOL_RESULTS) or {}))
+            late[call_id] = printable(result)
+            metadata = {**state.metadata, LATE_TOOL_RESULTS: late}
+            self._runs[run_id] = state.model_copy(update={"metadata": metadata})
 
     def _check_running(self, run_id: str) -> AgentState:
         """The state run ``run_id`` began with, while it holds its conversation."""

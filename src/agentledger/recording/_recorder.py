@@ -95,6 +95,11 @@ INTERRUPTED_TOOL_CALLS = "interrupted_tool_calls"
 result when the run was cancelled, each with the result it was given
 (:data:`INTERRUPTED_RESULT`)."""
 
+LATE_TOOL_RESULTS = "late_tool_results"
+"""The key, in an interrupted run's metadata, of the results of the sync tool calls that were
+still running in their threads when it was interrupted, by call id: recorded when they return,
+never acted on."""
+
 INTERRUPTED_RESULT = (
     "interrupted: the run was cancelled before this tool call returned; it may or may not "
     "have taken effect"
@@ -191,6 +196,13 @@ class Recorder(Protocol):
         The execution buffer is cleared and the lease freed. Returns the run's result, whose
         ``answer`` is ``partial_text`` (None when empty). :class:`UnstorableTextError` when
         the text cannot be stored, with nothing written and the run still held."""
+        ...
+
+    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
+        """Keep the result of tool call ``call_id``, which returned after its run was
+        interrupted (a sync tool finishing in its thread), in the run's metadata under
+        :data:`LATE_TOOL_RESULTS`; nothing acts on it. Does nothing when the run is not
+        interrupted."""
         ...
 
     def commit_run(self, state: AgentState) -> None:
