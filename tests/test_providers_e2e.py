@@ -311,6 +311,14 @@ def _decoded(column: str, value: Any) -> Any:
     return value
 
 
+@pytest.fixture
+def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
+    """SQL on the ledger's database, with this module's own queries."""
+    database = Database(db_url)
+    yield database
+    database.engine.dispose()
+
+
 @pytest.fixture(scope="module")
 def loopback() -> Iterator[FakeProvider]:
     server = FakeProvider()

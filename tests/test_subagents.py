@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -87,6 +87,13 @@ def lead(
         .with_subagents(subagents, policy=policy)
     )
     return builder.with_ledger(ledger) if ledger is not None else builder
+
+
+@pytest.fixture
+def db(db_url: str, ledger: Ledger) -> Iterator[Database]:
+    """SQL on the ledger's database, with the subagent tests' own queries."""
+    with Database(db_url) as database:
+        yield database
 
 
 # --- 1. the seed case: only the answer goes up ------------------------------------------------
