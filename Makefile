@@ -4,7 +4,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 
-.PHONY: demo test soak extras lint typecheck bench clean schema
+.PHONY: demo chat-app test soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,14 +22,23 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 demo: $(VENV)/.installed-run
 	$(BIN)/agentledger demo
 
+$(VENV)/.installed-examples: pyproject.toml | $(BIN)/python
+	$(PIP) -e '.[examples]'
+	touch $@
+
+# The example chat app on http://127.0.0.1:8000: offline unless OPENAI_API_KEY is set, its ledger
+# chat-app.db here (or CHAT_APP_DB). uvicorn's options: make chat-app CHAT_APP_ARGS='--port 9000'
+chat-app: $(VENV)/.installed-examples
+	$(BIN)/uvicorn examples.chat_app.app:app $(CHAT_APP_ARGS)
+
 # ruff, then the package's layering (import-linter's contracts are in pyproject.toml).
 lint: $(VENV)/.installed-dev
-	$(BIN)/ruff check src tests bench
-	$(BIN)/ruff format --check src tests bench
+	$(BIN)/ruff check src tests bench examples
+	$(BIN)/ruff format --check src tests bench examples
 	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.installed-dev
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src examples
 
 # pytest in two parts: every test but the timing-sensitive ones on xdist workers (one per core;
 # each with its own PostgreSQL server and temporary directories), then those (marked serial)

@@ -1,6 +1,7 @@
 """What ``pip install agentledger`` and each of its extras bring, checked in fresh virtual
 environments from the wheel: the base install has no analytics engine and says what to install
-for it; each extra brings everything its conversion needs (``.df()``, ``.arrow()``, ``.pl()``).
+for it; each extra brings everything its conversion needs (``.df()``, ``.arrow()``, ``.pl()``),
+and ``examples`` what the example chat app runs on.
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -141,6 +142,23 @@ def test_each_analytics_extra_brings_what_its_conversion_needs(
     assert brings <= set(installed), brings - set(installed)
     assert not (HEAVY - brings) & set(installed), (HEAVY - brings) & set(installed)
     report(f"[{extra}]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
+def test_the_examples_extra_runs_the_example_chat_app(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "examples", tmp_path / "venv")
+
+    found = probe(python, "examples", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert [(m["role"], m["content"], m["interrupted"]) for m in found["uses"]] == [
+        ("user", "Lisbon", False),
+        ("assistant", "Lisbon a subject", False),
+    ]
+    installed = found["installed"]
+    assert {"fastapi", "uvicorn", "starlette"} <= set(installed)
+    assert not HEAVY & set(installed), HEAVY & set(installed)
+    report(f"[examples]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
 
 
 def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(

@@ -85,6 +85,22 @@ def as_rows(url: str) -> Any:
     return converted(rows, [list(row) for row in rows])
 
 
+def chat_app_conversation(url: str) -> Any:
+    """A question asked of the example chat app (``examples/chat_app`` of this checkout, which
+    the wheel does not hold) over the ledger at ``url``: the conversation it then shows."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+    import uvicorn  # noqa: F401  (what `uvicorn examples.chat_app.app:app` needs)
+    from fastapi.testclient import TestClient
+
+    from examples.chat_app.app import OfflineModel, create_app
+
+    with TestClient(create_app(url, OfflineModel(words=3, delay=0.0))) as client:
+        events = client.post("/conversations/new/runs", json={"text": "Lisbon"}).text
+        first = next(line for line in events.splitlines() if line.startswith("data: "))
+        conversation_id = json.loads(first.removeprefix("data: "))["conversation_id"]
+        return client.get(f"/conversations/{conversation_id}").json()["messages"]
+
+
 USES: dict[str, Callable[[str], Any]] = {
     "base": analytics_error,
     "postgresql": analytics_error,
@@ -93,6 +109,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "pandas": as_pandas,
     "arrow": as_arrow,
     "polars": as_polars,
+    "examples": chat_app_conversation,
 }
 
 

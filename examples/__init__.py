@@ -1,0 +1,1 @@
+"""Examples of agentledger in use; not part of the installed package."""
