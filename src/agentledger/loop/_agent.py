@@ -47,6 +47,7 @@ from ..values import (
     CompactionKind,
     CompactionStatus,
     ExecutionBudget,
+    FiledMessage,
     InferenceResponse,
     Message,
     Role,
@@ -396,8 +397,9 @@ class Agent:
         execution = after.current_execution
         assert after.run_id is not None and execution is not None
         filed = after.filed_since(before)
-        shown = watch.seal(execution.step_index)
-        yield Call(partial(self.config.recorder.record_step, after.run_id, execution, filed))
+        shown: str = yield Call(
+            partial(_seal_and_record, watch, self.config.recorder, after.run_id, execution, filed)
+        )
         step = execution.step
         emit(
             StepRecorded(
@@ -419,7 +421,7 @@ class Agent:
         otherwise its lease expires). The original error is the one to report.
 
         This is the one place a cancellation is caught."""
-        kept = watch.interrupted()
+        kept: Interruption = yield Call(watch.interrupted)  # may wait for a flush: not on a loop
         cancelled = isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
         with contextlib.suppress(Exception):
             if cancelled or kept.text:
@@ -514,6 +516,21 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
+
+
+def _seal_and_record(
+    watch: RunWatch,
+    recorder: Recorder,
+    run_id: str,
+    execution: StepExecution,
+    filed: Sequence[FiledMessage],
+) -> str:
+    """Seal the step (no flush of it from now on), then record it; the text it showed. Done
+    as one call, in the step's worker thread on an event loop: sealing waits for a flush of
+    the step in flight, a database write, which must never hold up the loop."""
+    shown = watch.seal(execution.step_index)
+    recorder.record_step(run_id, execution, filed)
+    return shown
 
 
 def _spent(response: InferenceResponse) -> dict[str, object]:
