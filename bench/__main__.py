@@ -27,7 +27,13 @@
     recording a turn and loading a conversation (``bench/previous.py``), ``import agentledger``
     (in 9), and
 12. the rows ``Ledger.runs()`` and ``Ledger.run_tree()`` return. Without ``--previous``, 11
-    and 12 are skipped, and say so.
+    and 12 are skipped, and say so;
+13. 200 conversations streaming at once through ``agent.astream`` in one process, on a SQLite
+    file and on a throwaway PostgreSQL: turns per second, the event loop's lateness, a step's
+    end to its ``StepRecorded``, the cost of the partial-output flushes, and cancel to
+    committed (20 conversations with ``--quick``), and
+14. the same turn, not streamed, through ``Agent.run`` and ``await agent.arun``
+    (``bench/streaming.py``; ``python -m bench.streaming`` runs 13 and 14 alone).
 """
 
 from __future__ import annotations
@@ -38,7 +44,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from . import analytics, history, imports, ledger, loop, previous, recording, statements
+from . import (
+    analytics,
+    history,
+    imports,
+    ledger,
+    loop,
+    previous,
+    recording,
+    statements,
+    streaming,
+)
 from ._common import DEFAULT, FULL, QUICK
 from ._report import environment, render
 from ._versions import Version, export, resolve
@@ -97,6 +113,7 @@ def main(argv: list[str] | None = None) -> None:
         sections.append(imports.run(sizes, before))
         sections.append(statements.run(sizes, Path(tmp)))
         sections.extend(previous.run(sizes, Path(tmp), before))
+        sections.extend(streaming.run(sizes, Path(tmp)))
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m bench", *args_list])
     report = render(command=command, mode=sizes.name, env=env, sections=sections, elapsed=elapsed)

@@ -331,3 +331,48 @@ def test_many_concurrent_aruns_share_one_ledger_handle(ledger: Ledger, db: Datab
     assert db.scalar("SELECT count(*) FROM agent_runs WHERE status = 'completed'") == 24
     assert db.scalar("SELECT count(*) FROM tool_executions") == 48
     assert ledger.verify() == []
+
+
+@pytest.mark.serial
+def test_recording_a_step_whose_flush_waits_on_a_locked_database_leaves_the_event_loop_free(
+    tmp_path: Any,
+) -> None:
+    """Recording a streamed step first waits for a flush of its partial output in flight: a
+    database write, here held up for a second by another connection's write lock. That wait
+    happens in a worker thread; the event loop keeps ticking (it was blocked for the whole
+    wait while it happened on the loop)."""
+    import sqlite3
+
+    path = tmp_path / "locked.db"
+    ledger = Ledger.open(path, busy_timeout=10)
+    llm = ScriptedLLM([InferenceResponse(content=ANSWER * 2)], chunk_size=2, chunk_delay=0.01)
+    streaming = AgentBuilder().with_llm(llm).with_ledger(ledger)
+    streaming = streaming.with_partial_flush(seconds=0.05).build()
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    async def main() -> tuple[list[float], AgentStatus]:
+        ticks: list[float] = []
+
+        async def ticker() -> None:
+            while True:
+                ticks.append(time.perf_counter())
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(ticker())
+        stream = streaming.astream(QUESTION)
+        locked = False
+        async for event in stream:
+            if event.type == "text_delta" and not locked:
+                locked = True
+                blocker.execute("BEGIN IMMEDIATE")  # the next flush waits for this lock
+                threading.Timer(1.0, blocker.rollback).start()
+        ticking.cancel()
+        return ticks, stream.result.status
+
+    ticks, status = asyncio.run(main())
+    gaps = [b - a for a, b in itertools.pairwise(ticks)]
+    assert status is AgentStatus.COMPLETED
+    assert ticks[-1] - ticks[0] > 0.9  # the run waited for the lock
+    assert max(gaps) < 0.3
+    blocker.close()
+    ledger.close()

@@ -305,3 +305,29 @@ def test_scripted_llm_astream_sleeps_chunk_delay_between_chunks_without_blocking
 def test_scripted_llm_refuses_chunks_it_cannot_make(options: dict[str, Any], message: str) -> None:
     with pytest.raises(UsageError, match=message):
         ScriptedLLM([], **options)
+
+
+def test_the_deltas_a_model_streams_on_the_event_loop_do_not_each_wake_it_from_outside() -> None:
+    """A model streaming on the run's event loop tells each delta from the loop's own thread:
+    handing it to the stream needs no wake-up write (``call_soon_threadsafe``), which at one
+    per delta of many streams kept the loop busy. Events told from worker threads still
+    wake it."""
+
+    class CountingLoop(asyncio.SelectorEventLoop):
+        woken = 0
+
+        def call_soon_threadsafe(self, *args: Any, **kwargs: Any) -> Any:
+            CountingLoop.woken += 1
+            return super().call_soon_threadsafe(*args, **kwargs)
+
+    text = "x" * 200
+    llm = ScriptedLLM([answer(text)], chunk_size=2)
+
+    async def main() -> list[Event]:
+        return [event async for event in AgentBuilder().with_llm(llm).build().astream(QUESTION)]
+
+    with asyncio.Runner(loop_factory=CountingLoop) as runner:
+        events = runner.run(main())
+    deltas = [e for e in events if isinstance(e, TextDelta)]
+    assert "".join(d.text for d in deltas) == text and len(deltas) == 100
+    assert CountingLoop.woken < 20  # the steps' and writes' threads handing back, not deltas

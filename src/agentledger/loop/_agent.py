@@ -429,7 +429,7 @@ class Agent:
         otherwise its lease expires). The original error is the one to report.
 
         This is the one place a cancellation is caught."""
-        kept = watch.interrupted()
+        kept: Interruption = yield Call(watch.interrupted)  # may wait for a flush: not on a loop
         cancelled = _cancels(exc)
         with contextlib.suppress(Exception):
             if cancelled or kept.text:

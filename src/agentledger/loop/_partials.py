@@ -308,7 +308,10 @@ class _Timer:
                     wait = self._due[0][0] - time.monotonic() if self._due else None
                     self._wake.wait(wait)
                 work = heapq.heappop(self._due)[2]
-            submit(work)
+            try:
+                submit(work)
+            except RuntimeError:  # the interpreter is shutting down: nothing more runs
+                return
 
 
 _TIMER = _Timer()

@@ -189,8 +189,16 @@ class AsyncRunStream(_Events, AsyncIterator[Event]):
         self._closed(unread)
 
     async def _work(self, loop: asyncio.AbstractEventLoop) -> None:
+        on_loop = threading.get_ident()
+
         def tell(event: Event) -> None:
-            loop.call_soon_threadsafe(self._items.put_nowait, event)
+            # In order either way; from the loop's own thread (the model's deltas, the run's
+            # own events) without the wake-up write that only another thread needs: at one
+            # event per delta of many streams, those writes kept the loop busy.
+            if threading.get_ident() == on_loop:
+                loop.call_soon(self._items.put_nowait, event)
+            else:
+                loop.call_soon_threadsafe(self._items.put_nowait, event)
 
         try:
             with events_to(tell), showing(self._shown):
