@@ -40,7 +40,7 @@ from ..values import (
     utc_now,
 )
 from ._partials import note_tool_result
-from ._runtime import emit, event_loop, in_context, in_thread, wait_for
+from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
 
 logger = logging.getLogger("agentledger.tools")
 
@@ -77,12 +77,14 @@ class ToolExecutor:
             ToolContext(state=state, tool_call=c, step_index=step_index, in_flight=in_flight)
             for c in calls
         ]
-        if event_loop() is not None and contexts:
-            # An asynchronous run: the calls are tasks on its event loop (async tools awaited
+        if self.max_parallel == 1 or len(contexts) < 2:
+            # One after another, here: in an asynchronous run this is a worker thread already
+            # (an async tool is awaited on the run's loop), and a cancelled run starts no more.
+            return tuple(self._execute_next(c) for c in contexts)
+        if event_loop() is not None:
+            # In parallel in an asynchronous run: tasks on its event loop (async tools awaited
             # there, sync ones in worker threads), cancelled together.
             return wait_for(self._execute_as_tasks(contexts))
-        if self.max_parallel == 1 or len(contexts) < 2:
-            return tuple(self.execute_one(c) for c in contexts)
         with ThreadPoolExecutor(max_workers=min(self.max_parallel, len(contexts))) as pool:
             return tuple(pool.map(in_context(self.execute_one), contexts))
 
@@ -98,6 +100,10 @@ class ToolExecutor:
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(c)) for c in contexts]
         return tuple(t.result() for t in tasks)
+
+    def _execute_next(self, context: ToolContext) -> ToolExecution:
+        check_cancelled()
+        return self.execute_one(context)
 
     def execute_one(self, context: ToolContext) -> ToolExecution:
         """Run one call here (an ``async def`` tool to completion on an event loop: the run's,

@@ -16,7 +16,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import threading
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
@@ -73,7 +73,16 @@ def event_loop() -> asyncio.AbstractEventLoop | None:
     return _LOOP.get()
 
 
-_IN_FLIGHT: contextvars.ContextVar[set[Future[Any]] | None] = contextvars.ContextVar(
+class _InFlight:
+    """What an asynchronous run's steps wait for on its event loop, and whether the run was
+    cancelled (then nothing new starts)."""
+
+    def __init__(self) -> None:
+        self.futures: set[Future[Any]] = set()
+        self.cancelled = threading.Event()
+
+
+_IN_FLIGHT: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
     "agentledger_in_flight", default=None
 )
 
@@ -84,27 +93,39 @@ def wait_for(awaitable: Awaitable[T]) -> T:
     loop, so an ``async def`` tool works from ``Agent.run`` too. While it runs on the run's
     loop it is in flight: cancelling the run cancels it (:func:`cancel_in_flight`)."""
     loop = event_loop()
+    in_flight = _IN_FLIGHT.get()
+    if loop is not None and in_flight is not None and in_flight.cancelled.is_set():
+        if isinstance(awaitable, Coroutine):
+            awaitable.close()
+        raise asyncio.CancelledError  # the run was cancelled: nothing new starts
     coroutine = _as_coroutine(awaitable)
     if loop is None:
         return asyncio.run(coroutine)
     future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-    in_flight = _IN_FLIGHT.get()
     if in_flight is not None:
-        in_flight.add(future)
+        in_flight.futures.add(future)
     try:
         return future.result()
     except concurrent.futures.CancelledError:
         raise asyncio.CancelledError from None  # the run is cancelled: no step's failure
     finally:
         if in_flight is not None:
-            in_flight.discard(future)
+            in_flight.futures.discard(future)
+
+
+def check_cancelled() -> None:
+    """Raise ``asyncio.CancelledError`` when this code's asynchronous run was cancelled: what a
+    step's thread checks before it starts the next tool."""
+    in_flight = _IN_FLIGHT.get()
+    if in_flight is not None and in_flight.cancelled.is_set():
+        raise asyncio.CancelledError
 
 
 @contextmanager
 def tracking_in_flight() -> Iterator[None]:
     """Keep the awaitables that the steps started inside hand to this loop, so that
     :func:`cancel_in_flight` can stop them (the model's stream, ``async def`` tools)."""
-    token = _IN_FLIGHT.set(set())
+    token = _IN_FLIGHT.set(_InFlight())
     try:
         yield
     finally:
@@ -112,9 +133,14 @@ def tracking_in_flight() -> Iterator[None]:
 
 
 def cancel_in_flight() -> None:
-    """Cancel what the steps of this run wait for on its event loop: a cancelled run does not
-    wait for its model to finish answering (its step's thread then ends at once)."""
-    for future in list(_IN_FLIGHT.get() or ()):
+    """Cancel what the steps of this run wait for on its event loop, and start nothing more: a
+    cancelled run does not wait for its model to finish answering (its step's thread then ends
+    at once)."""
+    in_flight = _IN_FLIGHT.get()
+    if in_flight is None:
+        return
+    in_flight.cancelled.set()
+    for future in list(in_flight.futures):
         future.cancel()
 
 
