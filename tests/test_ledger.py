@@ -853,9 +853,12 @@ def test_a_step_whose_write_fails_leaves_no_half_step_and_is_redone_on_resume(db
     db.assert_runs_consistent()
 
 
-def test_an_interrupt_in_the_middle_of_a_step_fails_the_run_and_keeps_the_steps_before_it(
+def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_with_the_steps_before_it(
     db, open_ledger
 ):
+    """Ctrl-C (a KeyboardInterrupt) inside a step cancels the run: it ends ``interrupted``,
+    keeping its recorded steps and committing what it had shown (nothing, without a stream),
+    and the conversation is free for the next run at once."""
     ledger = open_ledger()
     interrupted: list[str] = []
 
@@ -872,31 +875,25 @@ def test_an_interrupt_in_the_middle_of_a_step_fails_the_run_and_keeps_the_steps_
         build_agent(llm, ledger, tools=[get_weather]).run(QUESTION)
 
     run = db.row("SELECT * FROM agent_runs")
-    assert run["status"] == "failed" and "KeyboardInterrupt" in run["error"]
+    assert (run["status"], run["stop_reason"], run["error"]) == ("interrupted", "cancelled", None)
     assert db.step_indexes(run["id"]) == [0]
     assert db.column("SELECT tool_call_id FROM tool_executions") == ["call_1"]
-    assert [b["role"] for b in db.rows("SELECT role FROM execution_buffer_rows ORDER BY seq")] == [
-        "assistant",
-        "tool",
-    ]
+    assert db.count("execution_buffer_rows") == 0
     assert db.scalar("SELECT lease_holder FROM conversations") is None
-    assert [r[2] for r in message_rows(db, run["conversation_id"])] == ["user"]
+    cid = run["conversation_id"]
+    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [("user", QUESTION), ("assistant", "")]
 
-    resumed = build_agent(
-        ScriptedLLM([weather_call("call_2", "Rome"), answer()]), ledger, tools=[get_weather]
-    ).resume(run["id"])
+    again = build_agent(ScriptedLLM([answer()]), ledger, tools=[get_weather]).run("Go on.", cid)
 
-    assert resumed.status is AgentStatus.COMPLETED, resumed.error
-    assert db.step_indexes(run["id"]) == [0, 1, 2]
-    assert db.column("SELECT tool_call_id FROM tool_executions ORDER BY step_index") == [
-        "call_1",
-        "call_2",
-    ]
-    assert [(r[2], r[3]) for r in message_rows(db, run["conversation_id"])] == [
+    assert again.status is AgentStatus.COMPLETED, again.error
+    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [
         ("user", QUESTION),
+        ("assistant", ""),
+        ("user", "Go on."),
         ("assistant", ANSWER),
     ]
-    assert db.count("execution_buffer_rows") == 0
+    flags = db.column("SELECT interrupted FROM conversation_messages ORDER BY seq")
+    assert [bool(f) for f in flags] == [False, True, False, False]
 
 
 # --- 8. a crashed process -----------------------------------------------------------------------
