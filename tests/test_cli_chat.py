@@ -8,7 +8,7 @@ import json
 import re
 import sqlite3
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,21 +17,27 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger.cli import cli
-from support.cli import console
+from support.cli import Interactive, console
 from support.fake_provider import (
     FakeProvider,
     Reply,
+    Streamed,
     anthropic_error,
     anthropic_message,
+    anthropic_stream,
     anthropic_text,
     anthropic_tool_use,
     openai_completion,
     openai_error,
+    openai_stream,
     openai_tool_call,
 )
 
 TOOLS_MODULE = "cli_chat_tools"
 TOOLS_SOURCE = '''
+import time
+
+
 def get_weather(city: str) -> str:
     """Current weather for a city."""
     return f"22C and sunny in {city}"
@@ -45,6 +51,12 @@ def explode(reason: str) -> str:
 def interrupt() -> str:
     """Stands for the user pressing Ctrl-C while a tool runs."""
     raise KeyboardInterrupt
+
+
+def slow(seconds: float) -> str:
+    """Takes its time."""
+    time.sleep(seconds)
+    return "done"
 
 
 def untyped(city):
@@ -107,6 +119,14 @@ def _openai_usage(usage: dict[str, int]) -> dict[str, int]:
 def _anthropic_usage(usage: dict[str, int]) -> dict[str, int]:
     names = {"input": "input_tokens", "output": "output_tokens"}
     return {names[k]: v for k, v in usage.items()}
+
+
+def streamed(body: dict[str, Any], *, size: int = 4, interval: float = 0.0) -> Reply:
+    """``body`` (a completion or a message) as its API streams it: the chat asks for streams."""
+    events = (
+        openai_stream(body, size=size) if "choices" in body else anthropic_stream(body, size=size)
+    )
+    return Reply(Streamed(tuple(events), interval=interval))
 
 
 OPENAI = Wire("openai", "gpt-4o-mini", "OPENAI_API_KEY")
@@ -194,8 +214,8 @@ def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_reco
 ):
     second = {"input": 1200, "output": 30} | ({"cached": 200} if wire is OPENAI else {})
     fake_provider.push(
-        Reply(wire.tool_call("get_weather", {"city": "Paris"}, input=1000, output=50)),
-        Reply(wire.answer(ANSWER, **second)),
+        streamed(wire.tool_call("get_weather", {"city": "Paris"}, input=1000, output=50)),
+        streamed(wire.answer(ANSWER, **second)),
     )
     result = invoke(
         db,
@@ -229,7 +249,8 @@ def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_reco
 
 def test_a_failing_tool_is_printed_as_an_error_and_the_run_goes_on(fake_provider, tools_module, db):
     fake_provider.push(
-        Reply(OPENAI.tool_call("explode", {"reason": "x" * 300})), Reply(OPENAI.answer("Sorry."))
+        streamed(OPENAI.tool_call("explode", {"reason": "x" * 300})),
+        streamed(OPENAI.answer("Sorry.")),
     )
     result = invoke(
         db, "run", "Try it", *model_options(OPENAI, fake_provider), "--tool", f"{tools_module}:ALL"
@@ -244,7 +265,7 @@ def test_a_failing_tool_is_printed_as_an_error_and_the_run_goes_on(fake_provider
 
 @pytest.mark.parametrize("wire", WIRES)
 def test_a_model_with_no_price_prints_cost_unknown_and_how_to_give_one(wire, fake_provider, db):
-    fake_provider.push(Reply({**wire.answer("Hi."), "model": "local-model"}))
+    fake_provider.push(streamed({**wire.answer("Hi."), "model": "local-model"}))
     result = invoke(db, "run", "Hello", *model_options(wire, fake_provider, model="local-model"))
 
     assert result.exit_code == 0, result.output
@@ -263,7 +284,7 @@ def test_prices_from_a_file_price_a_local_model(fake_provider, db, tmp_path):
         ),
         encoding="utf-8",
     )
-    fake_provider.push(Reply(openai_completion("Hi.", model="local-model")))  # 20 in, 10 out
+    fake_provider.push(streamed(openai_completion("Hi.", model="local-model")))  # 20 in, 10 out
     options = model_options(OPENAI, fake_provider, model="local-model")
     result = invoke(db, "run", "Hello", *options, "--prices", str(prices))
 
@@ -272,7 +293,7 @@ def test_prices_from_a_file_price_a_local_model(fake_provider, db, tmp_path):
 
 
 def test_the_system_prompt_reaches_the_model(fake_provider, db):
-    fake_provider.push(Reply(OPENAI.answer("Ahoy.")))
+    fake_provider.push(streamed(OPENAI.answer("Ahoy.")))
     options = model_options(OPENAI, fake_provider)
     result = invoke(db, "run", "Hello", *options, "--system", "Talk like a pirate.")
 
@@ -288,7 +309,9 @@ def test_the_system_prompt_reaches_the_model(fake_provider, db):
 
 @pytest.mark.parametrize("wire", WIRES)
 def test_chat_keeps_every_turn_in_one_conversation_and_continues_it_later(wire, fake_provider, db):
-    fake_provider.push(Reply(wire.answer("Hello, Ada.")), Reply(wire.answer("Ada, I remember.")))
+    fake_provider.push(
+        streamed(wire.answer("Hello, Ada.")), streamed(wire.answer("Ada, I remember."))
+    )
     first = invoke(
         db, "chat", *model_options(wire, fake_provider), input="I am Ada.\n\nWho am I?\n"
     )
@@ -303,7 +326,7 @@ def test_chat_keeps_every_turn_in_one_conversation_and_continues_it_later(wire, 
     assert query(db, "SELECT count(*) FROM conversations") == [(1,)]
     assert query(db, "SELECT count(*), min(status) FROM agent_runs") == [(2, "completed")]
 
-    fake_provider.push(Reply(wire.answer("Still Ada.")))
+    fake_provider.push(streamed(wire.answer("Still Ada.")))
     again = invoke(
         db,
         "chat",
@@ -325,7 +348,7 @@ def test_chat_keeps_every_turn_in_one_conversation_and_continues_it_later(wire, 
 
 
 def test_run_continues_a_conversation_that_chat_began(fake_provider, db):
-    fake_provider.push(Reply(OPENAI.answer("Noted.")), Reply(OPENAI.answer("Blue.")))
+    fake_provider.push(streamed(OPENAI.answer("Noted.")), streamed(OPENAI.answer("Blue.")))
     options = model_options(OPENAI, fake_provider)
     first = invoke(db, "chat", *options, input="My favourite colour is blue.\n/quit\n")
     cid = conversation_id(first.output)
@@ -338,7 +361,7 @@ def test_run_continues_a_conversation_that_chat_began(fake_provider, db):
 
 
 def test_run_continues_a_conversation_given_by_a_unique_prefix_of_its_id(fake_provider, db):
-    fake_provider.push(Reply(OPENAI.answer("Noted.")), Reply(OPENAI.answer("Blue.")))
+    fake_provider.push(streamed(OPENAI.answer("Noted.")), streamed(OPENAI.answer("Blue.")))
     options = model_options(OPENAI, fake_provider)
     first = invoke(db, "run", "My favourite colour is blue.", *options)
     cid = conversation_id(first.output.split("tokens")[1])
@@ -409,7 +432,7 @@ def test_a_provider_failing_on_every_retry_is_said_once_with_the_attempts_and_tr
 
 def test_chat_goes_on_after_a_failed_run_and_retry_continues_it(fake_provider, db):
     fake_provider.push(Reply(OPENAI.error("Incorrect API key provided"), 401))
-    fake_provider.push(Reply(OPENAI.answer("Hello!")))
+    fake_provider.push(streamed(OPENAI.answer("Hello!")))
     options = model_options(OPENAI, fake_provider)
     result = invoke(db, "chat", *options, input="Hi\n/retry\n/retry\n")
 
@@ -432,7 +455,7 @@ def test_a_later_chat_retries_the_run_that_run_left_failed(fake_provider, db):
     assert f"continue it with: agentledger --db {db} chat" in failed.output
     assert f"--conversation {cid}, then /retry continues the run" in failed.output
 
-    fake_provider.push(Reply(OPENAI.answer("Hello!")))
+    fake_provider.push(streamed(OPENAI.answer("Hello!")))
     result = invoke(db, "chat", *options, "--conversation", cid, input="/retry\n")
 
     assert result.exit_code == 0, result.output
@@ -441,21 +464,121 @@ def test_a_later_chat_retries_the_run_that_run_left_failed(fake_provider, db):
     assert query(db, "SELECT status FROM agent_runs") == [("completed",)]
 
 
-@pytest.mark.parametrize("command", ["run", "chat"])
-def test_ctrl_c_during_a_run_says_the_run_is_kept_and_exits_130(
-    command, fake_provider, tools_module, db
+def test_ctrl_c_while_a_tool_runs_stops_the_run_keeps_it_interrupted_and_run_exits_130(
+    fake_provider, tools_module, db
 ):
-    fake_provider.push(Reply(OPENAI.tool_call("interrupt", {})))
-    args = [command, "Go"] if command == "run" else [command]
+    """The tool raises KeyboardInterrupt in the run, as Ctrl-C would there."""
+    fake_provider.push(streamed(OPENAI.tool_call("interrupt", {})))
     options = [*model_options(OPENAI, fake_provider), "--tool", f"{tools_module}:interrupt"]
-    result = invoke(db, *args, *options, input="Go\nnever sent\n")
+    result = invoke(db, "run", "Go", *options)
 
     assert result.exit_code == 130, result.output
-    assert "interrupted: run " in result.output
-    assert "is kept in the ledger (failed" in result.output
-    assert "Traceback" not in result.output
+    assert "  → interrupt()" in result.output.splitlines()
+    assert "(interrupted: the answer so far is kept)" in result.output
+    assert "conversation " in result.output and "Traceback" not in result.output
     assert len(fake_provider.requests) == 1
-    assert query(db, "SELECT status FROM agent_runs") == [("failed",)]
+    assert query(db, "SELECT status, stop_reason FROM agent_runs") == [("interrupted", "cancelled")]
+
+
+def test_ctrl_c_while_a_tool_runs_in_chat_keeps_the_run_and_comes_back_to_the_prompt(
+    fake_provider, tools_module, db
+):
+    fake_provider.push(streamed(OPENAI.tool_call("interrupt", {})))
+    fake_provider.push(streamed(OPENAI.answer("Ok.")))
+    options = [*model_options(OPENAI, fake_provider), "--tool", f"{tools_module}:interrupt"]
+    result = invoke(db, "chat", *options, input="Go\ngo on\n")
+
+    assert result.exit_code == 0, result.output
+    assert "(interrupted: the answer so far is kept; `go on` continues it)" in result.output
+    assert result.output.count("you> ") == 3
+    assert "you> Ok." in result.output.splitlines()  # what the user types is not echoed here
+    assert query(db, "SELECT status FROM agent_runs ORDER BY started_at") == [
+        ("interrupted",),
+        ("completed",),
+    ]
+
+
+# --- chat at a prompt, in a process of its own: streaming and Ctrl-C ------------------------------
+
+STOPPED = "(interrupted: the answer so far is kept; `go on` continues it)"
+
+
+@pytest.fixture
+def chat_process(
+    db: Path, fake_provider: FakeProvider, tmp_path: Path
+) -> Iterator[Callable[..., Interactive]]:
+    """Starts ``agentledger chat`` on the fake provider, in the folder the tools module is in."""
+    started: list[Interactive] = []
+
+    def start(*options: str) -> Interactive:
+        args = ["--db", str(db), "chat", *model_options(OPENAI, fake_provider), *options]
+        started.append(Interactive(*args, cwd=tmp_path / "tools"))
+        return started[-1]
+
+    yield start
+    for chat in started:
+        chat.close()
+
+
+def test_chat_prints_the_answer_as_it_streams_and_ctrl_c_at_the_prompt_leaves_as_ctrl_d_does(
+    fake_provider, tools_module, chat_process
+):
+    answer = "The answer arrives in pieces, one event after another, as the model writes it."
+    fake_provider.push(streamed(OPENAI.answer(answer), interval=0.05))
+    chat = chat_process()
+    prompt = chat.wait_for("you> ")
+    before = len(chat.reads)
+    chat.send("Hello")
+    status = chat.wait_for("\nrun ", after=prompt)
+
+    pieces = [r for r in chat.reads[before:] if r.strip() and r in answer]
+    assert len(pieces) >= 2, chat.reads[before:]  # read as it came, not all at once at the end
+    assert chat.output[prompt:status] == f"{answer}\nrun "
+
+    chat.wait_for("you> ", after=status)
+    assert chat.interrupt_until_exit() == 0
+
+
+LONG_ANSWER = " ".join(f"word{i}" for i in range(200))
+
+
+def test_ctrl_c_while_the_answer_streams_keeps_what_was_shown_and_comes_back_to_the_prompt(
+    fake_provider, tools_module, db, chat_process
+):
+    fake_provider.push(streamed(OPENAI.answer(LONG_ANSWER), interval=0.02))  # 6 s of answer
+    chat = chat_process()
+    prompt = chat.wait_for("you> ")
+    chat.send("Tell me a long story.")
+    chat.wait_for("word3 ", after=prompt)
+
+    said = chat.interrupt(until=f"\n{STOPPED}\n", after=prompt)
+    chat.wait_for("you> ", after=said)
+    assert chat.process.poll() is None  # back at the prompt
+    shown = chat.output[prompt : said - len(STOPPED) - 2]
+    assert LONG_ANSWER.startswith(shown) and len("word3 ") < len(shown) < len(LONG_ANSWER)
+    assert query(db, "SELECT status, stop_reason FROM agent_runs") == [("interrupted", "cancelled")]
+    assert query(
+        db, "SELECT role, content, interrupted FROM conversation_messages ORDER BY seq"
+    ) == [("user", "Tell me a long story.", 0), ("assistant", shown, 1)]
+
+    assert chat.interrupt_until_exit() == 130  # a second Ctrl-C, at the prompt
+    assert "Traceback" not in chat.output
+
+
+def test_ctrl_c_during_a_long_tool_says_stopping_and_a_second_ctrl_c_leaves_with_130(
+    fake_provider, tools_module, db, chat_process
+):
+    fake_provider.push(streamed(OPENAI.tool_call("slow", {"seconds": 60})))
+    chat = chat_process("--tool", f"{tools_module}:slow")
+    prompt = chat.wait_for("you> ")
+    chat.send("Go")
+    chat.wait_for("  → slow(seconds=60)\n", after=prompt)
+    chat.interrupt(until="stopping...\n", after=prompt)
+
+    assert chat.interrupt_until_exit() == 130  # while the stop waits for the tool
+    assert chat.output.count("stopping...") == 1
+    assert "interrupted: run " in chat.output and "Traceback" not in chat.output
+    assert query(db, "SELECT status FROM agent_runs") == [("running",)]  # recover frees it
 
 
 @pytest.mark.parametrize(
@@ -490,7 +613,7 @@ def test_an_unknown_conversation_is_a_clean_error_and_nothing_is_written(fake_pr
     assert "no conversation 'nope'" in missing_ledger.output
     assert not db.exists()
 
-    fake_provider.push(Reply(OPENAI.answer("Hello.")))
+    fake_provider.push(streamed(OPENAI.answer("Hello.")))
     assert invoke(db, "run", "Hi", *options).exit_code == 0
     before = query(db, "SELECT count(*) FROM conversation_messages")
     for command in (["run", "Hi"], ["chat"]):

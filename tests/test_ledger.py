@@ -853,9 +853,12 @@ def test_a_step_whose_write_fails_leaves_no_half_step_and_is_redone_on_resume(db
     db.assert_runs_consistent()
 
 
-def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_keeping_what_it_did(
+def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_with_the_steps_before_it(
     db, open_ledger
 ):
+    """Ctrl-C (a KeyboardInterrupt) inside a step cancels the run: it ends ``interrupted``,
+    keeping its recorded steps and committing what it had shown (nothing, without a stream),
+    and the conversation is free for the next run at once."""
     ledger = open_ledger()
     interrupted: list[str] = []
 
@@ -871,27 +874,26 @@ def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_keeping_w
     with pytest.raises(KeyboardInterrupt):
         build_agent(llm, ledger, tools=[get_weather]).run(QUESTION)
 
-    # Ctrl-C cancels the run: it ends interrupted with its recorded steps, its buffer flushed,
-    # its conversation free, and the call in flight answered in the interrupted message.
     run = db.row("SELECT * FROM agent_runs")
-    assert (run["status"], run["stop_reason"]) == ("interrupted", "cancelled")
+    assert (run["status"], run["stop_reason"], run["error"]) == ("interrupted", "cancelled", None)
     assert db.step_indexes(run["id"]) == [0]
     assert db.column("SELECT tool_call_id FROM tool_executions") == ["call_1"]
     assert db.count("execution_buffer_rows") == 0
     assert db.scalar("SELECT lease_holder FROM conversations") is None
-    assert [(r[2], r[3]) for r in message_rows(db, run["conversation_id"])] == [
+    cid = run["conversation_id"]
+    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [("user", QUESTION), ("assistant", "")]
+
+    again = build_agent(ScriptedLLM([answer()]), ledger, tools=[get_weather]).run("Go on.", cid)
+
+    assert again.status is AgentStatus.COMPLETED, again.error
+    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [
         ("user", QUESTION),
         ("assistant", ""),
-    ]
-
-    again = build_agent(ScriptedLLM([answer()]), ledger, tools=[get_weather]).run(
-        "go on", run["conversation_id"]
-    )
-    assert again.status is AgentStatus.COMPLETED, again.error
-    assert [(r[2], r[3]) for r in message_rows(db, run["conversation_id"])][2:] == [
-        ("user", "go on"),
+        ("user", "Go on."),
         ("assistant", ANSWER),
     ]
+    flags = db.column("SELECT interrupted FROM conversation_messages ORDER BY seq")
+    assert [bool(f) for f in flags] == [False, True, False, False]
 
 
 # --- 8. a crashed process -----------------------------------------------------------------------

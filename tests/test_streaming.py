@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import threading
 import time
 from typing import Any
 
@@ -29,6 +30,7 @@ from agentledger.events import (
     StepRecorded,
     TextDelta,
     ToolCallFinished,
+    ToolCallStarted,
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceDelta, InferenceRequest, InferenceResponse, ScriptedLLM
@@ -231,6 +233,40 @@ def test_closing_a_stream_mid_answer_stops_the_run_and_frees_the_conversation(
     )
     assert again.status is AgentStatus.COMPLETED
     assert ledger.verify() == []
+
+
+def test_closing_a_stream_with_a_timeout_says_a_long_sync_tool_still_holds_the_run(
+    ledger: Ledger, db: Database
+) -> None:
+    """The run stops at its next event: a sync tool that is running holds it until it returns.
+    ``close(timeout)`` does not wait for that, and says so; ``close()`` then waits."""
+    release = threading.Event()
+
+    @tool
+    def slow(city: str) -> str:
+        """Takes its time."""
+        release.wait(10)
+        return "done"
+
+    llm = ScriptedLLM([calls(("slow", {"city": "Paris"})), answer("Never shown.")])
+    agent = AgentBuilder().with_llm(llm).with_tools([slow]).with_ledger(ledger).build()
+    stream = agent.stream(QUESTION)
+    for event in stream:
+        if isinstance(event, ToolCallStarted):
+            break
+    started = time.perf_counter()
+    assert stream.close(timeout=0.05) is False
+    assert time.perf_counter() - started < 1
+    assert db.scalar("SELECT status FROM agent_runs") == "running"
+
+    release.set()
+    assert stream.close() is True
+    assert stream.result.status is AgentStatus.INTERRUPTED
+    assert db.row("SELECT status, stop_reason FROM agent_runs") == {
+        "status": "interrupted",
+        "stop_reason": "cancelled",
+    }
+    assert stream.close(timeout=0) is True  # closing a stopped stream again is harmless
 
 
 def test_a_stream_dropped_mid_answer_stops_its_run(ledger: Ledger, db: Database) -> None:

@@ -1,11 +1,18 @@
 """What the command-line tests share: a ledger holding a scripted agent's run (and a run whose
-process "died"), and the command run through click's ``CliRunner``."""
+process "died"), and the command run through click's ``CliRunner``, as a process of its own,
+or at a prompt in one (:class:`Interactive`)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+import queue
+import signal
 import subprocess
 import sys
+import threading
+import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,3 +120,127 @@ def console(
         timeout=120,
         check=False,
     )
+
+
+RESEND_AFTER = 3.0
+"""Seconds a test waits for what Ctrl-C does before it presses it again."""
+
+
+class Interactive:
+    """``agentledger ARGS`` as a user runs it at a prompt: the installed console script in a
+    process of its own, lines written to its standard input, its output read as it comes (each
+    read kept apart, to see what streamed), Ctrl-C sent as SIGINT. Output is a pipe, not a
+    terminal, so it is printed plainly."""
+
+    def __init__(self, *args: str, cwd: Path | None = None) -> None:
+        env = {k: v for k, v in os.environ.items() if k not in {"COLUMNS", "AGENTLEDGER_DB"}}
+        with _sigint_not_ignored():
+            self.process = subprocess.Popen(
+                [str(CONSOLE_SCRIPT), *args],
+                cwd=cwd,
+                env=env,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+            )
+        self.reads: list[str] = []
+        """Each read of the output, in order."""
+        self._chunks: queue.SimpleQueue[bytes] = queue.SimpleQueue()
+        self._raw = b""
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+
+    @property
+    def output(self) -> str:
+        return self._raw.decode(errors="replace")
+
+    def _read(self) -> None:
+        assert self.process.stdout is not None
+        while chunk := os.read(self.process.stdout.fileno(), 65536):
+            self._chunks.put(chunk)
+        self._chunks.put(b"")
+
+    def wait_for(self, text: str, *, after: int = 0, timeout: float = 60) -> int:
+        """Read until ``text`` is in the output past position ``after``; where it ends."""
+        found = self._find(text, after, timeout)
+        if found < 0:
+            raise AssertionError(f"no {text!r} in {timeout}s; the output:\n{self.output}")
+        return found
+
+    def _find(self, text: str, after: int, timeout: float) -> int:
+        """Where ``text`` ends in the output past ``after``, read for ``timeout`` seconds at
+        most; -1 if it is not there by then."""
+        deadline = time.monotonic() + timeout
+        while (found := self.output.find(text, after)) < 0:
+            try:
+                chunk = self._chunks.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                return -1
+            if not chunk:
+                raise AssertionError(f"the process ended without {text!r}:\n{self.output}")
+            self._raw += chunk
+            self.reads.append(chunk.decode(errors="replace"))
+        return found + len(text)
+
+    def send(self, line: str) -> None:
+        assert self.process.stdin is not None
+        self.process.stdin.write(f"{line}\n".encode())
+        self.process.stdin.flush()
+
+    def interrupt(self, *, until: str, after: int = 0, timeout: float = 60) -> int:
+        """Ctrl-C, as a terminal sends it (SIGINT), until ``until`` is in the output past
+        ``after``; where it ends there. See :meth:`interrupt_until_exit` for why it may take
+        more than one."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            self.process.send_signal(signal.SIGINT)
+            found = self._find(until, after, RESEND_AFTER)
+            if found >= 0:
+                return found
+        raise AssertionError(f"no {until!r} after Ctrl-C; the output:\n{self.output}")
+
+    def interrupt_until_exit(self, timeout: float = 60) -> int:
+        """Ctrl-C until the process ends; its exit code. Python sees a signal when the wait
+        it blocks in is interrupted: one that lands after the process wrote what a test waits
+        for but before it began to wait (``input()`` between its prompt and its read) is seen
+        at the next one. A person never presses Ctrl-C in that window; a test that signals as
+        soon as it reads the prompt does, so it signals again a while later."""
+        deadline = time.monotonic() + timeout
+        while True:
+            self.process.send_signal(signal.SIGINT)
+            try:
+                return self.wait(min(RESEND_AFTER, max(0.0, deadline - time.monotonic())))
+            except subprocess.TimeoutExpired:
+                if time.monotonic() >= deadline:
+                    raise
+
+    def wait(self, timeout: float = 60) -> int:
+        """The exit code, once the process has ended (its remaining output read)."""
+        code = self.process.wait(timeout)
+        self._reader.join(timeout)
+        while not self._chunks.empty():
+            self._raw += self._chunks.get()
+        return code
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.kill()
+        self.process.wait(60)
+        for pipe in (self.process.stdin, self.process.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
+@contextlib.contextmanager
+def _sigint_not_ignored() -> Iterator[None]:
+    """A child started inside gets SIGINT as KeyboardInterrupt, even when this process was
+    started ignoring it (a background job of a shell without job control): an ignored signal
+    stays ignored across exec, a handled one is reset to the default, which Python handles."""
+    if signal.getsignal(signal.SIGINT) is not signal.SIG_IGN:
+        yield
+        return
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -1,6 +1,8 @@
 """What ``agentledger chat`` and ``agentledger run`` do, as plain functions: build the provider
 and the agent from the command's options, load the user's tools, run the model over a
-conversation in the ledger, and print each tool call, the answer and what the run spent.
+conversation in the ledger, and print the run as it streams (its text as it comes, each tool
+call as it starts and ends), then what it spent. Ctrl-C while an answer streams stops it and
+keeps what was shown of it.
 
 ``_talk.py`` is the click glue over this module; nothing here knows about click.
 """
@@ -9,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import json
 import os
 import shlex
 import sys
@@ -21,14 +22,15 @@ import httpx
 from rich.console import Console
 
 from ..builder import DEFAULT_MAX_STEPS, AgentBuilder
-from ..core import Next, Tool, ToolSet
+from ..core import Tool, ToolSet
 from ..errors import AgentLedgerError, ConfigurationError, LedgerReadOnlyError, NotFoundError
 from ..ledger import Ledger, normalize_url, sqlite_path
 from ..llm import DEFAULT_TIMEOUT, AnthropicMessages, HttpProvider, OpenAIChat, PriceTable
-from ..loop import Agent
+from ..loop import Agent, RunStream
 from ..recording import RunResult
-from ..values import AgentState, AgentStatus, ToolCall, ToolExecution, new_id
+from ..values import AgentStatus, new_id
 from ._render import counted, preview, status_text
+from ._streaming import StreamPrinter, say, stop
 
 Provider = Literal["openai", "anthropic"]
 PROVIDERS: dict[str, type[HttpProvider]] = {"openai": OpenAIChat, "anthropic": AnthropicMessages}
@@ -36,8 +38,8 @@ EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 RETRY_COMMAND = "/retry"
 INTERRUPTED = 130
 """The exit code of a command stopped by Ctrl-C (128 + SIGINT), as shells use."""
-LINE = 100
-"""How much of a tool call or a tool result is printed: one line."""
+GO_ON = "go on"
+"""What a user types to have the model continue an answer Ctrl-C stopped."""
 
 ToolLike = Tool | Callable[..., object]
 
@@ -172,7 +174,7 @@ def open_ledger(db: str, conversation_id: str | None) -> tuple[Ledger, str | Non
         raise
 
 
-def build_agent(setup: Setup, llm: HttpProvider, ledger: Ledger, console: Console) -> Agent:
+def build_agent(setup: Setup, llm: HttpProvider, ledger: Ledger) -> Agent:
     builder = (
         AgentBuilder()
         .with_name("cli")
@@ -180,7 +182,6 @@ def build_agent(setup: Setup, llm: HttpProvider, ledger: Ledger, console: Consol
         .with_tools(setup.tools)
         .with_max_steps(setup.max_steps)
         .with_ledger(ledger)
-        .with_processors(ToolCallPrinter(console))
     )
     if setup.system_prompt:
         builder = builder.with_system_prompt(setup.system_prompt)
@@ -200,22 +201,55 @@ class Session:
     failed_run_id: str | None = None
     interactive: bool = False
     """In ``chat``: a failed run is continued with ``/retry`` in the session itself."""
+    stopped: bool = False
+    """The last answer was stopped by Ctrl-C (and kept as far as it was shown)."""
 
-    def ask(self, text: str) -> RunResult:
-        """One run on the conversation, its tool calls printed as they happen, then the
-        answer and the status line."""
+    def ask(self, text: str) -> RunResult | None:
+        """One run on the conversation, printed as it streams, then the status line; None
+        when Ctrl-C stopped it before it began."""
         if self.is_new:
             self.ledger.create_conversation(
                 conversation_id=self.conversation_id, title=preview(text, 80)
             )
             self.is_new = False
-        return self._report(self.agent.run(text, self.conversation_id))
+        return self._stream(self.agent.stream(text, self.conversation_id))
 
     def retry(self) -> RunResult | None:
-        """Continue the run that failed last, where it stopped; None when there is none."""
+        """Continue the run that failed last, where it stopped, streamed; None when there is
+        none (or Ctrl-C stopped it before it went on)."""
         if self.failed_run_id is None:
             return None
-        return self._report(self.agent.resume(self.failed_run_id))
+        run_id = self.failed_run_id
+        return self._stream(RunStream(lambda: self.agent.resume(run_id)))
+
+    def _stream(self, stream: RunStream) -> RunResult | None:
+        """Print the run as it streams. Ctrl-C stops it: what was shown is kept (a second
+        Ctrl-C while that is recorded raises ``KeyboardInterrupt``)."""
+        self.stopped = False
+        printer = StreamPrinter(self.console)
+        try:
+            result = printer.print_run(stream)
+        except KeyboardInterrupt:
+            return self._stopped(stream, printer)
+        return self._report(result)
+
+    def _stopped(self, stream: RunStream, printer: StreamPrinter) -> RunResult | None:
+        result = stop(stream, self.console)
+        self.stopped = True
+        if result is None:
+            printer.end_line()
+            self.interrupted()
+            return None
+        printer.catch_up(result)
+        if self.interactive:
+            say(
+                self.console,
+                f"(interrupted: the answer so far is kept; `{GO_ON}` continues it)",
+                "yellow",
+            )
+        else:
+            say(self.console, "(interrupted: the answer so far is kept)", "yellow")
+        return result
 
     def _report(self, result: RunResult) -> RunResult:
         self.failed_run_id = result.run_id if result.status is AgentStatus.FAILED else None
@@ -245,8 +279,10 @@ class Session:
         if run.status == AgentStatus.RUNNING:
             say(self.console, "`agentledger recover` frees the conversation once its lease expires")
             say(self.console, f"then continue the conversation with: {again}")
-        else:
+        elif run.status == AgentStatus.FAILED:
             say(self.console, f"continue it where it stopped with: {again}, then {RETRY_COMMAND}")
+        else:
+            say(self.console, f"continue the conversation with: {again}")
 
 
 @contextlib.contextmanager
@@ -260,7 +296,7 @@ def open_session(db: str, setup: Setup, console: Console) -> Iterator[Session]:
         try:
             session = Session(
                 setup=setup,
-                agent=build_agent(setup, llm, ledger, console),
+                agent=build_agent(setup, llm, ledger),
                 ledger=ledger,
                 console=console,
                 conversation_id=conversation_id or new_id(),
@@ -283,11 +319,14 @@ def last_failed_run(ledger: Ledger, conversation_id: str) -> str | None:
 
 
 def run_once(session: Session, question: str) -> int:
-    """``agentledger run``: one run; the exit code (1 when the run failed)."""
+    """``agentledger run``: one run; the exit code (1 when the run failed, 130 when Ctrl-C
+    stopped it)."""
     try:
         result = session.ask(question)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # a second Ctrl-C, while the first one's stop was recorded
         session.interrupted()
+        return INTERRUPTED
+    if result is None:
         return INTERRUPTED
     again = session.setup.continue_command("run", result.conversation_id)
     say(
@@ -296,17 +335,26 @@ def run_once(session: Session, question: str) -> int:
         "(or chat instead of run)",
         "dim",
     )
+    if session.stopped:
+        return INTERRUPTED
     return 1 if result.status is AgentStatus.FAILED else 0
 
 
 def chat_loop(session: Session, read_line: Callable[[], str | None]) -> int:
     """``agentledger chat``: a run per line ``read_line`` gives until it gives None, ``/exit``
     or ``/quit``; the exit code. A failed run keeps the session going; ``/retry`` continues it.
+
+    Ctrl-C while an answer streams stops it, keeps what was shown and comes back to the
+    prompt; Ctrl-C at the prompt leaves, with 130 right after such a stop (a second Ctrl-C),
+    else as Ctrl-D does. A second Ctrl-C while a stop is recorded leaves with 130 too.
     """
     session.interactive = True
     print_header(session)
     while True:
-        line = read_line()
+        try:
+            line = read_line()
+        except KeyboardInterrupt:
+            return INTERRUPTED if session.stopped else 0
         text = "/exit" if line is None else line.strip()
         if text in EXIT_COMMANDS:
             return 0
@@ -343,67 +391,27 @@ def print_header(session: Session) -> None:
 
 
 def read_prompt(prompt: str = "you> ") -> str | None:
-    """A line from standard input (with line editing on a terminal); None at its end or Ctrl-C."""
+    """A line from standard input (with line editing on a terminal); None at its end. Ctrl-C
+    raises ``KeyboardInterrupt``, on a line of its own."""
     if sys.stdin.isatty():
         with contextlib.suppress(ImportError):
             import readline  # noqa: F401  (input() gains line editing and history)
     try:
         return input(prompt)
-    except (EOFError, KeyboardInterrupt):
+    except EOFError:
         print()
         return None
+    except KeyboardInterrupt:
+        print()
+        raise
 
 
 # -- what is printed -----------------------------------------------------------------------------
 
 
-def say(console: Console, text: str, style: str | None = None) -> None:
-    """One line of plain text: no markup read in it (tool output may hold brackets), styled
-    only on a terminal (rich drops styles elsewhere), never hard-wrapped."""
-    console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
-
-
-class ToolCallPrinter:
-    """A state processor that prints each step's tool calls and their results once the step
-    has run them, so the user follows the run as it goes."""
-
-    def __init__(self, console: Console) -> None:
-        self.console = console
-
-    def can_process(self, state: AgentState) -> bool:
-        return True
-
-    def process(self, state: AgentState, next: Next) -> AgentState:
-        after = next(state)
-        step = after.current_step
-        if step is not None and step is not state.current_step:
-            for execution in step.tool_executions:
-                say(self.console, call_line(execution.tool_call), "cyan")
-                say(self.console, result_line(execution), "red" if execution.is_error else "dim")
-        return after
-
-
-def call_line(call: ToolCall) -> str:
-    """``  → name(arguments)`` on one line."""
-    if call.raw_arguments is not None:
-        arguments = call.raw_arguments
-    else:
-        arguments = ", ".join(
-            f"{name}={json.dumps(value, ensure_ascii=False)}"
-            for name, value in call.arguments.items()
-        )
-    return f"  → {preview(f'{call.name}({arguments})', LINE)}"
-
-
-def result_line(execution: ToolExecution) -> str:
-    """``  ← result`` on one line, marked when the tool failed."""
-    mark = "error: " if execution.is_error else ""
-    return f"  ← {mark}{preview(execution.result, LINE)}"
-
-
 def print_result(console: Console, result: RunResult, model: str, *, retry: str = "") -> None:
-    """The answer (or the error of a failed run and ``retry``, how to continue it), then the
-    status line."""
+    """After the answer was streamed: the error of a failed run and ``retry`` (how to continue
+    it), or why there is no answer; then the status line."""
     if result.status is AgentStatus.FAILED:
         say(console, f"error: {result.error}", "red")
         say(
@@ -414,9 +422,9 @@ def print_result(console: Console, result: RunResult, model: str, *, retry: str 
         )
         if retry:
             say(console, retry, "yellow")
-    elif result.answer is not None:
-        say(console, result.answer)
-    else:
+    elif result.error is not None:  # an answer cut off by the model's failure: kept, said
+        say(console, f"error: {result.error}", "red")
+    elif result.answer is None:
         say(console, f"(no answer: the run stopped: {result.stop_reason})", "yellow")
     say(console, status_line(result, model), "dim")
 

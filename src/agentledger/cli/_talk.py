@@ -162,8 +162,10 @@ def _session(ctx: click.Context, setup: Setup) -> Iterator[Session]:
 def chat(ctx: click.Context, setup: Setup) -> None:
     """Talk to a model: a conversation kept in the ledger, a run per line you type.
 
-    Tool calls are printed as they happen, then the answer and the run's tokens and cost.
-    Leave with /exit, /quit or Ctrl-D; continue later with --conversation ID.
+    The answer streams as it comes, with each tool call as it starts and ends, then the run's
+    tokens and cost. Ctrl-C while an answer streams stops it and keeps what was shown (type
+    "go on" to have it continued); Ctrl-C again quits. Leave with /exit, /quit or Ctrl-D;
+    continue later with --conversation ID.
     """
     from ._chat import chat_loop, read_prompt
 
@@ -179,8 +181,9 @@ def chat(ctx: click.Context, setup: Setup) -> None:
 def run(ctx: click.Context, question: str, setup: Setup) -> None:
     """Ask a model one QUESTION: one run, recorded in the ledger; exits 1 if the run failed.
 
-    Tool calls are printed as they happen, then the answer, the run's tokens and cost, and
-    how to continue the conversation.
+    The answer streams as it comes, with each tool call as it starts and ends, then the run's
+    tokens and cost, and how to continue the conversation. Ctrl-C stops the answer, keeps what
+    was shown and exits 130.
     """
     from ._chat import run_once
 

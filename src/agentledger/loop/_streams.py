@@ -127,12 +127,19 @@ class RunStream(_Events, Iterator[Event]):
             raise StopIteration
         return event
 
-    def close(self) -> None:
-        """Stop the run (if it has not ended) and wait until it is recorded as stopped."""
+    def close(self, timeout: float | None = None) -> bool:
+        """Stop the run (if it has not ended) and wait until it is recorded as stopped, or
+        for ``timeout`` seconds at most; whether it has stopped. The run stops at its next
+        event: at once while the model streams, but only once a long sync tool returns (that
+        is what ``timeout`` is for: a caller can say it is stopping, then call ``close()``
+        again to wait for the rest). Ctrl-C interrupts the wait, not the stop."""
         self._channel.closed = True
         if self._thread is not None:
-            self._thread.join()
+            self._thread.join(timeout)
+            if self._thread.is_alive():
+                return False
         self._closed(_drained(self._channel.items))
+        return True
 
     def __enter__(self) -> RunStream:
         return self
