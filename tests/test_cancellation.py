@@ -486,3 +486,30 @@ def test_a_stream_closed_after_each_of_its_events_keeps_exactly_what_was_shown(
             expected = shown.get(step, "") if step is not None and step >= recorded else ""
             assert (result.answer or "") == expected, f"closed after event {n}"
         assert violations(db_url) == [], f"closed after event {n}"
+
+
+def test_a_stream_closed_while_its_run_begins_ends_the_run(tmp_path: Any) -> None:
+    """Closed before its first event (the run's row being written, the database busy), the
+    run still ends interrupted rather than running until its lease expires."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    db = Database(url)
+    with Ledger.open(url) as ledger:
+        agent = slow(ledger)
+        agent.run("Warm up.")  # the conversation exists; its next run's begin will wait
+        blocker = db.engine.connect()
+        blocker.exec_driver_sql("BEGIN IMMEDIATE")  # holds the write lock
+        stream = agent.stream(QUESTION)
+        reader = threading.Thread(target=lambda: list(stream), daemon=True)
+        reader.start()
+        time.sleep(0.2)  # the run waits on the lock, in begin_run
+        threading.Timer(0.3, blocker.rollback).start()
+        stream.close()
+        reader.join(5)
+        blocker.close()
+        runs = db.rows("SELECT status, stop_reason FROM agent_runs ORDER BY started_at")
+        assert [(r["status"], r["stop_reason"]) for r in runs] == [
+            ("completed", "completed"),
+            ("interrupted", "cancelled"),
+        ]
+        assert violations(url) == []
+    db.close()

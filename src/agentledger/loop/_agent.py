@@ -349,22 +349,22 @@ class Agent:
 
     def _begin_run(self, state: AgentState, user: Message, watch: RunWatch) -> Flow[None]:
         recorder = self.config.recorder
+        assert state.run_id is not None
         try:
             yield Call(partial(recorder.begin_run, state, user_message=user, agent_name=self.name))
+            emit(
+                RunStarted(
+                    run_id=state.run_id,
+                    conversation_id=state.conversation_id,
+                    agent_name=self.name,
+                    depth=state.depth,
+                    parent_run_id=state.parent_run_id,
+                )
+            )
         except BaseException as exc:
             if _cancels(exc):  # the run may have begun in its thread all the same: end it
                 yield from self._ended_early(state, exc, watch)
             raise
-        assert state.run_id is not None
-        emit(
-            RunStarted(
-                run_id=state.run_id,
-                conversation_id=state.conversation_id,
-                agent_name=self.name,
-                depth=state.depth,
-                parent_run_id=state.parent_run_id,
-            )
-        )
 
     def _steps(self, state: AgentState, watch: RunWatch) -> Flow[RunResult]:
         recorder = self.config.recorder
