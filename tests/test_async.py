@@ -84,6 +84,13 @@ def rows_of(db: Database, run_id: str) -> dict[str, list[dict[str, Any]]]:
     }
 
 
+async def tick(ticks: list[float]) -> None:
+    """Note the time every 10 ms: gaps show when the event loop was blocked."""
+    while True:
+        ticks.append(time.perf_counter())
+        await asyncio.sleep(0.01)
+
+
 def test_arun_records_the_same_rows_as_run(ledger: Ledger, db: Database) -> None:
     ran = agent(ScriptedLLM(script()), ledger).run(QUESTION)
     awaited = asyncio.run(agent(ScriptedLLM(script()), ledger).arun(QUESTION))
@@ -130,13 +137,7 @@ def test_a_sync_tool_runs_in_a_worker_thread_and_the_event_loop_keeps_ticking() 
 
     async def main() -> tuple[list[float], str | None]:
         ticks: list[float] = []
-
-        async def ticker() -> None:
-            while True:
-                ticks.append(time.perf_counter())
-                await asyncio.sleep(0.01)
-
-        ticking = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(tick(ticks))
         llm = ScriptedLLM([calls(("slow", {"seconds": 0.3})), InferenceResponse(content="done")])
         result = await agent(llm, None, slow).arun("go")
         ticking.cancel()
@@ -352,13 +353,7 @@ def test_recording_a_step_whose_flush_waits_on_a_locked_database_leaves_the_even
 
     async def main() -> tuple[list[float], AgentStatus]:
         ticks: list[float] = []
-
-        async def ticker() -> None:
-            while True:
-                ticks.append(time.perf_counter())
-                await asyncio.sleep(0.01)
-
-        ticking = asyncio.create_task(ticker())
+        ticking = asyncio.create_task(tick(ticks))
         stream = streaming.astream(QUESTION)
         locked = False
         async for event in stream:

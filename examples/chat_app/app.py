@@ -183,17 +183,7 @@ def sse(kind: str, data: dict[str, Any]) -> str:
 
 def stopped(result: RunResult) -> dict[str, Any]:
     """The ``run_finished`` event of a stopped run (whose stream, closed, tells none)."""
-    event = RunFinished(
-        run_id=result.run_id,
-        conversation_id=result.conversation_id,
-        answer=result.answer,
-        status=result.status,
-        stop_reason=result.stop_reason,
-        usage=result.usage,
-        cost_usd=result.cost_usd,
-        error=result.error,
-    )
-    return event.model_dump(mode="json")
+    return RunFinished.of(result).model_dump(mode="json")
 
 
 def shown(message: Message) -> dict[str, Any]:

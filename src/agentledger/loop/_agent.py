@@ -392,7 +392,7 @@ class Agent:
                 result = yield from self._interrupt(
                     watch, Interruption(shown), error=state.error or "the step failed"
                 )
-                emit(run_finished(result))
+                emit(RunFinished.of(result))
                 return result
             if state.status is AgentStatus.FAILED:
                 ended = True  # fail_run frees the run whether or not it could write
@@ -405,7 +405,7 @@ class Agent:
             raise
         result = RunResult.of(state)
         watch.ended(result)
-        emit(run_finished(result))
+        emit(RunFinished.of(result))
         return result
 
     def _recorded_then_next(
@@ -576,21 +576,6 @@ def _failure_text(exc: BaseException) -> str:
     if _cancels(exc):
         return f"{type(exc).__name__}: the run was cancelled before it ended"
     return f"{type(exc).__name__}: {exc}"
-
-
-def run_finished(result: RunResult) -> RunFinished:
-    """The event that ends a run's stream: its summary, with the whole result attached."""
-    return RunFinished(
-        run_id=result.run_id,
-        conversation_id=result.conversation_id,
-        answer=result.answer,
-        status=result.status,
-        stop_reason=result.stop_reason,
-        usage=result.usage,
-        cost_usd=result.cost_usd,
-        error=result.error,
-        result=result,
-    )
 
 
 def _settled(state: AgentState) -> AgentState:

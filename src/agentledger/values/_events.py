@@ -7,7 +7,7 @@ parent). ``event.model_dump(mode="json")`` is what a server sends (say, as serve
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -92,6 +92,22 @@ class RunFinished(_Event):
     error: str | None = None
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
     result: object = Field(default=None, exclude=True, repr=False)
+
+    @classmethod
+    def of(cls, result: Any) -> RunFinished:
+        """The event that tells a run's end, from its :class:`agentledger.RunResult` (attached
+        whole): what an app sends for a run whose stream it closed, which tells none."""
+        return cls(
+            run_id=result.run_id,
+            conversation_id=result.conversation_id,
+            answer=result.answer,
+            status=result.status,
+            stop_reason=result.stop_reason,
+            usage=result.usage,
+            cost_usd=result.cost_usd,
+            error=result.error,
+            result=result,
+        )
 
 
 Event = Annotated[
