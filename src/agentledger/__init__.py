@@ -115,6 +115,7 @@ if _TYPE_CHECKING:
     from .llm import (
         AnthropicMessages,
         OpenAIChat,
+        OpenAIResponses,
         Price,
         PriceTable,
         RetryPolicy,
@@ -156,6 +157,7 @@ _LAZY = {
     "InMemoryRecorder": "agentledger.recording",
     "Ledger": "agentledger.ledger",
     "OpenAIChat": "agentledger.llm",
+    "OpenAIResponses": "agentledger.llm",
     "Price": "agentledger.llm",
     "PriceTable": "agentledger.llm",
     "ReActDriver": "agentledger.drivers",
@@ -237,6 +239,7 @@ __all__ = [
     "ModelSettings",
     "NotFoundError",
     "OpenAIChat",
+    "OpenAIResponses",
     "Price",
     "PriceTable",
     "ProcessorError",

@@ -25,15 +25,26 @@ from ..builder import DEFAULT_MAX_STEPS, AgentBuilder
 from ..core import Tool, ToolSet
 from ..errors import AgentLedgerError, ConfigurationError, LedgerReadOnlyError, NotFoundError
 from ..ledger import Ledger, normalize_url, sqlite_path
-from ..llm import DEFAULT_TIMEOUT, AnthropicMessages, HttpProvider, OpenAIChat, PriceTable
+from ..llm import (
+    DEFAULT_TIMEOUT,
+    AnthropicMessages,
+    HttpProvider,
+    OpenAIChat,
+    OpenAIResponses,
+    PriceTable,
+)
 from ..loop import Agent, RunStream
 from ..recording import RunResult
 from ..values import AgentStatus, new_id
 from ._render import counted, preview, status_text
 from ._streaming import StreamPrinter, say, stop
 
-Provider = Literal["openai", "anthropic"]
-PROVIDERS: dict[str, type[HttpProvider]] = {"openai": OpenAIChat, "anthropic": AnthropicMessages}
+Provider = Literal["openai", "openai-responses", "anthropic"]
+PROVIDERS: dict[str, type[HttpProvider]] = {
+    "openai": OpenAIChat,
+    "openai-responses": OpenAIResponses,
+    "anthropic": AnthropicMessages,
+}
 EXIT_COMMANDS = frozenset({"/exit", "/quit"})
 RETRY_COMMAND = "/retry"
 INTERRUPTED = 130

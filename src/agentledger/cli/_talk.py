@@ -53,10 +53,12 @@ def _prices(ctx: click.Context, param: click.Parameter, path: Path | None) -> Pr
 _AGENT_OPTIONS = (
     click.option(
         "--provider",
-        type=click.Choice(["openai", "anthropic"]),
+        type=click.Choice(["openai", "openai-responses", "anthropic"]),
         required=True,
         help="openai: any OpenAI-compatible Chat Completions API (Ollama, vLLM, ...); "
-        "anthropic: the Messages API. The key comes from OPENAI_API_KEY or ANTHROPIC_API_KEY.",
+        "openai-responses: OpenAI's Responses API (reasoning models keep their reasoning "
+        "across tool calls); anthropic: the Messages API. The key comes from OPENAI_API_KEY "
+        "or ANTHROPIC_API_KEY.",
     ),
     click.option("--model", required=True, help="The model name, e.g. gpt-4o-mini."),
     click.option(

@@ -1,5 +1,6 @@
-"""The model side: the HTTP providers (:class:`OpenAIChat`, :class:`AnthropicMessages`) with
-their retry policy, the price table, and :class:`ScriptedLLM`, the scripted test double.
+"""The model side: the HTTP providers (:class:`OpenAIChat`, :class:`OpenAIResponses`,
+:class:`AnthropicMessages`) with their retry policy, the price table, and :class:`ScriptedLLM`,
+the scripted test double.
 
 The provider-neutral request and response types and the ``LLM`` protocol are values
 (:mod:`agentledger.values`); they are re-exported here. The HTTP providers load httpx, so they
@@ -27,6 +28,7 @@ if _TYPE_CHECKING:
     from ._anthropic import AnthropicMessages
     from ._http import DEFAULT_TIMEOUT, HttpProvider
     from ._openai import OpenAIChat
+    from ._responses import OpenAIResponses
     from ._retries import RetryPolicy
 
 _LAZY = {
@@ -34,6 +36,7 @@ _LAZY = {
     "AnthropicMessages": "._anthropic",
     "HttpProvider": "._http",
     "OpenAIChat": "._openai",
+    "OpenAIResponses": "._responses",
     "RetryPolicy": "._retries",
 }
 
@@ -48,6 +51,7 @@ __all__ = [
     "InferenceResponse",
     "ModelSettings",
     "OpenAIChat",
+    "OpenAIResponses",
     "Price",
     "PriceTable",
     "RetryPolicy",

@@ -58,7 +58,8 @@ def _deltas(
 
 
 class HttpProvider:
-    """The shared part of :class:`OpenAIChat` and :class:`AnthropicMessages`.
+    """The shared part of :class:`OpenAIChat`, :class:`OpenAIResponses` and
+    :class:`AnthropicMessages`.
 
     Subclasses name their API and environment variables and map requests and responses
     (whole and streamed); this class sends them with one ``httpx.Client``, or one

@@ -1,0 +1,309 @@
+"""``OpenAIResponses``: OpenAI's Responses API, used statelessly."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any, ClassVar, cast
+
+import httpx
+from pydantic import JsonValue
+
+from ..errors import ConfigurationError
+from ..values import (
+    InferenceDelta,
+    InferenceRequest,
+    InferenceResponse,
+    Message,
+    ModelSettings,
+    Role,
+    ToolCall,
+    ToolSchema,
+    Usage,
+    new_id,
+)
+from ._http import DEFAULT_TIMEOUT, HttpProvider
+from ._openai import _arguments, _details, _stream_error
+from ._pricing import PriceTable
+from ._retries import RetryPolicy
+from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
+
+REASONING_ITEMS = "reasoning_items"
+"""The metadata key of an assistant message that keeps the reasoning items the model returned,
+encrypted content and all, so they are sent back with the next requests: nothing is stored at
+OpenAI (``store: false``), and a resumed run has them from the ledger."""
+
+_FINISH = {"max_output_tokens": "length"}
+"""Why a response is incomplete, as the finish reason ``OpenAIChat`` gives for the same end."""
+
+
+class OpenAIResponses(HttpProvider):
+    """A model behind OpenAI's Responses API (``POST /responses``), without server-side state.
+
+    Every request carries the whole conversation as ``input`` items, with ``store: false``:
+    the system prompt travels as ``instructions``, tool calls and results as
+    ``function_call`` and ``function_call_output`` items. Reasoning items come back encrypted
+    (``include: ["reasoning.encrypted_content"]``); they are kept whole in the assistant
+    message's metadata and sent back, before that message's tool calls, in every later
+    request of the run, so a reasoning model keeps its chain of thought across tool calls.
+    Reasoning summaries (ask for them with
+    ``ModelSettings(extra={"reasoning": {"summary": "auto"}})``) become the step's
+    ``reasoning``. Usage includes cached input tokens and reasoning tokens; an answer cut by
+    ``max_output_tokens`` finishes with ``"length"``, as with :class:`OpenAIChat`. The key and
+    the base URL default to ``OPENAI_API_KEY`` and ``OPENAI_BASE_URL``. The API has no stop
+    sequences: a request that names some is refused before it is sent.
+    """
+
+    provider: ClassVar[str] = "OpenAI"
+    api_key_variable: ClassVar[str] = "OPENAI_API_KEY"
+    base_url_variable: ClassVar[str] = "OPENAI_BASE_URL"
+    default_base_url: ClassVar[str] = "https://api.openai.com/v1"
+    endpoint: ClassVar[str] = "/responses"
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        base_url: str | None = None,
+        api_key: str | None = None,
+        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
+        retry: RetryPolicy | None = None,
+        prices: PriceTable | None = None,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
+    ) -> None:
+        super().__init__(
+            model,
+            base_url=base_url,
+            api_key=api_key,
+            timeout=timeout,
+            retry=retry,
+            prices=prices,
+            headers=headers,
+            transport=transport,
+        )
+
+    def auth_headers(self, api_key: str | None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {api_key}"} if api_key else {}
+
+    def payload(self, request: InferenceRequest) -> dict[str, Any]:
+        instructions = request.system_prompt()
+        messages = request.messages.root[1:] if instructions is not None else request.messages
+        body: dict[str, Any] = {
+            "model": request.model or self.model,
+            "input": [item for m in messages for item in _items(m)],
+            "store": False,
+            "include": ["reasoning.encrypted_content"],
+        }
+        if instructions:
+            body["instructions"] = instructions
+        if request.tools:
+            body["tools"] = [_wire_tool(t) for t in request.tools]
+        body.update(_settings(request.settings, bool(request.tools)))
+        return body
+
+    def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
+        output = [_item(i) for i in body.get("output") or ()]
+        parts = [p for i in output if i["type"] == "message" for p in i.get("content") or ()]
+        text = "".join(p.get("text") or "" for p in parts if p["type"] == "output_text")
+        refusal = "".join(p.get("refusal") or "" for p in parts if p["type"] == "refusal")
+        calls = [_tool_call(i) for i in output if i["type"] == "function_call"]
+        reasoning = [i for i in output if i["type"] == "reasoning"]
+        metadata: dict[str, JsonValue] = {}
+        if body.get("id"):
+            metadata["response_id"] = body["id"]
+        if reasoning:
+            metadata[REASONING_ITEMS] = cast(list[JsonValue], reasoning)
+        summaries = [s.get("text") or "" for i in reasoning for s in i.get("summary") or ()]
+        return InferenceResponse(
+            content=text + refusal,
+            tool_calls=calls,
+            reasoning="\n\n".join(s for s in summaries if s) or None,
+            usage=_usage(body.get("usage") or {}),
+            finish_reason="refusal" if refusal else _finish_reason(body, bool(calls)),
+            model=body.get("model"),
+            metadata=metadata,
+        )
+
+    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
+        return self.payload(request) | {"stream": True}
+
+    def assembler(self) -> StreamAssembler:
+        return _ResponseAssembler()
+
+
+class _ResponseAssembler(StreamAssembler):
+    """Responses stream events back into one ``response``: ``response.completed`` (or
+    ``response.incomplete``) carries the whole response and ends the stream; text, refusal and
+    reasoning summary deltas are yielded as they come; the output items, each from its
+    ``response.output_item.added`` to its ``response.output_item.done``, make the answer as
+    far as it came when the stream is cut. ``response.failed`` and ``error`` raise."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.head: dict[str, Any] = {}
+        self.final: Mapping[str, Any] | None = None
+        self.items: dict[int, dict[str, Any]] = {}
+        self.whole: set[int] = set()
+        self.texts: dict[int, str] = {}
+        self.summaries: dict[tuple[int, int], str] = {}
+
+    def feed(self, event: ServerSentEvent) -> list[InferenceDelta]:
+        data = json.loads(event.data)
+        kind = data.get("type") or event.event
+        if kind in ("response.created", "response.in_progress"):
+            response = data["response"]
+            self.head = {k: response[k] for k in ("id", "model") if k in response}
+        elif kind == "response.output_item.added":
+            self.items[data["output_index"]] = dict(data["item"])
+        elif kind == "response.output_item.done":
+            self.items[data["output_index"]] = dict(data["item"])
+            self.whole.add(data["output_index"])
+        elif kind in ("response.output_text.delta", "response.refusal.delta"):
+            return self._text(data["output_index"], data["delta"])
+        elif kind == "response.reasoning_summary_text.delta":
+            return self._summary(data["output_index"], data["summary_index"], data["delta"])
+        elif kind in ("response.completed", "response.incomplete"):
+            self.final = data["response"]
+            self.done = True
+        elif kind == "response.failed":
+            raise StreamErrorEvent(*_stream_error(data["response"].get("error") or "failed"))
+        elif kind == "error":
+            raise StreamErrorEvent(*_stream_error(data.get("error") or data))
+        return []
+
+    def _text(self, index: int, delta: str) -> list[InferenceDelta]:
+        self.texts[index] = self.texts.get(index, "") + delta
+        return self.emit(text=delta)
+
+    def _summary(self, index: int, part: int, delta: str) -> list[InferenceDelta]:
+        """A summary part's text; parts after the first are set apart as ``parse`` joins them."""
+        key = (index, part)
+        separator = "\n\n" if delta and self.reasoning and not self.summaries.get(key) else ""
+        self.summaries[key] = self.summaries.get(key, "") + delta
+        return self.emit(reasoning=separator + delta)
+
+    def body(self) -> Mapping[str, Any]:
+        return self.final if self.final is not None else self.partial_body()
+
+    def partial_body(self) -> Mapping[str, Any]:
+        """Text and reasoning as far as they came; function calls only once whole."""
+        output = [self._partial_item(i) for i in sorted(self.items)]
+        return self.head | {"output": [i for i in output if i is not None], "status": None}
+
+    def _partial_item(self, index: int) -> dict[str, Any] | None:
+        item = self.items[index]
+        if index in self.whole:
+            return item
+        if item.get("type") == "message":
+            text = self.texts.get(index, "")
+            return item | {"content": [{"type": "output_text", "text": text}]}
+        if item.get("type") == "reasoning":
+            parts = sorted((k[1], t) for k, t in self.summaries.items() if k[0] == index)
+            return item | {"summary": [{"type": "summary_text", "text": t} for _, t in parts]}
+        return None
+
+
+def _items(message: Message) -> list[dict[str, Any]]:
+    """The input items of one message, in the order the model produced them."""
+    if message.role is Role.TOOL:
+        return [
+            {
+                "type": "function_call_output",
+                "call_id": message.tool_call_id,
+                "output": message.content,
+            }
+        ]
+    if message.role is not Role.ASSISTANT:
+        return [{"role": message.role.value, "content": message.content}]
+    items = _reasoning(message)
+    if message.content:
+        items.append({"role": "assistant", "content": message.content})
+    items.extend(_wire_tool_call(c) for c in message.tool_calls)
+    return items
+
+
+def _reasoning(message: Message) -> list[dict[str, Any]]:
+    """The reasoning items kept with an assistant message, to send back unchanged; one without
+    encrypted content (a stream cut before the item was whole) is left out: without stored
+    state the API cannot read it."""
+    kept = message.metadata.get(REASONING_ITEMS)
+    items = [dict(i) for i in kept if isinstance(i, dict)] if isinstance(kept, list) else []
+    return [i for i in items if i.get("encrypted_content")]
+
+
+def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
+    """A call as the API takes it back. Arguments that were not JSON go back as ``{}``; the
+    error result quotes the text."""
+    return {
+        "type": "function_call",
+        "call_id": call.id,
+        "name": call.name,
+        "arguments": json.dumps(dict(call.arguments), ensure_ascii=False),
+    }
+
+
+def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
+    """A function tool, flat; ``strict`` off, since a schema need not meet strict mode's rules
+    (every property required, no additional properties)."""
+    return {
+        "type": "function",
+        "name": schema.name,
+        "description": schema.description,
+        "parameters": schema.parameters,
+        "strict": False,
+    }
+
+
+def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
+    if settings.stop_sequences:
+        raise ConfigurationError(
+            f"the Responses API has no stop sequences, so {list(settings.stop_sequences)!r} "
+            "cannot be sent: leave ModelSettings.stop_sequences empty, or use OpenAIChat "
+            "(Chat Completions), which takes them."
+        )
+    wire: dict[str, Any] = {
+        "temperature": settings.temperature,
+        "top_p": settings.top_p,
+        "max_output_tokens": settings.max_output_tokens,
+        "tool_choice": settings.tool_choice if tools else None,
+        "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
+    }
+    return {k: v for k, v in wire.items() if v is not None} | settings.extra
+
+
+def _item(wire: object) -> dict[str, Any]:
+    if not isinstance(wire, dict) or not isinstance(wire.get("type"), str):
+        raise TypeError(f"an output item must be an object with a type, not {wire!r}")
+    return wire
+
+
+def _tool_call(wire: Mapping[str, Any]) -> ToolCall:
+    arguments, raw = _arguments(wire.get("arguments"))
+    return ToolCall(
+        id=wire.get("call_id") or f"call_{new_id()}",
+        name=wire["name"],
+        arguments=arguments,
+        raw_arguments=raw,
+    )
+
+
+def _finish_reason(body: Mapping[str, Any], calls: bool) -> str | None:
+    """``stop`` or ``tool_calls`` for a completed response, as Chat Completions says; why an
+    incomplete one stopped; ``None`` while it is not finished."""
+    status = body.get("status")
+    if status == "completed":
+        return "tool_calls" if calls else "stop"
+    if status == "incomplete":
+        reason = _details(body, "incomplete_details").get("reason")
+        return _FINISH.get(reason, reason) if isinstance(reason, str) else "incomplete"
+    return status if isinstance(status, str) else None
+
+
+def _usage(wire: Mapping[str, Any]) -> Usage:
+    return Usage(
+        input_tokens=wire.get("input_tokens") or 0,
+        output_tokens=wire.get("output_tokens") or 0,
+        cache_read_tokens=_details(wire, "input_tokens_details").get("cached_tokens") or 0,
+        reasoning_tokens=_details(wire, "output_tokens_details").get("reasoning_tokens") or 0,
+    )
