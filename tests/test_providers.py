@@ -47,6 +47,7 @@ from agentledger.llm import (
     InferenceResponse,
     ModelSettings,
     OpenAIChat,
+    OpenAIResponses,
     Price,
     PriceTable,
     RetryPolicy,
@@ -61,6 +62,8 @@ from support.fake_provider import (
     openai_completion,
     openai_error,
     openai_tool_call,
+    responses_response,
+    responses_text,
 )
 
 KEY = "sk-unit-Q7rT2vX9wK4mN8pL3sD6"
@@ -165,7 +168,23 @@ ANTHROPIC = Api(
     answer=lambda text: anthropic_message(anthropic_text(text)),
     error=lambda message: anthropic_error(message),
 )
-APIS = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+RESPONSES = Api(
+    cls=OpenAIResponses,
+    name="OpenAI",
+    model="gpt-5-mini",
+    local_url="http://llm.test/v1",
+    path="/v1/responses",
+    key_variable="OPENAI_API_KEY",
+    url_variable="OPENAI_BASE_URL",
+    default_url="https://api.openai.com/v1",
+    answer=lambda text: responses_response(responses_text(text)),
+    error=lambda message: openai_error(message),
+)
+APIS = [
+    pytest.param(OPENAI, id="openai"),
+    pytest.param(RESPONSES, id="openai-responses"),
+    pytest.param(ANTHROPIC, id="anthropic"),
+]
 
 
 @pytest.fixture
@@ -1440,7 +1459,7 @@ def test_the_key_and_base_url_come_from_the_environment(
     assert llm.base_url == "http://proxy.test/llm"
     (request,) = server.requests
     assert request.url == f"http://proxy.test/llm{api.cls.endpoint}"
-    if api is OPENAI:
+    if api is not ANTHROPIC:
         assert request.headers["authorization"] == f"Bearer {KEY}"
     else:
         assert request.headers["x-api-key"] == KEY

@@ -1,5 +1,6 @@
 """A model provider on loopback: a real HTTP server that answers from a script, in the wire
-formats of OpenAI's Chat Completions and Anthropic's Messages APIs, and records every request.
+formats of OpenAI's Chat Completions and Responses APIs and Anthropic's Messages API, and
+records every request.
 
 The response bodies follow the shapes of the providers' published API references, so the
 clients are tested through real sockets against what the real services send.
@@ -235,6 +236,78 @@ def openai_error(message: str, *, kind: str = "invalid_request_error", code: str
     return {"error": {"message": message, "type": kind, "param": None, "code": code or None}}
 
 
+# -- OpenAI Responses -------------------------------------------------------------------------
+
+
+def responses_text(text: str) -> dict[str, Any]:
+    """A ``message`` output item with one ``output_text`` part."""
+    return {
+        "type": "message",
+        "id": f"msg_{next(_ids):06d}",
+        "status": "completed",
+        "role": "assistant",
+        "content": [{"type": "output_text", "text": text, "annotations": []}],
+    }
+
+
+def responses_function_call(
+    name: str, arguments: str | Mapping[str, Any], call_id: str = ""
+) -> dict[str, Any]:
+    """A ``function_call`` output item: arguments are JSON *text*."""
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+    return {
+        "type": "function_call",
+        "id": f"fc_{next(_ids):06d}",
+        "call_id": call_id or f"call_{next(_ids):06d}",
+        "name": name,
+        "arguments": text,
+        "status": "completed",
+    }
+
+
+def responses_reasoning(*summary: str, encrypted: str = "gAAAAABo-enc") -> dict[str, Any]:
+    """A ``reasoning`` output item with its summary parts and encrypted content."""
+    return {
+        "type": "reasoning",
+        "id": f"rs_{next(_ids):06d}",
+        "summary": [{"type": "summary_text", "text": t} for t in summary],
+        "encrypted_content": encrypted,
+    }
+
+
+def responses_response(
+    *output: Mapping[str, Any],
+    model: str = "gpt-5-mini-2025-08-07",
+    incomplete: str | None = None,
+    input_tokens: int = 20,
+    output_tokens: int = 10,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+) -> dict[str, Any]:
+    """A ``response`` object, shaped as in OpenAI's Responses API reference; ``incomplete``
+    names why an incomplete one stopped (``max_output_tokens``, ``content_filter``)."""
+    return {
+        "id": f"resp_{next(_ids):06d}",
+        "object": "response",
+        "created_at": 1741476542,
+        "status": "incomplete" if incomplete else "completed",
+        "error": None,
+        "incomplete_details": {"reason": incomplete} if incomplete else None,
+        "instructions": None,
+        "model": model,
+        "output": [dict(item) for item in output],
+        "parallel_tool_calls": True,
+        "store": False,
+        "usage": {
+            "input_tokens": input_tokens,
+            "input_tokens_details": {"cached_tokens": cached_tokens},
+            "output_tokens": output_tokens,
+            "output_tokens_details": {"reasoning_tokens": reasoning_tokens},
+            "total_tokens": input_tokens + output_tokens,
+        },
+    }
+
+
 # -- Anthropic Messages -----------------------------------------------------------------------
 
 
@@ -408,3 +481,76 @@ def _anthropic_block(index: int, block: Mapping[str, Any], size: int) -> list[di
 def anthropic_stream(message: Mapping[str, Any], **options: Any) -> list[str]:
     """``message`` as the server-sent events of a stream, each named by its type."""
     return [sse(e, e["type"]) for e in anthropic_events(message, **options)]
+
+
+def responses_events(response: Mapping[str, Any], *, size: int = 4) -> list[dict[str, Any]]:
+    """The events a streamed ``response`` arrives in, as the Responses API sends them: the
+    response created, each output item added, its text, summary or arguments in pieces of
+    ``size`` characters, the item done; then the whole response, completed or incomplete."""
+    opening = dict(response) | {"status": "in_progress", "output": [], "usage": None}
+    events: list[dict[str, Any]] = [
+        {"type": "response.created", "response": opening},
+        {"type": "response.in_progress", "response": opening},
+    ]
+    for index, item in enumerate(response["output"]):
+        events += _responses_item(index, item, size)
+    kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+    events.append({"type": kind, "response": dict(response)})
+    return [e | {"sequence_number": n} for n, e in enumerate(events)]
+
+
+def _responses_item(index: int, item: Mapping[str, Any], size: int) -> list[dict[str, Any]]:
+    kind, at = item["type"], {"item_id": item["id"], "output_index": index}
+    empty = dict(item) | {
+        "message": {"content": [], "status": "in_progress"},
+        "reasoning": {"summary": [], "encrypted_content": None},
+        "function_call": {"arguments": "", "status": "in_progress"},
+    }.get(kind, {})
+    events: list[dict[str, Any]] = [
+        {"type": "response.output_item.added", "output_index": index, "item": empty}
+    ]
+    if kind == "message":
+        for part_index, part in enumerate(item["content"]):
+            events += [
+                {
+                    "type": "response.output_text.delta",
+                    **at,
+                    "content_index": part_index,
+                    "delta": p,
+                }
+                for p in _pieces(part["text"], size)
+            ]
+            events.append(
+                {
+                    "type": "response.output_text.done",
+                    **at,
+                    "content_index": part_index,
+                    "text": part["text"],
+                }
+            )
+    elif kind == "reasoning":
+        for part_index, part in enumerate(item["summary"]):
+            events += [
+                {
+                    "type": "response.reasoning_summary_text.delta",
+                    **at,
+                    "summary_index": part_index,
+                    "delta": p,
+                }
+                for p in _pieces(part["text"], size)
+            ]
+    elif kind == "function_call":
+        events += [
+            {"type": "response.function_call_arguments.delta", **at, "delta": p}
+            for p in _pieces(item["arguments"], size)
+        ]
+        events.append(
+            {"type": "response.function_call_arguments.done", **at, "arguments": item["arguments"]}
+        )
+    events.append({"type": "response.output_item.done", "output_index": index, "item": item})
+    return events
+
+
+def responses_stream(response: Mapping[str, Any], **options: Any) -> list[str]:
+    """``response`` as the server-sent events of a stream, each named by its type."""
+    return [sse(e, e["type"]) for e in responses_events(response, **options)]
