@@ -41,6 +41,7 @@ from agentledger.llm import (
     InferenceRequest,
     InferenceResponse,
     OpenAIChat,
+    OpenAIResponses,
     Price,
     PriceTable,
     RetryPolicy,
@@ -63,18 +64,25 @@ from support.fake_provider import (
     openai_error,
     openai_stream,
     openai_tool_call,
+    responses_function_call,
+    responses_reasoning,
+    responses_response,
+    responses_stream,
+    responses_text,
     sse,
 )
 
 KEY = "sk-stream-Z8yX3wV6uT1sR4qP"
 OPENAI_MODEL = "gpt-4o-mini-2024-07-18"
 ANTHROPIC_MODEL = "claude-sonnet-4-5-20250929"
+RESPONSES_MODEL = "gpt-5-mini-2025-08-07"
 PRICES = PriceTable(
     version="test",
     as_of=date(2030, 1, 1),
     models={
         OPENAI_MODEL: Price(input=2.0, output=10.0, cache_read=0.5, cache_write=2.5),
         ANTHROPIC_MODEL: Price(input=3.0, output=15.0, cache_read=0.3, cache_write=3.75),
+        RESPONSES_MODEL: Price(input=0.25, output=2.0, cache_read=0.025),
     },
 )
 WEATHER = ToolSchema(
@@ -115,7 +123,19 @@ ANTHROPIC = Api(
     lambda text: anthropic_message(anthropic_text(text)),
     lambda message: anthropic_error(message),
 )
-APIS = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+RESPONSES = Api(
+    OpenAIResponses,
+    "OpenAI",
+    "http://llm.test/v1",
+    responses_stream,
+    lambda text: responses_response(responses_text(text)),
+    lambda message: openai_error(message),
+)
+APIS = [
+    pytest.param(OPENAI, id="openai"),
+    pytest.param(RESPONSES, id="openai-responses"),
+    pytest.param(ANTHROPIC, id="anthropic"),
+]
 
 ANSWER = "Paris has 22C and sunshine; London has 17C and a light drizzle."
 
@@ -143,6 +163,36 @@ ANSWERS = {
     "openai-refusal": (
         OPENAI,
         lambda: openai_completion(None) | {"choices": [_refusal("I can't help with that.")]},
+    ),
+    "responses-text": (RESPONSES, lambda: responses_response(responses_text(ANSWER))),
+    "responses-tool-calls": (
+        RESPONSES,
+        lambda: responses_response(
+            responses_text("Let me look."),
+            responses_function_call("get_weather", {"city": "Paris"}, "call_a"),
+            responses_function_call("get_weather", {"city": "Saint-Étienne-du-Rouvray"}, "call_b"),
+        ),
+    ),
+    "responses-reasoning-and-cache": (
+        RESPONSES,
+        lambda: responses_response(
+            responses_reasoning("Both cities were asked about.", "Paris first, then London."),
+            responses_function_call("get_weather", {"city": "Paris"}, "call_c"),
+            responses_reasoning("", encrypted="gAAAA-second"),
+            responses_text(ANSWER),
+            input_tokens=2000,
+            cached_tokens=1500,
+            output_tokens=300,
+            reasoning_tokens=256,
+        ),
+    ),
+    "responses-incomplete": (
+        RESPONSES,
+        lambda: responses_response(
+            responses_reasoning("Long thoughts."),
+            responses_text("Paris has 22C and"),
+            incomplete="max_output_tokens",
+        ),
     ),
     "anthropic-text": (
         ANTHROPIC,
@@ -333,7 +383,7 @@ def streamed(
 def test_both_providers_implement_the_streaming_and_async_protocols(
     connect: Callable[..., Any],
 ) -> None:
-    for api in (OPENAI, ANTHROPIC):
+    for api in (OPENAI, RESPONSES, ANTHROPIC):
         provider = connect(api, Server(api.text("hi")))
         assert isinstance(provider, StreamingLLM)
         assert isinstance(provider, AsyncLLM)
@@ -384,6 +434,7 @@ def test_interleaved_tool_call_pieces_are_assembled_by_their_index(
             OPENAI, {"stream": True, "stream_options": {"include_usage": True}}, id="openai"
         ),
         pytest.param(ANTHROPIC, {"stream": True}, id="anthropic"),
+        pytest.param(RESPONSES, {"stream": True}, id="openai-responses"),
     ],
 )
 def test_a_stream_asks_for_the_same_request_as_complete_and_for_a_stream(
@@ -603,6 +654,30 @@ def test_an_openai_cut_keeps_no_tool_call_before_the_choice_finished(
             ProviderServerError,
             id="openai-server-error",
         ),
+        pytest.param(
+            RESPONSES,
+            sse(
+                {
+                    "type": "response.failed",
+                    "response": {
+                        "status": "failed",
+                        "error": {"code": "server_error", "message": "The model failed"},
+                    },
+                },
+                "response.failed",
+            ),
+            ProviderServerError,
+            id="responses-failed",
+        ),
+        pytest.param(
+            RESPONSES,
+            sse(
+                {"type": "error", "code": "rate_limit_exceeded", "message": "Slow down"},
+                "error",
+            ),
+            ProviderRateLimitError,
+            id="responses-error-event",
+        ),
     ],
 )
 def test_an_error_event_after_text_raises_the_matching_error_without_a_retry(
@@ -735,7 +810,7 @@ def fake() -> Iterator[FakeProvider]:
 
 
 def loopback(api: Api, fake: FakeProvider, **options: Any) -> HttpProvider:
-    url = fake.openai_url if api is OPENAI else fake.url
+    url = fake.url if api is ANTHROPIC else fake.openai_url
     policy = RetryPolicy(jitter=False, sleep=lambda _: None, async_sleep=_record([]))
     options.setdefault("retry", policy)
     return api.cls("m", base_url=url, prices=PRICES, **options)
@@ -744,6 +819,7 @@ def loopback(api: Api, fake: FakeProvider, **options: Any) -> HttpProvider:
 LOOPBACK = [
     pytest.param(OPENAI, "openai-tool-calls", id="openai"),
     pytest.param(ANTHROPIC, "anthropic-thinking-and-cache", id="anthropic"),
+    pytest.param(RESPONSES, "responses-reasoning-and-cache", id="openai-responses"),
 ]
 
 
