@@ -24,6 +24,7 @@ from agentledger.llm import (
     AnthropicMessages,
     HttpProvider,
     OpenAIChat,
+    OpenAIResponses,
     Price,
     PriceTable,
     RetryPolicy,
@@ -39,6 +40,10 @@ from support.fake_provider import (
     openai_completion,
     openai_error,
     openai_tool_call,
+    responses_function_call,
+    responses_reasoning,
+    responses_response,
+    responses_text,
 )
 
 SYSTEM = "You answer questions about the weather."
@@ -155,6 +160,35 @@ def _anthropic_transcript(body: dict[str, Any]) -> list[Event]:
     return events
 
 
+def _responses_reply(
+    content: str | None, calls: Sequence[Call], tokens: dict[str, int], model: str
+) -> dict[str, Any]:
+    items = [responses_text(content)] if content else []
+    items += [responses_function_call(c.name, c.arguments, c.id) for c in calls]
+    return responses_response(*items, model=model, **tokens)
+
+
+def _responses_transcript(body: dict[str, Any]) -> list[Event]:
+    """The input items, an assistant's reasoning, text and calls in a row as one message."""
+    events: list[Event] = [("system", body["instructions"])] if "instructions" in body else []
+    for item in body["input"]:
+        kind = item.get("type")
+        if kind == "function_call_output":
+            events.append(("tool", item["call_id"], item["output"]))
+        elif kind in ("reasoning", "function_call") or item.get("role") == "assistant":
+            if not events or events[-1][0] != "assistant":
+                events.append(("assistant", "", ()))
+            _, content, ids = events[-1]
+            if kind == "function_call":
+                ids = (*ids, item["call_id"])
+            elif kind is None:
+                content += item["content"]
+            events[-1] = ("assistant", content, ids)
+        else:
+            events.append((item["role"], item["content"]))
+    return events
+
+
 OPENAI = Api(
     cls=OpenAIChat,
     name="OpenAI",
@@ -190,6 +224,26 @@ OPENAI = Api(
         (400 * 2.0 + 1000 * 0.5 + 100 * 10.0) / 1e6,  # 0.0023
     ),
 )
+RESPONSES = Api(
+    cls=OpenAIResponses,
+    name="OpenAI",
+    model="gpt-4o-mini",
+    path="/v1/responses",
+    key_variable="OPENAI_API_KEY",
+    url=lambda server: server.openai_url,
+    reply=_responses_reply,
+    error=lambda message: openai_error(message),
+    transcript=_responses_transcript,
+    tool_parameters=lambda body: {t["name"]: t["parameters"] for t in body["tools"]},
+    credentials=lambda headers: headers.get("Authorization"),
+    step_tokens=(
+        {"input_tokens": 1000, "output_tokens": 50},
+        {"input_tokens": 1200, "cached_tokens": 1000, "output_tokens": 40, "reasoning_tokens": 16},
+        {"input_tokens": 1400, "cached_tokens": 1000, "output_tokens": 100},
+    ),
+    step_usage=OPENAI.step_usage,
+    step_costs=OPENAI.step_costs,
+)
 ANTHROPIC = Api(
     cls=AnthropicMessages,
     name="Anthropic",
@@ -224,7 +278,9 @@ RESPONSE_MODELS = {
 }
 
 
-@pytest.fixture(params=[OPENAI, ANTHROPIC], ids=["openai", "anthropic"])
+@pytest.fixture(
+    params=[OPENAI, RESPONSES, ANTHROPIC], ids=["openai", "openai-responses", "anthropic"]
+)
 def api(request: pytest.FixtureRequest) -> Api:
     return request.param
 
@@ -248,17 +304,19 @@ def error(api: Api, status: int, message: str, **options: Any) -> Reply:
 
 
 def paris(api: Api) -> Call:
-    return Call("get_weather", {"city": "Paris"}, "call_paris" if api is OPENAI else "toolu_paris")
+    return Call(
+        "get_weather", {"city": "Paris"}, "call_paris" if api is not ANTHROPIC else "toolu_paris"
+    )
 
 
 def london(api: Api) -> Call:
     return Call(
-        "get_weather", {"city": "London"}, "call_london" if api is OPENAI else "toolu_london"
+        "get_weather", {"city": "London"}, "call_london" if api is not ANTHROPIC else "toolu_london"
     )
 
 
 def total(api: Api) -> Call:
-    return Call("add", {"a": 22, "b": 22}, "call_total" if api is OPENAI else "toolu_total")
+    return Call("add", {"a": 22, "b": 22}, "call_total" if api is not ANTHROPIC else "toolu_total")
 
 
 # -- the ledger, the database, the agent -----------------------------------------------------------
@@ -475,7 +533,7 @@ def test_a_multi_step_tool_run_speaks_the_wire_format_and_is_recorded(
     assert [r["model"] for r in step_rows] == [RESPONSE_MODELS[api.name]] * 3
     expected_finish = (
         ["tool_calls", "tool_calls", "stop"]
-        if api is OPENAI
+        if api is not ANTHROPIC
         else ["tool_use", "tool_use", "end_turn"]
     )
     assert [r["finish_reason"] for r in step_rows] == expected_finish
@@ -588,6 +646,50 @@ def test_anthropic_thinking_blocks_travel_back_with_their_signature_and_are_reco
         "AND role = 'assistant'",
         c=result.conversation_id,
     ) == [{"reasoning": None, "metadata": None}]
+
+
+def test_responses_reasoning_items_travel_back_in_place_and_again_when_the_run_resumes(
+    fake_provider: FakeProvider, ledger: Ledger, db: Database, weather_tool: FunctionTool
+) -> None:
+    reasoning = responses_reasoning("The user wants Paris; call the tool.", encrypted="gAAAA-Zk1")
+    fake_provider.push(
+        Reply(
+            responses_response(
+                reasoning, responses_function_call("get_weather", {"city": "Paris"}, "call_p")
+            )
+        ),
+        Reply(openai_error("The server had an error"), status=500),
+        Reply(responses_response(responses_text("22C in Paris."))),
+    )
+    never = RetryPolicy(max_retries=0)
+    with OpenAIResponses("gpt-5-mini", base_url=fake_provider.openai_url, retry=never) as llm:
+        failed = build(llm, ledger, weather_tool).run("Weather in Paris?")
+    with OpenAIResponses("gpt-5-mini", base_url=fake_provider.openai_url) as llm:
+        resumed = build(llm, ledger, weather_tool).resume(failed.run_id)
+
+    assert (failed.status, resumed.status) == (AgentStatus.FAILED, AgentStatus.COMPLETED)
+    assert resumed.answer == "22C in Paris."
+    first, second, again = received(fake_provider, RESPONSES)
+    assert first["instructions"] == SYSTEM
+    assert (first["store"], first["include"]) == (False, ["reasoning.encrypted_content"])
+    assert second["input"] == [
+        {"role": "user", "content": "Weather in Paris?"},
+        reasoning,
+        {
+            "type": "function_call",
+            "call_id": "call_p",
+            "name": "get_weather",
+            "arguments": '{"city": "Paris"}',
+        },
+        {"type": "function_call_output", "call_id": "call_p", "output": "22C and sunny in Paris"},
+    ]
+    assert again["input"] == second["input"]  # read back from the ledger, not from memory
+    step = db.row(
+        "SELECT reasoning, metadata FROM step_executions WHERE run_id = :r AND step_index = 0",
+        r=failed.run_id,
+    )
+    assert step["reasoning"] == "The user wants Paris; call the tool."
+    assert step["metadata"]["reasoning_items"] == [reasoning]
 
 
 # -- retries inside a run --------------------------------------------------------------------------
@@ -973,7 +1075,7 @@ def test_no_api_key_reaches_the_database_the_logs_or_the_output(
 
     # the key was in play: the server got it on every request
     assert [api.credentials(r.headers) for r in fake_provider.requests] == [
-        f"Bearer {key}" if api is OPENAI else key
+        f"Bearer {key}" if api is not ANTHROPIC else key
     ] * 5
     assert (first.status, second.status, third.status) == (
         AgentStatus.COMPLETED,
