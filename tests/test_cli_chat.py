@@ -31,6 +31,10 @@ from support.fake_provider import (
     openai_error,
     openai_stream,
     openai_tool_call,
+    responses_function_call,
+    responses_response,
+    responses_stream,
+    responses_text,
 )
 
 TOOLS_MODULE = "cli_chat_tools"
@@ -79,9 +83,12 @@ class Wire:
     key_variable: str
 
     def base_url(self, server: FakeProvider) -> str:
-        return server.openai_url if self.provider == "openai" else server.url
+        return server.url if self.provider == "anthropic" else server.openai_url
 
     def tool_call(self, name: str, arguments: dict[str, Any], **usage: int) -> dict[str, Any]:
+        if self.provider == "openai-responses":
+            call = responses_function_call(name, arguments)
+            return responses_response(call, model=self.model, **_responses_usage(usage))
         if self.provider == "openai":
             call = openai_tool_call(name, arguments)
             return openai_completion(None, [call], model=self.model, **_openai_usage(usage))
@@ -90,19 +97,22 @@ class Wire:
         )
 
     def answer(self, text: str, **usage: int) -> dict[str, Any]:
+        if self.provider == "openai-responses":
+            item = responses_text(text)
+            return responses_response(item, model=self.model, **_responses_usage(usage))
         if self.provider == "openai":
             return openai_completion(text, model=self.model, **_openai_usage(usage))
         return anthropic_message(anthropic_text(text), model=self.model, **_anthropic_usage(usage))
 
     def error(self, message: str) -> dict[str, Any]:
-        if self.provider == "openai":
+        if self.provider != "anthropic":
             return openai_error(message, kind="invalid_api_key")
         return anthropic_error(message, kind="authentication_error")
 
     def texts(self, body: dict[str, Any]) -> list[str]:
         """The text of every message a request sent."""
         texts = []
-        for message in body["messages"]:
+        for message in body.get("messages") or body["input"]:
             content = message.get("content")
             if isinstance(content, str):
                 texts.append(content)
@@ -116,6 +126,11 @@ def _openai_usage(usage: dict[str, int]) -> dict[str, int]:
     return {names[k]: v for k, v in usage.items()}
 
 
+def _responses_usage(usage: dict[str, int]) -> dict[str, int]:
+    names = {"input": "input_tokens", "output": "output_tokens", "cached": "cached_tokens"}
+    return {names[k]: v for k, v in usage.items()}
+
+
 def _anthropic_usage(usage: dict[str, int]) -> dict[str, int]:
     names = {"input": "input_tokens", "output": "output_tokens"}
     return {names[k]: v for k, v in usage.items()}
@@ -123,15 +138,23 @@ def _anthropic_usage(usage: dict[str, int]) -> dict[str, int]:
 
 def streamed(body: dict[str, Any], *, size: int = 4, interval: float = 0.0) -> Reply:
     """``body`` (a completion or a message) as its API streams it: the chat asks for streams."""
-    events = (
-        openai_stream(body, size=size) if "choices" in body else anthropic_stream(body, size=size)
-    )
+    if "choices" in body:
+        events = openai_stream(body, size=size)
+    elif "output" in body:
+        events = responses_stream(body, size=size)
+    else:
+        events = anthropic_stream(body, size=size)
     return Reply(Streamed(tuple(events), interval=interval))
 
 
 OPENAI = Wire("openai", "gpt-4o-mini", "OPENAI_API_KEY")
 ANTHROPIC = Wire("anthropic", "claude-sonnet-4-5-20250929", "ANTHROPIC_API_KEY")
-WIRES = [pytest.param(OPENAI, id="openai"), pytest.param(ANTHROPIC, id="anthropic")]
+RESPONSES = Wire("openai-responses", "gpt-4o-mini", "OPENAI_API_KEY")
+WIRES = [
+    pytest.param(OPENAI, id="openai"),
+    pytest.param(RESPONSES, id="openai-responses"),
+    pytest.param(ANTHROPIC, id="anthropic"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -205,6 +228,12 @@ def conversation_id(output: str) -> str:
         # gpt-4o-mini: $0.15 in, $0.075 cached in, $0.60 out per million tokens.
         # (1000 x 0.15 + 50 x 0.60) + (1000 x 0.15 + 200 x 0.075 + 30 x 0.60) = 363 / 1e6
         pytest.param(OPENAI, "2200 in / 80 out tokens · 200 cache read", "$0.000363", id="openai"),
+        pytest.param(
+            RESPONSES,
+            "2200 in / 80 out tokens · 200 cache read",
+            "$0.000363",
+            id="openai-responses",
+        ),
         # claude-sonnet-4-5: $3 in, $15 out: (1000 x 3 + 50 x 15) + (1200 x 3 + 30 x 15) = 7800
         pytest.param(ANTHROPIC, "2200 in / 80 out tokens", "$0.007800", id="anthropic"),
     ],
@@ -212,7 +241,7 @@ def conversation_id(output: str) -> str:
 def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_records_it(
     wire, tokens, cost, fake_provider, tools_module, db
 ):
-    second = {"input": 1200, "output": 30} | ({"cached": 200} if wire is OPENAI else {})
+    second = {"input": 1200, "output": 30} | ({"cached": 200} if wire is not ANTHROPIC else {})
     fake_provider.push(
         streamed(wire.tool_call("get_weather", {"city": "Paris"}, input=1000, output=50)),
         streamed(wire.answer(ANSWER, **second)),
