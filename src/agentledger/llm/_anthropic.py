@@ -30,6 +30,10 @@ DEFAULT_MAX_TOKENS = 4096
 THINKING_BLOCKS = "thinking_blocks"
 """The metadata key of an assistant message that keeps its thinking blocks, signatures and
 all, so they can be sent back within the run as the API requires."""
+BLOCK_ORDER = "block_order"
+"""The metadata key that keeps the types of an assistant message's content blocks in the
+order they came (``["thinking", "tool_use", "thinking", "tool_use"]`` for interleaved
+thinking): the blocks go back to the API in that order, as it requires."""
 
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 
@@ -104,6 +108,7 @@ class AnthropicMessages(HttpProvider):
             metadata["response_id"] = body["id"]
         if thinking:
             metadata[THINKING_BLOCKS] = thinking
+            metadata[BLOCK_ORDER] = [b["type"] for b in blocks]
         reasoning = "\n\n".join(b["thinking"] for b in thinking if b["type"] == "thinking")
         return InferenceResponse(
             content="".join(b["text"] for b in blocks if b["type"] == "text"),
@@ -221,22 +226,36 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
         return [
             {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
         ]
-    blocks = _thinking(message) if message.role is Role.ASSISTANT else []
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
-    blocks.extend(
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
-        for c in message.tool_calls
-    )
-    return blocks
+    queues: dict[str, list[dict[str, Any]]] = {
+        "thinking": _thinking(message) if message.role is Role.ASSISTANT else [],
+        "text": [{"type": "text", "text": message.content}] if message.content else [],
+        "tool_use": [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+            for c in message.tool_calls
+        ],
+    }
+    blocks = _in_order(queues, message.metadata.get(BLOCK_ORDER))
+    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
+
+
+def _in_order(queues: dict[str, list[dict[str, Any]]], order: object) -> list[dict[str, Any]]:
+    """The blocks in the order they came (thinking interleaved with tool calls must go back
+    so); the text goes where its first block was. Blocks the order does not place (a message
+    from before the order was kept) follow in the usual order: thinking, text, tool calls."""
+    blocks: list[dict[str, Any]] = []
+    for kind in order if isinstance(order, list) else ():
+        queue = queues.get("thinking" if kind == "redacted_thinking" else str(kind))
+        if queue:
+            blocks.append(queue.pop(0))
+    return blocks + queues["thinking"] + queues["text"] + queues["tool_use"]
 
 
 def _thinking(message: Message) -> list[dict[str, Any]]:
-    """The thinking blocks kept with an assistant message, to send back unchanged; a thinking
-    block a stream was cut in before its signature came is left out (the API refuses it)."""
+    """The thinking blocks kept with an assistant message, to send back unchanged (a thinking
+    block a stream was cut in before its signature came is left out later: the API refuses
+    it)."""
     kept = message.metadata.get(THINKING_BLOCKS)
-    blocks = [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
-    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
+    return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
