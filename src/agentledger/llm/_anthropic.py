@@ -10,6 +10,7 @@ import httpx
 from pydantic import JsonValue
 
 from ..values import (
+    TOOL_ERROR_KEY,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
@@ -223,9 +224,12 @@ def _turns(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role is Role.TOOL:
-        return [
-            {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
-        ]
+        result = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+        return [result | {"is_error": True} if message.metadata.get(TOOL_ERROR_KEY) else result]
     queues: dict[str, list[dict[str, Any]]] = {
         "thinking": _thinking(message) if message.role is Role.ASSISTANT else [],
         "text": [{"type": "text", "text": message.content}] if message.content else [],
