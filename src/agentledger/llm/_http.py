@@ -467,6 +467,7 @@ class HttpProvider:
         status = response.status_code
         detail = f"HTTP {status}: {snippet(self._redact(server_message(response)))}"
         kind, retryable, advice = classify(status, self)
+        retryable = _should_retry(response.headers, retryable)
         return Failure(
             kind,
             f"{self.provider} {advice[0]} ({detail})",
@@ -520,6 +521,13 @@ def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
     tokens = [v.split(" ", 1)[-1] for v in values]
     found = {s for s in (key, *values, *tokens) if s and len(s) >= 4}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def _should_retry(headers: httpx.Headers, default: bool) -> bool:
+    """The server's own word on retrying, as the official SDKs take it: ``x-should-retry:
+    true`` retries even a 400, ``false`` retries not even a 500."""
+    said = headers.get("x-should-retry", "").strip().lower()
+    return {"true": True, "false": False}.get(said, default)
 
 
 def _package_version() -> str:
