@@ -17,6 +17,9 @@ import pytest
 from agentledger import (
     Message,
     Messages,
+    ProviderError,
+    ProviderRateLimitError,
+    ProviderRequestError,
     ProviderServerError,
 )
 from agentledger.llm import (
@@ -132,3 +135,147 @@ def test_x_should_retry_true_on_a_400_is_retried(api: str, complete: Complete) -
     assert len(server.requests) == 2
     assert len(sleeps) == 1
     assert response.metadata["retries"] == [{"attempt": 1, "status": 400, "delay_s": 0.5}]
+
+
+# -- a 200 that carries an error -------------------------------------------------------------------
+
+ERROR_200 = {
+    "openai-server-error": (
+        {"error": {"message": "The server had an error", "type": "server_error"}},
+        ProviderServerError,
+    ),
+    "openai-invalid-request": (
+        {
+            "error": {
+                "message": "Bad messages",
+                "type": "invalid_request_error",
+                "param": "messages",
+            }
+        },
+        ProviderRequestError,
+    ),
+    "anthropic-api-error": (
+        {"type": "error", "error": {"type": "api_error", "message": "The server had an error"}},
+        ProviderServerError,
+    ),
+    "anthropic-invalid-request": (
+        {"type": "error", "error": {"type": "invalid_request_error", "message": "Bad messages"}},
+        ProviderRequestError,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(ERROR_200))
+def test_a_200_carrying_an_error_body_raises_the_error_it_means(
+    case: str, complete: Complete
+) -> None:
+    body, kind = ERROR_200[case]
+    api = case.split("-")[0]
+    server = Server(status(200, body, **{"x-request-id": "req_200err"}))
+    sleeps: list[float] = []
+    with pytest.raises(kind) as caught:
+        complete(provider(api, server, sleeps), REQUEST)
+    error = caught.value
+    assert type(error) is kind
+    message = body["error"]["message"]
+    assert message in str(error)
+    assert "cannot read" not in str(error)
+    assert "request id: req_200err" in str(error)
+    assert error.request_id == "req_200err"
+    assert error.retryable is (kind is ProviderServerError)
+    assert len(server.requests) == (3 if kind is ProviderServerError else 1)
+
+
+def test_a_200_error_body_then_an_answer_is_retried_to_success(api: str) -> None:
+    server = Server(status(200, error_body(api, "The server had an error", "api_error")), ok(api))
+    sleeps: list[float] = []
+    response = provider(api, server, sleeps).complete(REQUEST)
+    assert response.content == "Hello"
+    assert len(server.requests) == 2
+
+
+# -- the error object's details ----------------------------------------------------------------
+
+
+def test_a_provider_error_carries_type_code_param_and_request_id(complete: Complete) -> None:
+    body = {
+        "error": {
+            "message": "This model's maximum context length is 128000 tokens.",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    server = Server(status(400, body, **{"x-request-id": "req_abc123"}))
+    with pytest.raises(ProviderRequestError) as caught:
+        complete(provider("openai", server, []), REQUEST)
+    error = caught.value
+    assert (error.type, error.code, error.param, error.request_id) == (
+        "invalid_request_error",
+        "context_length_exceeded",
+        "messages",
+        "req_abc123",
+    )
+    assert (
+        "type: invalid_request_error, code: context_length_exceeded, param: messages, "
+        "request id: req_abc123" in str(error)
+    )
+
+
+def test_anthropic_errors_carry_the_request_id_header_and_type(complete: Complete) -> None:
+    server = Server(
+        status(
+            529, anthropic_error("Overloaded", kind="overloaded_error"), **{"request-id": "req_011"}
+        )
+    )
+    with pytest.raises(ProviderServerError) as caught:
+        complete(provider("anthropic", server, []), REQUEST)
+    error = caught.value
+    assert (error.type, error.code, error.param, error.request_id) == (
+        "overloaded_error",
+        None,
+        None,
+        "req_011",
+    )
+    assert "type: overloaded_error, request id: req_011" in str(error)
+    assert error.attempts == 3
+
+
+def test_a_provider_error_without_details_has_none(complete: Complete) -> None:
+    server = Server(httpx.Response(502, text="Bad gateway"))
+    with pytest.raises(ProviderError) as caught:
+        complete(provider("openai", server, []), REQUEST)
+    error = caught.value
+    assert (error.type, error.code, error.param, error.request_id) == (None, None, None, None)
+    assert "request id" not in str(error)
+
+
+@pytest.mark.parametrize("where", ["code", "type"])
+def test_a_429_for_an_exhausted_quota_says_so_and_is_not_retried(
+    where: str, complete: Complete
+) -> None:
+    error = {"message": "You exceeded your current quota.", "type": "requests", "code": None}
+    error[where] = "insufficient_quota"
+    server = Server(status(429, {"error": error}, **{"retry-after": "1"}))
+    sleeps: list[float] = []
+    with pytest.raises(ProviderRateLimitError) as caught:
+        complete(provider("openai", server, sleeps), REQUEST)
+    assert len(server.requests) == 1
+    assert sleeps == []
+    assert "out of quota" in str(caught.value)
+    assert "rate limiting" not in str(caught.value)
+    assert caught.value.retryable is False
+
+
+def test_a_plain_429_is_still_rate_limiting_and_retried(complete: Complete) -> None:
+    body = {
+        "error": {
+            "message": "Rate limit reached",
+            "type": "requests",
+            "code": "rate_limit_exceeded",
+        }
+    }
+    server = Server(status(429, body), ok("openai"))
+    response = complete(provider("openai", server, []), REQUEST)
+    assert response.content == "Hello"
+    assert len(server.requests) == 2

@@ -164,7 +164,7 @@ class _EventAssembler(StreamAssembler):
         elif kind == "error":
             error = data.get("error") or {}
             message = str(error.get("message") or error)
-            raise StreamErrorEvent(status_of_error(error.get("type", "")), message)
+            raise StreamErrorEvent(status_of_error(error.get("type")), message, body=data)
         return []
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[InferenceDelta]:
