@@ -285,11 +285,23 @@ def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
 
 
 def _usage(wire: Mapping[str, Any]) -> Usage:
+    """Anthropic counts cache writes and reads apart from ``input_tokens``; agentledger's
+    input counts them all. ``cache_creation`` splits the writes by lifetime, and
+    ``output_tokens_details`` names the thinking part of the output."""
     written = wire.get("cache_creation_input_tokens") or 0
     read = wire.get("cache_read_input_tokens") or 0
+    hour = _details(wire, "cache_creation").get("ephemeral_1h_input_tokens") or 0
+    thinking = _details(wire, "output_tokens_details").get("thinking_tokens") or 0
     return Usage(
         input_tokens=(wire.get("input_tokens") or 0) + written + read,
         output_tokens=wire.get("output_tokens") or 0,
         cache_read_tokens=read,
         cache_write_tokens=written,
+        cache_write_1h_tokens=min(hour, written),
+        reasoning_tokens=thinking,
     )
+
+
+def _details(wire: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    details = wire.get(key)
+    return details if isinstance(details, Mapping) else {}

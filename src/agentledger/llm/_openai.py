@@ -276,6 +276,7 @@ def _usage(wire: Mapping[str, Any]) -> Usage:
         input_tokens=wire.get("prompt_tokens") or 0,
         output_tokens=wire.get("completion_tokens") or 0,
         cache_read_tokens=prompt.get("cached_tokens") or 0,
+        cache_write_tokens=prompt.get("cache_write_tokens") or 0,
         reasoning_tokens=completion.get("reasoning_tokens") or 0,
     )
 
