@@ -15,6 +15,7 @@ import httpx
 import pytest
 
 from agentledger import (
+    ConfigurationError,
     Message,
     Messages,
     ProviderError,
@@ -27,6 +28,7 @@ from agentledger.llm import (
     HttpProvider,
     InferenceRequest,
     InferenceResponse,
+    ModelSettings,
     OpenAIChat,
     RetryPolicy,
 )
@@ -279,3 +281,66 @@ def test_a_plain_429_is_still_rate_limiting_and_retried(complete: Complete) -> N
     response = complete(provider("openai", server, []), REQUEST)
     assert response.content == "Hello"
     assert len(server.requests) == 2
+
+
+# -- sampling settings the model does not accept ---------------------------------------------------
+
+
+def anthropic_at(model: str, server: Server) -> AnthropicMessages:
+    return AnthropicMessages(
+        model,
+        base_url="http://llm.test",
+        api_key="sk-test-key-1234",
+        transport=httpx.MockTransport(server),
+    )
+
+
+def sampled(**settings: Any) -> InferenceRequest:
+    return REQUEST.model_copy(update={"settings": ModelSettings(**settings)})
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-opus-4-7-20260416", "claude-opus-5"])
+@pytest.mark.parametrize(
+    "settings",
+    [{"temperature": 0.2}, {"top_p": 0.9}, {"extra": {"top_k": 40}}],
+    ids=["temperature", "top_p", "top_k"],
+)
+def test_a_sampling_setting_a_model_does_not_take_is_refused_before_anything_is_sent(
+    model: str, settings: dict[str, Any]
+) -> None:
+    server = Server(ok("anthropic"))
+    with pytest.raises(ConfigurationError, match=f"{model} does not accept"):
+        anthropic_at(model, server).complete(sampled(**settings))
+    assert server.requests == []
+
+
+@pytest.mark.parametrize(
+    "model",
+    ["claude-sonnet-4-5", "claude-haiku-4-5-20251001", "claude-opus-4-1", "claude-opus-4-6"],
+)
+def test_temperature_and_top_p_together_are_refused_where_the_model_takes_only_one(
+    model: str,
+) -> None:
+    server = Server(ok("anthropic"))
+    with pytest.raises(ConfigurationError, match="temperature or top_p, not both"):
+        anthropic_at(model, server).complete(sampled(temperature=0.2, top_p=0.9))
+    assert server.requests == []
+    anthropic_at(model, server).complete(sampled(temperature=0.2))
+    assert json.loads(server.requests[0].content)["temperature"] == 0.2
+    assert "top_p" not in json.loads(server.requests[0].content)
+
+
+@pytest.mark.parametrize("model", ["claude-opus-4-7", "claude-sonnet-4-5"])
+def test_a_model_is_sent_no_sampling_setting_when_none_is_set(model: str) -> None:
+    server = Server(ok("anthropic"))
+    assert anthropic_at(model, server).complete(REQUEST).content == "Hello"
+    body = json.loads(server.requests[0].content)
+    assert not {"temperature", "top_p", "top_k"} & set(body)
+
+
+@pytest.mark.parametrize("model", ["claude-3-7-sonnet-20250219", "claude-sonnet-4-20250514"])
+def test_older_models_still_take_temperature_and_top_p_together(model: str) -> None:
+    server = Server(ok("anthropic"))
+    anthropic_at(model, server).complete(sampled(temperature=0.2, top_p=0.9))
+    body = json.loads(server.requests[0].content)
+    assert (body["temperature"], body["top_p"]) == (0.2, 0.9)

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import httpx
 from pydantic import JsonValue
 
+from ..errors import ConfigurationError
 from ..values import (
     TOOL_ERROR_KEY,
     InferenceDelta,
@@ -99,6 +101,7 @@ class AnthropicMessages(HttpProvider):
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, bool(request.tools)))
+        _check_sampling(body)
         return body
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
@@ -282,6 +285,42 @@ def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
             choice["disable_parallel_tool_use"] = True
         wire["tool_choice"] = choice
     return {k: v for k, v in wire.items() if v is not None} | settings.extra
+
+
+_SAMPLING = ("temperature", "top_p", "top_k")
+_CLAUDE = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:-(\d{1,2}))?(?=-|$)")
+
+
+def _generation(model: str) -> tuple[str, tuple[int, int]] | None:
+    """A Claude model's family and version (``claude-opus-4-7-20260416``: opus, 4.7)."""
+    found = _CLAUDE.search(model.rsplit("/", 1)[-1])
+    if found is None:
+        return None
+    return found[1], (int(found[2]), int(found[3] or 0))
+
+
+def _check_sampling(body: Mapping[str, Any]) -> None:
+    """Refuses, before anything is sent, sampling settings the model would answer 400 to:
+    Claude Opus 4.7 and later take none of ``temperature``, ``top_p`` and ``top_k``; Opus 4.1
+    and later, Sonnet and Haiku 4.5 and later take ``temperature`` or ``top_p``, not both."""
+    model = str(body["model"])
+    generation = _generation(model)
+    sent = [name for name in _SAMPLING if body.get(name) is not None]
+    if generation is None or not sent:
+        return
+    family, version = generation
+    if family == "opus" and version >= (4, 7):
+        raise ConfigurationError(
+            f"{model} does not accept {' or '.join(sent)}: Anthropic removed the sampling "
+            "settings from Claude Opus 4.7 and later. Leave ModelSettings(temperature=..., "
+            "top_p=...) and their extra= keys unset for this model."
+        )
+    newer = version >= (4, 1) if family == "opus" else version >= (4, 5)
+    if newer and {"temperature", "top_p"} <= set(sent):
+        raise ConfigurationError(
+            f"{model} accepts temperature or top_p, not both: set only one of them in "
+            "ModelSettings (or extra=)."
+        )
 
 
 def _usage(wire: Mapping[str, Any]) -> Usage:
