@@ -240,7 +240,13 @@ def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_hea
     # Added after 0003: covered once they differ from their defaults (sealed rows still match).
     assert ADDED == {
         "conversation_messages": {"in_context": True, "summary_id": None, "interrupted": False},
-        "agent_runs": {"partial_output": None, "partial_step_index": None},
+        "agent_runs": {
+            "partial_output": None,
+            "partial_step_index": None,
+            "cache_write_1h_tokens": 0,
+        },
+        "step_executions": {"cache_write_1h_tokens": 0},
+        "context_compactions": {"cache_write_1h_tokens": 0},
     }
     row = {c: None for c in COVERED["conversation_messages"]}
     same = checksum(conversation_messages, {**row, "in_context": True, "summary_id": None})

@@ -450,7 +450,7 @@ def test_a_provider_failing_on_every_retry_is_said_once_with_the_attempts_and_tr
 
     assert done.returncode == 1, done.stdout + done.stderr
     assert done.stderr == ""
-    said = "OpenAI failed on its side (HTTP 503: overloaded) after 5 attempts."
+    said = "OpenAI failed on its side (HTTP 503: overloaded; type: server_error) after 5 attempts."
     assert done.stdout.count("failed on its side") == 1 and said in done.stdout
     assert len(fake_provider.requests) == 5
     (run_id,) = [row[0] for row in query(db, "SELECT id FROM agent_runs")]

@@ -1291,7 +1291,10 @@ def test_retryable_errors_say_what_happened_once_the_retries_are_spent(
         complete(connect(api, server, retry=policy), ask())
 
     error = raised.value
-    assert str(error).startswith(f"{api.name} {what} (HTTP {code}: Overloaded) after 3 attempts.")
+    assert str(error).startswith(
+        f"{api.name} {what} (HTTP {code}: Overloaded; type: invalid_request_error) after 3 "
+        "attempts."
+    )
     assert advice in str(error)
     assert (error.status_code, error.attempts, error.retryable) == (code, 3, True)
 
@@ -1404,7 +1407,7 @@ def test_each_retry_is_logged_as_a_warning_saying_what_failed_and_when_it_retrie
 
     (record,) = [r for r in caplog.records if r.name == "agentledger.llm"]
     assert record.levelno == logging.WARNING
-    assert "failed on its side (HTTP 503: overloaded)" in record.getMessage()
+    assert "failed on its side (HTTP 503: overloaded; type: " in record.getMessage()
     assert "Retry 1 of 4 in 3.00s." in record.getMessage()
 
 

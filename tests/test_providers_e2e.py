@@ -809,7 +809,10 @@ def test_a_401_fails_the_run_after_one_request_naming_the_key_variable(
     sleeps: list[float],
     weather_tool: FunctionTool,
 ) -> None:
-    fake_provider.push(error(api, 401, "invalid x-api-key"), reply(api, "never sent"))
+    fake_provider.push(
+        error(api, 401, "invalid x-api-key", headers={"x-request-id": "req_401"}),
+        reply(api, "never sent"),
+    )
 
     result = build(connect(api_key="sk-wrong-key-000000"), ledger, weather_tool).run("Weather?")
 
@@ -819,7 +822,8 @@ def test_a_401_fails_the_run_after_one_request_naming_the_key_variable(
     assert result.answer is None
     assert result.error == (
         f"ProviderAuthenticationError: {api.name} refused the API key (HTTP 401: invalid "
-        f"x-api-key). Set {api.key_variable} to a valid key (or pass api_key=) and check that "
+        f"x-api-key; type: invalid_request_error, request id: req_401). Set "
+        f"{api.key_variable} to a valid key (or pass api_key=) and check that "
         "the key may use this model."
     )
     run = db.row("SELECT status, error, step_count FROM agent_runs WHERE id = :r", r=result.run_id)

@@ -77,7 +77,12 @@ class ProviderError(LLMError):
 
     ``provider`` names the API (``"OpenAI"``, ``"Anthropic"``), ``status_code`` is the HTTP
     status when there was a response, ``attempts`` how many requests were sent and
-    ``retryable`` whether trying again later may succeed. Messages never hold an API key.
+    ``retryable`` whether trying again later may succeed. ``type``, ``code`` and ``param`` are
+    the fields of the error object the provider answered with (``"insufficient_quota"``,
+    ``"context_length_exceeded"``, the parameter it refused), ``request_id`` the id the
+    provider gave the request (its ``x-request-id`` or ``request-id`` header): quote it to the
+    provider's support. Each is ``None`` when the provider did not say; those it said are in the
+    message too. Messages never hold an API key.
     """
 
     def __init__(
@@ -88,12 +93,20 @@ class ProviderError(LLMError):
         status_code: int | None = None,
         attempts: int = 1,
         retryable: bool = False,
+        type: str | None = None,
+        code: str | None = None,
+        param: str | None = None,
+        request_id: str | None = None,
     ) -> None:
         super().__init__(message)
         self.provider = provider
         self.status_code = status_code
         self.attempts = attempts
         self.retryable = retryable
+        self.type = type
+        self.code = code
+        self.param = param
+        self.request_id = request_id
 
 
 class ProviderConnectionError(ProviderError):

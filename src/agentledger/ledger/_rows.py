@@ -54,6 +54,7 @@ USAGE_COLUMNS = (
     "cache_read_tokens",
     "cache_write_tokens",
     "reasoning_tokens",
+    "cache_write_1h_tokens",
 )
 DAMAGED = "The database file is damaged; restore it from a backup, and see `agentledger db verify`."
 

@@ -45,8 +45,10 @@ from .tables import (
     LEDGER_TABLES,
     ConversationKind,
     agent_runs,
+    context_compactions,
     conversation_messages,
     conversations,
+    step_executions,
 )
 
 __all__ = [
@@ -75,7 +77,13 @@ _UNCOVERED = {
 
 ADDED: dict[str, dict[str, Any]] = {
     conversation_messages.name: {"in_context": True, "summary_id": None, "interrupted": False},
-    agent_runs.name: {"partial_output": None, "partial_step_index": None},
+    agent_runs.name: {
+        "partial_output": None,
+        "partial_step_index": None,
+        "cache_write_1h_tokens": 0,
+    },
+    step_executions.name: {"cache_write_1h_tokens": 0},
+    context_compactions.name: {"cache_write_1h_tokens": 0},
 }
 """Columns added after revision 0003, with their defaults: a row's checksum covers such a
 column only when its value is not the default, so the revision that adds one seals nothing

@@ -177,6 +177,12 @@ def _checksum_column() -> Any:
     return Field(default=None, sa_type=BigInteger, nullable=True)
 
 
+def _one_hour_writes() -> Any:
+    """``cache_write_1h_tokens``: the part of ``cache_write_tokens`` written to a one-hour
+    cache (revision 0007; last, as it was added)."""
+    return Field(default=0, sa_column_kwargs={"server_default": "0"})
+
+
 def _time(*, nullable: bool = False, index: bool = False) -> Any:
     return Field(default=None, sa_type=UTCDateTime, nullable=nullable, index=index)
 
@@ -279,6 +285,7 @@ class AgentRun(LedgerTable, table=True):
     """What the user has been shown so far of the step being streamed (``NULL`` when none)."""
     partial_step_index: int | None = None
     """The step ``partial_output`` belongs to."""
+    cache_write_1h_tokens: int = _one_hour_writes()
 
     @property
     def usage(self) -> Usage:
@@ -289,6 +296,7 @@ class AgentRun(LedgerTable, table=True):
             cache_read_tokens=self.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens,
         )
 
     @property
@@ -351,6 +359,7 @@ class StepExecutionRow(LedgerTable, table=True):
     checksum: int | None = _checksum_column()
     tool_call_count: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     """How many tools the step called: its tool rows (revision 0005; last, as it was added)."""
+    cache_write_1h_tokens: int = _one_hour_writes()
 
 
 class ToolExecutionRow(LedgerTable, table=True):
@@ -403,6 +412,7 @@ class ContextCompactionRow(LedgerTable, table=True):
     duration_ms: float = 0.0
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
+    cache_write_1h_tokens: int = _one_hour_writes()
 
 
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes

@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterable, Mapping
 from typing import Any, ClassVar
 
 import httpx
 from pydantic import JsonValue
 
+from ..errors import ConfigurationError
 from ..values import (
+    TOOL_ERROR_KEY,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
@@ -30,6 +33,10 @@ DEFAULT_MAX_TOKENS = 4096
 THINKING_BLOCKS = "thinking_blocks"
 """The metadata key of an assistant message that keeps its thinking blocks, signatures and
 all, so they can be sent back within the run as the API requires."""
+BLOCK_ORDER = "block_order"
+"""The metadata key that keeps the types of an assistant message's content blocks in the
+order they came (``["thinking", "tool_use", "thinking", "tool_use"]`` for interleaved
+thinking): the blocks go back to the API in that order, as it requires."""
 
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 
@@ -94,6 +101,7 @@ class AnthropicMessages(HttpProvider):
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, bool(request.tools)))
+        _check_sampling(body)
         return body
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
@@ -104,6 +112,7 @@ class AnthropicMessages(HttpProvider):
             metadata["response_id"] = body["id"]
         if thinking:
             metadata[THINKING_BLOCKS] = thinking
+            metadata[BLOCK_ORDER] = [b["type"] for b in blocks]
         reasoning = "\n\n".join(b["thinking"] for b in thinking if b["type"] == "thinking")
         return InferenceResponse(
             content="".join(b["text"] for b in blocks if b["type"] == "text"),
@@ -158,7 +167,7 @@ class _EventAssembler(StreamAssembler):
         elif kind == "error":
             error = data.get("error") or {}
             message = str(error.get("message") or error)
-            raise StreamErrorEvent(status_of_error(error.get("type", "")), message)
+            raise StreamErrorEvent(status_of_error(error.get("type")), message, body=data)
         return []
 
     def _delta(self, index: int, delta: Mapping[str, Any]) -> list[InferenceDelta]:
@@ -218,25 +227,42 @@ def _turns(messages: Iterable[Message]) -> list[dict[str, Any]]:
 
 def _blocks(message: Message) -> list[dict[str, Any]]:
     if message.role is Role.TOOL:
-        return [
-            {"type": "tool_result", "tool_use_id": message.tool_call_id, "content": message.content}
-        ]
-    blocks = _thinking(message) if message.role is Role.ASSISTANT else []
-    if message.content:
-        blocks.append({"type": "text", "text": message.content})
-    blocks.extend(
-        {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
-        for c in message.tool_calls
-    )
-    return blocks
+        result = {
+            "type": "tool_result",
+            "tool_use_id": message.tool_call_id,
+            "content": message.content,
+        }
+        return [result | {"is_error": True} if message.metadata.get(TOOL_ERROR_KEY) else result]
+    queues: dict[str, list[dict[str, Any]]] = {
+        "thinking": _thinking(message) if message.role is Role.ASSISTANT else [],
+        "text": [{"type": "text", "text": message.content}] if message.content else [],
+        "tool_use": [
+            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
+            for c in message.tool_calls
+        ],
+    }
+    blocks = _in_order(queues, message.metadata.get(BLOCK_ORDER))
+    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
+
+
+def _in_order(queues: dict[str, list[dict[str, Any]]], order: object) -> list[dict[str, Any]]:
+    """The blocks in the order they came (thinking interleaved with tool calls must go back
+    so); the text goes where its first block was. Blocks the order does not place (a message
+    from before the order was kept) follow in the usual order: thinking, text, tool calls."""
+    blocks: list[dict[str, Any]] = []
+    for kind in order if isinstance(order, list) else ():
+        queue = queues.get("thinking" if kind == "redacted_thinking" else str(kind))
+        if queue:
+            blocks.append(queue.pop(0))
+    return blocks + queues["thinking"] + queues["text"] + queues["tool_use"]
 
 
 def _thinking(message: Message) -> list[dict[str, Any]]:
-    """The thinking blocks kept with an assistant message, to send back unchanged; a thinking
-    block a stream was cut in before its signature came is left out (the API refuses it)."""
+    """The thinking blocks kept with an assistant message, to send back unchanged (a thinking
+    block a stream was cut in before its signature came is left out later: the API refuses
+    it)."""
     kept = message.metadata.get(THINKING_BLOCKS)
-    blocks = [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
-    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
+    return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
@@ -261,12 +287,60 @@ def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
     return {k: v for k, v in wire.items() if v is not None} | settings.extra
 
 
+_SAMPLING = ("temperature", "top_p", "top_k")
+_CLAUDE = re.compile(r"claude-(opus|sonnet|haiku)-(\d+)(?:-(\d{1,2}))?(?=-|$)")
+
+
+def _generation(model: str) -> tuple[str, tuple[int, int]] | None:
+    """A Claude model's family and version (``claude-opus-4-7-20260416``: opus, 4.7)."""
+    found = _CLAUDE.search(model.rsplit("/", 1)[-1])
+    if found is None:
+        return None
+    return found[1], (int(found[2]), int(found[3] or 0))
+
+
+def _check_sampling(body: Mapping[str, Any]) -> None:
+    """Refuses, before anything is sent, sampling settings the model would answer 400 to:
+    Claude Opus 4.7 and later take none of ``temperature``, ``top_p`` and ``top_k``; Opus 4.1
+    and later, Sonnet and Haiku 4.5 and later take ``temperature`` or ``top_p``, not both."""
+    model = str(body["model"])
+    generation = _generation(model)
+    sent = [name for name in _SAMPLING if body.get(name) is not None]
+    if generation is None or not sent:
+        return
+    family, version = generation
+    if family == "opus" and version >= (4, 7):
+        raise ConfigurationError(
+            f"{model} does not accept {' or '.join(sent)}: Anthropic removed the sampling "
+            "settings from Claude Opus 4.7 and later. Leave ModelSettings(temperature=..., "
+            "top_p=...) and their extra= keys unset for this model."
+        )
+    newer = version >= (4, 1) if family == "opus" else version >= (4, 5)
+    if newer and {"temperature", "top_p"} <= set(sent):
+        raise ConfigurationError(
+            f"{model} accepts temperature or top_p, not both: set only one of them in "
+            "ModelSettings (or extra=)."
+        )
+
+
 def _usage(wire: Mapping[str, Any]) -> Usage:
+    """Anthropic counts cache writes and reads apart from ``input_tokens``; agentledger's
+    input counts them all. ``cache_creation`` splits the writes by lifetime, and
+    ``output_tokens_details`` names the thinking part of the output."""
     written = wire.get("cache_creation_input_tokens") or 0
     read = wire.get("cache_read_input_tokens") or 0
+    hour = _details(wire, "cache_creation").get("ephemeral_1h_input_tokens") or 0
+    thinking = _details(wire, "output_tokens_details").get("thinking_tokens") or 0
     return Usage(
         input_tokens=(wire.get("input_tokens") or 0) + written + read,
         output_tokens=wire.get("output_tokens") or 0,
         cache_read_tokens=read,
         cache_write_tokens=written,
+        cache_write_1h_tokens=min(hour, written),
+        reasoning_tokens=thinking,
     )
+
+
+def _details(wire: Mapping[str, Any], key: str) -> Mapping[str, Any]:
+    details = wire.get(key)
+    return details if isinstance(details, Mapping) else {}

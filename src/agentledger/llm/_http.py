@@ -33,9 +33,9 @@ from ..values import (
     StreamItem,
 )
 from ._pricing import PriceTable
-from ._retries import Failure, Retries, RetryPolicy, retry_after
+from ._retries import Failure, Retries, RetryPolicy, retry_after, status_of_error
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
-from ._statuses import classify, server_message, snippet
+from ._statuses import ErrorDetails, classify, error_details, server_message, snippet
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
@@ -213,7 +213,10 @@ class HttpProvider:
         return self._outcome(response)
 
     def _outcome(self, response: httpx.Response) -> Mapping[str, Any] | Failure:
-        return self._json(response) if response.is_success else self._status_failure(response)
+        if not response.is_success:
+            return self._status_failure(response)
+        body = self._json(response)
+        return self._error_body_failure(response, body) if _is_error(body) else body
 
     def _finish(
         self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
@@ -394,13 +397,15 @@ class HttpProvider:
 
     def _event_failure(self, event: StreamErrorEvent) -> Failure:
         """An error event in the stream, judged as the HTTP status it stands for."""
-        kind, retryable, advice = classify(event.status, self)
+        details = error_details(event.body)
+        kind, retryable, advice = classify(event.status, self, details)
         return Failure(
             kind,
             f"{self.provider} {advice[0]} (error event in the stream: "
-            f"{snippet(self._redact(event.message))})",
+            f"{snippet(self._redact(event.message))}{self._redact(details.text())})",
             advice[1],
             retryable=retryable,
+            details=details,
         )
 
     def _stream_broke(self, exc: httpx.TransportError) -> Failure:
@@ -466,15 +471,41 @@ class HttpProvider:
 
     def _status_failure(self, response: httpx.Response) -> Failure:
         status = response.status_code
-        detail = f"HTTP {status}: {snippet(self._redact(server_message(response)))}"
-        kind, retryable, advice = classify(status, self)
+        details = error_details(_json_or_none(response), response.headers)
+        return self._failure(response, status, f"HTTP {status}", server_message(response), details)
+
+    def _error_body_failure(self, response: httpx.Response, body: Mapping[str, Any]) -> Failure:
+        """A 200 whose body is an error object: judged as the status its code or type
+        stands for (a server error when neither is known)."""
+        details = error_details(body, response.headers)
+        error = body.get("error")
+        message = str(error.get("message") or error) if isinstance(error, Mapping) else str(body)
+        status = status_of_error(details.code, details.type)
+        where = f"HTTP {response.status_code} with an error body"
+        return self._failure(response, status, where, message, details)
+
+    def _failure(
+        self,
+        response: httpx.Response,
+        status: int,
+        where: str,
+        message: str,
+        details: ErrorDetails,
+    ) -> Failure:
+        """A failed answer, judged by ``status``, saying the provider's message and details;
+        the server's ``x-should-retry`` decides the retry, except for an exhausted quota."""
+        kind, retryable, advice = classify(status, self, details)
+        if not details.out_of_quota:
+            retryable = _should_retry(response.headers, retryable)
+        said = self._redact(f"{snippet(message)}{details.text()}")
         return Failure(
             kind,
-            f"{self.provider} {advice[0]} ({detail})",
+            f"{self.provider} {advice[0]} ({where}: {said})",
             advice[1],
             retryable=retryable,
-            status_code=status,
+            status_code=response.status_code,
             retry_after=retry_after(response.headers, self.retry.clock()) if retryable else None,
+            details=details,
         )
 
     def _redact(self, text: str) -> str:
@@ -521,6 +552,28 @@ def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
     tokens = [v.split(" ", 1)[-1] for v in values]
     found = {s for s in (key, *values, *tokens) if s and len(s) >= 4}
     return tuple(sorted(found, key=len, reverse=True))
+
+
+def _is_error(body: Mapping[str, Any]) -> bool:
+    """An error object in place of an answer: ``{"error": {...}}`` (OpenAI) or
+    ``{"type": "error", ...}`` (Anthropic)."""
+    return body.get("type") == "error" or (
+        isinstance(body.get("error"), Mapping) and not body.get("choices")
+    )
+
+
+def _json_or_none(response: httpx.Response) -> object:
+    try:
+        return response.json()
+    except ValueError:
+        return None
+
+
+def _should_retry(headers: httpx.Headers, default: bool) -> bool:
+    """The server's own word on retrying, as the official SDKs take it: ``x-should-retry:
+    true`` retries even a 400, ``false`` retries not even a 500."""
+    said = headers.get("x-should-retry", "").strip().lower()
+    return {"true": True, "false": False}.get(said, default)
 
 
 def _package_version() -> str:

@@ -134,7 +134,7 @@ class _ChunkAssembler(StreamAssembler):
         chunk = json.loads(event.data)
         error = chunk.get("error")
         if error is not None:
-            raise StreamErrorEvent(*_stream_error(error))
+            raise StreamErrorEvent(*_stream_error(error), body=chunk)
         self.head = self.head or {k: chunk[k] for k in ("id", "model") if k in chunk}
         self.usage = chunk.get("usage") or self.usage
         deltas: list[InferenceDelta] = []
@@ -190,8 +190,12 @@ def _stream_error(error: object) -> tuple[int, str]:
     """The HTTP status an error chunk stands for, and its message."""
     if not isinstance(error, Mapping):
         return 500, str(error)
-    name = str(error.get("code") or error.get("type") or "")
-    return status_of_error(name), str(error.get("message") or error)
+    status = status_of_error(_name(error.get("code")), _name(error.get("type")))
+    return status, str(error.get("message") or error)
+
+
+def _name(value: object) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _wire_message(message: Message) -> dict[str, Any]:
@@ -272,6 +276,7 @@ def _usage(wire: Mapping[str, Any]) -> Usage:
         input_tokens=wire.get("prompt_tokens") or 0,
         output_tokens=wire.get("completion_tokens") or 0,
         cache_read_tokens=prompt.get("cached_tokens") or 0,
+        cache_write_tokens=prompt.get("cache_write_tokens") or 0,
         reasoning_tokens=completion.get("reasoning_tokens") or 0,
     )
 

@@ -23,6 +23,9 @@ class Price(BaseModel):
 
     ``cache_read`` and ``cache_write`` price the prompt tokens read from or written to a
     prompt cache; when one is ``None`` those tokens cost the ``input`` price.
+    ``cache_write_1h`` prices the writes to a one-hour cache (``Usage.cache_write_1h_tokens``);
+    ``None`` is twice the ``input`` price, as Anthropic charges them. Five-minute writes keep
+    the ``cache_write`` price.
     """
 
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -31,6 +34,7 @@ class Price(BaseModel):
     output: NonNegativeFloat
     cache_read: NonNegativeFloat | None = None
     cache_write: NonNegativeFloat | None = None
+    cache_write_1h: NonNegativeFloat | None = None
 
     def cost(self, usage: Usage) -> float:
         """What ``usage`` costs, in US dollars (``input_tokens`` include the cached ones)."""
@@ -38,10 +42,13 @@ class Price(BaseModel):
         uncached = max(0, usage.input_tokens - cached)
         read = self.input if self.cache_read is None else self.cache_read
         write = self.input if self.cache_write is None else self.cache_write
+        write_1h = 2 * self.input if self.cache_write_1h is None else self.cache_write_1h
+        hour = min(usage.cache_write_1h_tokens, usage.cache_write_tokens)
         dollars = (
             uncached * self.input
             + usage.cache_read_tokens * read
-            + usage.cache_write_tokens * write
+            + (usage.cache_write_tokens - hour) * write
+            + hour * write_1h
             + usage.output_tokens * self.output
         )
         return dollars / _PER_TOKEN

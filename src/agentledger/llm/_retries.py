@@ -18,6 +18,7 @@ from pydantic import JsonValue
 
 from ..errors import ConfigurationError, ProviderError
 from ..values import Clock, utc_now
+from ._statuses import ErrorDetails
 
 logger = logging.getLogger("agentledger.llm")
 
@@ -67,6 +68,7 @@ class Failure:
     retryable: bool
     status_code: int | None = None
     retry_after: float | None = None
+    details: ErrorDetails = ErrorDetails()
 
     def error(self, provider: str, attempts: int, *, after: str = "") -> ProviderError:
         """The error raised after the last attempt: said once, with how many were made."""
@@ -77,6 +79,7 @@ class Failure:
             status_code=self.status_code,
             attempts=attempts,
             retryable=self.retryable,
+            **self.details.fields(),
         )
 
 
@@ -128,6 +131,7 @@ _ERROR_STATUS = {
     "not_found_error": 404,
     "model_not_found": 404,
     "request_too_large": 413,
+    "insufficient_quota": 429,
     "rate_limit_error": 429,
     "rate_limit_exceeded": 429,
     "api_error": 500,
@@ -136,10 +140,14 @@ _ERROR_STATUS = {
 }
 
 
-def status_of_error(name: str) -> int:
-    """The HTTP status an error type named in a stream stands for (a server error when the
-    name is unknown: the provider failed mid-answer)."""
-    return _ERROR_STATUS.get(name, 500)
+def status_of_error(*names: str | None) -> int:
+    """The HTTP status the first known of an error's names (its code, its type) stands for,
+    in a stream or a 200's error body (a server error when none is known: the provider failed
+    mid-answer)."""
+    for name in names:
+        if name in _ERROR_STATUS:
+            return _ERROR_STATUS[name]
+    return 500
 
 
 def retry_after(headers: httpx.Headers, now: datetime) -> float | None:

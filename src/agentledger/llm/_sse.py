@@ -49,10 +49,12 @@ class EventDecoder:
 class StreamErrorEvent(Exception):
     """An error the provider sent inside a stream, with the HTTP status it stands for."""
 
-    def __init__(self, status: int, message: str) -> None:
+    def __init__(self, status: int, message: str, body: Mapping[str, Any] | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.message = message
+        self.body = body
+        """The error event's data, whose error object's details the error carries."""
 
 
 class StreamAssembler:

@@ -3,7 +3,9 @@ help, and the words for both; and the provider's own message, read from the erro
 
 from __future__ import annotations
 
-from typing import Protocol
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import httpx
 
@@ -29,8 +31,84 @@ class _Named(Protocol):
     def model(self) -> str: ...
 
 
-def classify(status: int, provider: _Named) -> tuple[type[ProviderError], bool, tuple[str, str]]:
-    """The error type, whether to retry, and what happened / what to do, for an HTTP status."""
+QUOTA = "insufficient_quota"
+
+
+@dataclass(frozen=True)
+class ErrorDetails:
+    """What a provider's error object and headers say beyond the message: its ``type``,
+    ``code`` and ``param``, and the id the provider gave the request."""
+
+    type: str | None = None
+    code: str | None = None
+    param: str | None = None
+    request_id: str | None = None
+
+    def text(self) -> str:
+        """``"; type: …, code: …, request id: …"``, naming only what was said."""
+        said = [
+            f"{name}: {value}"
+            for name, value in (
+                ("type", self.type),
+                ("code", self.code),
+                ("param", self.param),
+                ("request id", self.request_id),
+            )
+            if value
+        ]
+        return f"; {', '.join(said)}" if said else ""
+
+    def fields(self) -> dict[str, str | None]:
+        """The keyword arguments of :class:`ProviderError` they fill."""
+        return {
+            "type": self.type,
+            "code": self.code,
+            "param": self.param,
+            "request_id": self.request_id,
+        }
+
+    @property
+    def out_of_quota(self) -> bool:
+        return QUOTA in (self.type, self.code)
+
+
+def error_details(body: object, headers: httpx.Headers | None = None) -> ErrorDetails:
+    """The details of an OpenAI-style (``{"error": {...}}``) or Anthropic-style
+    (``{"type": "error", "error": {...}, "request_id": ...}``) error body and its headers."""
+    error: Any = body.get("error") if isinstance(body, Mapping) else None
+    if not isinstance(error, Mapping):
+        error = body if isinstance(body, Mapping) and "message" in body else {}
+    headers = headers if headers is not None else httpx.Headers()
+    request_id = headers.get("x-request-id") or headers.get("request-id")
+    if not request_id and isinstance(body, Mapping):
+        request_id = _text(body.get("request_id"))
+    return ErrorDetails(
+        type=_text(error.get("type")),
+        code=_text(error.get("code")),
+        param=_text(error.get("param")),
+        request_id=request_id or None,
+    )
+
+
+def _text(value: object) -> str | None:
+    return str(value) if isinstance(value, str | int) and value != "" else None
+
+
+def classify(
+    status: int, provider: _Named, details: ErrorDetails | None = None
+) -> tuple[type[ProviderError], bool, tuple[str, str]]:
+    """The error type, whether to retry, and what happened / what to do, for an HTTP status
+    (and the error object's details: a 429 for an exhausted quota is not a rate limit)."""
+    if status == 429 and details is not None and details.out_of_quota:
+        return (
+            ProviderRateLimitError,
+            False,
+            (
+                "says the account is out of quota",
+                "Add credit or raise the account's quota at the provider (its billing "
+                "settings), or use another key; retrying will not help until then.",
+            ),
+        )
     if status == 429:
         return (
             ProviderRateLimitError,

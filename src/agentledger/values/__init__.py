@@ -50,6 +50,7 @@ from ._messages import (
 from ._state import AgentState, AgentStatus, FiledMessage
 from ._steps import (
     REACT_METADATA_KEY,
+    TOOL_ERROR_KEY,
     AgentStep,
     ContextMasking,
     StepExecution,
@@ -73,6 +74,7 @@ __all__ = [
     "REACT_METADATA_KEY",
     "SHORT_ID_LENGTH",
     "STORABLE_TEXT_RULE",
+    "TOOL_ERROR_KEY",
     "AgentState",
     "AgentStatus",
     "AgentStep",

@@ -24,6 +24,11 @@ def _milliseconds(started_at: datetime, finished_at: datetime) -> float:
     return (finished_at - started_at).total_seconds() * 1000.0
 
 
+TOOL_ERROR_KEY = "is_error"
+"""The metadata key of a ``tool`` message whose result is an error (the tool raised, or its
+arguments were refused): a provider that can say so (Anthropic's ``is_error``) tells the model."""
+
+
 class ToolExecution(BaseModel):
     """One tool call and what came of it.
 
@@ -70,6 +75,7 @@ class ToolExecution(BaseModel):
             tool_call_id=self.tool_call.id,
             name=self.tool_call.name,
             created_at=self.finished_at,
+            metadata={TOOL_ERROR_KEY: True} if self.is_error else {},
         )
 
 

@@ -12,6 +12,8 @@ class Usage(BaseModel):
 
     ``input_tokens`` counts every prompt token, including those read from or written to a
     prompt cache; ``cache_read_tokens`` and ``cache_write_tokens`` say how many of them were.
+    ``cache_write_1h_tokens`` is the part of ``cache_write_tokens`` written to a one-hour
+    cache (Anthropic's ``ttl: "1h"``), which costs more than the five-minute default.
     ``reasoning_tokens`` likewise is the part of ``output_tokens`` the model spent thinking.
     Usages add up with ``+`` and ``sum()``.
     """
@@ -23,6 +25,7 @@ class Usage(BaseModel):
     cache_read_tokens: NonNegativeInt = 0
     cache_write_tokens: NonNegativeInt = 0
     reasoning_tokens: NonNegativeInt = 0
+    cache_write_1h_tokens: NonNegativeInt = 0
 
     @property
     def total_tokens(self) -> int:
@@ -41,6 +44,7 @@ class Usage(BaseModel):
             cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
             cache_write_tokens=self.cache_write_tokens + other.cache_write_tokens,
             reasoning_tokens=self.reasoning_tokens + other.reasoning_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
         )
 
     def __radd__(self, other: object) -> Self:

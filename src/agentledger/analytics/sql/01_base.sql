@@ -41,6 +41,7 @@ SELECT
     s.cache_read_tokens,
     s.cache_write_tokens,
     s.reasoning_tokens,
+    s.cache_write_1h_tokens,
     s.cost_usd,
     -- a step called a model when it holds the model's message; without a cost it is unpriced
     s.message_id IS NOT NULL AS called_model,

@@ -10,6 +10,7 @@ CREATE OR REPLACE MACRO _usage_columns(s) AS (
         cache_read_tokens := CAST(coalesce(sum(s.cache_read_tokens), 0) AS BIGINT),
         cache_write_tokens := CAST(coalesce(sum(s.cache_write_tokens), 0) AS BIGINT),
         reasoning_tokens := CAST(coalesce(sum(s.reasoning_tokens), 0) AS BIGINT),
+        cache_write_1h_tokens := CAST(coalesce(sum(s.cache_write_1h_tokens), 0) AS BIGINT),
         cost_usd := sum(s.cost_usd),
         unpriced_steps := count(s.step_id) FILTER (WHERE s.unpriced)
     )
