@@ -94,10 +94,14 @@ class Tool(Protocol):
 
 
 def tool_schema(tool: Tool) -> ToolSchema:
-    """The JSON schema a model is shown for ``tool``."""
+    """The JSON schema a model is shown for ``tool``; strict when the tool says so (a
+    ``strict`` attribute, as ``@tool(strict=True)`` sets)."""
     parameters = tool.arguments_model.model_json_schema()
     parameters.pop("title", None)
-    return ToolSchema(name=tool.name, description=tool.description, parameters=parameters)
+    strict = getattr(tool, "strict", False) is True
+    return ToolSchema(
+        name=tool.name, description=tool.description, parameters=parameters, strict=strict
+    )
 
 
 @dataclass(frozen=True)
@@ -109,6 +113,7 @@ class FunctionTool:
     description: str
     arguments_model: type[BaseModel]
     context_parameter: str | None = None
+    strict: bool = False
 
     def invoke(self, arguments: BaseModel, context: ToolContext) -> object:
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
@@ -125,7 +130,7 @@ class FunctionTool:
 def tool(function: Callable[..., object], /) -> FunctionTool: ...
 @overload
 def tool(
-    *, name: str | None = None, description: str | None = None
+    *, name: str | None = None, description: str | None = None, strict: bool = False
 ) -> Callable[[Callable[..., object]], FunctionTool]: ...
 def tool(
     function: Callable[..., object] | None = None,
@@ -133,17 +138,23 @@ def tool(
     *,
     name: str | None = None,
     description: str | None = None,
+    strict: bool = False,
 ) -> FunctionTool | Callable[[Callable[..., object]], FunctionTool]:
-    """Turn a typed function into a tool: ``@tool`` or ``@tool(name=..., description=...)``."""
+    """Turn a typed function into a tool: ``@tool`` or ``@tool(name=..., description=...,
+    strict=True)``; a strict tool's arguments are held to its schema by the provider."""
 
     def decorate(fn: Callable[..., object]) -> FunctionTool:
-        return function_tool(fn, name=name, description=description)
+        return function_tool(fn, name=name, description=description, strict=strict)
 
     return decorate if function is None else decorate(function)
 
 
 def function_tool(
-    function: Callable[..., object], *, name: str | None = None, description: str | None = None
+    function: Callable[..., object],
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    strict: bool = False,
 ) -> FunctionTool:
     """The :class:`FunctionTool` for ``function``; what ``@tool`` does."""
     tool_name = function.__name__ if name is None else name
@@ -160,6 +171,7 @@ def function_tool(
         description=description or summary or tool_name,
         arguments_model=model,
         context_parameter=context_parameter,
+        strict=strict,
     )
 
 

@@ -27,6 +27,7 @@ from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
+from ._structured import forced_tool, output_schema, strict_tool_parameters
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -101,6 +102,7 @@ class AnthropicMessages(HttpProvider):
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, bool(request.tools)))
+        body.update(_structured(request, body))
         _check_sampling(body)
         return body
 
@@ -266,11 +268,30 @@ def _thinking(message: Message) -> list[dict[str, Any]]:
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
-    return {
+    wire = {
         "name": schema.name,
         "description": schema.description,
-        "input_schema": schema.parameters,
+        "input_schema": strict_tool_parameters(schema),
     }
+    return wire | {"strict": True} if schema.strict else wire
+
+
+def _structured(request: InferenceRequest, body: Mapping[str, Any]) -> dict[str, Any]:
+    """A named tool to call (``{"type": "tool"}``, keeping ``disable_parallel_tool_use``), and
+    the response format as structured outputs take it: ``output_config.format`` (kept beside
+    whatever else ``extra`` puts in ``output_config``)."""
+    wire: dict[str, Any] = {}
+    name = forced_tool(request)
+    if name is not None:
+        wire["tool_choice"] = dict(body.get("tool_choice") or {}) | {"type": "tool", "name": name}
+    response_format = request.settings.response_format
+    if response_format is not None:
+        output = output_schema(response_format)
+        config = body.get("output_config")
+        wire["output_config"] = (dict(config) if isinstance(config, Mapping) else {}) | {
+            "format": {"type": "json_schema", "schema": output.schema}
+        }
+    return wire
 
 
 def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
@@ -280,7 +301,7 @@ def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:
         "stop_sequences": list(settings.stop_sequences) or None,
     }
     if tools and (settings.tool_choice or settings.parallel_tool_calls is False):
-        choice: dict[str, Any] = {"type": _TOOL_CHOICE[settings.tool_choice or "auto"]}
+        choice: dict[str, Any] = {"type": _TOOL_CHOICE.get(settings.tool_choice or "auto", "tool")}
         if settings.parallel_tool_calls is False and choice["type"] != "none":
             choice["disable_parallel_tool_use"] = True
         wire["tool_choice"] = choice

@@ -36,6 +36,7 @@ from ._pricing import PriceTable
 from ._retries import Failure, Retries, RetryPolicy, retry_after, status_of_error
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
 from ._statuses import ErrorDetails, classify, error_details, server_message, snippet
+from ._structured import parsed_output
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
@@ -181,9 +182,9 @@ class HttpProvider:
     def complete(self, request: InferenceRequest) -> InferenceResponse:
         """The model's answer to ``request``, after the retries the policy allows."""
         retries = Retries(self.retry, self.provider)
-        payload = self.payload(request)
+        payload, timeout = self.payload(request), self._timeout_of(request)
         while True:
-            outcome = self._attempt(payload)
+            outcome = self._attempt(payload, timeout)
             if not isinstance(outcome, Failure):
                 return self._finish(outcome, request, retries.log)
             self.retry.sleep(retries.delay_after(outcome))
@@ -191,25 +192,36 @@ class HttpProvider:
     async def acomplete(self, request: InferenceRequest) -> InferenceResponse:
         """``complete`` on an event loop: the same request, retries, errors and response."""
         retries = Retries(self.retry, self.provider)
-        payload = self.payload(request)
+        payload, timeout = self.payload(request), self._timeout_of(request)
         while True:
-            outcome = await self._aattempt(payload)
+            outcome = await self._aattempt(payload, timeout)
             if not isinstance(outcome, Failure):
                 return self._finish(outcome, request, retries.log)
             await self.retry.async_sleep(retries.delay_after(outcome))
 
-    def _attempt(self, payload: dict[str, Any]) -> Mapping[str, Any] | Failure:
+    def _timeout_of(self, request: InferenceRequest) -> httpx.Timeout:
+        """The request's own timeout (``ModelSettings.timeout``, every phase), else the
+        client's."""
+        seconds = request.settings.timeout
+        return self.timeout if seconds is None else httpx.Timeout(seconds)
+
+    def _attempt(
+        self, payload: dict[str, Any], timeout: httpx.Timeout
+    ) -> Mapping[str, Any] | Failure:
         try:
-            response = self._sync_client().post(self.endpoint, json=payload)
+            response = self._sync_client().post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc)
+            return self._transport_failure(exc, timeout)
         return self._outcome(response)
 
-    async def _aattempt(self, payload: dict[str, Any]) -> Mapping[str, Any] | Failure:
+    async def _aattempt(
+        self, payload: dict[str, Any], timeout: httpx.Timeout
+    ) -> Mapping[str, Any] | Failure:
         try:
-            response = await self._async_client().post(self.endpoint, json=payload)
+            client = self._async_client()
+            response = await client.post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc)
+            return self._transport_failure(exc, timeout)
         return self._outcome(response)
 
     def _outcome(self, response: httpx.Response) -> Mapping[str, Any] | Failure:
@@ -221,7 +233,8 @@ class HttpProvider:
     def _finish(
         self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
     ) -> InferenceResponse:
-        """The response ``body`` says, named after its model, priced, with its retries."""
+        """The response ``body`` says, named after its model, priced, with its retries, read
+        back as the request's response format asked."""
         response = self._parse(body)
         model = response.model or request.model or self.model
         metadata = dict(response.metadata)
@@ -232,6 +245,7 @@ class HttpProvider:
                 "model": model,
                 "cost_usd": self.prices.cost(model, response.usage),
                 "metadata": metadata,
+                "parsed": parsed_output(response.content, request.settings.response_format),
             }
         )
 
@@ -257,10 +271,10 @@ class HttpProvider:
         after one raises :class:`~agentledger.errors.ProviderStreamCutError` with the answer
         so far. Closing the iterator early closes the HTTP response."""
         retries = Retries(self.retry, self.provider)
-        payload = self.stream_payload(request)
+        payload, timeout = self.stream_payload(request), self._timeout_of(request)
         while True:
             assembler = self.assembler()
-            with closing(self._stream_attempt(payload, assembler)) as items:
+            with closing(self._stream_attempt(payload, timeout, assembler)) as items:
                 failure = yield from _deltas(items)
             if failure is None:
                 yield self._finish(assembler.body(), request, retries.log)
@@ -272,11 +286,11 @@ class HttpProvider:
         """``stream`` on an event loop; ``aclose()`` or cancelling the task closes the HTTP
         response."""
         retries = Retries(self.retry, self.provider)
-        payload = self.stream_payload(request)
+        payload, timeout = self.stream_payload(request), self._timeout_of(request)
         while True:
             assembler = self.assembler()
             failure = None
-            async with aclosing(self._astream_attempt(payload, assembler)) as items:
+            async with aclosing(self._astream_attempt(payload, timeout, assembler)) as items:
                 async for item in items:
                     if isinstance(item, Failure):
                         failure = item
@@ -289,11 +303,12 @@ class HttpProvider:
             await self.retry.async_sleep(retries.delay_after(failure))
 
     def _stream_attempt(
-        self, payload: dict[str, Any], assembler: StreamAssembler
+        self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
     ) -> Generator[InferenceDelta | Failure, None, None]:
         """One streamed request: its deltas, then a failure if it failed."""
         try:
-            with self._sync_client().stream("POST", self.endpoint, json=payload) as response:
+            client = self._sync_client()
+            with client.stream("POST", self.endpoint, json=payload, timeout=timeout) as response:
                 if not response.is_success:
                     response.read()
                     yield self._status_failure(response)
@@ -305,10 +320,10 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc)
+                    yield self._stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc)
+            yield self._transport_failure(exc, timeout)
             return
         except StreamErrorEvent as event:
             yield self._event_failure(event)
@@ -316,11 +331,13 @@ class HttpProvider:
         yield self._ended_early()
 
     async def _astream_attempt(
-        self, payload: dict[str, Any], assembler: StreamAssembler
+        self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
     ) -> AsyncGenerator[InferenceDelta | Failure, None]:
         try:
             client = self._async_client()
-            async with client.stream("POST", self.endpoint, json=payload) as response:
+            async with client.stream(
+                "POST", self.endpoint, json=payload, timeout=timeout
+            ) as response:
                 if not response.is_success:
                     await response.aread()
                     yield self._status_failure(response)
@@ -333,10 +350,10 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc)
+                    yield self._stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc)
+            yield self._transport_failure(exc, timeout)
             return
         except StreamErrorEvent as event:
             yield self._event_failure(event)
@@ -408,9 +425,9 @@ class HttpProvider:
             details=details,
         )
 
-    def _stream_broke(self, exc: httpx.TransportError) -> Failure:
+    def _stream_broke(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
         if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc)
+            return self._timeout(exc, timeout)
         return Failure(
             ProviderConnectionError,
             self._redact(f"{self.provider}'s stream broke off ({type(exc).__name__}: {exc})"),
@@ -426,9 +443,9 @@ class HttpProvider:
             retryable=True,
         )
 
-    def _transport_failure(self, exc: httpx.TransportError) -> Failure:
+    def _transport_failure(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
         if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc)
+            return self._timeout(exc, timeout)
         return Failure(
             ProviderConnectionError,
             self._redact(
@@ -439,7 +456,7 @@ class HttpProvider:
             retryable=True,
         )
 
-    def _timeout(self, exc: httpx.TimeoutException) -> Failure:
+    def _timeout(self, exc: httpx.TimeoutException, timeout: httpx.Timeout) -> Failure:
         phase = {
             httpx.ConnectTimeout: "connecting",
             httpx.WriteTimeout: "sending",
@@ -447,8 +464,9 @@ class HttpProvider:
         }.get(type(exc), "waiting for the answer")
         return Failure(
             ProviderTimeoutError,
-            f"{self.provider} timed out while {phase} ({_timeout_text(self.timeout)})",
-            "Pass a longer timeout= or resume the run later.",
+            f"{self.provider} timed out while {phase} ({_timeout_text(timeout)})",
+            "Pass a longer timeout= (to the provider, or ModelSettings(timeout=...) for one "
+            "request) or resume the run later.",
             retryable=True,
         )
 

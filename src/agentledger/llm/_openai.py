@@ -25,6 +25,7 @@ from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
+from ._structured import forced_tool, output_schema, strict_tool_parameters
 
 
 class OpenAIChat(HttpProvider):
@@ -87,7 +88,7 @@ class OpenAIChat(HttpProvider):
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, self.max_tokens_parameter, bool(request.tools)))
-        return body
+        return body | _structured(request)
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
         choice = body["choices"][0]
@@ -222,14 +223,29 @@ def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
-    return {
-        "type": "function",
-        "function": {
-            "name": schema.name,
-            "description": schema.description,
-            "parameters": schema.parameters,
-        },
+    function = {
+        "name": schema.name,
+        "description": schema.description,
+        "parameters": strict_tool_parameters(schema),
     }
+    return {"type": "function", "function": function | ({"strict": True} if schema.strict else {})}
+
+
+def _structured(request: InferenceRequest) -> dict[str, Any]:
+    """A named tool to call, and the response format, as Chat Completions takes them (over
+    what ``extra`` says)."""
+    wire: dict[str, Any] = {}
+    name = forced_tool(request)
+    if name is not None:
+        wire["tool_choice"] = {"type": "function", "function": {"name": name}}
+    response_format = request.settings.response_format
+    if response_format is not None:
+        output = output_schema(response_format)
+        wire["response_format"] = {
+            "type": "json_schema",
+            "json_schema": {"name": output.name, "schema": output.schema, "strict": True},
+        }
+    return wire
 
 
 def _settings(settings: ModelSettings, max_tokens_parameter: str, tools: bool) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from ._openai import _arguments, _details, _stream_error
 from ._pricing import PriceTable
 from ._retries import RetryPolicy
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
+from ._structured import forced_tool, output_schema, strict_tool_parameters
 
 REASONING_ITEMS = "reasoning_items"
 """The metadata key of an assistant message that keeps the reasoning items the model returned,
@@ -100,7 +101,7 @@ class OpenAIResponses(HttpProvider):
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, bool(request.tools)))
-        return body
+        return body | _structured(request)
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
         output = [_item(i) for i in body.get("output") or ()]
@@ -244,15 +245,34 @@ def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
-    """A function tool, flat; ``strict`` off, since a schema need not meet strict mode's rules
-    (every property required, no additional properties)."""
+    """A function tool, flat; ``strict`` only when the tool asks for it (its schema is then
+    made strict), since a schema need not meet strict mode's rules (every property required,
+    no additional properties)."""
     return {
         "type": "function",
         "name": schema.name,
         "description": schema.description,
-        "parameters": schema.parameters,
-        "strict": False,
+        "parameters": strict_tool_parameters(schema),
+        "strict": schema.strict,
     }
+
+
+def _structured(request: InferenceRequest) -> dict[str, Any]:
+    """A named tool to call, and the response format (``text.format``), as the Responses API
+    takes them (over what ``extra`` says)."""
+    wire: dict[str, Any] = {}
+    name = forced_tool(request)
+    if name is not None:
+        wire["tool_choice"] = {"type": "function", "name": name}
+    response_format = request.settings.response_format
+    if response_format is not None:
+        output = output_schema(response_format)
+        json_schema = {"type": "json_schema", "name": output.name, "schema": output.schema}
+        text = request.settings.extra.get("text")
+        wire["text"] = (text if isinstance(text, dict) else {}) | {
+            "format": json_schema | {"strict": True}
+        }
+    return wire
 
 
 def _settings(settings: ModelSettings, tools: bool) -> dict[str, Any]:

@@ -32,8 +32,10 @@ from ._inference import (
     InferenceRequest,
     InferenceResponse,
     ModelSettings,
+    ResponseFormat,
     StreamingLLM,
     StreamItem,
+    ToolChoice,
     ToolSchema,
 )
 from ._messages import (
@@ -98,6 +100,7 @@ __all__ = [
     "Messages",
     "ModelSettings",
     "ReasoningDelta",
+    "ResponseFormat",
     "Role",
     "RunFinished",
     "RunStarted",
@@ -114,6 +117,7 @@ __all__ = [
     "ToolCallFinished",
     "ToolCallStarted",
     "ToolCalls",
+    "ToolChoice",
     "ToolExecution",
     "ToolSchema",
     "Unstorable",

@@ -6,7 +6,7 @@ and test double implements: ``LLM`` (``complete``), and optionally ``StreamingLL
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
-from typing import Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
@@ -16,20 +16,37 @@ from ._usage import Usage
 
 class ToolSchema(BaseModel):
     """A tool as a model is told about it: its name, what it does, and the JSON schema of its
-    arguments."""
+    arguments.
+
+    ``strict`` asks the provider to hold the model's arguments to the schema exactly (OpenAI's
+    and Anthropic's ``strict: true``); the schema is then sent in strict form: no additional
+    properties, every property required."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     name: str
     description: str
     parameters: dict[str, JsonValue]
+    strict: bool = False
+
+
+ToolChoice = Literal["auto", "required", "none"] | str
+"""``"auto"``, ``"required"``, ``"none"``, or the name of one of the request's tools, which the
+model must then call."""
+
+ResponseFormat = type[BaseModel] | dict[str, JsonValue]
+"""The shape the model's answer must take: a pydantic model class, or a JSON schema."""
 
 
 class ModelSettings(BaseModel):
     """Sampling and output settings passed to the model with every request.
 
     ``None`` leaves a setting to the provider's default; ``extra`` is sent to the provider as
-    it is, for settings this model does not name.
+    it is, for settings this model does not name. ``tool_choice`` may name one of the
+    request's tools, which the model must then call. ``timeout`` (seconds) replaces the
+    client's timeout for this request. ``response_format`` (a pydantic model class or a JSON
+    schema) makes the model answer with JSON of that shape, in strict mode; the response's
+    ``parsed`` holds it read back.
     """
 
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -38,8 +55,10 @@ class ModelSettings(BaseModel):
     top_p: float | None = None
     max_output_tokens: int | None = None
     stop_sequences: tuple[str, ...] = ()
-    tool_choice: Literal["auto", "required", "none"] | None = None
+    tool_choice: ToolChoice | None = None
     parallel_tool_calls: bool | None = None
+    timeout: float | None = Field(default=None, gt=0)
+    response_format: ResponseFormat | None = None
     extra: dict[str, JsonValue] = Field(default_factory=dict)
 
 
@@ -64,7 +83,10 @@ class InferenceResponse(BaseModel):
     """What the model answered: text, tool calls or both, with what it cost.
 
     ``cost_usd`` is the price of this call when the provider reports it; ``None`` means
-    unknown, never free.
+    unknown, never free. ``parsed`` is the content read back as the request's
+    ``response_format`` asked (an instance of its model class, or a dict for a JSON schema);
+    ``None`` when none was asked or the content does not match it (the content is kept
+    either way). It is not serialized: the content is the record.
     """
 
     model_config = ConfigDict(frozen=True, defer_build=True)
@@ -77,6 +99,7 @@ class InferenceResponse(BaseModel):
     model: str | None = None
     cost_usd: float | None = None
     metadata: dict[str, JsonValue] = Field(default_factory=dict)
+    parsed: BaseModel | dict[str, Any] | None = Field(default=None, exclude=True)
 
     def has_tool_calls(self) -> bool:
         return bool(self.tool_calls)
