@@ -16,7 +16,7 @@ import pytest
 from pydantic import BaseModel
 
 from agentledger import ConfigurationError, Message, Messages, ProviderTimeoutError, ToolSchema
-from agentledger.core import tool, tool_schema
+from agentledger.core import Summarizer, tool, tool_schema
 from agentledger.llm import (
     AnthropicMessages,
     HttpProvider,
@@ -470,3 +470,19 @@ def test_a_request_without_a_timeout_waits_as_long_as_the_client_allows(
 def test_a_timeout_that_is_not_positive_is_refused(seconds: float) -> None:
     with pytest.raises(ValueError, match="greater than 0"):
         ModelSettings(timeout=seconds)
+
+
+# -- what the agent's settings do not reach ----------------------------------------------------
+
+
+def test_a_summary_asks_for_prose_whatever_the_agents_format_and_tool_choice() -> None:
+    server = Server(OPENAI.answer("They talked about the weather."))
+    settings = ModelSettings(response_format=Forecast, tool_choice="get_weather")
+
+    with connect(OPENAI, server) as provider:
+        summary = Summarizer(provider, settings=settings).summarize(
+            Messages.of(Message.user("Weather in Paris?")), max_tokens=200
+        )
+
+    assert summary.content == "They talked about the weather."
+    assert {"response_format", "tool_choice", "tools"}.isdisjoint(server.bodies[0])

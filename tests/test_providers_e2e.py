@@ -23,6 +23,7 @@ from agentledger.ledger import Ledger
 from agentledger.llm import (
     AnthropicMessages,
     HttpProvider,
+    ModelSettings,
     OpenAIChat,
     OpenAIResponses,
     Price,
@@ -1107,3 +1108,43 @@ def test_no_api_key_reaches_the_database_the_logs_or_the_output(
             assert key.encode() not in content
             assert key.encode("utf-16-le") not in content
     assert third.error is not None and "[redacted]" in third.error
+
+
+# -- structured output through a run ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "answer", ['{"city": "Paris", "celsius": 22}', "Sorry, I cannot say."], ids=["json", "prose"]
+)
+def test_a_run_with_a_response_format_sends_it_and_records_the_answer_as_text(
+    api: Api,
+    fake_provider: FakeProvider,
+    connect: Connect,
+    ledger: Ledger,
+    db: Database,
+    answer: str,
+) -> None:
+    schema: dict[str, Any] = {
+        "title": "weather",
+        "type": "object",
+        "properties": {"city": {"type": "string"}, "celsius": {"type": "integer"}},
+    }
+    fake_provider.push(reply(api, answer, step=2))
+    agent = (
+        AgentBuilder()
+        .with_llm(connect())
+        .with_model_settings(ModelSettings(response_format=schema))
+        .with_ledger(ledger)
+        .build()
+    )
+
+    result = agent.run(QUESTION)
+
+    [body] = received(fake_provider, api)
+    assert "response_format" in body or "text" in body or "output_config" in body
+    assert result.status is AgentStatus.COMPLETED
+    assert result.answer == answer
+    assert db.rows(
+        "SELECT role, content FROM conversation_messages WHERE conversation_id = :c ORDER BY seq",
+        c=result.conversation_id,
+    ) == [{"role": "user", "content": QUESTION}, {"role": "assistant", "content": answer}]

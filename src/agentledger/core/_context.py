@@ -358,9 +358,15 @@ class Summarizer:
     instructions: str = SUMMARY_INSTRUCTIONS
 
     def request(self, messages: Messages, max_tokens: int) -> InferenceRequest:
+        """The agent's settings, but the summary is prose and calls no tool: the agent's
+        ``response_format`` and ``tool_choice`` are left out."""
         limit = self.settings.max_output_tokens
         settings = self.settings.model_copy(
-            update={"max_output_tokens": max_tokens if limit is None else min(limit, max_tokens)}
+            update={
+                "max_output_tokens": max_tokens if limit is None else min(limit, max_tokens),
+                "tool_choice": None,
+                "response_format": None,
+            }
         )
         prompt = (
             "Summarize this conversation so far (an earlier summary, if there is one, comes "
