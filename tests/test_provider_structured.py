@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -449,13 +448,12 @@ def test_a_request_timeout_overrides_the_clients_longer_one(
     api: Api, how: str, slow_provider: Callable[[Api], HttpProvider]
 ) -> None:
     provider = slow_provider(api)
-    started = time.monotonic()
 
     with pytest.raises(ProviderTimeoutError) as raised:
         CALLS[how](provider, ask(timeout=0.3))
 
-    assert time.monotonic() - started < 1.4
     assert "read timeout 0.3s" in str(raised.value)
+    assert "ModelSettings(timeout=...)" in str(raised.value)
 
 
 def test_a_request_without_a_timeout_waits_as_long_as_the_client_allows(
