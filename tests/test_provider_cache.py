@@ -11,7 +11,15 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import AgentBuilder, FunctionTool, Message, Messages, ToolCall, ToolSchema
+from agentledger import (
+    AgentBuilder,
+    FunctionTool,
+    Message,
+    Messages,
+    ModelSettings,
+    ToolCall,
+    ToolSchema,
+)
 from agentledger.errors import ConfigurationError
 from agentledger.ledger import Ledger
 from agentledger.llm import AnthropicMessages, InferenceRequest, PriceTable
@@ -177,6 +185,30 @@ def test_breakpoints_given_in_the_settings_count_towards_the_limit_of_four() -> 
 
     assert len(marks(body)) == 4
     assert marks(body)[0] == ("tools", "add", FIVE_MINUTES)
+
+
+def test_tools_and_system_blocks_given_in_the_settings_are_marked_in_copies() -> None:
+    system = [{"type": "text", "text": "Be brief."}]
+    tools = [{"type": "web_search_20250305", "name": "web_search"}]
+    request = InferenceRequest(
+        messages=Messages.of(Message.user("Hi")),
+        settings=ModelSettings(extra={"system": system, "tools": tools}),
+    )
+    recorder = Recorder()
+    with AnthropicMessages(
+        "claude-sonnet-4-5", base_url="http://llm.test", transport=httpx.MockTransport(recorder)
+    ) as llm:
+        llm.complete(request)
+        llm.complete(request)
+
+    assert system == [{"type": "text", "text": "Be brief."}]
+    assert tools == [{"type": "web_search_20250305", "name": "web_search"}]
+    for body in recorder.bodies:
+        assert marks(body) == [
+            ("tools", "web_search", FIVE_MINUTES),
+            ("system", "Be brief.", FIVE_MINUTES),
+            ("messages[0]", "Hi", FIVE_MINUTES),
+        ]
 
 
 @pytest.mark.parametrize("cache", ["5 minutes", "1H", "", 300])

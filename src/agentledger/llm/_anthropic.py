@@ -297,32 +297,42 @@ def _add_cache_breakpoints(body: dict[str, Any], cache: CacheSetting) -> None:
     if cache is None:
         return
     spare = MAX_CACHE_BREAKPOINTS - _marked(body)
-    if isinstance(body.get("system"), str):
-        body["system"] = [{"type": "text", "text": body["system"]}]
+    system = body.get("system")
+    if isinstance(system, str):
+        body["system"] = [{"type": "text", "text": system}]
     places = [
-        (body.get("tools") or [None])[-1],
-        (body.get("system") or [None])[-1],
+        _last_place(body, "tools"),
+        _last_place(body, "system"),
         _conversation_end(body.get("messages") or []),
     ]
-    for block in places:
-        if spare > 0 and isinstance(block, dict) and "cache_control" not in block:
-            block["cache_control"] = dict(_CACHE_CONTROL[cache])
+    for blocks, index in (p for p in places if p is not None):
+        if spare > 0 and "cache_control" not in blocks[index]:
+            blocks[index] = blocks[index] | {"cache_control": dict(_CACHE_CONTROL[cache])}
             spare -= 1
 
 
-def _conversation_end(turns: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The last block of the conversation before the run's trace. The messages carry no mark
-    of where the trace begins, so this is the last block of the last user turn that holds no
-    tool result: the new user message. The trace that follows it is the model's tool calls
-    and their results (user turns of ``tool_result`` blocks, where the instruction that asks
-    for a final answer joins the last results)."""
+def _last_place(body: dict[str, Any], key: str) -> tuple[list[Any], int] | None:
+    """Where the last block of ``body[key]`` is, in a copy of the list: tools or system
+    blocks given in ``ModelSettings(extra=...)`` are the caller's, and stay unmarked."""
+    blocks = body.get(key)
+    if not isinstance(blocks, list) or not blocks or not isinstance(blocks[-1], dict):
+        return None
+    body[key] = list(blocks)
+    return body[key], len(blocks) - 1
+
+
+def _conversation_end(turns: list[dict[str, Any]]) -> tuple[list[Any], int] | None:
+    """Where the last block of the conversation before the run's trace is. The messages carry
+    no mark of where the trace begins, so this is the last block of the last user turn that
+    holds no tool result: the new user message. The trace that follows it is the model's tool
+    calls and their results (user turns of ``tool_result`` blocks, where the instruction that
+    asks for a final answer joins the last results)."""
     for turn in reversed(turns):
         content = turn.get("content")
         if turn.get("role") != "user" or not isinstance(content, list) or not content:
             continue
         if all(isinstance(b, dict) and b.get("type") != "tool_result" for b in content):
-            last: dict[str, Any] = content[-1]
-            return last
+            return content, len(content) - 1
     return None
 
 
