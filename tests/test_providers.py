@@ -480,8 +480,15 @@ def test_anthropic_sends_the_system_prompt_apart_from_the_messages(connect: Conn
     connect(ANTHROPIC, server).complete(ask(Message.system("You are terse."), Message.user("Hi")))
 
     body = server.body
-    assert body["system"] == "You are terse."
-    assert body["messages"] == [{"role": "user", "content": [{"type": "text", "text": "Hi"}]}]
+    assert body["system"] == [
+        {"type": "text", "text": "You are terse.", "cache_control": {"type": "ephemeral"}}
+    ]
+    assert body["messages"] == [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "Hi", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
 
 
 def test_anthropic_joins_several_system_messages_into_one_system_prompt(
@@ -497,7 +504,9 @@ def test_anthropic_joins_several_system_messages_into_one_system_prompt(
         )
     )
 
-    assert server.body["system"] == "You are terse.\n\nAnswer in French."
+    assert [block["text"] for block in server.body["system"]] == [
+        "You are terse.\n\nAnswer in French."
+    ]
     assert [turn["role"] for turn in server.body["messages"]] == ["user"]
 
 
@@ -514,7 +523,7 @@ def test_anthropic_sends_tool_calls_and_results_as_blocks_in_alternating_turns(
 ) -> None:
     server = Server(anthropic_message(anthropic_text("Done.")))
 
-    connect(ANTHROPIC, server).complete(
+    connect(ANTHROPIC, server, cache=None).complete(
         ask(
             Message.user("Weather in Paris and London?"),
             Message.assistant(
@@ -581,7 +590,7 @@ def test_anthropic_sends_thinking_blocks_back_unchanged_before_the_tool_calls(
 def test_anthropic_offers_tools_with_their_json_schema_as_input_schema(connect: Connect) -> None:
     server = Server(anthropic_message(anthropic_text("Done.")))
 
-    connect(ANTHROPIC, server).complete(ask(tools=(WEATHER, ADD)))
+    connect(ANTHROPIC, server, cache=None).complete(ask(tools=(WEATHER, ADD)))
 
     assert server.body["tools"] == [
         {

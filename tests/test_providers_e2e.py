@@ -145,7 +145,10 @@ def _anthropic_reply(
 
 
 def _anthropic_transcript(body: dict[str, Any]) -> list[Event]:
-    events: list[Event] = [("system", body["system"])] if "system" in body else []
+    system = body.get("system")
+    if isinstance(system, list):
+        system = "".join(block["text"] for block in system)
+    events: list[Event] = [("system", system)] if system else []
     for turn in body["messages"]:
         blocks = turn["content"]
         if turn["role"] == "assistant":

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import JsonValue
@@ -40,6 +40,13 @@ order they came (``["thinking", "tool_use", "thinking", "tool_use"]`` for interl
 thinking): the blocks go back to the API in that order, as it requires."""
 
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
+CacheSetting = Literal["5m", "1h"] | None
+_CACHE_CONTROL: dict[str, dict[str, str]] = {
+    "5m": {"type": "ephemeral"},
+    "1h": {"type": "ephemeral", "ttl": "1h"},
+}
+MAX_CACHE_BREAKPOINTS = 4
+"""The API refuses a request with more ``cache_control`` blocks than this."""
 
 
 class AnthropicMessages(HttpProvider):
@@ -53,6 +60,12 @@ class AnthropicMessages(HttpProvider):
     the base URL default to ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``;
     ``max_tokens`` is the output limit when the request's settings name none (the API
     requires one).
+
+    Prompt caching is on by default: ``cache="5m"`` marks the last tool definition, the system
+    prompt and the end of the conversation before the run's trace with ``cache_control``, so
+    the next step and the next turn read that prefix from the cache (at a tenth of the input
+    price) instead of paying it again; ``cache="1h"`` keeps the entries an hour (the writes
+    cost twice the input price instead of 1.25 times), ``cache=None`` sends no breakpoints.
     """
 
     provider: ClassVar[str] = "Anthropic"
@@ -73,7 +86,14 @@ class AnthropicMessages(HttpProvider):
         headers: Mapping[str, str] | None = None,
         transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
         max_tokens: int = DEFAULT_MAX_TOKENS,
+        cache: CacheSetting = "5m",
     ) -> None:
+        if cache is not None and cache not in _CACHE_CONTROL:
+            raise ConfigurationError(
+                f"AnthropicMessages(cache={cache!r}) is not a cache setting: pass cache='5m' "
+                "(the default: entries live five minutes), cache='1h' (one hour) or cache=None "
+                "(no prompt caching)."
+            )
         super().__init__(
             model,
             base_url=base_url,
@@ -85,6 +105,7 @@ class AnthropicMessages(HttpProvider):
             transport=transport,
         )
         self.max_tokens = max_tokens
+        self.cache: CacheSetting = cache
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         headers = {"anthropic-version": API_VERSION}
@@ -104,6 +125,7 @@ class AnthropicMessages(HttpProvider):
         body.update(_settings(request.settings, bool(request.tools)))
         body.update(_structured(request, body))
         _check_sampling(body)
+        _add_cache_breakpoints(body, self.cache)
         return body
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
@@ -265,6 +287,71 @@ def _thinking(message: Message) -> list[dict[str, Any]]:
     it)."""
     kept = message.metadata.get(THINKING_BLOCKS)
     return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
+
+
+def _add_cache_breakpoints(body: dict[str, Any], cache: CacheSetting) -> None:
+    """Marks, in a built payload, where the cache should end: the last tool definition, the
+    system prompt (sent as a text block to carry the mark) and the last block of the
+    conversation before the run's trace, in that order (the order of the prompt), while the
+    API's limit of four ``cache_control`` blocks allows (marks already in the payload, from
+    ``ModelSettings(extra=...)``, count). The conversation mark pays on the next step of the
+    run and on the next turn, whose prompts start with that prefix."""
+    if cache is None:
+        return
+    spare = MAX_CACHE_BREAKPOINTS - _marked(body)
+    system = body.get("system")
+    if isinstance(system, str):
+        body["system"] = [{"type": "text", "text": system}]
+    places = [
+        _last_place(body, "tools"),
+        _last_place(body, "system"),
+        _conversation_end(body.get("messages") or []),
+    ]
+    for blocks, index in (p for p in places if p is not None):
+        if spare > 0 and "cache_control" not in blocks[index]:
+            blocks[index] = blocks[index] | {"cache_control": dict(_CACHE_CONTROL[cache])}
+            spare -= 1
+
+
+def _last_place(body: dict[str, Any], key: str) -> tuple[list[Any], int] | None:
+    """Where the last block of ``body[key]`` is, in a copy of the list: tools or system
+    blocks given in ``ModelSettings(extra=...)`` are the caller's, and stay unmarked."""
+    blocks = body.get(key)
+    if not isinstance(blocks, list) or not blocks or not isinstance(blocks[-1], dict):
+        return None
+    body[key] = list(blocks)
+    return body[key], len(blocks) - 1
+
+
+def _conversation_end(turns: list[dict[str, Any]]) -> tuple[list[Any], int] | None:
+    """Where the last block of the conversation before the run's trace is. The messages carry
+    no mark of where the trace begins, so this is the last block of the last user turn that
+    holds no tool result: the new user message. The trace that follows it is the model's tool
+    calls and their results (user turns of ``tool_result`` blocks, where the instruction that
+    asks for a final answer joins the last results)."""
+    for turn in reversed(turns):
+        content = turn.get("content")
+        if turn.get("role") != "user" or not isinstance(content, list) or not content:
+            continue
+        if all(isinstance(b, dict) and b.get("type") != "tool_result" for b in content):
+            return content, len(content) - 1
+    return None
+
+
+def _marked(body: Mapping[str, Any]) -> int:
+    """How many blocks of the payload carry a ``cache_control`` already."""
+    system = body.get("system")
+    blocks = [
+        *(body.get("tools") or []),
+        *(system if isinstance(system, list) else []),
+        *(b for turn in body.get("messages") or [] for b in _content(turn)),
+    ]
+    return sum(1 for b in blocks if isinstance(b, dict) and "cache_control" in b)
+
+
+def _content(turn: Mapping[str, Any]) -> list[Any]:
+    content = turn.get("content")
+    return content if isinstance(content, list) else []
 
 
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
