@@ -35,7 +35,15 @@ from ..values import (
 from ._pricing import PriceTable
 from ._retries import Failure, Retries, RetryPolicy, retry_after, status_of_error
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
-from ._statuses import ErrorDetails, classify, error_details, server_message, snippet
+from ._statuses import (
+    ErrorDetails,
+    classify,
+    error_details,
+    is_error_body,
+    server_message,
+    should_retry,
+    snippet,
+)
 from ._structured import parsed_output
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
@@ -228,7 +236,7 @@ class HttpProvider:
         if not response.is_success:
             return self._status_failure(response)
         body = self._json(response)
-        return self._error_body_failure(response, body) if _is_error(body) else body
+        return self._error_body_failure(response, body) if is_error_body(body) else body
 
     def _finish(
         self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
@@ -514,7 +522,7 @@ class HttpProvider:
         the server's ``x-should-retry`` decides the retry, except for an exhausted quota."""
         kind, retryable, advice = classify(status, self, details)
         if not details.out_of_quota:
-            retryable = _should_retry(response.headers, retryable)
+            retryable = should_retry(response.headers, retryable)
         said = self._redact(f"{snippet(message)}{details.text()}")
         return Failure(
             kind,
@@ -572,26 +580,11 @@ def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
     return tuple(sorted(found, key=len, reverse=True))
 
 
-def _is_error(body: Mapping[str, Any]) -> bool:
-    """An error object in place of an answer: ``{"error": {...}}`` (OpenAI) or
-    ``{"type": "error", ...}`` (Anthropic)."""
-    return body.get("type") == "error" or (
-        isinstance(body.get("error"), Mapping) and not body.get("choices")
-    )
-
-
 def _json_or_none(response: httpx.Response) -> object:
     try:
         return response.json()
     except ValueError:
         return None
-
-
-def _should_retry(headers: httpx.Headers, default: bool) -> bool:
-    """The server's own word on retrying, as the official SDKs take it: ``x-should-retry:
-    true`` retries even a 400, ``false`` retries not even a 500."""
-    said = headers.get("x-should-retry", "").strip().lower()
-    return {"true": True, "false": False}.get(said, default)
 
 
 def _package_version() -> str:

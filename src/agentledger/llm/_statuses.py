@@ -179,3 +179,18 @@ def server_message(response: httpx.Response) -> str:
 def snippet(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else f"{text[:limit]}..."
+
+
+def is_error_body(body: Mapping[str, Any]) -> bool:
+    """An error object in place of an answer: ``{"error": {...}}`` (OpenAI) or
+    ``{"type": "error", ...}`` (Anthropic)."""
+    return body.get("type") == "error" or (
+        isinstance(body.get("error"), Mapping) and not body.get("choices")
+    )
+
+
+def should_retry(headers: httpx.Headers, default: bool) -> bool:
+    """The server's own word on retrying, as the official SDKs take it: ``x-should-retry:
+    true`` retries even a 400, ``false`` retries not even a 500."""
+    said = headers.get("x-should-retry", "").strip().lower()
+    return {"true": True, "false": False}.get(said, default)
