@@ -6,7 +6,6 @@ import json
 from collections.abc import Mapping
 from typing import Any, ClassVar, cast
 
-import httpx
 from pydantic import JsonValue
 
 from ..errors import ConfigurationError
@@ -22,10 +21,8 @@ from ..values import (
     Usage,
     new_id,
 )
-from ._http import DEFAULT_TIMEOUT, HttpProvider
+from ._http import HttpProvider
 from ._openai import _arguments, _details, _stream_error
-from ._pricing import PriceTable
-from ._retries import RetryPolicy
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 from ._structured import forced_tool, output_schema, strict_tool_parameters
 
@@ -60,29 +57,6 @@ class OpenAIResponses(HttpProvider):
     base_url_variable: ClassVar[str] = "OPENAI_BASE_URL"
     default_base_url: ClassVar[str] = "https://api.openai.com/v1"
     endpoint: ClassVar[str] = "/responses"
-
-    def __init__(
-        self,
-        model: str,
-        *,
-        base_url: str | None = None,
-        api_key: str | None = None,
-        timeout: float | httpx.Timeout = DEFAULT_TIMEOUT,
-        retry: RetryPolicy | None = None,
-        prices: PriceTable | None = None,
-        headers: Mapping[str, str] | None = None,
-        transport: httpx.BaseTransport | httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(
-            model,
-            base_url=base_url,
-            api_key=api_key,
-            timeout=timeout,
-            retry=retry,
-            prices=prices,
-            headers=headers,
-            transport=transport,
-        )
 
     def auth_headers(self, api_key: str | None) -> dict[str, str]:
         return {"Authorization": f"Bearer {api_key}"} if api_key else {}
