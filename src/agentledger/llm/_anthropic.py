@@ -152,9 +152,6 @@ class AnthropicMessages(HttpProvider):
             metadata=metadata,
         )
 
-    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
-        return self.payload(request) | {"stream": True}
-
     def assembler(self) -> StreamAssembler:
         return _EventAssembler()
 

@@ -178,8 +178,9 @@ class HttpProvider:
         raise NotImplementedError
 
     def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
-        """The request body that asks for ``request``'s answer as a stream."""
-        raise NotImplementedError
+        """The request body that asks for a stream: the body with ``stream: true`` (an API that
+        needs more says so)."""
+        return self.payload(request) | {"stream": True}
 
     def assembler(self) -> StreamAssembler:
         """A fresh assembler of this API's stream events."""

@@ -108,7 +108,7 @@ class OpenAIChat(HttpProvider):
         )
 
     def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
-        return self.payload(request) | {"stream": True, "stream_options": {"include_usage": True}}
+        return super().stream_payload(request) | {"stream_options": {"include_usage": True}}
 
     def assembler(self) -> StreamAssembler:
         return _ChunkAssembler()

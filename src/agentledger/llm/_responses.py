@@ -100,9 +100,6 @@ class OpenAIResponses(HttpProvider):
             metadata=metadata,
         )
 
-    def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
-        return self.payload(request) | {"stream": True}
-
     def assembler(self) -> StreamAssembler:
         return _ResponseAssembler()
 
