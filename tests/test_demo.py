@@ -9,6 +9,7 @@ from rich.console import Console
 
 from agentledger import AgentStatus, Role, StepType
 from agentledger.cli import cli
+from agentledger.cli._demo_cache import PromptCache, reference_prompt
 from agentledger.cli.demo import TEAM_TURN, TURNS, run_demo
 
 
@@ -60,7 +61,9 @@ def test_the_demo_leaves_a_ledger_that_sql_can_read(tmp_path):
     db = tmp_path / "demo.db"
     run_demo(Console(file=io.StringIO(), width=120), db_path=db, chunk_delay=0)
     with contextlib.closing(sqlite3.connect(db)) as conn:
-        (main,) = conn.execute("SELECT id FROM conversations WHERE kind = 'main'").fetchone()
+        (main,) = conn.execute(
+            "SELECT DISTINCT conversation_id FROM agent_runs WHERE agent_name = 'travel-assistant'"
+        ).fetchone()
         roles = [
             r
             for (r,) in conn.execute(
@@ -91,12 +94,69 @@ def test_the_cli_runs_the_demo_streaming_its_answers_and_reports_its_version(tmp
     assert "Turn 2" in result.output
     with contextlib.closing(sqlite3.connect(db)) as conn:
         answers = conn.execute(
-            "SELECT m.content FROM conversation_messages m "
-            "JOIN conversations c ON c.id = m.conversation_id "
-            "WHERE c.kind = 'main' AND m.role = 'assistant' ORDER BY m.seq"
+            "SELECT m.content FROM conversation_messages m WHERE m.role = 'assistant' "
+            "AND m.conversation_id IN (SELECT conversation_id FROM agent_runs "
+            "WHERE agent_name = 'travel-assistant') ORDER BY m.seq"
         ).fetchall()
     assert len(answers) == 3
     for (answer,) in answers:  # printed as streamed, whole, on a line of its own
         assert f"\n{answer}\n" in result.output
     version = runner.invoke(cli, ["--version"])
     assert version.exit_code == 0 and "agentledger" in version.output
+
+
+def test_the_demo_s_second_cached_turn_reads_the_first_from_the_cache_and_costs_less(tmp_path):
+    output = io.StringIO()
+    db = tmp_path / "demo.db"
+    run_demo(Console(file=output, width=120), db_path=db, chunk_delay=0)
+    with contextlib.closing(sqlite3.connect(db)) as conn:
+        rows = conn.execute(
+            "SELECT r.agent_name, s.input_tokens, s.cache_read_tokens, s.cache_write_tokens, "
+            "s.cost_usd FROM step_executions s JOIN agent_runs r ON r.id = s.run_id "
+            "WHERE r.agent_name LIKE 'travel-assistant-%' ORDER BY r.started_at"
+        ).fetchall()
+    cached = [r[1:] for r in rows if r[0] == "travel-assistant-cached"]
+    uncached = [r[1:] for r in rows if r[0] == "travel-assistant-uncached"]
+    assert len(cached) == len(uncached) == 2
+    (_, first_read, first_written, _), (second_in, read, written, cost) = cached
+    # The first turn writes its prompt (past Sonnet's 1,024-token minimum) to the cache; the
+    # second reads all of it back and writes only what the first answer and the new question
+    # added.
+    assert first_read == 0 and first_written > 1024
+    assert read == first_written and 0 < written < 100
+    assert second_in == read + written  # the breakpoint ends the prompt: the new question
+    assert all(r[1] == r[2] == 0 for r in uncached)
+    saved = 1 - cost / uncached[1][3]
+    assert saved > 0.7
+    printed = " ".join(output.getvalue().split())
+    assert "Prompt caching: the second turn reads the first from the cache" in printed
+    assert f"${cost:.6f} instead of ${uncached[1][3]:.6f}, {saved:.0%} less" in printed
+
+
+def _body(system: str, *texts: str, mark: bool = True) -> dict:
+    turns = [
+        {"role": "user" if i % 2 == 0 else "assistant", "content": [{"type": "text", "text": t}]}
+        for i, t in enumerate(texts)
+    ]
+    if mark:
+        turns[-1]["content"][-1]["cache_control"] = {"type": "ephemeral"}
+    return {"model": "claude-sonnet-4-5", "system": system, "messages": turns}
+
+
+def test_the_demo_s_server_counts_the_cache_from_the_breakpoints_it_is_sent():
+    cache, prompt = PromptCache(), reference_prompt() * 2
+    first = cache.usage(_body(prompt, "Hello?"))
+    assert first["cache_read_input_tokens"] == 0 and first["cache_creation_input_tokens"] > 1024
+    second = cache.usage(_body(prompt, "Hello?", "Hi.", "And then?"))
+    assert second["cache_read_input_tokens"] == first["cache_creation_input_tokens"]
+    # Without a breakpoint nothing is read or written; a prompt that changed reads nothing.
+    unmarked = PromptCache().usage(_body(prompt, "Hello?", mark=False))
+    assert unmarked["cache_read_input_tokens"] == unmarked["cache_creation_input_tokens"] == 0
+    changed = cache.usage(_body(prompt + " Be brief.", "Hello?", "Hi.", "And then?"))
+    assert changed["cache_read_input_tokens"] == 0
+    # A prefix under the model's minimum is not cached.
+    short = PromptCache()
+    short.usage(_body("Be brief.", "Hello?"))
+    assert (
+        short.usage(_body("Be brief.", "Hello?", "Hi.", "Go on."))["cache_read_input_tokens"] == 0
+    )

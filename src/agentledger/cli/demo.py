@@ -31,6 +31,7 @@ from ..llm import PriceTable, ScriptedLLM
 from ..loop import Agent
 from ..recording import RunResult
 from ..values import AgentState, InferenceRequest, Messages, Role, StepExecution
+from ._demo_cache import cached_turns
 from ._demo_script import (
     CHUNK_DELAY,
     DEMO_PRICES,
@@ -146,6 +147,9 @@ def run_demo(
         _print_ledger(console, ledger, results)
     _print_metrics(console, db_path)
     _print_sql(console, db_path)
+    with Ledger.open(db_path) as ledger:
+        _print_cache(console, ledger)
+    _print_look_around(console, db_path)
     return states
 
 
@@ -233,6 +237,46 @@ def _print_team(console: Console, ledger: Ledger, result: RunResult) -> None:
         f"{total.total_tokens} (each run's row keeps only its own: the tree's totals are sums "
         f"of step rows, so nothing is counted twice). Its conversation got one answer; the "
         f"subagents' work stays in their own runs and conversations.\n"
+    )
+
+
+def _print_cache(console: Console, ledger: Ledger) -> None:
+    console.rule("[bold]Prompt caching: the second turn reads the first from the cache[/bold]")
+    console.print(
+        "Two more turns, through AnthropicMessages (Claude Sonnet 4.5, its prices) against a "
+        "loopback server that answers as the Messages API does and counts its prompt cache as "
+        "the API does, from the cache_control breakpoints the provider placed: once with the "
+        "default cache='5m', once with cache=None.\n"
+    )
+    table = Table(
+        "cache",
+        "turn",
+        "input tokens",
+        "read from cache",
+        "written to cache",
+        "cost",
+        title="Each turn as recorded",
+        title_justify="left",
+    )
+    costs: dict[str | None, list[float]] = {}
+    for cache in ("5m", None):
+        for turn, result in enumerate(cached_turns(ledger, cache), start=1):
+            u = result.usage
+            costs.setdefault(cache, []).append(result.cost_usd or 0.0)
+            table.add_row(
+                cache or "off",
+                str(turn),
+                f"{u.input_tokens:,}",
+                f"{u.cache_read_tokens:,}",
+                f"{u.cache_write_tokens:,}",
+                f"${result.cost_usd or 0:.6f}",
+            )
+    console.print(table)
+    cached, uncached = costs["5m"][1], costs[None][1]
+    console.print(
+        f"Turn 2 read the first turn's prompt from the cache: ${cached:.6f} instead of "
+        f"${uncached:.6f}, {1 - cached / uncached:.0%} less (cache reads cost a tenth of the "
+        "input price; the first turn's writes a quarter more).\n"
     )
 
 
@@ -325,6 +369,9 @@ def _print_sql(console: Console, db_path: Path) -> None:
             for row in cursor:
                 table.add_row(*(str(v) for v in row))
             console.print(table)
+
+
+def _print_look_around(console: Console, db_path: Path) -> None:
     command = _command()
     console.print(
         f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:\n"
