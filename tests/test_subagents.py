@@ -19,7 +19,9 @@ from hypothesis import strategies as st
 
 from agentledger import (
     AgentBuilder,
+    AgentState,
     AgentStatus,
+    ContinuationDecision,
     ExecutionBudget,
     Role,
     Spend,
@@ -754,6 +756,18 @@ def fresh_database(
     return new
 
 
+def resummed(state: AgentState) -> Spend:
+    """A run's inclusive spend summed afresh from its steps and their subagents' subtrees."""
+    total = Spend()
+    for execution in state.step_executions:
+        step = execution.step
+        priced = step.cost_usd is not None or not step.called_model
+        total += Spend(usage=step.usage, cost_usd=step.cost_usd, steps=1, fully_priced=priced)
+        for tool in step.tool_executions:
+            total += tool.subtree or Spend()
+    return total
+
+
 def spend_of(node: Node) -> Spend:
     """What the scripts of ``node``'s subtree spend, computed from the tree alone."""
     own = Spend()
@@ -779,6 +793,12 @@ def test_inclusive_usage_is_the_sum_of_exclusive_usage_over_every_subtree(
 
     index(tree, "root")
     router = Router(dict(scripts))
+    kept_and_resummed: list[tuple[Spend, Spend]] = []
+
+    def compare_totals(state: AgentState) -> ContinuationDecision:
+        """At every step of the root run: the spend kept as the steps came, and re-summed."""
+        kept_and_resummed.append((state.spend(), resummed(state)))
+        return ContinuationDecision.abstain()
 
     with fresh_database() as url, Ledger.open(url) as ledger, Database(url) as db:
         agent = (
@@ -789,6 +809,7 @@ def test_inclusive_usage_is_the_sum_of_exclusive_usage_over_every_subtree(
             .with_subagents(spec.subagents)
             .with_max_steps(None)
             .with_ledger(ledger)
+            .with_continuation_criteria(compare_totals)
             .build()
         )
         result = agent.run("Go.")
@@ -823,6 +844,8 @@ def test_inclusive_usage_is_the_sum_of_exclusive_usage_over_every_subtree(
         assert row["cost_usd"] == node.exclusive.cost_usd
     assert result.spend.usage == root.inclusive.usage
     assert result.spend == root.inclusive
+    assert len(kept_and_resummed) == expected["root"].steps
+    assert all(kept == again for kept, again in kept_and_resummed)
     assert result.usage == root.exclusive.usage
 
 

@@ -51,6 +51,62 @@ class FiledMessage(NamedTuple):
     message: Message
 
 
+class _Totals(NamedTuple):
+    """A run's spend kept as its steps are added, so that a step's limits cost the same at
+    the 200th step as at the tenth: ``own`` (its own steps) and ``inclusive`` (with the
+    subtrees of the subagents its tools started), and the same before the last step (which
+    :meth:`AgentState.with_step_execution` may replace). Valid for the ``steps`` executions
+    ending with ``last``."""
+
+    steps: int
+    last: StepExecution | None
+    own: Spend
+    inclusive: Spend
+    own_before: Spend
+    inclusive_before: Spend
+
+    @classmethod
+    def of(cls, executions: tuple[StepExecution, ...]) -> _Totals:
+        totals = _NO_STEPS
+        for execution in executions:
+            totals = totals.plus(execution)
+        return totals
+
+    def plus(self, execution: StepExecution) -> _Totals:
+        step = execution.step
+        own = Spend(
+            usage=step.usage,
+            cost_usd=step.cost_usd,
+            steps=1,
+            fully_priced=step.cost_usd is not None or not step.called_model,
+        )
+        inclusive = own
+        for tool in step.tool_executions:
+            if tool.subtree is not None:
+                inclusive = inclusive + tool.subtree
+        return _Totals(
+            self.steps + 1,
+            execution,
+            self.own + own,
+            self.inclusive + inclusive,
+            self.own,
+            self.inclusive,
+        )
+
+    def replacing_last(self, execution: StepExecution) -> _Totals:
+        before = _Totals(self.steps - 1, None, self.own_before, self.inclusive_before, _NONE, _NONE)
+        return before.plus(execution)
+
+    def holds(self, executions: tuple[StepExecution, ...]) -> bool:
+        last = executions[-1] if executions else None
+        return self.steps == len(executions) and self.last is last
+
+
+_TOTALS = "_running_totals"
+_NONE = Spend()
+_NO_STEPS = _Totals(0, None, _NONE, _NONE, _NONE, _NONE)
+
+
 class AgentState(BaseModel):
     """A conversation, the run in progress on it, and that run's steps. Immutable.
 
@@ -163,35 +219,35 @@ class AgentState(BaseModel):
     @property
     def usage(self) -> Usage:
         """Tokens spent by the current run's own steps."""
-        return sum((e.step.usage for e in self.step_executions), Usage())
+        return self._running().own.usage
 
     @property
     def cost_usd(self) -> float | None:
         """What the current run's steps cost, or ``None`` if no step's cost is known."""
-        known = [c for e in self.step_executions if (c := e.step.cost_usd) is not None]
-        return sum(known) if known else None
+        return self._running().own.cost_usd
 
     @property
     def fully_priced(self) -> bool:
         """True when every step that called the model has a known cost."""
-        return all(e.step.cost_usd is not None for e in self.step_executions if e.step.called_model)
+        return self._running().own.fully_priced
 
     def spend(self, *, inclusive: bool = True) -> Spend:
         """What the current run spent: its own steps, plus (``inclusive``) the run trees of
-        the subagents its tools started. Limits are measured against the inclusive spend."""
-        own = Spend(
-            usage=self.usage,
-            cost_usd=self.cost_usd,
-            steps=self.step_count,
-            fully_priced=self.fully_priced,
-        )
-        if not inclusive:
-            return own
-        for execution in self.step_executions:
-            for tool in execution.step.tool_executions:
-                if tool.subtree is not None:
-                    own = own + tool.subtree
-        return own
+        the subagents its tools started. Limits are measured against the inclusive spend.
+        Kept as the steps are added: asking costs the same at any step of a long run."""
+        totals = self._running()
+        return totals.inclusive if inclusive else totals.own
+
+    def _running(self) -> _Totals:
+        """The running totals, summed afresh only when this state was not made from the
+        previous one by :meth:`with_step_execution` (a state built or copied otherwise). They
+        are kept in the instance's ``__dict__`` beside the fields, as a cached property is:
+        not a field, so not serialized, and not compared by ``==``."""
+        totals = self.__dict__.get(_TOTALS)
+        if not isinstance(totals, _Totals) or not totals.holds(self.step_executions):
+            totals = _Totals.of(self.step_executions)
+            self.__dict__[_TOTALS] = totals
+        return totals
 
     @property
     def stop_reason(self) -> StopReason | None:
@@ -219,7 +275,11 @@ class AgentState(BaseModel):
 
     def with_step_execution(self, execution: StepExecution) -> AgentState:
         """This state with ``execution`` recorded as the latest step of its run."""
-        executions = self.step_executions
+        executions, totals = self.step_executions, self._running()
         if executions and executions[-1].step_index == execution.step_index:
-            executions = executions[:-1]
-        return self.model_copy(update={"step_executions": (*executions, execution)})
+            executions, totals = executions[:-1], totals.replacing_last(execution)
+        else:
+            totals = totals.plus(execution)
+        state = self.model_copy(update={"step_executions": (*executions, execution)})
+        state.__dict__[_TOTALS] = totals
+        return state
