@@ -14,16 +14,18 @@ recorder), which tells the agent loop's part of the library's time from the ledg
 
 from __future__ import annotations
 
+import statistics
 import sys
+import time
 from collections.abc import Callable
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Literal
 
-from agentledger import AgentBuilder
+from agentledger import AgentBuilder, ExecutionBudget
 from agentledger.ledger import Ledger
 from agentledger.ledger.schema import ddl
-from agentledger.llm import ScriptedLLM
+from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 
 from ._common import Samples, Sizes, interleaved, lookup, script, timed, us
 from ._raw import RawLedger, check_same_rows
@@ -53,6 +55,58 @@ def _raw_run(raw: RawLedger, steps: int) -> Callable[[], float]:
     return lambda: timed(
         lambda: raw.run("go", None, tool_steps=steps, calls_per_step=CALLS_PER_STEP)
     )
+
+
+LONG_RUN = 200
+"""Tool-calling steps of the run whose steps are timed one by one."""
+TENTH, LAST = slice(5, 15), slice(LONG_RUN - 10, LONG_RUN)
+"""The steps compared: around the tenth, and the last ten."""
+LIMITS = ExecutionBudget(max_tokens=10**12, max_cost_usd=1e9)
+"""Limits never reached, so that ``token_limit`` and ``cost_limit`` are judged at every step."""
+
+
+class _Clocked(ScriptedLLM):
+    """A scripted model that notes when each step asks it: one step's time is the time
+    between two requests (its tools, its record and the next step's begin included)."""
+
+    def __init__(self, items: list[InferenceResponse]) -> None:
+        super().__init__(items)
+        self.asked: list[float] = []
+
+    def complete(self, request: InferenceRequest) -> InferenceResponse:
+        self.asked.append(time.perf_counter())
+        return super().complete(request)
+
+
+def step_times(ledger: Ledger | None) -> list[float]:
+    """Each step's time along one run of :data:`LONG_RUN` tool-calling steps with limits."""
+    llm = _Clocked(script(LONG_RUN, CALLS_PER_STEP))
+    builder = AgentBuilder().with_llm(llm).with_tools([lookup]).with_max_steps(None)
+    builder = builder.with_budget(LIMITS)
+    (builder.with_ledger(ledger) if ledger is not None else builder).build().run("go")
+    return [later - earlier for earlier, later in zip(llm.asked, llm.asked[1:], strict=False)]
+
+
+def long_run_rows(sizes: Sizes, tmp: Path) -> list[Row]:
+    """A step around the tenth against the last steps of a 200-step run, in memory and on a
+    SQLite ledger (NORMAL): flat means the run's length costs nothing per step."""
+    rows: list[Row] = []
+    with Ledger.open(tmp / "long-run.db", synchronous="NORMAL") as ledger:
+        for name, target in (("in memory", None), ("on a SQLite ledger", ledger)):
+            runs = [step_times(target) for _ in range(max(3, sizes.step_reps // 3))]
+            tenth = statistics.median(t for times in runs for t in times[TENTH])
+            last = statistics.median(t for times in runs for t in times[LAST])
+            rows += [
+                Row(f"{LONG_RUN}-step run {name}: a step around the tenth", us(tenth)),
+                Row(f"{LONG_RUN}-step run {name}: one of the last ten steps", us(last)),
+                Row(
+                    f"{LONG_RUN}-step run {name}: last / tenth (target ≤ 1.2x)",
+                    "",
+                    f"{last / tenth:.2f}x",
+                    headline=True,
+                ),
+            ]
+    return rows
 
 
 def measure(sizes: Sizes, tmp: Path) -> Samples:
@@ -114,6 +168,7 @@ def run(sizes: Sizes, tmp: Path) -> Section:
             "",
             f"{per_step(_name(RAW, 'FULL')) / per_step(_name(RAW, 'NORMAL')):.2f}x",
         ),
+        *long_run_rows(sizes, tmp),
     ]
     return Section(
         title="2. The ledger's cost per step",
@@ -128,8 +183,10 @@ def run(sizes: Sizes, tmp: Path) -> Section:
         ),
         rows=rows,
         notes=[
-            f"{steps} steps in every mode, because a step's cost grows with the run's length: "
-            "the continuation criteria (`token_limit`, `cost_limit`) re-sum the usage of all "
-            "the run's steps at every step, so the agent loop is O(N) per step.",
+            f"A step's cost does not grow with the run's length: the run's spend, which the "
+            "limits (`token_limit`, `cost_limit`) judge at every step, is kept as the steps are "
+            f"added instead of re-summed. The {LONG_RUN}-step rows time each step of one run "
+            "(between two of its model calls) with both limits set, "
+            f"{max(3, sizes.step_reps // 3)} runs each.",
         ],
     )
