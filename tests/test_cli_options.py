@@ -180,6 +180,10 @@ def test_a_value_that_cannot_match_is_refused_listing_the_valid_ones(ledger_file
 # --- the demo: --db is its ledger too -------------------------------------------------------------
 
 
+DEMO_CONVERSATIONS = 3
+"""The travel assistant's, and the prompt-caching turns' (cached and not)."""
+
+
 def main_conversations(path: Path) -> int:
     with contextlib.closing(sqlite3.connect(path)) as conn:
         (count,) = conn.execute("SELECT count(*) FROM conversations WHERE kind = 'main'").fetchone()
@@ -202,7 +206,7 @@ def test_the_demo_records_into_the_ledger_db_names(tmp_path, args, env):
         env={k: v.format(**fill) for k, v in env.items()} if env else None,
     )
     assert f"The ledger is the SQLite file {path}" in " ".join(output.split())
-    assert main_conversations(path) == 1
+    assert main_conversations(path) == DEMO_CONVERSATIONS
 
 
 def test_the_demo_takes_db_file_as_a_deprecated_name_of_db(tmp_path):
@@ -210,7 +214,7 @@ def test_the_demo_takes_db_file_as_a_deprecated_name_of_db(tmp_path):
     result = invoke("demo", "--db-file", str(path))
     assert result.exit_code == 0, result.output
     assert "--db-file is deprecated, use --db" in result.stderr
-    assert main_conversations(path) == 1
+    assert main_conversations(path) == DEMO_CONVERSATIONS
     assert "--db-file" not in ok("demo", "--help")
 
     both = invoke("--db", str(tmp_path / "other.db"), "demo", "--db-file", str(path))

@@ -1252,3 +1252,34 @@ def test_without_a_ledger_an_unknown_conversation_is_not_found():
 def test_message_equality_covers_timestamps_so_the_round_trip_checks_are_exact():
     message = Message.user("hi")
     assert message != message.model_copy(update={"created_at": message.created_at + timedelta(1)})
+
+
+def test_close_waits_for_a_write_in_flight_and_refuses_what_begins_after(tmp_path):
+    """A write another thread began (one a cancelled run left to finish) ends before
+    ``close()`` returns, its connection given back and closed; a transaction that would begin
+    after it is refused with an error that says so."""
+    import threading
+
+    from agentledger.errors import LedgerUnavailableError
+
+    path = tmp_path / "ledger.db"
+    ledger = Ledger.open(path)
+    holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")  # the write below waits for this lock
+    created: list[str] = []
+    writer = threading.Thread(
+        target=lambda: created.append(ledger.create_conversation(title="late").id)
+    )
+    writer.start()
+    time.sleep(0.2)
+    threading.Timer(0.3, holder.rollback).start()
+    started = time.monotonic()
+    ledger.close()
+    waited = time.monotonic() - started
+    writer.join(5)
+    assert created and waited >= 0.2  # close() returned once the write had committed
+    with contextlib.closing(sqlite3.connect(path)) as conn:
+        assert conn.execute("SELECT title FROM conversations").fetchall() == [("late",)]
+    with pytest.raises(LedgerUnavailableError, match=r"closed \(Ledger.close\(\)\)"):
+        ledger.create_conversation(title="too late")
+    holder.close()

@@ -286,7 +286,14 @@ class Connections:
     used again. On PostgreSQL every transaction takes its connection from the pool, which
     checks it first (``pool_pre_ping``): a server restarted meanwhile costs nothing then.
     A process forked from the one that opened them does not use them.
+
+    :meth:`close` waits for the transactions in flight (a write a cancelled run left to
+    finish in a worker thread) to end and give their connections back, so that none is left
+    open behind a closed ledger; a transaction that would begin after it is refused.
     """
+
+    CLOSE_WAIT = 10.0
+    """Seconds :meth:`close` waits for the transactions in flight to end."""
 
     def __init__(self, engine: Engine, *, keep: int = 2) -> None:
         self.engine = engine
@@ -294,28 +301,56 @@ class Connections:
         self._idle: dict[bool, list[Connection]] = {True: [], False: []}
         self._pid = os.getpid()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._in_flight = 0
+        self._depth = threading.local()
+        self._closed = False
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool) -> Iterator[Connection]:
         """A connection inside one transaction (``BEGIN IMMEDIATE`` when ``write``, on SQLite),
         committed when the block ends (a read is rolled back: it has nothing to commit), rolled
         back when it raises."""
-        conn = self._take(write)
-        try:
-            transaction = conn.begin()
+        with self.in_use():
+            conn = self._take(write)
             try:
-                yield conn
+                transaction = conn.begin()
+                try:
+                    yield conn
+                except BaseException:
+                    transaction.rollback()
+                    raise
+                if write:
+                    transaction.commit()
+                else:
+                    transaction.rollback()
             except BaseException:
-                transaction.rollback()
+                conn.close()
                 raise
-            if write:
-                transaction.commit()
-            else:
-                transaction.rollback()
-        except BaseException:
-            conn.close()
-            raise
-        self._give(conn, write)
+            self._give(conn, write)
+
+    @contextlib.contextmanager
+    def in_use(self) -> Iterator[None]:
+        """Counts the block as in flight for :meth:`close`; a block that begins after it (not
+        one nested in a block already in flight on this thread, such as a retry of a
+        transaction) is refused."""
+        nested = getattr(self._depth, "value", 0)
+        with self._lock:
+            if nested == 0 and self._closed and self._pid == os.getpid():
+                raise LedgerUnavailableError(
+                    "This ledger handle was closed (Ledger.close()) before the transaction "
+                    "began, so it did not run; what was committed before is kept. Open the "
+                    "ledger again to use it."
+                )
+            self._in_flight += 1
+        self._depth.value = nested + 1
+        try:
+            yield
+        finally:
+            self._depth.value = nested
+            with self._lock:
+                self._in_flight -= 1
+                self._settled.notify_all()
 
     def write(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=True)
@@ -347,8 +382,11 @@ class Connections:
         conn.close()
 
     def close(self) -> None:
-        """Close the connections kept open (the engine's pool is the caller's to dispose)."""
+        """Wait (up to :attr:`CLOSE_WAIT` seconds) for the transactions in flight to end, then
+        close the connections kept open (the engine's pool is the caller's to dispose)."""
         with self._lock:
+            self._closed = True
+            self._settled.wait_for(lambda: self._in_flight == 0, timeout=self.CLOSE_WAIT)
             kept = [*self._idle[True], *self._idle[False]]
             self._idle = {True: [], False: []}
         for conn in kept:
@@ -385,7 +423,8 @@ class Database:
             with self.connections.read() as conn:
                 return read(conn)
 
-        return decoded(what, lambda: with_retries(self.settings, work, what=what))
+        with self.connections.in_use():
+            return decoded(what, lambda: with_retries(self.settings, work, what=what))
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, retried whole while the database is locked."""
@@ -395,7 +434,8 @@ class Database:
             with self.connections.write() as conn:
                 return work(conn)
 
-        return with_retries(self.settings, attempt, what=what)
+        with self.connections.in_use():
+            return with_retries(self.settings, attempt, what=what)
 
     def check_writable(self, what: str) -> None:
         """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""

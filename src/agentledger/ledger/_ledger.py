@@ -215,11 +215,12 @@ class Ledger:
             "updated_at": now,
             "metadata": metadata or None,
         }
-        self._database.write(
-            "creating a conversation",
-            lambda conn: conn.execute(insert(conversations), sealed(conversations, row)),
-        )
-        return self.conversation(created)
+
+        def write(conn: Connection) -> Conversation:
+            conn.execute(insert(conversations), sealed(conversations, row))
+            return conversation_of(conn.execute(_conversation_row(created)).mappings().one())
+
+        return self._database.write("creating a conversation", write)
 
     def conversation(self, conversation_id: str) -> Conversation:
         """The conversation ``conversation_id``: its id, or a prefix of it (at least
