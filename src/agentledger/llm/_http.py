@@ -4,7 +4,6 @@ API keys kept out of everything that is stored, logged or raised."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -32,25 +31,15 @@ from ..values import (
     InferenceResponse,
     StreamItem,
 )
+from ._failures import Failures
 from ._pricing import PriceTable
-from ._retries import Failure, Retries, RetryPolicy, retry_after, status_of_error
+from ._retries import Failure, Retries, RetryPolicy
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
-from ._statuses import (
-    ErrorDetails,
-    classify,
-    error_details,
-    is_error_body,
-    server_message,
-    should_retry,
-    snippet,
-)
+from ._statuses import is_error_body
 from ._structured import parsed_output
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
-
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[\w\-*.]{4,}")
-
 
 _AFTER_DELTAS = " after part of the answer had been streamed"
 
@@ -111,7 +100,7 @@ class HttpProvider:
                 f"no API key for {self.provider}: set {self.api_key_variable} or pass "
                 f"api_key=. (A local {self.provider}-compatible server needs only base_url=.)"
             )
-        self._secrets = _secrets(key, headers or {})
+        self._failures = Failures(self, key, headers or {})
         self.retry = retry if retry is not None else RetryPolicy()
         self.prices = prices if prices is not None else PriceTable.default()
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -220,7 +209,7 @@ class HttpProvider:
         try:
             response = self._sync_client().post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc, timeout)
+            return self._failures.transport(exc, timeout)
         return self._outcome(response)
 
     async def _aattempt(
@@ -230,14 +219,14 @@ class HttpProvider:
             client = self._async_client()
             response = await client.post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc, timeout)
+            return self._failures.transport(exc, timeout)
         return self._outcome(response)
 
     def _outcome(self, response: httpx.Response) -> Mapping[str, Any] | Failure:
         if not response.is_success:
-            return self._status_failure(response)
-        body = self._json(response)
-        return self._error_body_failure(response, body) if is_error_body(body) else body
+            return self._failures.status(response)
+        body = self._failures.json_body(response)
+        return self._failures.error_body(response, body) if is_error_body(body) else body
 
     def _finish(
         self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
@@ -262,14 +251,7 @@ class HttpProvider:
         try:
             return self.parse(body)
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} answered with a response this client cannot read "
-                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really an "
-                    f"{self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-            ) from None
+            raise self._failures.unreadable("answered with a response", exc) from None
 
     # -- the call, streamed -------------------------------------------------------------------
 
@@ -320,7 +302,7 @@ class HttpProvider:
             with client.stream("POST", self.endpoint, json=payload, timeout=timeout) as response:
                 if not response.is_success:
                     response.read()
-                    yield self._status_failure(response)
+                    yield self._failures.status(response)
                     return
                 try:
                     decoder = EventDecoder()
@@ -329,15 +311,15 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc, timeout)
+                    yield self._failures.stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc, timeout)
+            yield self._failures.transport(exc, timeout)
             return
         except StreamErrorEvent as event:
-            yield self._event_failure(event)
+            yield self._failures.event(event)
             return
-        yield self._ended_early()
+        yield self._failures.ended_early()
 
     async def _astream_attempt(
         self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
@@ -349,7 +331,7 @@ class HttpProvider:
             ) as response:
                 if not response.is_success:
                     await response.aread()
-                    yield self._status_failure(response)
+                    yield self._failures.status(response)
                     return
                 try:
                     decoder = EventDecoder()
@@ -359,15 +341,15 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc, timeout)
+                    yield self._failures.stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc, timeout)
+            yield self._failures.transport(exc, timeout)
             return
         except StreamErrorEvent as event:
-            yield self._event_failure(event)
+            yield self._failures.event(event)
             return
-        yield self._ended_early()
+        yield self._failures.ended_early()
 
     def _feed(
         self, assembler: StreamAssembler, decoder: EventDecoder, line: str
@@ -380,14 +362,7 @@ class HttpProvider:
         try:
             return assembler.feed(event)
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} streamed an event this client cannot read "
-                    f"({type(exc).__name__}: {exc}): {snippet(event.data)!r}. Is "
-                    f"{self.base_url} really an {self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-            ) from None
+            raise self._failures.unreadable("streamed an event", exc, event.data) from None
 
     def _raise_if_shown(
         self,
@@ -421,125 +396,6 @@ class HttpProvider:
         except ProviderResponseError:
             return InferenceResponse(content=assembler.text, reasoning=assembler.reasoning or None)
 
-    def _event_failure(self, event: StreamErrorEvent) -> Failure:
-        """An error event in the stream, judged as the HTTP status it stands for."""
-        details = error_details(event.body)
-        kind, retryable, advice = classify(event.status, self, details)
-        return Failure(
-            kind,
-            f"{self.provider} {advice[0]} (error event in the stream: "
-            f"{snippet(self._redact(event.message))}{self._redact(details.text())})",
-            advice[1],
-            retryable=retryable,
-            details=details,
-        )
-
-    def _stream_broke(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc, timeout)
-        return Failure(
-            ProviderConnectionError,
-            self._redact(f"{self.provider}'s stream broke off ({type(exc).__name__}: {exc})"),
-            "Check the network or the server; the run is kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _ended_early(self) -> Failure:
-        return Failure(
-            ProviderConnectionError,
-            f"{self.provider}'s stream ended before the answer was complete",
-            "Check the network or the server; the run is kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _transport_failure(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc, timeout)
-        return Failure(
-            ProviderConnectionError,
-            self._redact(
-                f"could not reach {self.provider} at {self.base_url} ({type(exc).__name__}: {exc})"
-            ),
-            "Check the base URL and the network, or start the local server; the run is "
-            "kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _timeout(self, exc: httpx.TimeoutException, timeout: httpx.Timeout) -> Failure:
-        phase = {
-            httpx.ConnectTimeout: "connecting",
-            httpx.WriteTimeout: "sending",
-            httpx.PoolTimeout: "waiting for a free connection",
-        }.get(type(exc), "waiting for the answer")
-        return Failure(
-            ProviderTimeoutError,
-            f"{self.provider} timed out while {phase} ({_timeout_text(timeout)})",
-            "Pass a longer timeout= (to the provider, or ModelSettings(timeout=...) for one "
-            "request) or resume the run later.",
-            retryable=True,
-        )
-
-    def _json(self, response: httpx.Response) -> Mapping[str, Any]:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} answered HTTP {response.status_code} with a body that is "
-                    f"not a JSON object: {snippet(self._redact(response.text))!r}. Is "
-                    f"{self.base_url} really an {self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-                status_code=response.status_code,
-            )
-        return body
-
-    def _status_failure(self, response: httpx.Response) -> Failure:
-        status = response.status_code
-        details = error_details(_json_or_none(response), response.headers)
-        return self._failure(response, status, f"HTTP {status}", server_message(response), details)
-
-    def _error_body_failure(self, response: httpx.Response, body: Mapping[str, Any]) -> Failure:
-        """A 200 whose body is an error object: judged as the status its code or type
-        stands for (a server error when neither is known)."""
-        details = error_details(body, response.headers)
-        error = body.get("error")
-        message = str(error.get("message") or error) if isinstance(error, Mapping) else str(body)
-        status = status_of_error(details.code, details.type)
-        where = f"HTTP {response.status_code} with an error body"
-        return self._failure(response, status, where, message, details)
-
-    def _failure(
-        self,
-        response: httpx.Response,
-        status: int,
-        where: str,
-        message: str,
-        details: ErrorDetails,
-    ) -> Failure:
-        """A failed answer, judged by ``status``, saying the provider's message and details;
-        the server's ``x-should-retry`` decides the retry, except for an exhausted quota."""
-        kind, retryable, advice = classify(status, self, details)
-        if not details.out_of_quota:
-            retryable = should_retry(response.headers, retryable)
-        said = self._redact(f"{snippet(message)}{details.text()}")
-        return Failure(
-            kind,
-            f"{self.provider} {advice[0]} ({where}: {said})",
-            advice[1],
-            retryable=retryable,
-            status_code=response.status_code,
-            retry_after=retry_after(response.headers, self.retry.clock()) if retryable else None,
-            details=details,
-        )
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return _KEY_LIKE.sub("[redacted]", text)
-
     # -- lifecycle ----------------------------------------------------------------------------
 
     def close(self) -> None:
@@ -570,30 +426,8 @@ class HttpProvider:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
 
-_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
-
-
-def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
-    """What to redact: the key, and credentials in the extra headers (``Bearer <token>``)."""
-    values = [v for name, v in headers.items() if name.lower() in _SECRET_HEADERS]
-    tokens = [v.split(" ", 1)[-1] for v in values]
-    found = {s for s in (key, *values, *tokens) if s and len(s) >= 4}
-    return tuple(sorted(found, key=len, reverse=True))
-
-
-def _json_or_none(response: httpx.Response) -> object:
-    try:
-        return response.json()
-    except ValueError:
-        return None
-
-
 def _package_version() -> str:
     try:
         return version("agentledger")
     except PackageNotFoundError:  # pragma: no cover - a source tree without install
         return "0"
-
-
-def _timeout_text(timeout: httpx.Timeout) -> str:
-    return f"read timeout {timeout.read}s, connect timeout {timeout.connect}s"
