@@ -77,6 +77,9 @@ class HttpProvider:
     base_url_variable: ClassVar[str]
     default_base_url: ClassVar[str]
     endpoint: ClassVar[str]
+    max_continuations: int = 8
+    """How many times one call continues an answer the API paused before it fails with a
+    :class:`~agentledger.errors.ProviderResponseError`."""
 
     def __init__(
         self,
@@ -175,27 +178,46 @@ class HttpProvider:
         """A fresh assembler of this API's stream events."""
         raise NotImplementedError
 
+    def continuation(
+        self, payload: dict[str, Any], body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The request that continues the answer ``body`` when the API paused it in the middle
+        of the model's turn (Anthropic's ``pause_turn``), built from the call's first request
+        ``payload``; ``None`` when the answer is whole (the default: an API that pauses says
+        so). The call sends it, and joins the answers with ``joined``, until one is whole."""
+        return None
+
+    def joined(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One response body of a paused answer ``before`` and its continuation ``after``, in
+        this API's wire format (an API whose ``continuation`` is ever a request says how)."""
+        raise NotImplementedError
+
     # -- the call: one request, one whole response ---------------------------------------------
 
     def complete(self, request: InferenceRequest) -> InferenceResponse:
-        """The model's answer to ``request``, after the retries the policy allows."""
+        """The model's answer to ``request``, after the retries the policy allows (and the
+        continuations of an answer the API paused)."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.payload(request), self._timeout_of(request)
-        while True:
-            outcome = self._attempt(payload, timeout)
-            if not isinstance(outcome, Failure):
-                return self._finish(outcome, request, retries.log)
-            self.retry.sleep(retries.delay_after(outcome))
+        answer, timeout = _Answer(self, self.payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            outcome = self._attempt(answer.payload, timeout)
+            if isinstance(outcome, Failure):
+                self.retry.sleep(retries.delay_after(outcome))
+            else:
+                answer.add(outcome)
+        return self._finish(answer.body, request, retries.log)
 
     async def acomplete(self, request: InferenceRequest) -> InferenceResponse:
         """``complete`` on an event loop: the same request, retries, errors and response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.payload(request), self._timeout_of(request)
-        while True:
-            outcome = await self._aattempt(payload, timeout)
-            if not isinstance(outcome, Failure):
-                return self._finish(outcome, request, retries.log)
-            await self.retry.async_sleep(retries.delay_after(outcome))
+        answer, timeout = _Answer(self, self.payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            outcome = await self._aattempt(answer.payload, timeout)
+            if isinstance(outcome, Failure):
+                await self.retry.async_sleep(retries.delay_after(outcome))
+            else:
+                answer.add(outcome)
+        return self._finish(answer.body, request, retries.log)
 
     def _timeout_of(self, request: InferenceRequest) -> httpx.Timeout:
         """The request's own timeout (``ModelSettings.timeout``, every phase), else the
@@ -262,36 +284,39 @@ class HttpProvider:
         after one raises :class:`~agentledger.errors.ProviderStreamCutError` with the answer
         so far. Closing the iterator early closes the HTTP response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.stream_payload(request), self._timeout_of(request)
-        while True:
-            assembler = self.assembler()
-            with closing(self._stream_attempt(payload, timeout, assembler)) as items:
+        answer, timeout = _Answer(self, self.stream_payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            assembler = answer.assembler()
+            with closing(self._stream_attempt(answer.payload, timeout, assembler)) as items:
                 failure = yield from _deltas(items)
             if failure is None:
-                yield self._finish(assembler.body(), request, retries.log)
-                return
-            self._raise_if_shown(failure, assembler, request, retries)
+                answer.add(assembler.body(), assembler)
+                continue
+            self._raise_if_shown(failure, assembler, answer, request, retries)
             self.retry.sleep(retries.delay_after(failure))
+        yield self._finish(answer.body, request, retries.log)
 
     async def astream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """``stream`` on an event loop; ``aclose()`` or cancelling the task closes the HTTP
         response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.stream_payload(request), self._timeout_of(request)
-        while True:
-            assembler = self.assembler()
+        answer, timeout = _Answer(self, self.stream_payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            assembler = answer.assembler()
             failure = None
-            async with aclosing(self._astream_attempt(payload, timeout, assembler)) as items:
+            attempt = self._astream_attempt(answer.payload, timeout, assembler)
+            async with aclosing(attempt) as items:
                 async for item in items:
                     if isinstance(item, Failure):
                         failure = item
                     else:
                         yield item
             if failure is None:
-                yield self._finish(assembler.body(), request, retries.log)
-                return
-            self._raise_if_shown(failure, assembler, request, retries)
+                answer.add(assembler.body(), assembler)
+                continue
+            self._raise_if_shown(failure, assembler, answer, request, retries)
             await self.retry.async_sleep(retries.delay_after(failure))
+        yield self._finish(answer.body, request, retries.log)
 
     def _stream_attempt(
         self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
@@ -368,12 +393,14 @@ class HttpProvider:
         self,
         failure: Failure,
         assembler: StreamAssembler,
+        answer: _Answer,
         request: InferenceRequest,
         retries: Retries,
     ) -> None:
-        """A stream that failed after a delta was yielded is not retried: the caller has
-        shown that text. A cut raises ``ProviderStreamCutError`` with the answer so far; an
-        error the provider sent raises its own error."""
+        """A stream that failed after a delta was yielded (by this attempt or by the answer
+        it continues) is not retried: the caller has shown that text. A cut raises
+        ``ProviderStreamCutError`` with the answer so far; an error the provider sent raises
+        its own error."""
         if not assembler.shown:
             return
         attempts = retries.failed + 1
@@ -383,16 +410,21 @@ class HttpProvider:
             f"{failure.what}{_AFTER_DELTAS}. The text streamed so far is in the error's "
             "partial response; the run is kept and can be resumed.",
             provider=self.provider,
-            partial=self._partial(assembler, request, retries),
+            partial=self._partial(assembler, answer, request, retries),
             attempts=attempts,
         )
 
     def _partial(
-        self, assembler: StreamAssembler, request: InferenceRequest, retries: Retries
+        self,
+        assembler: StreamAssembler,
+        answer: _Answer,
+        request: InferenceRequest,
+        retries: Retries,
     ) -> InferenceResponse:
-        """The answer as far as it came: its text and reasoning, whole tool calls only."""
+        """The answer as far as it came (with the paused answers it continues): its text and
+        reasoning, whole tool calls only."""
         try:
-            return self._finish(assembler.partial_body(), request, retries.log)
+            return self._finish(answer.joined(assembler.partial_body()), request, retries.log)
         except ProviderResponseError:
             return InferenceResponse(content=assembler.text, reasoning=assembler.reasoning or None)
 
@@ -424,6 +456,55 @@ class HttpProvider:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
+
+
+class _Answer:
+    """The answer of one call as it comes: the body of its response, joined with those of
+    its continuations when the API paused it (``HttpProvider.continuation``), and the request
+    to send next (``None`` once the answer is whole). A stream's continuations carry on from
+    what it has shown, so its deltas keep flowing and a cut keeps every text shown."""
+
+    def __init__(self, provider: HttpProvider, payload: dict[str, Any]) -> None:
+        self._provider = provider
+        self._first = payload
+        self.payload: dict[str, Any] | None = payload
+        self._body: Mapping[str, Any] | None = None
+        self._pauses = 0
+        self._shown: StreamAssembler | None = None
+
+    @property
+    def body(self) -> Mapping[str, Any]:
+        assert self._body is not None, "the answer has no response yet"
+        return self._body
+
+    def add(self, body: Mapping[str, Any], assembler: StreamAssembler | None = None) -> None:
+        """Takes a response; asks for its continuation when the API paused it."""
+        self._body = self.joined(body)
+        self._shown = assembler
+        self.payload = self._provider.continuation(self._first, self._body)
+        if self.payload is None:
+            return
+        self._pauses += 1
+        limit = self._provider.max_continuations
+        if self._pauses > limit:
+            raise ProviderResponseError(
+                f"{self._provider.provider} paused its answer {self._pauses} times in one "
+                f"call, more than the {limit} continuations allowed. Raise the provider's "
+                "max_continuations, or ask for less work (fewer server tool uses) per turn.",
+                provider=self._provider.provider,
+            )
+
+    def joined(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``body`` after what the answer holds so far."""
+        return body if self._body is None else self._provider.joined(self._body, body)
+
+    def assembler(self) -> StreamAssembler:
+        """A fresh assembler that carries on from the text and reasoning already shown."""
+        assembler = self._provider.assembler()
+        if self._shown is not None:
+            assembler.text, assembler.reasoning = self._shown.text, self._shown.reasoning
+            assembler.shown = self._shown.shown
+        return assembler
 
 
 def _package_version() -> str:
