@@ -657,7 +657,21 @@ def function_call(call_id: str, name: str, arguments: str) -> Any:
 
 CHAT_SHAPES = [
     pytest.param(
-        completion(content="Hello there.", usage=c_usage(cached=60, written=20, reasoning=12)),
+        completion(
+            content="Hello there.",
+            annotations=[
+                {
+                    "type": "url_citation",
+                    "url_citation": {
+                        "start_index": 0,
+                        "end_index": 5,
+                        "title": "Hello",
+                        "url": "https://example.org/hello",
+                    },
+                }
+            ],
+            usage=c_usage(cached=60, written=20, reasoning=12),
+        ),
         {
             "content": "Hello there.",
             "usage": Usage(
@@ -905,6 +919,35 @@ RESPONSES_SHAPES = [
         response(WEB_SEARCH, out_message(out_text("2.1 million.", URL_CITATION))),
         {"content": "2.1 million."},
         id="web-search-call",
+    ),
+    pytest.param(
+        response(
+            R.ResponseFileSearchToolCall(
+                id="fs_1", type="file_search_call", status="completed", queries=["paris"]
+            ),
+            R.ResponseCodeInterpreterToolCall(
+                id="ci_1",
+                type="code_interpreter_call",
+                status="completed",
+                container_id="cntr_1",
+                code="print(2)",
+                outputs=[{"type": "logs", "logs": "2"}],
+            ),
+            R.response_output_item.ImageGenerationCall(
+                id="ig_1", type="image_generation_call", status="completed", result="iVBOR"
+            ),
+            R.response_output_item.McpCall(
+                id="mcp_1",
+                type="mcp_call",
+                name="lookup",
+                server_label="atlas",
+                arguments="{}",
+                output="Paris",
+            ),
+            out_message(out_text("Done.")),
+        ),
+        {"content": "Done."},
+        id="other-server-tool-calls",
     ),
     pytest.param(
         response(
