@@ -1020,7 +1020,7 @@ def test_anthropic_reads_thinking_as_reasoning_and_keeps_the_blocks_whole(
     assert response.content == ""
 
 
-@pytest.mark.parametrize("stop_reason", ["max_tokens", "stop_sequence", "refusal", "pause_turn"])
+@pytest.mark.parametrize("stop_reason", ["max_tokens", "stop_sequence", "refusal"])
 def test_anthropic_passes_the_stop_reason_on(connect: Connect, stop_reason: str) -> None:
     body = anthropic_message(anthropic_text("Hi"), stop_reason=stop_reason)
 

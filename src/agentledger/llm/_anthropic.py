@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, cast
 
 import httpx
 from pydantic import JsonValue
@@ -38,6 +38,16 @@ BLOCK_ORDER = "block_order"
 """The metadata key that keeps the types of an assistant message's content blocks in the
 order they came (``["thinking", "tool_use", "thinking", "tool_use"]`` for interleaved
 thinking): the blocks go back to the API in that order, as it requires."""
+KEPT_BLOCKS = "kept_blocks"
+"""The metadata key of an assistant message that keeps whole the content blocks that are
+neither its text, its thinking nor its tool calls: server tool calls and their results
+(``server_tool_use``, ``web_search_tool_result``, ``code_execution_tool_result``, ...) and
+any block type this client does not know yet (such a block is kept, never a failure). When
+there are some, or citations, the text blocks are kept too, one by one with their
+citations. They go back to the API within the run, in the order
+``BLOCK_ORDER`` keeps, as the server tools require."""
+_READ = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
+"""The block types ``parse`` reads into the response's fields."""
 
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 CacheSetting = Literal["5m", "1h"] | None
@@ -56,7 +66,14 @@ class AnthropicMessages(HttpProvider):
     ``tool_use`` and ``tool_result`` blocks, and consecutive results share one user turn.
     Thinking blocks (enable them with ``ModelSettings(extra={"thinking": {...}})``) become the
     step's ``reasoning`` and are kept whole in the assistant message's metadata, from where
-    they are sent back while the run lasts. Usage counts cache writes and reads. The key and
+    they are sent back while the run lasts. Server tool blocks (``server_tool_use`` and the
+    ``*_tool_result`` blocks of web search, web fetch, code execution, ...) and block types
+    this client does not know are kept whole likewise (``KEPT_BLOCKS``) and go back in the
+    order they came. An answer paused with ``stop_reason: "pause_turn"`` (a long server tool
+    loop) is continued within the call: the request is sent again with the paused content as
+    the last assistant turn, and the answers come back as one response (content and blocks
+    in order, usage summed), streamed or not, at most ``max_continuations`` times. Usage
+    counts cache writes and reads. The key and
     the base URL default to ``ANTHROPIC_API_KEY`` and ``ANTHROPIC_BASE_URL``;
     ``max_tokens`` is the output limit when the request's settings name none (the API
     requires one).
@@ -129,17 +146,26 @@ class AnthropicMessages(HttpProvider):
         return body
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
-        blocks = body["content"]
+        """The text blocks joined, the thinking as reasoning, the ``tool_use`` blocks as tool
+        calls; thinking, server tool and unknown blocks are kept whole in the metadata
+        (``THINKING_BLOCKS``, ``KEPT_BLOCKS``, in the order ``BLOCK_ORDER`` says), so that an
+        unknown block type never fails the parse and everything goes back as it came."""
+        blocks = [_block(b) for b in body["content"]]
         thinking = [b for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
+        texts = [b for b in blocks if b["type"] == "text"]
         metadata: dict[str, JsonValue] = {}
         if body.get("id"):
             metadata["response_id"] = body["id"]
         if thinking:
-            metadata[THINKING_BLOCKS] = thinking
+            metadata[THINKING_BLOCKS] = cast(list[JsonValue], thinking)
+        kept = _kept(blocks, texts)
+        if kept:
+            metadata[KEPT_BLOCKS] = kept
+        if thinking or kept:
             metadata[BLOCK_ORDER] = [b["type"] for b in blocks]
         reasoning = "\n\n".join(b["thinking"] for b in thinking if b["type"] == "thinking")
         return InferenceResponse(
-            content="".join(b["text"] for b in blocks if b["type"] == "text"),
+            content="".join(b["text"] for b in texts),
             tool_calls=[
                 ToolCall(id=b["id"], name=b["name"], arguments=b.get("input") or {})
                 for b in blocks
@@ -152,6 +178,23 @@ class AnthropicMessages(HttpProvider):
             metadata=metadata,
         )
 
+    def continuation(
+        self, payload: dict[str, Any], body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """After ``stop_reason: "pause_turn"`` (a server tool loop ran long), the same request
+        with the paused content, as it came, as the last (assistant) turn: the API carries
+        the turn on from there."""
+        if body.get("stop_reason") != "pause_turn":
+            return None
+        turn = {"role": "assistant", "content": list(body["content"])}
+        return payload | {"messages": [*payload["messages"], turn]}
+
+    def joined(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> Mapping[str, Any]:
+        """The continuation's message, with the paused content before its own and the usage
+        of both."""
+        usage = _summed(before.get("usage") or {}, after.get("usage") or {})
+        return dict(after) | {"content": [*before["content"], *after["content"]], "usage": usage}
+
     def assembler(self) -> StreamAssembler:
         return _EventAssembler()
 
@@ -159,7 +202,8 @@ class AnthropicMessages(HttpProvider):
 class _EventAssembler(StreamAssembler):
     """Messages stream events back into one ``message``: ``message_start`` opens it (with the
     input usage), each content block is built from its ``content_block_start`` and deltas
-    (``text_delta``, ``input_json_delta``, ``thinking_delta``, ``signature_delta``) until its
+    (``text_delta``, ``citations_delta``, ``input_json_delta``, ``thinking_delta``,
+    ``signature_delta``; others are ignored) until its
     ``content_block_stop``, ``message_delta`` brings the stop reason and the output usage,
     ``message_stop`` ends it; ``ping`` is ignored and ``error`` raises."""
 
@@ -203,13 +247,16 @@ class _EventAssembler(StreamAssembler):
             return self.emit(reasoning=separator + delta["thinking"] if delta["thinking"] else "")
         if kind == "signature_delta":
             block["signature"] = block.get("signature", "") + delta["signature"]
+        elif kind == "citations_delta":
+            block["citations"] = [*(block.get("citations") or []), delta["citation"]]
         elif kind == "input_json_delta":
             self.json[index] = self.json.get(index, "") + delta["partial_json"]
         return []
 
     def _stop(self, index: int) -> None:
+        """A block is whole; a tool call's (client or server) input is its JSON pieces."""
         block = self.blocks[index]
-        if block["type"] == "tool_use" and self.json.get(index, "").strip():
+        if "input" in block and self.json.get(index, "").strip():
             block["input"] = json.loads(self.json[index])
         self.whole.add(index)
 
@@ -222,11 +269,12 @@ class _EventAssembler(StreamAssembler):
         return self.message | {"content": [self.blocks[i] for i in sorted(self.blocks)]}
 
     def partial_body(self) -> Mapping[str, Any]:
-        """Text and thinking as far as they came; tool calls only once whole."""
+        """Text and thinking as far as they came; tool calls (client or server) only once
+        whole."""
         blocks = [
             self.blocks[i]
             for i in sorted(self.blocks)
-            if self.blocks[i]["type"] != "tool_use" or i in self.whole
+            if "input" not in self.blocks[i] or i in self.whole
         ]
         return self.message | {"content": blocks, "stop_reason": None}
 
@@ -254,28 +302,66 @@ def _blocks(message: Message) -> list[dict[str, Any]]:
             "content": message.content,
         }
         return [result | {"is_error": True} if message.metadata.get(TOOL_ERROR_KEY) else result]
+    assistant = message.role is Role.ASSISTANT
+    kept = _kept_blocks(message) if assistant else []
     queues: dict[str, list[dict[str, Any]]] = {
-        "thinking": _thinking(message) if message.role is Role.ASSISTANT else [],
-        "text": [{"type": "text", "text": message.content}] if message.content else [],
+        "thinking": _thinking(message) if assistant else [],
+        "text": _texts(message, [b for b in kept if b["type"] == "text"]),
         "tool_use": [
             {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
             for c in message.tool_calls
         ],
     }
+    for block in kept:
+        if block["type"] != "text":
+            queues.setdefault(block["type"], []).append(block)
     blocks = _in_order(queues, message.metadata.get(BLOCK_ORDER))
     return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
 
 
 def _in_order(queues: dict[str, list[dict[str, Any]]], order: object) -> list[dict[str, Any]]:
-    """The blocks in the order they came (thinking interleaved with tool calls must go back
-    so); the text goes where its first block was. Blocks the order does not place (a message
-    from before the order was kept) follow in the usual order: thinking, text, tool calls."""
+    """The blocks in the order they came (thinking interleaved with tool calls, server tool
+    calls before their results, must go back so); the text goes where its first block was
+    unless its blocks were kept one by one. Blocks the order does not place (a message from
+    before the order was kept) follow in the usual order: thinking, text, the kept blocks,
+    tool calls."""
     blocks: list[dict[str, Any]] = []
     for kind in order if isinstance(order, list) else ():
         queue = queues.get("thinking" if kind == "redacted_thinking" else str(kind))
         if queue:
             blocks.append(queue.pop(0))
-    return blocks + queues["thinking"] + queues["text"] + queues["tool_use"]
+    last = ("thinking", "text")
+    rest = [b for kind, queue in queues.items() if kind not in (*last, "tool_use") for b in queue]
+    return blocks + queues["thinking"] + queues["text"] + rest + queues["tool_use"]
+
+
+def _kept(blocks: list[dict[str, Any]], texts: list[dict[str, Any]]) -> list[JsonValue]:
+    """The blocks ``KEPT_BLOCKS`` keeps: those ``parse`` does not read, and the text blocks
+    as they came when there are such blocks or citations."""
+    others = [b for b in blocks if b["type"] not in _READ]
+    whole = others or any(b.get("citations") for b in texts)
+    kept = [b for b in blocks if b["type"] not in _READ or (whole and b["type"] == "text")]
+    return cast(list[JsonValue], kept)
+
+
+def _texts(message: Message, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The text blocks kept one by one (citations and all) while they still say the
+    message's content; else the content as one block."""
+    if kept and "".join(str(b.get("text") or "") for b in kept) == message.content:
+        return kept
+    return [{"type": "text", "text": message.content}] if message.content else []
+
+
+def _kept_blocks(message: Message) -> list[dict[str, Any]]:
+    kept = message.metadata.get(KEPT_BLOCKS)
+    blocks = [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
+    return [b for b in blocks if isinstance(b.get("type"), str)]
+
+
+def _block(wire: object) -> dict[str, Any]:
+    if not isinstance(wire, dict) or not isinstance(wire.get("type"), str):
+        raise TypeError(f"a content block must be an object with a type, not {wire!r}")
+    return wire
 
 
 def _thinking(message: Message) -> list[dict[str, Any]]:
@@ -444,6 +530,19 @@ def _usage(wire: Mapping[str, Any]) -> Usage:
         cache_write_1h_tokens=min(hour, written),
         reasoning_tokens=thinking,
     )
+
+
+def _summed(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str, Any]:
+    """Two usage objects added up, counts nested in details objects too; what is not a
+    count (``service_tier``) is the later one's."""
+    summed = dict(before) | dict(after)
+    for key, value in after.items():
+        earlier = before.get(key)
+        if isinstance(value, Mapping) and isinstance(earlier, Mapping):
+            summed[key] = _summed(earlier, value)
+        elif isinstance(value, int) and isinstance(earlier, int) and not isinstance(value, bool):
+            summed[key] = earlier + value
+    return summed
 
 
 def _details(wire: Mapping[str, Any], key: str) -> Mapping[str, Any]:

@@ -4,7 +4,6 @@ API keys kept out of everything that is stored, logged or raised."""
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -32,25 +31,15 @@ from ..values import (
     InferenceResponse,
     StreamItem,
 )
+from ._failures import Failures
 from ._pricing import PriceTable
-from ._retries import Failure, Retries, RetryPolicy, retry_after, status_of_error
+from ._retries import Failure, Retries, RetryPolicy
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
-from ._statuses import (
-    ErrorDetails,
-    classify,
-    error_details,
-    is_error_body,
-    server_message,
-    should_retry,
-    snippet,
-)
+from ._statuses import is_error_body
 from ._structured import parsed_output
 
 DEFAULT_TIMEOUT = httpx.Timeout(60.0, connect=10.0)
 """A minute for the model to answer, ten seconds to connect."""
-
-_KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[\w\-*.]{4,}")
-
 
 _AFTER_DELTAS = " after part of the answer had been streamed"
 
@@ -88,6 +77,9 @@ class HttpProvider:
     base_url_variable: ClassVar[str]
     default_base_url: ClassVar[str]
     endpoint: ClassVar[str]
+    max_continuations: int = 8
+    """How many times one call continues an answer the API paused before it fails with a
+    :class:`~agentledger.errors.ProviderResponseError`."""
 
     def __init__(
         self,
@@ -111,7 +103,7 @@ class HttpProvider:
                 f"no API key for {self.provider}: set {self.api_key_variable} or pass "
                 f"api_key=. (A local {self.provider}-compatible server needs only base_url=.)"
             )
-        self._secrets = _secrets(key, headers or {})
+        self._failures = Failures(self, key, headers or {})
         self.retry = retry if retry is not None else RetryPolicy()
         self.prices = prices if prices is not None else PriceTable.default()
         self.timeout = timeout if isinstance(timeout, httpx.Timeout) else httpx.Timeout(timeout)
@@ -186,27 +178,46 @@ class HttpProvider:
         """A fresh assembler of this API's stream events."""
         raise NotImplementedError
 
+    def continuation(
+        self, payload: dict[str, Any], body: Mapping[str, Any]
+    ) -> dict[str, Any] | None:
+        """The request that continues the answer ``body`` when the API paused it in the middle
+        of the model's turn (Anthropic's ``pause_turn``), built from the call's first request
+        ``payload``; ``None`` when the answer is whole (the default: an API that pauses says
+        so). The call sends it, and joins the answers with ``joined``, until one is whole."""
+        return None
+
+    def joined(self, before: Mapping[str, Any], after: Mapping[str, Any]) -> Mapping[str, Any]:
+        """One response body of a paused answer ``before`` and its continuation ``after``, in
+        this API's wire format (an API whose ``continuation`` is ever a request says how)."""
+        raise NotImplementedError
+
     # -- the call: one request, one whole response ---------------------------------------------
 
     def complete(self, request: InferenceRequest) -> InferenceResponse:
-        """The model's answer to ``request``, after the retries the policy allows."""
+        """The model's answer to ``request``, after the retries the policy allows (and the
+        continuations of an answer the API paused)."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.payload(request), self._timeout_of(request)
-        while True:
-            outcome = self._attempt(payload, timeout)
-            if not isinstance(outcome, Failure):
-                return self._finish(outcome, request, retries.log)
-            self.retry.sleep(retries.delay_after(outcome))
+        answer, timeout = _Answer(self, self.payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            outcome = self._attempt(answer.payload, timeout)
+            if isinstance(outcome, Failure):
+                self.retry.sleep(retries.delay_after(outcome))
+            else:
+                answer.add(outcome)
+        return self._finish(answer.body, request, retries.log)
 
     async def acomplete(self, request: InferenceRequest) -> InferenceResponse:
         """``complete`` on an event loop: the same request, retries, errors and response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.payload(request), self._timeout_of(request)
-        while True:
-            outcome = await self._aattempt(payload, timeout)
-            if not isinstance(outcome, Failure):
-                return self._finish(outcome, request, retries.log)
-            await self.retry.async_sleep(retries.delay_after(outcome))
+        answer, timeout = _Answer(self, self.payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            outcome = await self._aattempt(answer.payload, timeout)
+            if isinstance(outcome, Failure):
+                await self.retry.async_sleep(retries.delay_after(outcome))
+            else:
+                answer.add(outcome)
+        return self._finish(answer.body, request, retries.log)
 
     def _timeout_of(self, request: InferenceRequest) -> httpx.Timeout:
         """The request's own timeout (``ModelSettings.timeout``, every phase), else the
@@ -220,7 +231,7 @@ class HttpProvider:
         try:
             response = self._sync_client().post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc, timeout)
+            return self._failures.transport(exc, timeout)
         return self._outcome(response)
 
     async def _aattempt(
@@ -230,14 +241,14 @@ class HttpProvider:
             client = self._async_client()
             response = await client.post(self.endpoint, json=payload, timeout=timeout)
         except httpx.TransportError as exc:
-            return self._transport_failure(exc, timeout)
+            return self._failures.transport(exc, timeout)
         return self._outcome(response)
 
     def _outcome(self, response: httpx.Response) -> Mapping[str, Any] | Failure:
         if not response.is_success:
-            return self._status_failure(response)
-        body = self._json(response)
-        return self._error_body_failure(response, body) if is_error_body(body) else body
+            return self._failures.status(response)
+        body = self._failures.json_body(response)
+        return self._failures.error_body(response, body) if is_error_body(body) else body
 
     def _finish(
         self, body: Mapping[str, Any], request: InferenceRequest, retries: list[JsonValue]
@@ -262,14 +273,7 @@ class HttpProvider:
         try:
             return self.parse(body)
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} answered with a response this client cannot read "
-                    f"({type(exc).__name__}: {exc}). Is {self.base_url} really an "
-                    f"{self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-            ) from None
+            raise self._failures.unreadable("answered with a response", exc) from None
 
     # -- the call, streamed -------------------------------------------------------------------
 
@@ -280,36 +284,39 @@ class HttpProvider:
         after one raises :class:`~agentledger.errors.ProviderStreamCutError` with the answer
         so far. Closing the iterator early closes the HTTP response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.stream_payload(request), self._timeout_of(request)
-        while True:
-            assembler = self.assembler()
-            with closing(self._stream_attempt(payload, timeout, assembler)) as items:
+        answer, timeout = _Answer(self, self.stream_payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            assembler = answer.assembler()
+            with closing(self._stream_attempt(answer.payload, timeout, assembler)) as items:
                 failure = yield from _deltas(items)
             if failure is None:
-                yield self._finish(assembler.body(), request, retries.log)
-                return
-            self._raise_if_shown(failure, assembler, request, retries)
+                answer.add(assembler.body(), assembler)
+                continue
+            self._raise_if_shown(failure, assembler, answer, request, retries)
             self.retry.sleep(retries.delay_after(failure))
+        yield self._finish(answer.body, request, retries.log)
 
     async def astream(self, request: InferenceRequest) -> AsyncIterator[StreamItem]:
         """``stream`` on an event loop; ``aclose()`` or cancelling the task closes the HTTP
         response."""
         retries = Retries(self.retry, self.provider)
-        payload, timeout = self.stream_payload(request), self._timeout_of(request)
-        while True:
-            assembler = self.assembler()
+        answer, timeout = _Answer(self, self.stream_payload(request)), self._timeout_of(request)
+        while answer.payload is not None:
+            assembler = answer.assembler()
             failure = None
-            async with aclosing(self._astream_attempt(payload, timeout, assembler)) as items:
+            attempt = self._astream_attempt(answer.payload, timeout, assembler)
+            async with aclosing(attempt) as items:
                 async for item in items:
                     if isinstance(item, Failure):
                         failure = item
                     else:
                         yield item
             if failure is None:
-                yield self._finish(assembler.body(), request, retries.log)
-                return
-            self._raise_if_shown(failure, assembler, request, retries)
+                answer.add(assembler.body(), assembler)
+                continue
+            self._raise_if_shown(failure, assembler, answer, request, retries)
             await self.retry.async_sleep(retries.delay_after(failure))
+        yield self._finish(answer.body, request, retries.log)
 
     def _stream_attempt(
         self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
@@ -320,7 +327,7 @@ class HttpProvider:
             with client.stream("POST", self.endpoint, json=payload, timeout=timeout) as response:
                 if not response.is_success:
                     response.read()
-                    yield self._status_failure(response)
+                    yield self._failures.status(response)
                     return
                 try:
                     decoder = EventDecoder()
@@ -329,15 +336,15 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc, timeout)
+                    yield self._failures.stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc, timeout)
+            yield self._failures.transport(exc, timeout)
             return
         except StreamErrorEvent as event:
-            yield self._event_failure(event)
+            yield self._failures.event(event)
             return
-        yield self._ended_early()
+        yield self._failures.ended_early()
 
     async def _astream_attempt(
         self, payload: dict[str, Any], timeout: httpx.Timeout, assembler: StreamAssembler
@@ -349,7 +356,7 @@ class HttpProvider:
             ) as response:
                 if not response.is_success:
                     await response.aread()
-                    yield self._status_failure(response)
+                    yield self._failures.status(response)
                     return
                 try:
                     decoder = EventDecoder()
@@ -359,15 +366,15 @@ class HttpProvider:
                         if assembler.done:
                             return
                 except httpx.TransportError as exc:
-                    yield self._stream_broke(exc, timeout)
+                    yield self._failures.stream_broke(exc, timeout)
                     return
         except httpx.TransportError as exc:
-            yield self._transport_failure(exc, timeout)
+            yield self._failures.transport(exc, timeout)
             return
         except StreamErrorEvent as event:
-            yield self._event_failure(event)
+            yield self._failures.event(event)
             return
-        yield self._ended_early()
+        yield self._failures.ended_early()
 
     def _feed(
         self, assembler: StreamAssembler, decoder: EventDecoder, line: str
@@ -380,25 +387,20 @@ class HttpProvider:
         try:
             return assembler.feed(event)
         except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} streamed an event this client cannot read "
-                    f"({type(exc).__name__}: {exc}): {snippet(event.data)!r}. Is "
-                    f"{self.base_url} really an {self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-            ) from None
+            raise self._failures.unreadable("streamed an event", exc, event.data) from None
 
     def _raise_if_shown(
         self,
         failure: Failure,
         assembler: StreamAssembler,
+        answer: _Answer,
         request: InferenceRequest,
         retries: Retries,
     ) -> None:
-        """A stream that failed after a delta was yielded is not retried: the caller has
-        shown that text. A cut raises ``ProviderStreamCutError`` with the answer so far; an
-        error the provider sent raises its own error."""
+        """A stream that failed after a delta was yielded (by this attempt or by the answer
+        it continues) is not retried: the caller has shown that text. A cut raises
+        ``ProviderStreamCutError`` with the answer so far; an error the provider sent raises
+        its own error."""
         if not assembler.shown:
             return
         attempts = retries.failed + 1
@@ -408,137 +410,23 @@ class HttpProvider:
             f"{failure.what}{_AFTER_DELTAS}. The text streamed so far is in the error's "
             "partial response; the run is kept and can be resumed.",
             provider=self.provider,
-            partial=self._partial(assembler, request, retries),
+            partial=self._partial(assembler, answer, request, retries),
             attempts=attempts,
         )
 
     def _partial(
-        self, assembler: StreamAssembler, request: InferenceRequest, retries: Retries
+        self,
+        assembler: StreamAssembler,
+        answer: _Answer,
+        request: InferenceRequest,
+        retries: Retries,
     ) -> InferenceResponse:
-        """The answer as far as it came: its text and reasoning, whole tool calls only."""
+        """The answer as far as it came (with the paused answers it continues): its text and
+        reasoning, whole tool calls only."""
         try:
-            return self._finish(assembler.partial_body(), request, retries.log)
+            return self._finish(answer.joined(assembler.partial_body()), request, retries.log)
         except ProviderResponseError:
             return InferenceResponse(content=assembler.text, reasoning=assembler.reasoning or None)
-
-    def _event_failure(self, event: StreamErrorEvent) -> Failure:
-        """An error event in the stream, judged as the HTTP status it stands for."""
-        details = error_details(event.body)
-        kind, retryable, advice = classify(event.status, self, details)
-        return Failure(
-            kind,
-            f"{self.provider} {advice[0]} (error event in the stream: "
-            f"{snippet(self._redact(event.message))}{self._redact(details.text())})",
-            advice[1],
-            retryable=retryable,
-            details=details,
-        )
-
-    def _stream_broke(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc, timeout)
-        return Failure(
-            ProviderConnectionError,
-            self._redact(f"{self.provider}'s stream broke off ({type(exc).__name__}: {exc})"),
-            "Check the network or the server; the run is kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _ended_early(self) -> Failure:
-        return Failure(
-            ProviderConnectionError,
-            f"{self.provider}'s stream ended before the answer was complete",
-            "Check the network or the server; the run is kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _transport_failure(self, exc: httpx.TransportError, timeout: httpx.Timeout) -> Failure:
-        if isinstance(exc, httpx.TimeoutException):
-            return self._timeout(exc, timeout)
-        return Failure(
-            ProviderConnectionError,
-            self._redact(
-                f"could not reach {self.provider} at {self.base_url} ({type(exc).__name__}: {exc})"
-            ),
-            "Check the base URL and the network, or start the local server; the run is "
-            "kept and can be resumed.",
-            retryable=True,
-        )
-
-    def _timeout(self, exc: httpx.TimeoutException, timeout: httpx.Timeout) -> Failure:
-        phase = {
-            httpx.ConnectTimeout: "connecting",
-            httpx.WriteTimeout: "sending",
-            httpx.PoolTimeout: "waiting for a free connection",
-        }.get(type(exc), "waiting for the answer")
-        return Failure(
-            ProviderTimeoutError,
-            f"{self.provider} timed out while {phase} ({_timeout_text(timeout)})",
-            "Pass a longer timeout= (to the provider, or ModelSettings(timeout=...) for one "
-            "request) or resume the run later.",
-            retryable=True,
-        )
-
-    def _json(self, response: httpx.Response) -> Mapping[str, Any]:
-        try:
-            body = response.json()
-        except ValueError:
-            body = None
-        if not isinstance(body, dict):
-            raise ProviderResponseError(
-                self._redact(
-                    f"{self.provider} answered HTTP {response.status_code} with a body that is "
-                    f"not a JSON object: {snippet(self._redact(response.text))!r}. Is "
-                    f"{self.base_url} really an {self.provider}-compatible API?"
-                ),
-                provider=self.provider,
-                status_code=response.status_code,
-            )
-        return body
-
-    def _status_failure(self, response: httpx.Response) -> Failure:
-        status = response.status_code
-        details = error_details(_json_or_none(response), response.headers)
-        return self._failure(response, status, f"HTTP {status}", server_message(response), details)
-
-    def _error_body_failure(self, response: httpx.Response, body: Mapping[str, Any]) -> Failure:
-        """A 200 whose body is an error object: judged as the status its code or type
-        stands for (a server error when neither is known)."""
-        details = error_details(body, response.headers)
-        error = body.get("error")
-        message = str(error.get("message") or error) if isinstance(error, Mapping) else str(body)
-        status = status_of_error(details.code, details.type)
-        where = f"HTTP {response.status_code} with an error body"
-        return self._failure(response, status, where, message, details)
-
-    def _failure(
-        self,
-        response: httpx.Response,
-        status: int,
-        where: str,
-        message: str,
-        details: ErrorDetails,
-    ) -> Failure:
-        """A failed answer, judged by ``status``, saying the provider's message and details;
-        the server's ``x-should-retry`` decides the retry, except for an exhausted quota."""
-        kind, retryable, advice = classify(status, self, details)
-        if not details.out_of_quota:
-            retryable = should_retry(response.headers, retryable)
-        said = self._redact(f"{snippet(message)}{details.text()}")
-        return Failure(
-            kind,
-            f"{self.provider} {advice[0]} ({where}: {said})",
-            advice[1],
-            retryable=retryable,
-            status_code=response.status_code,
-            retry_after=retry_after(response.headers, self.retry.clock()) if retryable else None,
-            details=details,
-        )
-
-    def _redact(self, text: str) -> str:
-        for secret in self._secrets:
-            text = text.replace(secret, "[redacted]")
-        return _KEY_LIKE.sub("[redacted]", text)
 
     # -- lifecycle ----------------------------------------------------------------------------
 
@@ -570,22 +458,53 @@ class HttpProvider:
         return f"{type(self).__name__}(model={self.model!r}, base_url={self.base_url!r})"
 
 
-_SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
+class _Answer:
+    """The answer of one call as it comes: the body of its response, joined with those of
+    its continuations when the API paused it (``HttpProvider.continuation``), and the request
+    to send next (``None`` once the answer is whole). A stream's continuations carry on from
+    what it has shown, so its deltas keep flowing and a cut keeps every text shown."""
 
+    def __init__(self, provider: HttpProvider, payload: dict[str, Any]) -> None:
+        self._provider = provider
+        self._first = payload
+        self.payload: dict[str, Any] | None = payload
+        self._body: Mapping[str, Any] | None = None
+        self._pauses = 0
+        self._shown: StreamAssembler | None = None
 
-def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
-    """What to redact: the key, and credentials in the extra headers (``Bearer <token>``)."""
-    values = [v for name, v in headers.items() if name.lower() in _SECRET_HEADERS]
-    tokens = [v.split(" ", 1)[-1] for v in values]
-    found = {s for s in (key, *values, *tokens) if s and len(s) >= 4}
-    return tuple(sorted(found, key=len, reverse=True))
+    @property
+    def body(self) -> Mapping[str, Any]:
+        assert self._body is not None, "the answer has no response yet"
+        return self._body
 
+    def add(self, body: Mapping[str, Any], assembler: StreamAssembler | None = None) -> None:
+        """Takes a response; asks for its continuation when the API paused it."""
+        self._body = self.joined(body)
+        self._shown = assembler
+        self.payload = self._provider.continuation(self._first, self._body)
+        if self.payload is None:
+            return
+        self._pauses += 1
+        limit = self._provider.max_continuations
+        if self._pauses > limit:
+            raise ProviderResponseError(
+                f"{self._provider.provider} paused its answer {self._pauses} times in one "
+                f"call, more than the {limit} continuations allowed. Raise the provider's "
+                "max_continuations, or ask for less work (fewer server tool uses) per turn.",
+                provider=self._provider.provider,
+            )
 
-def _json_or_none(response: httpx.Response) -> object:
-    try:
-        return response.json()
-    except ValueError:
-        return None
+    def joined(self, body: Mapping[str, Any]) -> Mapping[str, Any]:
+        """``body`` after what the answer holds so far."""
+        return body if self._body is None else self._provider.joined(self._body, body)
+
+    def assembler(self) -> StreamAssembler:
+        """A fresh assembler that carries on from the text and reasoning already shown."""
+        assembler = self._provider.assembler()
+        if self._shown is not None:
+            assembler.text, assembler.reasoning = self._shown.text, self._shown.reasoning
+            assembler.shown = self._shown.shown
+        return assembler
 
 
 def _package_version() -> str:
@@ -593,7 +512,3 @@ def _package_version() -> str:
         return version("agentledger")
     except PackageNotFoundError:  # pragma: no cover - a source tree without install
         return "0"
-
-
-def _timeout_text(timeout: httpx.Timeout) -> str:
-    return f"read timeout {timeout.read}s, connect timeout {timeout.connect}s"

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import JsonValue
 
+from ..errors import ProviderResponseError
 from ..values import (
     InferenceDelta,
     InferenceRequest,
@@ -99,13 +100,18 @@ class OpenAIChat(HttpProvider):
             metadata["response_id"] = body["id"]
         return InferenceResponse(
             content=message.get("content") or refusal or "",
-            tool_calls=[_tool_call(c) for c in message.get("tool_calls") or ()],
+            tool_calls=[self._tool_call(c) for c in message.get("tool_calls") or ()],
             reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
             usage=_usage(body.get("usage") or {}),
             finish_reason="refusal" if refusal else choice.get("finish_reason"),
             model=body.get("model"),
             metadata=metadata,
         )
+
+    def _tool_call(self, wire: Mapping[str, Any]) -> ToolCall:
+        if wire.get("type") == "custom":
+            raise custom_tool_call(self.provider, (wire.get("custom") or {}).get("name"))
+        return _tool_call(wire)
 
     def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
         return super().stream_payload(request) | {"stream_options": {"include_usage": True}}
@@ -181,6 +187,19 @@ class _ChunkAssembler(StreamAssembler):
             ]
         choice = {"message": message, "finish_reason": self.finish_reason}
         return {**self.head, "choices": [choice], "usage": self.usage}
+
+
+def custom_tool_call(provider: str, name: object) -> ProviderResponseError:
+    """The error for a call of a custom (free-form text) tool: the loop runs function tools,
+    whose arguments are JSON, so it has nothing to run the call with; failing says so, where
+    a parse would answer the call with an error the user never sees."""
+    return ProviderResponseError(
+        f"{provider} answered with a call of the custom tool {name!r}, which agentledger "
+        "cannot run: its tools are function tools, called with JSON arguments. Define the "
+        "tool as a function tool (a Tool), not as a custom tool given through "
+        "ModelSettings(extra=...).",
+        provider=provider,
+    )
 
 
 def _function(call: Mapping[str, Any]) -> dict[str, Any]:

@@ -22,7 +22,7 @@ from ..values import (
     new_id,
 )
 from ._http import HttpProvider
-from ._openai import _arguments, _details, _stream_error
+from ._openai import _arguments, _details, _stream_error, custom_tool_call
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 from ._structured import forced_tool, output_schema, strict_tool_parameters
 
@@ -78,10 +78,19 @@ class OpenAIResponses(HttpProvider):
         return body | _structured(request)
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
+        """The ``output_text`` parts of the message items joined (refusals after them), the
+        ``function_call`` items as tool calls, the reasoning items' summaries as reasoning.
+        Output items of other types (server tools' calls, ``web_search_call`` and the like,
+        and any type this client does not know yet) carry nothing to read and are passed
+        over, never a failure; a ``custom_tool_call``, which no agentledger tool can answer,
+        is a clear error."""
         output = [_item(i) for i in body.get("output") or ()]
         parts = [p for i in output if i["type"] == "message" for p in i.get("content") or ()]
         text = "".join(p.get("text") or "" for p in parts if p["type"] == "output_text")
         refusal = "".join(p.get("refusal") or "" for p in parts if p["type"] == "refusal")
+        custom = [i for i in output if i["type"] == "custom_tool_call"]
+        if custom:
+            raise custom_tool_call(self.provider, custom[0].get("name"))
         calls = [_tool_call(i) for i in output if i["type"] == "function_call"]
         reasoning = [i for i in output if i["type"] == "reasoning"]
         metadata: dict[str, JsonValue] = {}
@@ -296,5 +305,6 @@ def _usage(wire: Mapping[str, Any]) -> Usage:
         input_tokens=wire.get("input_tokens") or 0,
         output_tokens=wire.get("output_tokens") or 0,
         cache_read_tokens=_details(wire, "input_tokens_details").get("cached_tokens") or 0,
+        cache_write_tokens=_details(wire, "input_tokens_details").get("cache_write_tokens") or 0,
         reasoning_tokens=_details(wire, "output_tokens_details").get("reasoning_tokens") or 0,
     )
