@@ -15,6 +15,7 @@ from ._retries import Failure, RetryPolicy, retry_after, status_of_error
 from ._sse import StreamErrorEvent
 from ._statuses import (
     ErrorDetails,
+    Named,
     classify,
     error_details,
     server_message,
@@ -26,21 +27,13 @@ _KEY_LIKE = re.compile(r"\b(?:sk|pk|rk)-[\w\-*.]{4,}")
 _SECRET_HEADERS = ("authorization", "x-api-key", "api-key", "proxy-authorization")
 
 
-class _Provider(Protocol):
-    """What a failure names: the provider, where its key comes from, its base URL and model,
-    and the retry policy whose clock reads a ``Retry-After`` date."""
+class _Provider(Named, Protocol):
+    """What a failure names: the provider, besides what the advice names (where its key comes
+    from, its base URL and model), and the retry policy whose clock reads a ``Retry-After``
+    date."""
 
     @property
     def provider(self) -> str: ...
-
-    @property
-    def api_key_variable(self) -> str: ...
-
-    @property
-    def base_url(self) -> str: ...
-
-    @property
-    def model(self) -> str: ...
 
     @property
     def retry(self) -> RetryPolicy: ...

@@ -18,7 +18,7 @@ from ..errors import (
 )
 
 
-class _Named(Protocol):
+class Named(Protocol):
     """What the advice names: where the key comes from, the base URL and the model."""
 
     @property
@@ -95,7 +95,7 @@ def _text(value: object) -> str | None:
 
 
 def classify(
-    status: int, provider: _Named, details: ErrorDetails | None = None
+    status: int, provider: Named, details: ErrorDetails | None = None
 ) -> tuple[type[ProviderError], bool, tuple[str, str]]:
     """The error type, whether to retry, and what happened / what to do, for an HTTP status
     (and the error object's details: a 429 for an exhausted quota is not a rate limit)."""
