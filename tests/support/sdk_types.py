@@ -9,8 +9,8 @@ and every element of every list is checked. A mismatch names its JSON path and w
 expected there; for a union, the branch that came closest.
 
 Only ``typing`` is imported here, so the module also runs with an older SDK first on the path
-(``python -m support.sdk_types`` reads ``[{"name", "type", "body"}]`` as JSON on standard
-input and writes the mismatches of each body, and the versions it checked against).
+(``python -m support.sdk_types`` reads the bodies as JSON on standard input and writes the
+mismatches of each, and the versions it checked against: see :func:`main`).
 """
 
 from __future__ import annotations
@@ -356,14 +356,18 @@ def type_named(dotted: str) -> object:
 
 
 def main() -> None:
-    """Reads ``[{"name", "type", "body"}]``; writes ``{"versions", "locations", "unknown",
-    "mismatches"}`` with each body's mismatches by name."""
-    cases = json.load(sys.stdin)
+    """Reads ``{"cases": [{"name", "type", "body"}], "modules": [...]}``; writes
+    ``{"versions", "locations", "imported", "unknown", "mismatches"}``: the SDKs' versions and
+    where they were imported from, the modules given that import, the types the validator
+    does not know, and each body's mismatches by name."""
+    given = json.load(sys.stdin)
     report: dict[str, Any] = {"versions": {}, "locations": {}, "unknown": {}, "mismatches": {}}
     for sdk in ("openai", "anthropic"):
         module = importlib.import_module(sdk)
         report["versions"][sdk] = module.__version__
         report["locations"][sdk] = module.__file__
+    report["imported"] = [importlib.import_module(m).__name__ for m in given["modules"]]
+    cases = given["cases"]
     for dotted in sorted({case["type"] for case in cases}):
         report["unknown"][dotted] = sorted(unknown_types(type_named(dotted)))
     for case in cases:
