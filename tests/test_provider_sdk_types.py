@@ -319,3 +319,13 @@ def test_anthropic_bodies_without_caching_carry_no_cache_control(catalog: list[B
     uncached = [b for b in catalog if b.case.endswith("[no cache]")]
     assert uncached
     assert all("cache_control" not in json.dumps(b.body) for b in uncached)
+
+
+def test_the_timeout_setting_does_not_reach_the_body(catalog: list[Body]) -> None:
+    """``ModelSettings.timeout`` is the client's: the body is the one without it."""
+    by_case = {(b.provider, b.case, b.streaming): b.body for b in catalog}
+    timed = [key for key in by_case if key[1].startswith("timeout")]
+    assert timed
+    for provider, case, streaming in timed:
+        plain = case.replace("timeout", "user text", 1)
+        assert by_case[provider, case, streaming] == by_case[provider, plain, streaming]
