@@ -19,6 +19,18 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(PIP) -e '.[dev]'
 	touch $@
 
+# The official SDKs at the versions the price table is dated from, apart from the newest the dev
+# extra installs: tests/test_provider_sdk_types.py checks every request body against their
+# param types in a subprocess with this directory first on PYTHONPATH. No dependencies: theirs
+# come from the venv.
+SDK_PINNED := $(VENV)/sdk-pinned
+SDK_PINNED_VERSIONS := openai==2.8.0 anthropic==0.75.0
+
+$(SDK_PINNED)/.installed: Makefile | $(BIN)/python
+	rm -rf $(SDK_PINNED)
+	$(PIP) --no-deps --target $(SDK_PINNED) $(SDK_PINNED_VERSIONS)
+	touch $@
+
 demo: $(VENV)/.installed-run
 	$(BIN)/agentledger demo
 
@@ -47,7 +59,7 @@ typecheck: $(VENV)/.installed-dev
 WORKERS ?= auto
 SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
 
-test: lint typecheck
+test: lint typecheck $(SDK_PINNED)/.installed
 	$(BIN)/pytest -n $(WORKERS) -m "not serial"
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
 
