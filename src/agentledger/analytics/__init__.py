@@ -14,6 +14,7 @@ what to install when it is missing.
 """
 
 from ._analytics import Analytics, attach_statement, export_parquet, script, view_files
+from ._cache import SyncResult
 from ._duckdb import require_duckdb
 from ._figures import Figure, figures
 from ._html import render_html, write_html
@@ -39,6 +40,7 @@ __all__ = [
     "Report",
     "ReportTable",
     "RunCost",
+    "SyncResult",
     "ToolStat",
     "Totals",
     "UsagePoint",
