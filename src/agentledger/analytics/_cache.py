@@ -116,7 +116,7 @@ def sync(
     try:
         if reason is None:
             assert recorded is not None
-            rows, deleted = _update(connection, recorded.mark, postgres=postgres, say=say)
+            rows, deleted = _update(connection, recorded.mark, postgres=postgres)
         else:
             rows, deleted = _copy_all(connection, say), {}
         _record(connection, _Recorded(FORMAT, ledger_id, head(), mark))
@@ -226,13 +226,12 @@ def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress) -> dict[str,
 
 
 def _update(
-    connection: duckdb.DuckDBPyConnection, since: int, *, postgres: bool, say: Progress
+    connection: duckdb.DuckDBPyConnection, since: int, *, postgres: bool
 ) -> tuple[dict[str, int], dict[str, int]]:
     """The rows stamped at or above ``since`` replaced or added, the rows deleted since
     removed, and the whole tables read again."""
     rows: dict[str, int] = {}
     for table in STAMPED:
-        say(f"  {table} ...")
         rows[table] = _replace_changed(connection, table, since, postgres=postgres)
     deleted = _apply_deletions(connection, since, postgres=postgres)
     for table in WHOLE:
@@ -306,7 +305,7 @@ def _sqlite_text(name: str, kind: str) -> str:
     column = _identifier(name)
     if kind in ("DOUBLE", "FLOAT", "REAL"):
         return (
-            f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%.17g', {column}) END AS {column}"
+            f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END AS {column}"
         )
     return column
 
