@@ -112,18 +112,23 @@ def sync(
     reason = _why_rebuild(recorded, ledger_id, mark)
     if reason is not None:
         say(f"copying the ledger into the cache: {reason}")
-    connection.execute("BEGIN TRANSACTION")
+        # set outside the transaction: a failed transaction refuses every statement
+        connection.execute("SET preserve_insertion_order = false")
     try:
-        if reason is None:
-            assert recorded is not None
-            rows, deleted = _update(connection, recorded.mark, postgres=postgres)
-        else:
-            rows, deleted = _copy_all(connection, say), {}
-        _record(connection, _Recorded(FORMAT, ledger_id, head(), mark))
-        connection.execute("COMMIT")
-    except BaseException:
-        connection.execute("ROLLBACK")
-        raise
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            if recorded is not None and reason is None:
+                rows, deleted = _update(connection, recorded.mark, postgres=postgres)
+            else:
+                rows, deleted = _copy_all(connection, say), {}
+            _record(connection, _Recorded(FORMAT, ledger_id, head(), mark))
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    finally:
+        if reason is not None:
+            connection.execute("RESET preserve_insertion_order")
     return SyncResult(reason is not None, reason, rows, deleted, time.perf_counter() - started)
 
 
@@ -212,7 +217,8 @@ def _record(connection: duckdb.DuckDBPyConnection, recorded: _Recorded) -> None:
 
 def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress) -> dict[str, int]:
     """Every table copied whole, through the scanner (fast, and typed as the direct attach
-    types it)."""
+    types it), in whatever order the scanner's threads read the rows (``sync`` lets them: a
+    table's rows have no order of their own, and keeping the ledger's costs time)."""
     rows: dict[str, int] = {}
     for number, table in enumerate(TABLES, start=1):
         say(f"  [{number}/{len(TABLES)}] {table} ...")
