@@ -168,6 +168,26 @@ def test_the_copy_follows_random_run_trees_one_sync_after_another(
     assert synced.rows["step_executions"] == sum(node.steps for node in tree.walk()) or synced.full
 
 
+def test_export_parquet_from_the_copy_writes_what_the_ledger_itself_gives(
+    db_url: str, tmp_path: Path
+) -> None:
+    record_team(db_url)
+    with Analytics.open(db_url) as direct:
+        from_ledger = direct.export_parquet(tmp_path / "direct")
+    with Analytics.open(db_url, cache=tmp_path / "ledger.duckdb") as cached:
+        from_copy = cached.export_parquet(tmp_path / "cached")
+    assert [p.relative_to(tmp_path / "direct") for p in from_ledger] == [
+        p.relative_to(tmp_path / "cached") for p in from_copy
+    ]
+    with duckdb.connect() as conn:
+        for one, other in zip(from_ledger, from_copy, strict=True):
+            query = "SELECT * FROM read_parquet(?) ORDER BY ALL"
+            assert (
+                conn.execute(query, [str(one)]).fetchall()
+                == conn.execute(query, [str(other)]).fetchall()
+            ), one
+
+
 # --- a sync that fails or dies midway -----------------------------------------------------------
 
 

@@ -33,7 +33,12 @@ ToolGrouping = Literal["agent", "model"]
 _TIMESTAMP_COLUMNS = ("started_at", "created_at")
 EMPTY_FOLDER = "empty"
 """Where a table with no rows is exported: one file of no rows beside no day folder."""
-_SKIPPED_TABLES = ("conversation_messages_fts", "agentledger_changes", "agentledger_deletions")
+_SKIPPED_TABLES = (
+    "conversation_messages_fts",
+    "agentledger_changes",
+    "agentledger_deletions",
+    _cache.META,
+)
 """Not exported: full-text search, and the ledger's and the cache's change bookkeeping."""
 
 

@@ -19,8 +19,9 @@ if TYPE_CHECKING:
 
 @cli.group()
 def analytics() -> None:
-    """DuckDB analytics over the ledger (attached read-only): a report, and the views for the
-    duckdb shell. DuckDB comes with the analytics extra: pip install 'agentledger[analytics]'."""
+    """DuckDB analytics over the ledger (attached read-only, or copied into a DuckDB file with
+    --cache, kept in step by `analytics sync`): a report, and the views for the duckdb shell.
+    DuckDB comes with the analytics extra: pip install 'agentledger[analytics]'."""
 
 
 cache_option = click.option(
