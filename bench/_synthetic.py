@@ -381,11 +381,11 @@ class _Synthesizer:
         )
 
 
-def synthesize(*, runs: int, steps: int, seed: int = SEED) -> Iterator[Rows]:
+def synthesize(*, runs: int, steps: int, seed: int = SEED, first_id: int = 0) -> Iterator[Rows]:
     """The synthetic ledger's rows, in batches of about ``FLUSH_ROWS`` steps: conversations of
-    one to four turns, each turn a run tree."""
+    one to four turns, each turn a run tree; the ids' counters start after ``first_id``."""
     rng = random.Random(seed)
-    maker = _Synthesizer(rng, iter(step_counts(rng, runs, steps)))
+    maker = _Synthesizer(rng, iter(step_counts(rng, runs, steps)), _Ids(first_id))
     at = 0
     while maker.runs < runs:
         trees: list[Tree] = []
@@ -435,3 +435,18 @@ def build(path: Path, *, runs: int, steps: int, seed: int = SEED) -> Built:
             "SELECT count(*) FILTER (WHERE parent_run_id IS NULL), max(depth) FROM agent_runs"
         ).fetchone()
     return Built(path, rows, seconds, trees, depth)
+
+
+def append(path: Path, *, runs: int, steps: int, seed: int, first_id: int) -> int:
+    """``steps`` more steps in ``runs`` more runs (another ``seed``: other ids), written to the
+    ledger at ``path`` in one ordinary transaction, the change triggers firing as for any
+    writer; the steps added."""
+    with closing(sqlite3.connect(path, isolation_level=None)) as conn:
+        conn.execute("BEGIN")
+        added = 0
+        for batch in synthesize(runs=runs, steps=steps, seed=seed, first_id=first_id):
+            added += len(batch["step_executions"])
+            for table in TABLES:
+                conn.executemany(INSERTS[table], batch[table])
+        conn.execute("COMMIT")
+    return added

@@ -23,6 +23,7 @@ import math
 import os
 import sqlite3
 import sys
+import time
 from collections.abc import Sequence
 from contextlib import closing
 from dataclasses import dataclass
@@ -35,7 +36,7 @@ from agentledger.analytics import Analytics
 
 from ._common import Samples, Sizes, interleaved, ms, timed
 from ._report import Row, Section
-from ._synthetic import Built, build
+from ._synthetic import Built, append, build
 
 # -- sizes ------------------------------------------------------------------------------------
 
@@ -65,7 +66,7 @@ TARGET_SECONDS = 2.0
 # -- SQLite alone -------------------------------------------------------------------------------
 
 _TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-_TOKENS += ("reasoning_tokens",)
+_TOKENS += ("reasoning_tokens", "cache_write_1h_tokens")
 _SUMS = ("steps", *_TOKENS, "cost_usd", "unpriced_steps", "tool_calls", "tool_errors")
 """What ``run_rollup`` sums, per run (``exclusive_*``) and per subtree (``inclusive_*``)."""
 
@@ -249,6 +250,13 @@ def check_same_answers(analytics: Analytics, conn: sqlite3.Connection) -> None:
 DUCK_ROLLUP, DUCK_ROLLUP_TUPLES = "duckdb run_rollup", "duckdb run_rollup tuples"
 DUCK_TREE, DUCK_OWN, DUCK_TOOLS = "duckdb run_tree", "duckdb run_own_usage", "duckdb tool_stats"
 LITE_ROLLUP, LITE_TOOLS = "sqlite run_rollup", "sqlite tool_stats"
+CACHE_ROLLUP, CACHE_TOOLS = "cache run_rollup", "cache tool_stats"
+CACHE_TARGET_SECONDS, CACHE_ROLLUP_RATIO, CACHE_TOOLS_RATIO = 0.3, 10.0, 30.0
+"""The cache's rollup: under 300 ms, at least 10x SQLite alone; its tool_stats at least 30x."""
+SYNC_TARGET_SECONDS, FULL_SYNC_TARGET = 1.0, 10.0
+"""An incremental sync after ``ADDED_STEPS`` new steps: under a second; the first full sync:
+under ten direct-attach rollups."""
+ADDED_STEPS = 10_000
 VERSIONED = ("duckdb", "duckdb-extension-sqlite-scanner", "pyarrow")
 
 
@@ -260,6 +268,11 @@ class Measured:
     sqlite_reps: int
     load: tuple[float, float]
     """The machine's 1-minute load average when the timing began and when it ended."""
+    full_sync: float
+    """The first sync of the cache: every table copied."""
+    incremental_sync: float
+    """The sync after ``added_steps`` new steps."""
+    added_steps: int
 
 
 def _arrow(analytics: Analytics, view: str) -> Any:
@@ -269,9 +282,20 @@ def _arrow(analytics: Analytics, view: str) -> Any:
 def measure(scale: Scale, tmp: Path) -> Measured:
     print(f"  building {scale.steps:,} steps in {scale.runs:,} runs ...", file=sys.stderr)
     built = build(tmp / "analytics.db", runs=scale.runs, steps=scale.steps)
-    with Analytics.open(built.path) as analytics, closing(sqlite_connect(built.path)) as conn:
+    cache_file = tmp / "analytics.duckdb"
+    cache_file.unlink(missing_ok=True)
+    print("  the first sync of the cache ...", file=sys.stderr, flush=True)
+    started = time.perf_counter()
+    cached = Analytics.open(built.path, cache=cache_file)
+    full_sync = time.perf_counter() - started
+    with (
+        cached,
+        Analytics.open(built.path) as analytics,
+        closing(sqlite_connect(built.path)) as conn,
+    ):
         print("  comparing the answers ...", file=sys.stderr, flush=True)
         check_same_answers(analytics, conn)  # which warms both up, too
+        check_same_answers(cached, conn)
         threads = int(analytics.sql("SELECT current_setting('threads')").fetchone()[0])
         duckdb_systems = {
             DUCK_ROLLUP: lambda: timed(lambda: _arrow(analytics, "run_rollup")),
@@ -279,6 +303,8 @@ def measure(scale: Scale, tmp: Path) -> Measured:
             DUCK_TREE: lambda: timed(lambda: _arrow(analytics, "run_tree")),
             DUCK_OWN: lambda: timed(lambda: _arrow(analytics, "run_own_usage")),
             DUCK_TOOLS: lambda: timed(lambda: _arrow(analytics, "tool_stats")),
+            CACHE_ROLLUP: lambda: timed(lambda: _arrow(cached, "run_rollup")),
+            CACHE_TOOLS: lambda: timed(lambda: _arrow(cached, "tool_stats")),
         }
         sqlite_systems = {
             LITE_ROLLUP: lambda: timed(lambda: sqlite_run_rollup(conn)),
@@ -290,7 +316,26 @@ def measure(scale: Scale, tmp: Path) -> Measured:
         more = interleaved(duckdb_systems, scale.reps - scale.sqlite_reps)
         for name, times in more.times.items():
             samples.times[name] += times
-    return Measured(built, samples, threads, scale.sqlite_reps, (load, os.getloadavg()[0]))
+        ended = os.getloadavg()[0]
+        print(f"  {ADDED_STEPS:,} more steps, then a sync ...", file=sys.stderr, flush=True)
+        added = append(
+            built.path, runs=ADDED_STEPS // 10, steps=ADDED_STEPS, seed=7, first_id=1 << 40
+        )
+        started = time.perf_counter()
+        synced = cached.sync()
+        incremental = time.perf_counter() - started
+        if synced.full or synced.rows["step_executions"] != added:
+            raise AssertionError(f"the sync after {added:,} new steps read {synced}")
+    return Measured(
+        built,
+        samples,
+        threads,
+        scale.sqlite_reps,
+        (load, ended),
+        full_sync,
+        incremental,
+        added,
+    )
 
 
 def _target_notes(rollup: float, ratio: float, *, scaled: bool) -> list[str]:
@@ -312,6 +357,46 @@ def _target_notes(rollup: float, ratio: float, *, scaled: bool) -> list[str]:
     if scaled:
         notes.append("The targets are for 1,000,000 steps: run without --quick to check them.")
     return notes
+
+
+def _cache_notes(measured: Measured) -> list[str]:
+    """Each of the cache's targets, met or missed, with this run's figure."""
+    samples = measured.samples
+    rollup = samples.median(CACHE_ROLLUP)
+    rollup_ratio = samples.ratio(LITE_ROLLUP, CACHE_ROLLUP)
+    tools_ratio = samples.ratio(LITE_TOOLS, CACHE_TOOLS)
+    checks = [
+        (
+            f"the cache's rollup takes {ms(rollup)}",
+            rollup < CACHE_TARGET_SECONDS,
+            f"< {ms(CACHE_TARGET_SECONDS)}",
+        ),
+        (
+            f"SQLite alone / the cache's rollup is {rollup_ratio:.2f}x",
+            rollup_ratio >= CACHE_ROLLUP_RATIO,
+            f"≥ {CACHE_ROLLUP_RATIO:.0f}x",
+        ),
+        (
+            f"SQLite alone / the cache's tool_stats is {tools_ratio:.2f}x",
+            tools_ratio >= CACHE_TOOLS_RATIO,
+            f"≥ {CACHE_TOOLS_RATIO:.0f}x",
+        ),
+        (
+            f"the first full sync is {measured.full_sync / samples.median(DUCK_ROLLUP):.2f} "
+            "direct rollups",
+            measured.full_sync < FULL_SYNC_TARGET * samples.median(DUCK_ROLLUP),
+            f"< {FULL_SYNC_TARGET:.0f}",
+        ),
+        (
+            f"the sync after {measured.added_steps:,} new steps takes "
+            f"{ms(measured.incremental_sync)}",
+            measured.incremental_sync < SYNC_TARGET_SECONDS,
+            f"< {SYNC_TARGET_SECONDS:.0f} s",
+        ),
+    ]
+    return [
+        f"Target {'met' if ok else 'missed'}: {what} ({target})." for what, ok, target in checks
+    ]
 
 
 def _versions() -> str:
@@ -393,6 +478,31 @@ def _rows(measured: Measured) -> list[Row]:
         Row("DuckDB: tool_stats, as Arrow", median(DUCK_TOOLS)),
         Row("SQLite alone: tool_stats, fetchall()", median(LITE_TOOLS)),
         Row("tool_stats: SQLite / DuckDB", "", ratio(LITE_TOOLS, DUCK_TOOLS), headline=True),
+        Row(
+            "cache: first full sync of the ledger; / one direct rollup (target < 10x)",
+            ms(measured.full_sync),
+            f"{measured.full_sync / samples.median(DUCK_ROLLUP):.2f}x",
+            headline=True,
+        ),
+        Row("cache: run_rollup, as Arrow (target < 300 ms)", median(CACHE_ROLLUP), headline=True),
+        Row(
+            "run_rollup: SQLite / cache (target ≥ 10x); direct attach / cache",
+            "",
+            f"{ratio(LITE_ROLLUP, CACHE_ROLLUP)}; {ratio(DUCK_ROLLUP, CACHE_ROLLUP)}",
+            headline=True,
+        ),
+        Row("cache: tool_stats, as Arrow", median(CACHE_TOOLS)),
+        Row(
+            "tool_stats: SQLite / cache (target ≥ 30x)",
+            "",
+            ratio(LITE_TOOLS, CACHE_TOOLS),
+            headline=True,
+        ),
+        Row(
+            f"cache: sync after {measured.added_steps:,} new steps (target < 1 s)",
+            ms(measured.incremental_sync),
+            headline=True,
+        ),
     ]
 
 
@@ -406,6 +516,7 @@ def run(sizes: Sizes, tmp: Path) -> Section:
     notes = _target_notes(rollup, ratio, scaled=scale.steps < 1_000_000)
     if ratio < TARGET_RATIO or rollup >= TARGET_SECONDS:
         notes.append(_why(rollup=rollup, tree=tree, own=own))
+    notes += _cache_notes(measured)
     return Section(
         title="5. Analytics: DuckDB against SQLite alone",
         about=(
@@ -417,7 +528,10 @@ def run(sizes: Sizes, tmp: Path) -> Section:
             "(`to_arrow_table()`). SQLite alone: one query for each, the same columns, on the "
             "same file: recursive CTEs for the run tree and the ancestor closure, then inclusive "
             "sums; percentiles from `row_number()` and `count()` windows (`fetchall()`). "
-            "Interleaved repetitions, medians."
+            "The cache: `Analytics.open(path, cache=...)`, the same views over a copy of the "
+            "tables in a DuckDB file (its first sync timed once, then its queries interleaved "
+            "with the others; then 10,000 more steps written and one incremental `sync()` "
+            "timed). Interleaved repetitions, medians."
         ),
         rows=_rows(measured),
         notes=notes + _facts(scale, measured),

@@ -7,6 +7,7 @@ from __future__ import annotations
 import re
 import sqlite3
 import sys
+from contextlib import closing
 from pathlib import Path
 
 import duckdb
@@ -205,3 +206,17 @@ def test_the_benchmarks_own_check_finds_a_wrong_answer():
     wrong = analytics.differences(columns, [("r", 0.3, ["r"])], [("r", 0.31, "r")])
     missing = analytics.differences(columns, [("r", 0.3, ["r"])], [])
     assert (same, len(wrong), missing) == ([], 1, ["only in DuckDB: r"])
+
+
+def test_the_cache_answers_as_sqlite_alone_and_a_sync_reads_exactly_the_appended_steps(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "ledger.db"
+    _synthetic.build(path, runs=RUNS, steps=STEPS)
+    cache = tmp_path / "ledger.duckdb"
+    with Analytics.open(path, cache=cache) as cached:
+        added = _synthetic.append(path, runs=5, steps=50, seed=7, first_id=1 << 40)
+        synced = cached.sync()
+        assert not synced.full and synced.rows["step_executions"] == added == 50
+        with closing(sqlite3.connect(path)) as conn:
+            analytics.check_same_answers(cached, conn)

@@ -218,7 +218,7 @@ def test_a_run_is_sealed_when_it_ends_and_not_before(recorded):
     assert row["checksum"] == checksum(agent_runs, row)
 
 
-def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_heartbeat():
+def test_the_checksum_covers_all_but_the_checksum_lease_version_heartbeat_and_change_stamp():
     uncovered = {
         table.name: sorted(
             set(table.columns.keys()) - set(COVERED[table.name]) - set(ADDED.get(table.name, ()))
@@ -227,15 +227,16 @@ def test_the_checksum_covers_every_column_but_the_checksum_lease_version_and_hea
     }
     assert uncovered == {
         "conversations": [
-            *("checksum", "lease_expires_at", "lease_holder", "lease_run_id", "updated_at"),
-            "version",
+            *("change_seq", "checksum", "lease_expires_at", "lease_holder", "lease_run_id"),
+            *("updated_at", "version"),
         ],
-        "conversation_messages": ["checksum"],
-        "agent_runs": ["checksum", "heartbeat_at"],
+        # change_seq (0008): the database's own stamp, set on every insert and update
+        "conversation_messages": ["change_seq", "checksum"],
+        "agent_runs": ["change_seq", "checksum", "heartbeat_at"],
         "execution_buffer_rows": ["checksum"],
-        "step_executions": ["checksum"],
-        "tool_executions": ["checksum"],
-        "context_compactions": ["checksum"],
+        "step_executions": ["change_seq", "checksum"],
+        "tool_executions": ["change_seq", "checksum"],
+        "context_compactions": ["change_seq", "checksum"],
     }
     # Added after 0003: covered once they differ from their defaults (sealed rows still match).
     assert ADDED == {
@@ -356,9 +357,9 @@ def record_tricky(url: str) -> tuple[str, str]:
 
 def public_view(ledger: Ledger, conversation_id: str, run_id: str) -> list[Any]:
     return [
-        ledger.conversation(conversation_id).model_dump(exclude={"updated_at"}),
+        ledger.conversation(conversation_id).model_dump(exclude={"updated_at", "change_seq"}),
         [m.model_dump() for m in ledger.messages(conversation_id)],
-        ledger.run(run_id).model_dump(exclude={"id", "root_run_id"}),
+        ledger.run(run_id).model_dump(exclude={"id", "root_run_id", "change_seq"}),
         [e.model_dump() for e in ledger.steps(run_id)],
         [t.model_dump() for t in ledger.tool_executions(run_id)],
     ]
@@ -733,4 +734,5 @@ def test_revision_0003_seals_the_rows_a_ledger_already_held(db_url, tmp_path):
 
 
 def test_the_tables_checked_here_are_every_table_of_the_ledger():
-    assert {t.name for t in TABLES} == set(metadata.tables) == set(COVERED)
+    data = set(metadata.tables) - {"agentledger_changes", "agentledger_deletions"}  # 0008's stamps
+    assert {t.name for t in TABLES} == data == set(COVERED)

@@ -36,6 +36,7 @@ PRINTS_ROWS = {
     "db history",
     "db verify",
     "analytics report",
+    "analytics sync",
     "export parquet",
 }
 PRINTS_NO_ROWS = {

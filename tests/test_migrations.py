@@ -31,7 +31,8 @@ ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)
-MODEL_TABLES = sorted(ledger_tables.metadata.tables)
+MODEL_TABLES = sorted(set(ledger_tables.metadata.tables) - harness.CHANGE_TABLES)
+"""The tables that hold the ledger's data (not revision 0008's change bookkeeping)."""
 
 
 def sqlite_file(url: str) -> Path | None:
@@ -104,7 +105,11 @@ def test_the_representative_rows_fill_every_table_and_every_column(tmp_path):
     with harness.representative_source(tmp_path) as (rows, ids):
         assert sorted(rows) == MODEL_TABLES
         for table in ledger_tables.metadata.sorted_tables:
+            if table.name in harness.CHANGE_TABLES:
+                continue
             for column in table.columns:
+                if column.name == harness.CHANGE_COLUMN:
+                    continue
                 values = [r[column.name] for r in rows[table.name]]
                 assert any(v is not None for v in values), f"{table.name}.{column.name} is empty"
         statuses = {r["id"]: r["status"] for r in rows["agent_runs"]}

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 
 from agentledger import AgentBuilder, Message, Messages, Usage
 from agentledger.cli import cli
-from agentledger.ledger import Ledger
+from agentledger.ledger import Ledger, migrate
 from agentledger.llm import (
     AnthropicMessages,
     InferenceRequest,
@@ -150,5 +150,5 @@ def test_a_ledger_holding_one_hour_cache_writes_is_not_downgraded_below_0007(
     assert "cannot downgrade below revision 0007" in result.output
     assert "1 in agent_runs, 1 in step_executions" in result.output
     assert "Nothing was changed" in result.output
-    assert db.scalar("SELECT version_num FROM agentledger_version") == "0007"
+    assert db.scalar("SELECT version_num FROM agentledger_version") == migrate.head()
     assert db.scalar("SELECT SUM(cache_write_1h_tokens) FROM step_executions") == 2000

@@ -137,16 +137,25 @@ class Database:
         self.engine.dispose()
 
     def table_names(self) -> list[str]:
-        """The ledger's tables: without the version table and the full-text search objects."""
+        """The ledger's tables: without the version table, the full-text search objects and
+        the change bookkeeping (revision 0008: stamps the database makes, not data)."""
         names = inspect(self.engine).get_table_names()
-        return sorted(n for n in names if n != VERSION_TABLE and not n.startswith(FTS_PREFIX))
+        return sorted(
+            n
+            for n in names
+            if n != VERSION_TABLE and not n.startswith(FTS_PREFIX) and n not in CHANGE_TABLES
+        )
 
     def all_table_names(self) -> list[str]:
         return sorted(inspect(self.engine).get_table_names())
 
     def columns(self) -> dict[str, list[str]]:
+        """The columns of the ledger's tables, without the change stamps (``change_seq``)."""
         inspector = inspect(self.engine)
-        return {t: [c["name"] for c in inspector.get_columns(t)] for t in self.table_names()}
+        return {
+            t: [c["name"] for c in inspector.get_columns(t) if c["name"] != CHANGE_COLUMN]
+            for t in self.table_names()
+        }
 
     def reflect(self) -> MetaData:
         metadata = MetaData()
@@ -634,6 +643,12 @@ def representative_source(
         assert database.empty_columns() == (skip or {})
         yield database.typed_rows(), ids
 
+
+CHANGE_TABLES = frozenset({"agentledger_changes", "agentledger_deletions"})
+CHANGE_COLUMN = "change_seq"
+"""Revision 0008's change tracking: stamps and logs the database makes as rows are written,
+which differ from one database to another for the same rows (and start again after a downgrade
+and an upgrade), so the rows are compared without them."""
 
 ONLY_SINCE_0004 = {
     "context_compactions": [c.name for c in ledger_tables.context_compactions.columns],

@@ -2,7 +2,10 @@
 and the model's context (its compactions, and its size over a conversation's life).
 
 The ledger is attached read-only; the views are SQL files shipped in ``sql/`` that run in the
-``duckdb`` command line as well (``agentledger analytics sql`` prints them, ready to use).
+``duckdb`` command line as well (``agentledger analytics sql`` prints them, ready to use). With
+``Analytics.open(url, cache="ledger.duckdb")`` the same views read a copy of the ledger's tables
+kept in a DuckDB file, synced incrementally (:class:`SyncResult` says what a sync did): many
+times faster on a large ledger.
 :func:`build_report` gathers the main breakdowns into a :class:`Report`, which
 :func:`render_terminal` draws as tables and :func:`render_html` as one self-contained page
 (``agentledger analytics report [--html FILE]``); :func:`figures` gives its charts as SVG, to
@@ -14,6 +17,7 @@ what to install when it is missing.
 """
 
 from ._analytics import Analytics, attach_statement, export_parquet, script, view_files
+from ._cache import SyncResult
 from ._duckdb import require_duckdb
 from ._figures import Figure, figures
 from ._html import render_html, write_html
@@ -39,6 +43,7 @@ __all__ = [
     "Report",
     "ReportTable",
     "RunCost",
+    "SyncResult",
     "ToolStat",
     "Totals",
     "UsagePoint",

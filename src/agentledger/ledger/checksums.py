@@ -49,6 +49,7 @@ from .tables import (
     conversation_messages,
     conversations,
     step_executions,
+    tool_executions,
 )
 
 __all__ = [
@@ -71,9 +72,15 @@ _UNCOVERED = {
         "lease_run_id",
         "lease_expires_at",
         "updated_at",
+        "change_seq",
     },
-    agent_runs.name: {"heartbeat_at"},
+    agent_runs.name: {"heartbeat_at", "change_seq"},
+    conversation_messages.name: {"change_seq"},
+    step_executions.name: {"change_seq"},
+    tool_executions.name: {"change_seq"},
+    context_compactions.name: {"change_seq"},
 }
+"""Columns no checksum covers: what changes with every run, and the change stamps (0008)."""
 
 ADDED: dict[str, dict[str, Any]] = {
     conversation_messages.name: {"in_context": True, "summary_id": None, "interrupted": False},

@@ -183,6 +183,13 @@ def _one_hour_writes() -> Any:
     return Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
+def _change_seq() -> Any:
+    """``change_seq``: set by the database on every insert and update (revision 0008's
+    triggers), for copies of the ledger that read only what changed; not covered by the
+    checksums."""
+    return Field(default=None, sa_type=BigInteger, nullable=True, index=True)
+
+
 def _time(*, nullable: bool = False, index: bool = False) -> Any:
     return Field(default=None, sa_type=UTCDateTime, nullable=nullable, index=index)
 
@@ -215,6 +222,7 @@ class Conversation(LedgerTable, table=True):
     updated_at: datetime = _time(index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
+    change_seq: int | None = _change_seq()
 
 
 class ConversationMessage(LedgerTable, table=True):
@@ -252,6 +260,7 @@ class ConversationMessage(LedgerTable, table=True):
     summary_id: str | None = None
     checksum: int | None = _checksum_column()
     interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    change_seq: int | None = _change_seq()
 
 
 class AgentRun(LedgerTable, table=True):
@@ -286,6 +295,7 @@ class AgentRun(LedgerTable, table=True):
     partial_step_index: int | None = None
     """The step ``partial_output`` belongs to."""
     cache_write_1h_tokens: int = _one_hour_writes()
+    change_seq: int | None = _change_seq()
 
     @property
     def usage(self) -> Usage:
@@ -360,6 +370,7 @@ class StepExecutionRow(LedgerTable, table=True):
     tool_call_count: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     """How many tools the step called: its tool rows (revision 0005; last, as it was added)."""
     cache_write_1h_tokens: int = _one_hour_writes()
+    change_seq: int | None = _change_seq()
 
 
 class ToolExecutionRow(LedgerTable, table=True):
@@ -383,6 +394,7 @@ class ToolExecutionRow(LedgerTable, table=True):
     child_run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
+    change_seq: int | None = _change_seq()
 
 
 class ContextCompactionRow(LedgerTable, table=True):
@@ -413,6 +425,29 @@ class ContextCompactionRow(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
     cache_write_1h_tokens: int = _one_hour_writes()
+    change_seq: int | None = _change_seq()
+
+
+class LedgerChanges(LedgerTable, table=True):
+    """One row: the ledger's own id (a copy of the ledger records which ledger it is of) and,
+    on SQLite, the counter ``change_seq`` stamps come from (revision 0008)."""
+
+    __tablename__ = "agentledger_changes"
+
+    ledger_id: str = Field(primary_key=True)
+    change_seq: int = Field(sa_type=BigInteger)
+
+
+class LedgerDeletion(LedgerTable, table=True):
+    """A row deleted from a table that has ``change_seq``, logged by a trigger (revision 0008),
+    so that a copy of the ledger deletes it too."""
+
+    __tablename__ = "agentledger_deletions"
+
+    id: int | None = Field(default=None, primary_key=True)
+    table_name: str
+    row_id: str
+    change_seq: int = Field(sa_type=BigInteger, index=True)
 
 
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes

@@ -1,0 +1,340 @@
+"""The analytics cache: a DuckDB file holding a copy of the ledger's tables, in DuckDB's
+columnar storage, brought up to date incrementally.
+
+The ledger stamps every row it inserts or updates with ``change_seq`` and logs every row it
+deletes (revision 0008, ``schema/README.md`` "Change tracking"). A sync reads the ledger's
+*mark* first, the lowest stamp a later change can have (SQLite: its counter plus one;
+PostgreSQL: its snapshot's ``xmin``), then the rows stamped at or above the previous sync's
+mark, and keeps the new one. Rows read twice are replaced, not doubled, so what changes during
+a sync is read again next time: after a sync the copy holds every change made before its mark.
+``execution_buffer_rows`` (rows that live only until their run commits) and the version table
+are small and read whole. Everything happens in one DuckDB transaction: a sync that fails or
+dies midway leaves the previous copy as it was, and the next one starts from its mark.
+
+The copy's tables keep the ledger's names in the cache file's ``main`` schema; the cache is
+attached as ``ledger``, so the views read ``ledger.<table>`` there as they do over the ledger
+itself.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
+from ..ledger.migrate import VERSION_TABLE, head
+
+if TYPE_CHECKING:
+    import duckdb
+
+SOURCE = "source"
+"""The name the ledger is attached under beside its cache."""
+CACHE = "ledger"
+"""The name the cache is attached under: the views read ``ledger.<table>``."""
+META = "agentledger_cache"
+"""The cache's own table: which ledger it copies, at which revision, up to which mark."""
+FORMAT = 1
+"""The layout of the cache file; a newer one is refused, an older one rebuilt."""
+
+STAMPED = (
+    "conversations",
+    "conversation_messages",
+    "agent_runs",
+    "step_executions",
+    "tool_executions",
+    "context_compactions",
+)
+"""The tables read incrementally, by ``change_seq``."""
+WHOLE = ("execution_buffer_rows", VERSION_TABLE)
+"""The tables read whole at every sync (few rows: buffers of unfinished runs, one version)."""
+TABLES = STAMPED + WHOLE
+
+Progress = Callable[[str], None]
+
+
+@dataclass(frozen=True)
+class SyncResult:
+    """What a sync did: ``full`` when it copied every table (``reason`` says why), the rows
+    it read (``rows``) and deleted (``deleted``) per table, and how long it took."""
+
+    full: bool
+    reason: str | None
+    rows: dict[str, int]
+    deleted: dict[str, int]
+    seconds: float
+
+
+@dataclass(frozen=True)
+class _Recorded:
+    """What the cache says of itself (its ``agentledger_cache`` row)."""
+
+    format: int
+    ledger_id: str
+    revision: str
+    mark: int
+
+
+def attach_cache(connection: duckdb.DuckDBPyConnection, path: str) -> None:
+    """Attach the cache file at ``path`` (made when missing) as ``ledger``, writable; a file
+    that is not DuckDB's, or one another process holds, is a clear error."""
+    import duckdb
+
+    try:
+        connection.execute(f"ATTACH {_quoted(path)} AS {CACHE}")
+    except duckdb.Error as exc:
+        text = str(exc)
+        if "lock" in text.lower():
+            raise LedgerBusyError(
+                f"the analytics cache {path} is in use by another process ({text}). Close "
+                "the other analytics session, or pass another cache file."
+            ) from None
+        raise LedgerOpenError(
+            f"the analytics cache {path} cannot be opened as a DuckDB database ({text}). "
+            "Pass a path for a new cache file, or delete this one if it is an old cache: "
+            "it is rebuilt from the ledger."
+        ) from None
+
+
+def sync(
+    connection: duckdb.DuckDBPyConnection,
+    *,
+    postgres: bool,
+    progress: Progress | None = None,
+) -> SyncResult:
+    """Bring the cache attached as ``ledger`` up to date with the ledger attached as
+    ``source``, in one transaction."""
+    say = progress or (lambda _text: None)
+    started = time.perf_counter()
+    recorded = _recorded(connection)
+    ledger_id, mark = _source_mark(connection, postgres=postgres)
+    reason = _why_rebuild(recorded, ledger_id, mark)
+    if reason is not None:
+        say(f"copying the ledger into the cache: {reason}")
+        # set outside the transaction: a failed transaction refuses every statement
+        connection.execute("SET preserve_insertion_order = false")
+    try:
+        connection.execute("BEGIN TRANSACTION")
+        try:
+            if recorded is not None and reason is None:
+                rows, deleted = _update(connection, recorded.mark, postgres=postgres)
+            else:
+                rows, deleted = _copy_all(connection, say), {}
+            _record(connection, _Recorded(FORMAT, ledger_id, head(), mark))
+            connection.execute("COMMIT")
+        except BaseException:
+            connection.execute("ROLLBACK")
+            raise
+    finally:
+        if reason is not None:
+            connection.execute("RESET preserve_insertion_order")
+    return SyncResult(reason is not None, reason, rows, deleted, time.perf_counter() - started)
+
+
+# -- what the cache and the ledger say ------------------------------------------------------------
+
+
+def _recorded(connection: duckdb.DuckDBPyConnection) -> _Recorded | None:
+    """The cache's record of itself, ``None`` for a new file; a cache written by a newer
+    agentledger is refused."""
+    exists = connection.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+        [CACHE, META],
+    ).fetchone()
+    if exists is None or not exists[0]:
+        return None
+    row = connection.execute(
+        f"SELECT format, ledger_id, revision, mark FROM {CACHE}.{META}"
+    ).fetchone()
+    if row is None:
+        return None
+    recorded = _Recorded(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+    if recorded.format > FORMAT or _revision_number(recorded.revision) > _revision_number(head()):
+        raise SchemaVersionError(
+            f"the analytics cache holds a copy at schema revision {recorded.revision!r} "
+            f"(cache format {recorded.format}), written by a newer agentledger than this one "
+            f"(revision {head()!r}, format {FORMAT}). Upgrade agentledger, or pass another "
+            "cache file (or delete this one: it is rebuilt from the ledger)."
+        )
+    return recorded
+
+
+def _revision_number(revision: str) -> int:
+    return int(revision) if revision.isdigit() else -1
+
+
+def _source_mark(connection: duckdb.DuckDBPyConnection, *, postgres: bool) -> tuple[str, int]:
+    """The ledger's id and its mark, read before any row: every change stamped below the
+    mark has been committed, so the rows read next hold it."""
+    row = connection.execute(
+        f"SELECT ledger_id, change_seq FROM {SOURCE}.agentledger_changes"
+    ).fetchone()
+    if row is None:
+        raise LedgerOpenError(
+            "the ledger has no row in agentledger_changes (made by revision 0008): it was "
+            "damaged. Restore it from a backup."
+        )
+    if not postgres:
+        return str(row[0]), int(row[1]) + 1
+    snapshot = connection.execute(
+        f"SELECT * FROM postgres_query({_quoted(SOURCE)}, "
+        "'SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint')"
+    ).fetchone()
+    assert snapshot is not None
+    return str(row[0]), int(snapshot[0])
+
+
+def _why_rebuild(recorded: _Recorded | None, ledger_id: str, mark: int) -> str | None:
+    """Why the cache must be copied in full, or ``None`` when an update will do."""
+    if recorded is None:
+        return "a new cache"
+    if recorded.ledger_id != ledger_id:
+        return "the cache held a copy of another ledger; rebuilding it"
+    if recorded.format != FORMAT or recorded.revision != head():
+        return (
+            f"the cache was made at schema revision {recorded.revision!r}, older than "
+            f"{head()!r}; rebuilding it"
+        )
+    if mark < recorded.mark:
+        return "the ledger is older than the cache (restored from a backup?); rebuilding it"
+    return None
+
+
+def _record(connection: duckdb.DuckDBPyConnection, recorded: _Recorded) -> None:
+    connection.execute(
+        f"CREATE OR REPLACE TABLE {CACHE}.{META} (format INTEGER, ledger_id VARCHAR, "
+        "revision VARCHAR, mark BIGINT, synced_at TIMESTAMP WITH TIME ZONE)"
+    )
+    connection.execute(
+        f"INSERT INTO {CACHE}.{META} VALUES (?, ?, ?, ?, now())",
+        [recorded.format, recorded.ledger_id, recorded.revision, recorded.mark],
+    )
+
+
+# -- copying --------------------------------------------------------------------------------------
+
+
+def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress) -> dict[str, int]:
+    """Every table copied whole, through the scanner (fast, and typed as the direct attach
+    types it), in whatever order the scanner's threads read the rows (``sync`` lets them: a
+    table's rows have no order of their own, and keeping the ledger's costs time)."""
+    rows: dict[str, int] = {}
+    for number, table in enumerate(TABLES, start=1):
+        say(f"  [{number}/{len(TABLES)}] {table} ...")
+        connection.execute(
+            f"CREATE OR REPLACE TABLE {CACHE}.{table} AS SELECT * FROM {_source(connection, table)}"
+        )
+        counted = connection.execute(f"SELECT count(*) FROM {CACHE}.{table}").fetchone()
+        rows[table] = int(counted[0]) if counted else 0
+        say(f"  [{number}/{len(TABLES)}] {table}: {rows[table]:,} rows")
+    return rows
+
+
+def _update(
+    connection: duckdb.DuckDBPyConnection, since: int, *, postgres: bool
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The rows stamped at or above ``since`` replaced or added, the rows deleted since
+    removed, and the whole tables read again."""
+    rows: dict[str, int] = {}
+    for table in STAMPED:
+        rows[table] = _replace_changed(connection, table, since, postgres=postgres)
+    deleted = _apply_deletions(connection, since, postgres=postgres)
+    for table in WHOLE:
+        connection.execute(f"DELETE FROM {CACHE}.{table}")
+        connection.execute(
+            f"INSERT INTO {CACHE}.{table} SELECT * FROM {_source(connection, table)}"
+        )
+        counted = connection.execute(f"SELECT count(*) FROM {CACHE}.{table}").fetchone()
+        rows[table] = int(counted[0]) if counted else 0
+    return rows, deleted
+
+
+def _replace_changed(
+    connection: duckdb.DuckDBPyConnection, table: str, since: int, *, postgres: bool
+) -> int:
+    """Stage the changed rows of ``table`` in the cache (read once), then replace them."""
+    staged = f"{CACHE}._staged_{table}"
+    query = _changed_rows(connection, table, f"change_seq >= {int(since)}", postgres=postgres)
+    connection.execute(f"CREATE OR REPLACE TABLE {staged} AS {query}")
+    connection.execute(f"DELETE FROM {CACHE}.{table} WHERE id IN (SELECT id FROM {staged})")
+    connection.execute(f"INSERT INTO {CACHE}.{table} SELECT * FROM {staged}")
+    counted = connection.execute(f"SELECT count(*) FROM {staged}").fetchone()
+    connection.execute(f"DROP TABLE {staged}")
+    return int(counted[0]) if counted else 0
+
+
+def _apply_deletions(
+    connection: duckdb.DuckDBPyConnection, since: int, *, postgres: bool
+) -> dict[str, int]:
+    query = f"SELECT table_name, row_id FROM agentledger_deletions WHERE change_seq >= {int(since)}"
+    found = connection.execute(
+        f"SELECT table_name, list(row_id) FROM {_passthrough(query, postgres=postgres)} "
+        "GROUP BY table_name"
+    ).fetchall()
+    deleted: dict[str, int] = {}
+    for table, ids in found:
+        if table in STAMPED:
+            connection.execute(f"DELETE FROM {CACHE}.{table} WHERE list_contains(?, id)", [ids])
+            deleted[table] = len(ids)
+    return deleted
+
+
+def _changed_rows(
+    connection: duckdb.DuckDBPyConnection, table: str, where: str, *, postgres: bool
+) -> str:
+    """A query for ``table``'s rows matching ``where``, run by the ledger's own database (so
+    its index on ``change_seq`` answers it), with the columns and types of the copy.
+
+    SQLite hands every value of such a query over as text: floats are written with 17
+    significant digits, which read back to the same double."""
+    columns = connection.execute(
+        "SELECT column_name, data_type FROM duckdb_columns() "
+        "WHERE database_name = ? AND schema_name = 'main' AND table_name = ? "
+        "ORDER BY column_index",
+        [CACHE, table],
+    ).fetchall()
+    if postgres:
+        inner = ", ".join(_identifier(name) for name, _ in columns)
+    else:
+        inner = ", ".join(_sqlite_text(name, kind) for name, kind in columns)
+    source = _passthrough(
+        f"SELECT {inner} FROM {_identifier(table)} WHERE {where}", postgres=postgres
+    )
+    outer = ", ".join(
+        f"CAST({_identifier(name)} AS {kind}) AS {_identifier(name)}" for name, kind in columns
+    )
+    return f"SELECT {outer} FROM {source}"
+
+
+def _sqlite_text(name: str, kind: str) -> str:
+    column = _identifier(name)
+    if kind in ("DOUBLE", "FLOAT", "REAL"):
+        return (
+            f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END AS {column}"
+        )
+    return column
+
+
+def _passthrough(query: str, *, postgres: bool) -> str:
+    """``query`` run by the ledger's database itself, as a DuckDB table function."""
+    function = "postgres_query" if postgres else "sqlite_query"
+    return f"{function}({_quoted(SOURCE)}, {_quoted(query)})"
+
+
+def _source(connection: duckdb.DuckDBPyConnection, table: str) -> str:
+    """The ledger's ``table`` through the scanner, in whichever schema it lives."""
+    row = connection.execute(
+        "SELECT schema_name FROM duckdb_tables() WHERE database_name = ? AND table_name = ?",
+        [SOURCE, table],
+    ).fetchone()
+    schema = "main" if row is None else str(row[0])
+    return f"{SOURCE}.{_identifier(schema)}.{_identifier(table)}"
+
+
+def _quoted(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
+def _identifier(name: str) -> str:
+    return '"' + name.replace('"', '""') + '"'

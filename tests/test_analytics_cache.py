@@ -1,0 +1,377 @@
+"""The analytics cache: a DuckDB copy of the ledger, synced from the ledger's change stamps.
+
+After every kind of change (new runs, random subagent trees, failed, running and interrupted
+runs, compactions, rows deleted with SQL) the views over the copy give exactly what the views
+over the ledger itself give, and the copied tables hold the ledger's rows; on SQLite and
+PostgreSQL. A sync that fails or dies midway leaves the previous copy, and the next completes
+it. A cache of another ledger or an older revision is rebuilt; a newer one, a file that is not
+DuckDB's, and a cache another process holds are clear errors.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pytest
+from click.testing import CliRunner
+from hypothesis import HealthCheck, Phase, given, settings
+from sqlalchemy import text
+
+from agentledger import AgentBuilder, AgentStatus
+from agentledger.analytics import Analytics, SyncResult, view_files
+from agentledger.cli import cli
+from agentledger.errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
+from agentledger.ledger import Ledger
+from agentledger.ledger.migrate import head
+from support.interrupted import agent_on, begin, step, stream_shown, tool_step_then_answer
+from support.subagents import Database, Router, Script, prompt
+from test_analytics import Node, check, record_compacted, record_team, spec_and_scripts, trees
+
+VIEWS = sorted(
+    {name for _, sql in view_files() for name in re.findall(r"CREATE OR REPLACE VIEW (\w+)", sql)}
+)
+TABLES = (
+    "conversations",
+    "conversation_messages",
+    "agent_runs",
+    "step_executions",
+    "tool_executions",
+    "context_compactions",
+    "execution_buffer_rows",
+)
+
+
+def _rows(analytics: Analytics, query: str) -> list[tuple[Any, ...]]:
+    return sorted(analytics.sql(query).fetchall(), key=repr)
+
+
+def _summed(value: Any) -> Any:
+    """``value`` with its floats to 12 significant digits: DuckDB sums floats in whatever
+    order its threads meet the rows, so the last bits of a sum differ from query to query."""
+    if isinstance(value, float):
+        return float(f"{value:.12g}")
+    if isinstance(value, list | tuple):
+        return [_summed(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _summed(v) for k, v in value.items()}
+    return value
+
+
+def _view(analytics: Analytics, query: str) -> list[Any]:
+    return sorted((_summed(row) for row in analytics.sql(query).fetchall()), key=repr)
+
+
+def assert_same(url: str, cache: Path) -> SyncResult:
+    """Sync the cache, then every view and every table of it against the ledger itself: the
+    tables exactly, the views up to the order floats are summed in."""
+    with Analytics.open(url) as direct, Analytics.open(url, cache=cache) as cached:
+        for view in [*VIEWS, "usage_over_time('hour')"]:
+            query = f"SELECT * FROM {view}"
+            assert _view(cached, query) == _view(direct, query), view
+        for table in TABLES:
+            query = f"SELECT CAST(COLUMNS(*) AS VARCHAR) FROM ledger.{table}"
+            assert _rows(cached, query) == _rows(direct, query), table
+        assert cached.last_sync is not None
+        return cached.last_sync
+
+
+def _agent(ledger: Ledger) -> Any:
+    return agent_on(ledger, tool_step_then_answer())
+
+
+# --- every kind of change ---------------------------------------------------------------------
+
+
+def test_the_copy_gives_the_same_views_as_the_ledger_after_every_kind_of_change(
+    db_url: str, tmp_path: Path
+) -> None:
+    cache = tmp_path / "ledger.duckdb"
+    record_team(db_url)  # subagent trees, tools, unpriced steps, over two days
+    first = assert_same(db_url, cache)
+    assert first.full and first.reason == "a new cache"
+    assert assert_same(db_url, cache).rows["step_executions"] == 0  # nothing changed: none read
+
+    with Ledger.open(db_url) as ledger:
+        # a run begun and stepped: running, with buffer rows and a partial answer shown
+        agent = _agent(ledger)
+        running = step(agent, ledger.recorder, begin(agent, ledger.recorder))
+        stream_shown(ledger.recorder, running)
+        update = assert_same(db_url, cache)
+        assert not update.full and update.rows["step_executions"] == 1
+        # it fails: its status, error and totals change; its buffer stays
+        ledger.recorder.fail_run(running, "the model went away")
+        assert_same(db_url, cache)
+        # a new run that finishes: its buffer flushed, the conversation's version raised
+        assert _agent(ledger).run("And tomorrow?").status is AgentStatus.COMPLETED
+        assert_same(db_url, cache)
+        # a run whose process died mid-answer, then marked interrupted by recovery
+        agent = _agent(ledger)
+        cut = step(agent, ledger.recorder, begin(agent, ledger.recorder))
+        stream_shown(ledger.recorder, cut)
+    with Ledger.open(db_url) as ledger:
+        ledger.recover(stale_after=0)
+    assert_same(db_url, cache)
+
+    record_compacted(db_url)  # masking, summaries (one failed), messages taken out of context
+    assert_same(db_url, cache)
+
+    with Database(db_url) as db, db.engine.begin() as conn:  # rows deleted with SQL go too
+        conn.execute(text("DELETE FROM context_compactions WHERE status = 'failed'"))
+        conn.execute(text("DELETE FROM tool_executions WHERE is_error"))
+    deleted = assert_same(db_url, cache)
+    assert deleted.deleted["context_compactions"] >= 1 and deleted.deleted["tool_executions"] >= 1
+
+
+# --- random subagent trees ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def growing(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Ledger, Path]]:
+    with Ledger.open(db_url, synchronous="NORMAL") as ledger:
+        yield db_url, ledger, tmp_path / "trees.duckdb"
+
+
+@settings(
+    max_examples=8,
+    deadline=None,
+    phases=[Phase.explicit, Phase.reuse, Phase.generate],
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(tree=trees())
+def test_the_copy_follows_random_run_trees_one_sync_after_another(
+    growing: tuple[str, Ledger, Path], tree: Node
+) -> None:
+    url, ledger, cache = growing
+    scripts: dict[str, Script] = {}
+    spec = spec_and_scripts(tree, "root", scripts)
+    result = (
+        AgentBuilder()
+        .with_llm(Router(dict(scripts)))
+        .with_name("root")
+        .with_system_prompt(prompt("root"))
+        .with_tools([check])
+        .with_subagents(spec.subagents)
+        .with_max_steps(None)
+        .with_ledger(ledger)
+        .build()
+        .run("Go.")
+    )
+    assert result.status is AgentStatus.COMPLETED
+    synced = assert_same(url, cache)
+    assert synced.rows["step_executions"] == sum(node.steps for node in tree.walk()) or synced.full
+
+
+def test_export_parquet_from_the_copy_writes_what_the_ledger_itself_gives(
+    db_url: str, tmp_path: Path
+) -> None:
+    record_team(db_url)
+    with Analytics.open(db_url) as direct:
+        from_ledger = direct.export_parquet(tmp_path / "direct")
+    with Analytics.open(db_url, cache=tmp_path / "ledger.duckdb") as cached:
+        from_copy = cached.export_parquet(tmp_path / "cached")
+    assert [p.relative_to(tmp_path / "direct") for p in from_ledger] == [
+        p.relative_to(tmp_path / "cached") for p in from_copy
+    ]
+    with duckdb.connect() as conn:
+        for one, other in zip(from_ledger, from_copy, strict=True):
+            query = "SELECT * FROM read_parquet(?) ORDER BY ALL"
+            assert (
+                conn.execute(query, [str(one)]).fetchall()
+                == conn.execute(query, [str(other)]).fetchall()
+            ), one
+
+
+# --- a sync that fails or dies midway -----------------------------------------------------------
+
+
+def _snapshot(cache: Path) -> dict[str, list[tuple[Any, ...]]]:
+    with duckdb.connect(str(cache), read_only=True) as conn:
+        return {
+            t: sorted(conn.sql(f"SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {t}").fetchall(), key=repr)
+            for t in (*TABLES, "agentledger_cache")
+        }
+
+
+class Stop(Exception):
+    pass
+
+
+def test_a_sync_that_raises_midway_leaves_the_previous_copy_and_the_next_completes_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    cache = tmp_path / "ledger.duckdb"
+    record_team(db_url)
+    assert_same(db_url, cache)
+    before = _snapshot(cache)
+    record_compacted(db_url)
+
+    def stop_at_third(line: str) -> None:
+        if "[3/" in line:
+            raise Stop(line)
+
+    # a cache of an older revision is copied in full, with progress: stop it midway
+    with duckdb.connect(str(cache)) as conn:
+        conn.execute("UPDATE agentledger_cache SET revision = '0007'")
+    before["agentledger_cache"] = _snapshot(cache)["agentledger_cache"]
+    with pytest.raises(Stop):
+        Analytics.open(db_url, cache=cache, progress=stop_at_third)
+    assert _snapshot(cache) == before
+    rebuilt = assert_same(db_url, cache)
+    assert rebuilt.full and "older than" in (rebuilt.reason or "")
+
+
+CRASHING_SYNC = """
+import os, sys
+from agentledger.analytics import Analytics
+
+def die(line):
+    if "[5/" in line:
+        os._exit(3)  # no rollback, no close: as if the process were killed
+
+Analytics.open(sys.argv[1], cache=sys.argv[2], progress=die)
+"""
+
+
+def test_a_sync_killed_midway_leaves_the_previous_copy_and_the_next_completes_it(
+    db_url: str, tmp_path: Path
+) -> None:
+    cache = tmp_path / "ledger.duckdb"
+    record_team(db_url)
+    assert_same(db_url, cache)
+    before = _snapshot(cache)
+    with Ledger.open(db_url) as ledger:
+        _agent(ledger).run("Once more.")
+    with duckdb.connect(str(cache)) as conn:  # a full copy, so that progress is reported
+        conn.execute("UPDATE agentledger_cache SET ledger_id = 'another ledger'")
+    before["agentledger_cache"] = _snapshot(cache)["agentledger_cache"]
+    child = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(CRASHING_SYNC), db_url, str(cache)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert child.returncode == 3, child.stderr
+    assert _snapshot(cache) == before
+    rebuilt = assert_same(db_url, cache)
+    assert rebuilt.full and "another ledger" in (rebuilt.reason or "")
+
+
+# --- which cache, and clear errors ----------------------------------------------------------------
+
+
+def test_a_cache_of_another_ledger_is_rebuilt_and_says_so(tmp_path: Path) -> None:
+    cache = tmp_path / "ledger.duckdb"
+    one, other = f"sqlite:///{tmp_path / 'one.db'}", f"sqlite:///{tmp_path / 'other.db'}"
+    for url in (one, other):
+        with Ledger.open(url) as ledger:
+            _agent(ledger).run("Hello.")
+    assert_same(one, cache)
+    said: list[str] = []
+    with Analytics.open(other, cache=cache, progress=said.append) as analytics:
+        assert analytics.last_sync is not None and analytics.last_sync.full
+    assert "another ledger" in said[0]
+    assert not assert_same(other, cache).full
+
+
+def test_a_cache_written_by_a_newer_agentledger_is_refused(tmp_path: Path) -> None:
+    url, cache = f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "ledger.duckdb"
+    with Ledger.open(url) as ledger:
+        _agent(ledger).run("Hello.")
+    assert_same(url, cache)
+    with duckdb.connect(str(cache)) as conn:
+        conn.execute("UPDATE agentledger_cache SET revision = '9999'")
+    with pytest.raises(SchemaVersionError, match="newer agentledger") as raised:
+        Analytics.open(url, cache=cache)
+    assert head() in str(raised.value) and "9999" in str(raised.value)
+
+
+def test_a_cache_file_that_is_not_duckdb_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    url, cache = f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "notes.txt"
+    Ledger.open(url).close()
+    cache.write_text("my notes, not a cache\n" * 100)
+    with pytest.raises(LedgerOpenError, match="cannot be opened as a DuckDB database"):
+        Analytics.open(url, cache=cache)
+    assert cache.read_text() == "my notes, not a cache\n" * 100
+
+
+HOLDER = """
+import sys, time, duckdb
+conn = duckdb.connect(sys.argv[1])
+print("holding", flush=True)
+time.sleep(60)
+"""
+
+
+def test_a_cache_another_process_holds_is_a_clear_busy_error(tmp_path: Path) -> None:
+    url, cache = f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "ledger.duckdb"
+    Ledger.open(url).close()
+    assert_same(url, cache)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(cache)], stdout=subprocess.PIPE, text=True
+    )
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+        with pytest.raises(LedgerBusyError, match="in use by another process"):
+            Analytics.open(url, cache=cache)
+    finally:
+        holder.kill()
+        holder.wait()
+        if holder.stdout is not None:
+            holder.stdout.close()
+
+
+def test_sync_without_a_cache_says_how_to_open_one(tmp_path: Path) -> None:
+    from agentledger import ConfigurationError
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    Ledger.open(url).close()
+    with Analytics.open(url) as analytics, pytest.raises(ConfigurationError, match="cache="):
+        analytics.sync()
+
+
+def test_sync_reads_what_changed_since_open(tmp_path: Path) -> None:
+    url, cache = f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "ledger.duckdb"
+    with Ledger.open(url) as ledger, Analytics.open(url, cache=cache) as analytics:
+        assert analytics.run_rollup().fetchall() == []
+        _agent(ledger).run("Hello.")
+        synced = analytics.sync()
+        assert not synced.full and synced.rows["step_executions"] == 2
+        assert len(analytics.run_rollup().fetchall()) == 1
+
+
+# --- the command line -----------------------------------------------------------------------------
+
+
+def test_analytics_sync_copies_with_progress_then_updates(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        _agent(ledger).run("Hello.")
+    cache = tmp_path / "copy.duckdb"
+    runner = CliRunner()
+    first = runner.invoke(cli, ["--db", str(path), "analytics", "sync", "--cache", str(cache)])
+    assert first.exit_code == 0, first.output
+    assert "copying the ledger into the cache: a new cache" in first.stderr
+    assert "[4/8] step_executions: 2 rows" in first.stderr
+    assert "copied in full (a new cache)" in first.stdout
+    with Ledger.open(path) as ledger:
+        _agent(ledger).run("Again.")
+    again = runner.invoke(cli, ["--db", str(path), "analytics", "sync", "--cache", str(cache)])
+    assert again.exit_code == 0, again.output
+    assert "updated:" in again.stdout and again.stderr == ""
+    report = runner.invoke(
+        cli, ["--db", str(path), "analytics", "report", "--cache", str(cache), "--json"]
+    )
+    assert report.exit_code == 0, report.output
+    assert '"table": "runs"' in report.stdout
+    bad = tmp_path / "bad.duckdb"
+    bad.write_text("not duckdb")
+    refused = runner.invoke(cli, ["--db", str(path), "analytics", "sync", "--cache", str(bad)])
+    assert refused.exit_code == 1
+    assert "cannot be opened as a DuckDB database" in refused.output
