@@ -65,28 +65,10 @@ from support.fake_provider import (
     responses_response,
     responses_text,
 )
+from support.tool_schemas import ADD, WEATHER
 
 KEY = "sk-unit-Q7rT2vX9wK4mN8pL3sD6"
 """A distinctive API key: it must never show up anywhere but in the request headers."""
-
-WEATHER = ToolSchema(
-    name="get_weather",
-    description="Current weather for a city.",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-)
-ADD = ToolSchema(
-    name="add",
-    description="Add two integers.",
-    parameters={
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 0}},
-        "required": ["a"],
-    },
-)
 
 
 # -- the network seam ------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from support.fake_provider import (
     responses_stream,
     responses_text,
 )
+from support.tool_schemas import ADD, WEATHER
 
 PARAM_TYPES = {
     ("OpenAIChat", False): "openai.types.chat.completion_create_params."
@@ -190,25 +191,7 @@ FORECAST_SCHEMA = {
     "properties": {"city": {"type": "string"}, "celsius": {"type": "number"}},
     "required": ["city", "celsius"],
 }
-WEATHER = ToolSchema(
-    name="get_weather",
-    description="Current weather for a city.",
-    parameters={
-        "type": "object",
-        "properties": {"city": {"type": "string"}},
-        "required": ["city"],
-    },
-)
-STRICT_ADD = ToolSchema(
-    name="add",
-    description="Add two integers.",
-    parameters={
-        "type": "object",
-        "properties": {"a": {"type": "integer"}, "b": {"type": "integer", "default": 0}},
-        "required": ["a"],
-    },
-    strict=True,
-)
+STRICT_ADD = ADD.model_copy(update={"strict": True})
 TOOLS = (WEATHER, STRICT_ADD)
 SYSTEM = Message.system("You answer questions about the weather.")
 QUESTION = Message.user("How warm are Paris and London together?")
