@@ -193,10 +193,19 @@ def is_busy(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
-def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) -> T:
-    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff."""
+def with_retries(
+    settings: EngineSettings,
+    work: Callable[[], T],
+    *,
+    what: str,
+    on_retry: Callable[[], None] | None = None,
+) -> T:
+    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff;
+    ``on_retry`` is told of each attempt made again."""
     delay = 0.05
     for attempt in range(settings.retries + 1):
+        if attempt and on_retry is not None:
+            on_retry()
         try:
             return work()
         except (DBAPIError, sqlite3.DatabaseError) as exc:
@@ -305,6 +314,14 @@ class Connections:
         self._in_flight = 0
         self._depth = threading.local()
         self._closed = False
+        self.transactions = 0
+        """Transactions begun on these connections (every attempt of a retried one counts)."""
+        self.lock_retries = 0
+        """Transactions tried again because the database was locked (:func:`with_retries`)."""
+
+    def note_retry(self) -> None:
+        with self._lock:
+            self.lock_retries += 1
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool) -> Iterator[Connection]:
@@ -360,6 +377,7 @@ class Connections:
 
     def _take(self, write: bool) -> Connection:
         with self._lock:
+            self.transactions += 1
             if self._pid != os.getpid():  # forked: the parent's connections are not ours
                 self._idle = {True: [], False: []}
                 self._pid = os.getpid()
@@ -424,7 +442,7 @@ class Database:
                 return read(conn)
 
         with self.connections.in_use():
-            return decoded(what, lambda: with_retries(self.settings, work, what=what))
+            return decoded(what, lambda: self._with_retries(work, what))
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, retried whole while the database is locked."""
@@ -435,7 +453,11 @@ class Database:
                 return work(conn)
 
         with self.connections.in_use():
-            return with_retries(self.settings, attempt, what=what)
+            return self._with_retries(attempt, what)
+
+    def _with_retries(self, work: Callable[[], T], what: str) -> T:
+        on_retry = self.connections.note_retry
+        return with_retries(self.settings, work, what=what, on_retry=on_retry)
 
     def check_writable(self, what: str) -> None:
         """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""
