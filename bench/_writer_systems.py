@@ -104,11 +104,20 @@ class LedgerWriter(_Writer):
         self._ids = [None] * self.conversations
 
     def round(self, start_at: float) -> Figures:
-        transactions, retries = self.ledger.transactions, self.ledger.lock_retries
+        transactions, retries = self._counts()
         figures = super().round(start_at)
-        figures["transactions"] = self.ledger.transactions - transactions
-        figures["retries"] = self.ledger.lock_retries - retries
+        if transactions is not None and retries is not None:
+            after, retried = self._counts()
+            figures["transactions"] = (after or 0) - transactions
+            figures["retries"] = (retried or 0) - retries
         return figures
+
+    def _counts(self) -> tuple[int | None, int | None]:
+        """The ledger's transactions and lock retries (None from a version that does not
+        count them: the previous version measured against this one)."""
+        return getattr(self.ledger, "transactions", None), getattr(
+            self.ledger, "lock_retries", None
+        )
 
     def turn(self, conversation: int, turn: int) -> None:
         agent = self._agents[turn][conversation]

@@ -43,11 +43,13 @@ from ._common import Sizes, ms
 from ._report import Row, Section
 from ._statement_runs import POSTGRES_SETTINGS
 from ._turns import STEPS_PER_TURN
+from ._versions import Version, export
 from ._workers import Worker, WorkerError, broadcast
 from ._writer_systems import GraphWriter, LedgerWriter, SessionWriter
 from .statements import postgres_harness
 
 AGENTLEDGER = "agentledger Agent.run"
+PREVIOUS = "agentledger Agent.run, previous version"
 SQLITE_SESSION = "OpenAI Agents SQLiteSession"
 SQLITE_GRAPH = "LangGraph SqliteSaver"
 ALCHEMY_SESSION = "OpenAI Agents SQLAlchemySession"
@@ -158,22 +160,34 @@ class Databases:
         return str(self.tmp / f"writers-{slug}-{writers}.db")
 
 
-def _writer(system: str, url: str, plan: Plan, writer: int) -> Worker:
+def _writer(
+    system: str, url: str, plan: Plan, writer: int, previous: Version | None = None
+) -> Worker:
     name = f"{system} writer {writer}"
     sizes = {"conversations": plan.conversations, "turns": plan.turns}
     if system == AGENTLEDGER:
         return Worker(name, LedgerWriter, url=url, **sizes)
+    if system == PREVIOUS:
+        assert previous is not None
+        return Worker(name, LedgerWriter, source=previous.source, url=url, **sizes)
     factory = SessionWriter if system in (SQLITE_SESSION, ALCHEMY_SESSION) else GraphWriter
     return Worker(name, factory, url=url, writer=writer, **sizes)
 
 
-def _start(system: str, url: str, plan: Plan, writers: int, stack: ExitStack) -> list[Worker]:
+def _start(
+    system: str,
+    url: str,
+    plan: Plan,
+    writers: int,
+    stack: ExitStack,
+    previous: Version | None = None,
+) -> list[Worker]:
     """``writers`` workers on a database set up for ``system`` (its schema created once)."""
-    if system == AGENTLEDGER:
+    if system in (AGENTLEDGER, PREVIOUS):
         Ledger.open(url).close()  # migrated here, once
     started = []
     for n in range(writers):
-        worker = _writer(system, url, plan, n)
+        worker = _writer(system, url, plan, n, previous)
         stack.callback(worker.close)
         started.append(worker)
         if n == 0:
@@ -211,7 +225,11 @@ def _rows_per_turn(url: str, turns: int) -> float:
 
 
 def measure_point(
-    systems: list[str], databases: Databases, plan: Plan, writers: int
+    systems: list[str],
+    databases: Databases,
+    plan: Plan,
+    writers: int,
+    previous: Version | None = None,
 ) -> dict[str, Point]:
     points = {system: Point() for system in systems}
     with ExitStack() as stack:
@@ -220,7 +238,7 @@ def measure_point(
         for system in systems:
             urls[system] = databases.new(system, writers)
             try:
-                workers[system] = _start(system, urls[system], plan, writers, stack)
+                workers[system] = _start(system, urls[system], plan, writers, stack, previous)
             except WorkerError as exc:
                 if system == AGENTLEDGER:
                     raise
@@ -287,13 +305,17 @@ def measure_backend(
     databases: Databases,
     writers: tuple[int, ...],
     only: tuple[str, ...] | None = None,
+    previous: Version | None = None,
 ) -> None:
     started = time.perf_counter()
     systems = [s for s in _systems(backend, measured.skipped) if only is None or s in only]
+    if previous is not None:
+        systems.insert(1, PREVIOUS)
     curve: dict[str, dict[int, Point]] = {system: {} for system in systems}
     for count in writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
-        for system, point in measure_point(systems, databases, measured.plan, count).items():
+        points = measure_point(systems, databases, measured.plan, count, previous)
+        for system, point in points.items():
             curve[system][count] = point
     measured.points[backend] = curve
     measured.took[backend] = time.perf_counter() - started
@@ -306,17 +328,19 @@ def measure(
     backends: tuple[str, ...] = ("SQLite", "PostgreSQL"),
     writers: tuple[int, ...] | None = None,
     only: tuple[str, ...] | None = None,
+    previous: Version | None = None,
 ) -> Measured:
     """The curve on each backend; ``writers`` instead of the plan's points, ``only`` these
-    systems."""
+    systems, and ``previous`` (a version exported from git) measured beside this one."""
     measured = Measured(plan)
     counts = writers or plan.writers
     if "SQLite" in backends:
-        measure_backend(measured, "SQLite", Databases(tmp), counts, only)
+        measure_backend(measured, "SQLite", Databases(tmp), counts, only, previous)
     if "PostgreSQL" in backends:
         with _server(measured.skipped) as server:
             if server is not None:
-                measure_backend(measured, "PostgreSQL", Databases(tmp, server), counts, only)
+                databases = Databases(tmp, server)
+                measure_backend(measured, "PostgreSQL", databases, counts, only, previous)
     return measured
 
 
@@ -332,7 +356,7 @@ def _best_peer(curve: dict[str, dict[int, Point]], writers: int) -> tuple[str, f
     rates = [
         (system, points[writers].rate)
         for system, points in curve.items()
-        if system != AGENTLEDGER and writers in points and points[writers].rates
+        if system not in (AGENTLEDGER, PREVIOUS) and writers in points and points[writers].rates
     ]
     return max(rates, key=lambda pair: pair[1]) if rates else None
 
@@ -367,7 +391,8 @@ def _table(backend: str, curve: dict[str, dict[int, Point]]) -> list[str]:
             if point.failed is not None or not point.rates:
                 lines.append(f"| {writers} | {system} | failed: {point.failed} | | | | | | |")
                 continue
-            ratio = f"{point.rate / best[1]:.2f}x" if best and system == AGENTLEDGER else ""
+            ours = system in (AGENTLEDGER, PREVIOUS)
+            ratio = f"{point.rate / best[1]:.2f}x" if best and ours else ""
             rows = f"{point.rows_per_turn:.1f}" if point.rows_per_turn is not None else "—"
             lines.append(
                 f"| {writers} | {system} | {point.rate:,.1f} | {ratio} | "
@@ -473,6 +498,12 @@ def main() -> None:
     only.add_argument("--sqlite-only", action="store_true")
     only.add_argument("--postgresql-only", action="store_true")
     parser.add_argument("--writers", default=None, help="the curve's points, e.g. 1,2,4")
+    parser.add_argument(
+        "--previous", metavar="REF", default=None, help="a git commit to measure beside this one"
+    )
+    parser.add_argument(
+        "--ours-only", action="store_true", help="agentledger alone (and --previous), no peer"
+    )
     args = parser.parse_args()
     plan = PLANS["quick" if args.quick else "full" if args.full else "default"]
     backends = (
@@ -483,8 +514,13 @@ def main() -> None:
         else ("SQLite", "PostgreSQL")
     )
     writers = tuple(int(n) for n in args.writers.split(",")) if args.writers else None
+    only = (AGENTLEDGER,) if args.ours_only else None
     with tempfile.TemporaryDirectory(prefix="agentledger-bench-") as tmp:
-        section = report(measure(plan, Path(tmp), backends=backends, writers=writers))
+        previous = export(args.previous, Path(tmp)) if args.previous else None
+        measured = measure(
+            plan, Path(tmp), backends=backends, writers=writers, only=only, previous=previous
+        )
+        section = report(measured)
     print("\n".join(section.render()))
 
 
