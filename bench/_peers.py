@@ -38,9 +38,14 @@ from ._turns import TOOL_STEPS, question
 
 LANGGRAPH = "LangGraph SqliteSaver"
 SESSION = "OpenAI Agents SQLiteSession"
+POSTGRES_LANGGRAPH = "LangGraph PostgresSaver"
+POSTGRES_SESSION = "OpenAI Agents SQLAlchemySession"
 REQUIREMENTS = {
     LANGGRAPH: ("langgraph", "langgraph-checkpoint-sqlite"),
     SESSION: ("openai-agents",),
+    POSTGRES_LANGGRAPH: ("langgraph", "langgraph-checkpoint-postgres"),
+    # On PostgreSQL through asyncpg, which SQLAlchemy's asyncio extension drives with greenlet.
+    POSTGRES_SESSION: ("openai-agents", "asyncpg", "greenlet"),
 }
 ITEMS_PER_TURN = 2 + 2 * TOOL_STEPS
 """What either peer stores of a turn: the user message, each tool call and its result, the

@@ -50,19 +50,11 @@ from .statements import postgres_harness
 
 AGENTLEDGER = "agentledger Agent.run"
 PREVIOUS = "agentledger Agent.run, previous version"
-SQLITE_SESSION = "OpenAI Agents SQLiteSession"
-SQLITE_GRAPH = "LangGraph SqliteSaver"
-ALCHEMY_SESSION = "OpenAI Agents SQLAlchemySession"
-POSTGRES_GRAPH = "LangGraph PostgresSaver"
+SQLITE_SESSION, SQLITE_GRAPH = _peers.SESSION, _peers.LANGGRAPH
+ALCHEMY_SESSION, POSTGRES_GRAPH = _peers.POSTGRES_SESSION, _peers.POSTGRES_LANGGRAPH
 SYSTEMS = {
     "SQLite": (AGENTLEDGER, SQLITE_SESSION, SQLITE_GRAPH),
     "PostgreSQL": (AGENTLEDGER, ALCHEMY_SESSION, POSTGRES_GRAPH),
-}
-REQUIREMENTS = {
-    SQLITE_SESSION: ("openai-agents",),
-    SQLITE_GRAPH: ("langgraph", "langgraph-checkpoint-sqlite"),
-    ALCHEMY_SESSION: ("openai-agents", "asyncpg", "greenlet"),
-    POSTGRES_GRAPH: ("langgraph", "langgraph-checkpoint-postgres"),
 }
 SERVER_SETTINGS = {**POSTGRES_SETTINGS, "max_connections": "400"}
 """A durable server, with room for every writer's connections (three systems at 16 writers)."""
@@ -132,18 +124,6 @@ def p99(values: list[float]) -> float:
 
 
 # --- measuring -----------------------------------------------------------------------------------
-
-
-def _missing(system: str) -> list[str]:
-    from importlib.metadata import PackageNotFoundError, version
-
-    gone = []
-    for package in REQUIREMENTS.get(system, ()):
-        try:
-            version(package)
-        except PackageNotFoundError:
-            gone.append(package)
-    return gone
 
 
 class Databases:
@@ -288,7 +268,7 @@ def _server(skipped: list[str]) -> Iterator[Any]:
 def _systems(backend: str, skipped: list[str]) -> list[str]:
     chosen = []
     for system in SYSTEMS[backend]:
-        gone = _missing(system)
+        gone = _peers.missing(system) if system in _peers.REQUIREMENTS else []
         if gone:
             skipped.append(
                 f"{backend}: {system} skipped, not installed ({', '.join(gone)}): "
