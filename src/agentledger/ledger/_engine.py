@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
@@ -345,8 +345,10 @@ class Connections:
                 except BaseException:
                     transaction.rollback()
                     raise
-                if write or self._remote:
+                if write:
                     transaction.commit()
+                elif self._remote:
+                    _end_read(conn, transaction)
                 else:
                     transaction.rollback()
             except BaseException:
@@ -434,6 +436,16 @@ class Connections:
         for conn in kept:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _end_read(conn: Connection, transaction: RootTransaction) -> None:
+    """Commit a read on PostgreSQL (a ``ROLLBACK`` would make psycopg drop the statements it
+    prepared). Its COMMIT only ends it: when that fails, what it read stands (it was read in
+    the transaction), and the connection, in a state nobody knows, is not used again."""
+    try:
+        transaction.commit()
+    except DBAPIError:
+        conn.invalidate()
 
 
 UNDECODABLE = (ValueError, TypeError)
