@@ -33,7 +33,12 @@
     end to its ``StepRecorded``, the cost of the partial-output flushes, and cancel to
     committed (20 conversations with ``--quick``), and
 14. the same turn, not streamed, through ``Agent.run`` and ``await agent.arun``
-    (``bench/streaming.py``; ``python -m bench.streaming`` runs 13 and 14 alone).
+    (``bench/streaming.py``; ``python -m bench.streaming`` runs 13 and 14 alone), and
+15. many writer processes on one database (a SQLite file; a throwaway PostgreSQL): turns per
+    second at 1, 2, 4 and 16 writers, a step's commit p50/p99 and the ledger's lock retries,
+    against the OpenAI Agents SDK's ``SQLiteSession`` and ``SQLAlchemySession`` and LangGraph's
+    ``SqliteSaver`` and ``PostgresSaver`` (``bench/writers.py``; ``python -m bench.writers``
+    runs it alone).
 """
 
 from __future__ import annotations
@@ -54,6 +59,7 @@ from . import (
     recording,
     statements,
     streaming,
+    writers,
 )
 from ._common import DEFAULT, FULL, QUICK
 from ._report import environment, render
@@ -114,6 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         sections.append(statements.run(sizes, Path(tmp)))
         sections.extend(previous.run(sizes, Path(tmp), before))
         sections.extend(streaming.run(sizes, Path(tmp)))
+        sections.extend(writers.run(sizes, Path(tmp)))
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m bench", *args_list])
     report = render(command=command, mode=sizes.name, env=env, sections=sections, elapsed=elapsed)

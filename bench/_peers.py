@@ -38,9 +38,14 @@ from ._turns import TOOL_STEPS, question
 
 LANGGRAPH = "LangGraph SqliteSaver"
 SESSION = "OpenAI Agents SQLiteSession"
+POSTGRES_LANGGRAPH = "LangGraph PostgresSaver"
+POSTGRES_SESSION = "OpenAI Agents SQLAlchemySession"
 REQUIREMENTS = {
     LANGGRAPH: ("langgraph", "langgraph-checkpoint-sqlite"),
     SESSION: ("openai-agents",),
+    POSTGRES_LANGGRAPH: ("langgraph", "langgraph-checkpoint-postgres"),
+    # On PostgreSQL through asyncpg, which SQLAlchemy's asyncio extension drives with greenlet.
+    POSTGRES_SESSION: ("openai-agents", "asyncpg", "greenlet"),
 }
 ITEMS_PER_TURN = 2 + 2 * TOOL_STEPS
 """What either peer stores of a turn: the user message, each tool call and its result, the
@@ -91,32 +96,24 @@ class LangGraphTurns:
         # The saver writes from LangGraph's background thread (durability "async").
         self.conn = sqlite3.connect(self.path, check_same_thread=False)
         self.conn.execute(f"PRAGMA synchronous={synchronous}")
-        self.graph = _graph(SqliteSaver(self.conn), self._respond)
+        self.graph = ScriptedGraph(SqliteSaver(self.conn))
         self.config: Any = {"configurable": {"thread_id": THREAD}}
         self.turns = 0
-        self._script: Iterator[Any] = iter(())
-
-    def _respond(self, state: Any) -> dict[str, list[Any]]:
-        return {"messages": [next(self._script)]}
 
     def grow(self, turns: int) -> float:
         return sum(self.turn() for _ in range(turns))
 
     def turn(self) -> float:
-        # Fresh messages every turn: add_messages gives each an id, and a message seen again
-        # with the same id would replace the first instead of being appended.
-        self._script = iter(_responses())
-        inputs = {"messages": [_human(question(self.turns))]}
         gc.collect()  # as bench._turns.Turns.turn does
         started = time.perf_counter()
-        self.graph.invoke(inputs, self.config)
+        self.graph.invoke_turn(THREAD, self.turns)
         elapsed = time.perf_counter() - started
         self.turns += 1
         return elapsed
 
     def stored(self) -> dict[str, int]:
         """The thread's messages and the saver's rows."""
-        messages = self.graph.get_state(self.config).values.get("messages", [])
+        messages = self.graph.graph.get_state(self.config).values.get("messages", [])
         rows = {
             table: self.conn.execute(f"SELECT count(*) FROM {table}").fetchone()[0]
             for table in ("checkpoints", "writes")
@@ -131,6 +128,25 @@ class LangGraphTurns:
 
     def close(self) -> None:
         self.conn.close()
+
+
+class ScriptedGraph:
+    """The turn's graph compiled with ``saver``, its model node answering from a fresh script
+    each turn; one turn is one ``invoke`` on a thread."""
+
+    def __init__(self, saver: Any) -> None:
+        self.graph = _graph(saver, self._respond)
+        self._script: Iterator[Any] = iter(())
+
+    def _respond(self, state: Any) -> dict[str, list[Any]]:
+        return {"messages": [next(self._script)]}
+
+    def invoke_turn(self, thread_id: str, turn: int) -> None:
+        # Fresh messages every turn: add_messages gives each an id, and a message seen again
+        # with the same id would replace the first instead of being appended.
+        self._script = iter(_responses())
+        inputs = {"messages": [_human(question(turn))]}
+        self.graph.invoke(inputs, {"configurable": {"thread_id": thread_id}})
 
 
 def _graph(saver: Any, respond: Any) -> Any:
@@ -203,18 +219,11 @@ class SessionTurns:
         return sum(self.turn() for _ in range(turns))
 
     def turn(self) -> float:
-        batches = _items(self.turns)
+        batches = session_batches(self.turns)
         gc.collect()  # as bench._turns.Turns.turn does
-        elapsed = self.loop.run_until_complete(self._record(batches))
+        elapsed, _ = self.loop.run_until_complete(record_session_turn(self.session, batches))
         self.turns += 1
         return elapsed
-
-    async def _record(self, batches: list[list[dict[str, Any]]]) -> float:
-        started = time.perf_counter()
-        await self.session.get_items()
-        for batch in batches:
-            await self.session.add_items(batch)  # type: ignore[arg-type]
-        return time.perf_counter() - started
 
     def stored(self) -> dict[str, int]:
         items = self.loop.run_until_complete(self.session.get_items())
@@ -235,7 +244,22 @@ class SessionTurns:
         self.loop.close()
 
 
-def _items(turn: int) -> list[list[dict[str, Any]]]:
+async def record_session_turn(
+    session: Any, batches: list[list[dict[str, Any]]]
+) -> tuple[float, list[float]]:
+    """What the SDK's Runner asks of its session in a turn: ``get_items()`` as the turn starts,
+    then ``add_items`` for each batch. The turn's seconds, and those of each ``add_items``."""
+    started = time.perf_counter()
+    await session.get_items()
+    times = []
+    for batch in batches:
+        begun = time.perf_counter()
+        await session.add_items(batch)
+        times.append(time.perf_counter() - begun)
+    return time.perf_counter() - started, times
+
+
+def session_batches(turn: int) -> list[list[dict[str, Any]]]:
     """The items the SDK's Runner saves for a turn, in its batches (as ``model_dump`` of the
     Responses API items, which is how it stores them)."""
     batches: list[list[dict[str, Any]]] = [[{"content": question(turn), "role": "user"}]]

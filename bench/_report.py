@@ -10,8 +10,16 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 PACKAGES = ("agentledger", "pydantic", "pydantic-core", "SQLAlchemy", "sqlmodel", "alembic")
-PEERS = ("langgraph", "langgraph-checkpoint-sqlite", "langchain-core", "openai-agents")
-"""The peers of ``bench/recording.py`` (the ``bench`` extra), named in the report's header."""
+PEERS = (
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "langchain-core",
+    "openai-agents",
+    "asyncpg",
+)
+"""The peers of ``bench/recording.py`` and ``bench/writers.py`` (the ``bench`` extra), named in
+the report's header."""
 
 
 @dataclass(frozen=True)

@@ -145,3 +145,24 @@ def test_two_processes_racing_to_run_on_one_conversation_leave_one_whole_run_and
     ]
     assert dict(steps) == {winner: 4}
     assert ledger_violations(db_url) == []
+
+
+def test_a_write_kept_waiting_by_another_writer_is_tried_again_counted_and_never_fails(tmp_path):
+    """A writer that holds SQLite's write lock past the busy timeout makes the ledger try its
+    transaction again (not fail it): the retry is counted in ``lock_retries``, every attempt in
+    ``transactions``, and the write commits once the lock is free."""
+    import sqlite3
+    import threading
+
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path, busy_timeout=0.05) as ledger:
+        before = ledger.transactions
+        holder = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+        holder.execute("BEGIN IMMEDIATE")
+        threading.Timer(0.3, holder.rollback).start()
+        conversation = ledger.create_conversation(title="waited")
+        holder.close()
+        assert ledger.lock_retries >= 1
+        assert ledger.transactions - before >= 1 + ledger.lock_retries
+        assert [c.title for c in ledger.conversations()] == ["waited"]
+        assert ledger.conversation(conversation.id).title == "waited"

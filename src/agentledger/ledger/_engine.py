@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import random
+import select
 import sqlite3
 import threading
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from sqlalchemy import Connection, Engine, create_engine, event
+from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
@@ -193,10 +194,19 @@ def is_busy(exc: BaseException) -> bool:
     return "database is locked" in text or "database is busy" in text
 
 
-def with_retries(settings: EngineSettings, work: Callable[[], T], *, what: str) -> T:
-    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff."""
+def with_retries(
+    settings: EngineSettings,
+    work: Callable[[], T],
+    *,
+    what: str,
+    on_retry: Callable[[], None] | None = None,
+) -> T:
+    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff;
+    ``on_retry`` is told of each attempt made again."""
     delay = 0.05
     for attempt in range(settings.retries + 1):
+        if attempt and on_retry is not None:
+            on_retry()
         try:
             return work()
         except (DBAPIError, sqlite3.DatabaseError) as exc:
@@ -280,11 +290,15 @@ def _cause(exc: BaseException) -> str:
 class Connections:
     """The connections of a ledger handle's transactions.
 
-    On SQLite a few are kept open between transactions (taking a connection from the pool
-    and giving it back costs more than a small transaction): one that just committed is used
-    again by the next transaction, of any thread; one whose transaction failed is closed, never
-    used again. On PostgreSQL every transaction takes its connection from the pool, which
-    checks it first (``pool_pre_ping``): a server restarted meanwhile costs nothing then.
+    A few are kept open between transactions (taking a connection from the pool and giving
+    it back costs more than a small transaction): one that just committed is used again by the
+    next transaction, of any thread; one whose transaction failed is closed, never used again.
+    On PostgreSQL the pool checks a connection before it hands it out (``pool_pre_ping``, a
+    round trip): a server restarted meanwhile costs nothing then. A kept connection skips that
+    round trip while it is in use (idle under :attr:`IDLE_REUSE` seconds) and nothing came
+    from the server meanwhile (a server that ends a session says so on its socket before it
+    closes it); otherwise it goes back to the pool, which checks it again. A read commits on
+    PostgreSQL: psycopg forgets the statements it prepared on every ``ROLLBACK``.
     A process forked from the one that opened them does not use them.
 
     :meth:`close` waits for the transactions in flight (a write a cancelled run left to
@@ -294,23 +308,34 @@ class Connections:
 
     CLOSE_WAIT = 10.0
     """Seconds :meth:`close` waits for the transactions in flight to end."""
+    IDLE_REUSE = 5.0
+    """Seconds a kept PostgreSQL connection may sit idle and be used again unchecked."""
 
     def __init__(self, engine: Engine, *, keep: int = 2) -> None:
         self.engine = engine
-        self._keep = keep if engine.dialect.name == "sqlite" else 0
-        self._idle: dict[bool, list[Connection]] = {True: [], False: []}
+        self._keep = keep
+        self._remote = engine.dialect.name != "sqlite"
+        self._idle: dict[bool, list[tuple[Connection, float]]] = {True: [], False: []}
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._in_flight = 0
         self._depth = threading.local()
         self._closed = False
+        self.transactions = 0
+        """Transactions begun on these connections (every attempt of a retried one counts)."""
+        self.lock_retries = 0
+        """Transactions tried again because the database was locked (:func:`with_retries`)."""
+
+    def note_retry(self) -> None:
+        with self._lock:
+            self.lock_retries += 1
 
     @contextlib.contextmanager
     def transaction(self, *, write: bool) -> Iterator[Connection]:
         """A connection inside one transaction (``BEGIN IMMEDIATE`` when ``write``, on SQLite),
-        committed when the block ends (a read is rolled back: it has nothing to commit), rolled
-        back when it raises."""
+        committed when the block ends (a read on SQLite is rolled back: it has nothing to
+        commit), rolled back when it raises."""
         with self.in_use():
             conn = self._take(write)
             try:
@@ -322,6 +347,8 @@ class Connections:
                     raise
                 if write:
                     transaction.commit()
+                elif self._remote:
+                    _end_read(conn, transaction)
                 else:
                     transaction.rollback()
             except BaseException:
@@ -360,11 +387,15 @@ class Connections:
 
     def _take(self, write: bool) -> Connection:
         with self._lock:
+            self.transactions += 1
             if self._pid != os.getpid():  # forked: the parent's connections are not ours
                 self._idle = {True: [], False: []}
                 self._pid = os.getpid()
             idle = self._idle[write]
-            kept = idle.pop() if idle else None
+            kept, since = idle.pop() if idle else (None, 0.0)
+        if kept is not None and self._remote and not self._fresh(kept, since):
+            kept.close()  # back to the pool, which checks it before it hands it out again
+            kept = None
         if kept is not None:
             # SQLAlchemy reads the logging level when it makes a Connection: a kept one
             # follows echo and the sqlalchemy.engine logger as a new one would.
@@ -373,11 +404,24 @@ class Connections:
         conn = self.engine.connect()
         return conn.execution_options(**WRITE) if write else conn
 
+    def _fresh(self, conn: Connection, since: float) -> bool:
+        """Whether a kept PostgreSQL connection may be used without the pool's check: used
+        a moment ago, and nothing arrived on its socket since (a server that ends the session,
+        shutting down or restarting, sends an error first; an idle session is sent nothing)."""
+        if time.monotonic() - since > self.IDLE_REUSE:
+            return False
+        try:
+            fileno = conn.connection.dbapi_connection.fileno()  # type: ignore[union-attr]
+            readable, _, _ = select.select([fileno], [], [], 0)
+        except (OSError, ValueError, AttributeError):
+            return False
+        return not readable
+
     def _give(self, conn: Connection, write: bool) -> None:
         with self._lock:
             idle = self._idle[write]
             if len(idle) < self._keep and not conn.invalidated and self._pid == os.getpid():
-                idle.append(conn)
+                idle.append((conn, time.monotonic()))
                 return
         conn.close()
 
@@ -387,11 +431,21 @@ class Connections:
         with self._lock:
             self._closed = True
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=self.CLOSE_WAIT)
-            kept = [*self._idle[True], *self._idle[False]]
+            kept = [conn for conn, _ in [*self._idle[True], *self._idle[False]]]
             self._idle = {True: [], False: []}
         for conn in kept:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _end_read(conn: Connection, transaction: RootTransaction) -> None:
+    """Commit a read on PostgreSQL (a ``ROLLBACK`` would make psycopg drop the statements it
+    prepared). Its COMMIT only ends it: when that fails, what it read stands (it was read in
+    the transaction), and the connection, in a state nobody knows, is not used again."""
+    try:
+        transaction.commit()
+    except DBAPIError:
+        conn.invalidate()
 
 
 UNDECODABLE = (ValueError, TypeError)
@@ -424,7 +478,7 @@ class Database:
                 return read(conn)
 
         with self.connections.in_use():
-            return decoded(what, lambda: with_retries(self.settings, work, what=what))
+            return decoded(what, lambda: self._with_retries(work, what))
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, retried whole while the database is locked."""
@@ -435,7 +489,11 @@ class Database:
                 return work(conn)
 
         with self.connections.in_use():
-            return with_retries(self.settings, attempt, what=what)
+            return self._with_retries(attempt, what)
+
+    def _with_retries(self, work: Callable[[], T], what: str) -> T:
+        on_retry = self.connections.note_retry
+        return with_retries(self.settings, work, what=what, on_retry=on_retry)
 
     def check_writable(self, what: str) -> None:
         """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""

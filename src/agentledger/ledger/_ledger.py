@@ -170,6 +170,20 @@ class Ledger:
         whose file or directory this user may not write."""
         return self._database.read_only is not None
 
+    @property
+    def transactions(self) -> int:
+        """How many transactions this handle has begun since it was opened (a transaction tried
+        again counts once per attempt; the heartbeat's lease renewals count too)."""
+        return self._database.connections.transactions
+
+    @property
+    def lock_retries(self) -> int:
+        """How many times this handle tried a transaction again because the database was
+        locked by another writer (or, on PostgreSQL, the transaction deadlocked or could not
+        be serialized). None of these reached the caller: a transaction that stays locked
+        through every attempt raises :class:`LedgerBusyError` instead."""
+        return self._database.connections.lock_retries
+
     def check_writable(self) -> None:
         """Raise :class:`LedgerReadOnlyError`, saying why and what to do, when this handle is
         read-only: for a program that records runs and would rather stop at its start than at
