@@ -59,6 +59,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from agentledger.ledger import Ledger
 from agentledger.ledger._engine import EngineSettings
@@ -112,21 +113,34 @@ def postgres_harness() -> tuple[ModuleType | None, str]:
 
 
 @contextlib.contextmanager
-def postgres_backends(skipped: list[str]) -> Iterator[list[Backend]]:
-    """Two databases on a throwaway server (``synchronous_commit`` on and off), stopped and
-    removed afterwards; none, with the reason in ``skipped``, when no server can start."""
+def throwaway_postgres(settings: Mapping[str, str], skipped: list[str]) -> Iterator[Any]:
+    """A throwaway PostgreSQL server with ``settings``, stopped and removed afterwards; or
+    None, with the reason in ``skipped``, when none can start (no binaries, no permission)."""
     harness, why = postgres_harness()
     server = None
     if harness is not None:
         try:
-            server = harness.PostgresServer(settings=POSTGRES_SETTINGS).start()
+            server = harness.PostgresServer(settings=settings).start()
         except Exception as problem:
             why = f"{type(problem).__name__}: {' '.join(str(problem).split())[:200]}"
     if server is None:
         skipped.append(f"PostgreSQL: skipped, no throwaway server could be started ({why}).")
-        yield []
+        yield None
         return
     try:
+        yield server
+    finally:
+        server.stop()
+
+
+@contextlib.contextmanager
+def postgres_backends(skipped: list[str]) -> Iterator[list[Backend]]:
+    """Two databases on a throwaway server (``synchronous_commit`` on and off); none when no
+    server can start."""
+    with throwaway_postgres(POSTGRES_SETTINGS, skipped) as server:
+        if server is None:
+            yield []
+            return
         backends = []
         for commit in ("on", "off"):
             url = server.create_database("agentledger_bench")
@@ -134,8 +148,6 @@ def postgres_backends(skipped: list[str]) -> Iterator[list[Backend]]:
             title = f"PostgreSQL, fsync=on, synchronous_commit={commit}"
             backends.append(Backend(title, url, visibility=commit == "on"))
         yield backends
-    finally:
-        server.stop()
 
 
 def _check_server(ledger: Ledger, backend: Backend) -> None:

@@ -53,7 +53,7 @@ from ._streaming_runs import (
     concurrent_round,
     sync_turns,
 )
-from .statements import postgres_harness
+from .statements import throwaway_postgres
 
 TARGET_LATENESS = 0.020  # p99 of the event loop's lateness, seconds
 TARGET_CANCEL = 0.200  # p99 of cancel to committed, seconds
@@ -174,22 +174,10 @@ def backends(tmp: Path, skipped: list[str], *, postgres: bool) -> Iterator[dict[
         skipped.append("PostgreSQL: not measured in this run.")
         yield found
         return
-    harness, why = postgres_harness()
-    server = None
-    if harness is not None:
-        try:
-            server = harness.PostgresServer(settings=POSTGRES_SETTINGS).start()
-        except Exception as exc:  # no binaries, no permission: the section says why
-            why = str(exc).splitlines()[0]
-    if server is None:
-        skipped.append(f"PostgreSQL: skipped, no throwaway server could be started ({why}).")
+    with throwaway_postgres(POSTGRES_SETTINGS, skipped) as server:
+        if server is not None:
+            found["PostgreSQL"] = server.create_database("agentledger_bench")
         yield found
-        return
-    try:
-        found["PostgreSQL"] = server.create_database("agentledger_bench")
-        yield found
-    finally:
-        server.stop()
 
 
 def measure(plan: Plan, tmp: Path, *, postgres: bool = True) -> Measured:

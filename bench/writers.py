@@ -23,12 +23,10 @@ a time, the order rotating), each system in its own database.
 
 from __future__ import annotations
 
-import contextlib
 import math
 import statistics
 import sys
 import time
-from collections.abc import Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,7 +44,7 @@ from ._turns import STEPS_PER_TURN
 from ._versions import Version, export
 from ._workers import Worker, WorkerError, broadcast
 from ._writer_systems import GraphWriter, LedgerWriter, SessionWriter
-from .statements import postgres_harness
+from .statements import throwaway_postgres
 
 AGENTLEDGER = "agentledger Agent.run"
 PREVIOUS = "agentledger Agent.run, previous version"
@@ -246,25 +244,6 @@ def _last_line(exc: BaseException) -> str:
     return lines[-1][:200] if lines else type(exc).__name__
 
 
-@contextlib.contextmanager
-def _server(skipped: list[str]) -> Iterator[Any]:
-    harness, why = postgres_harness()
-    server = None
-    if harness is not None:
-        try:
-            server = harness.PostgresServer(settings=SERVER_SETTINGS).start()
-        except Exception as exc:  # no binaries, no permission: the section says why
-            why = str(exc).splitlines()[0]
-    if server is None:
-        skipped.append(f"PostgreSQL: skipped, no throwaway server could be started ({why}).")
-        yield None
-        return
-    try:
-        yield server
-    finally:
-        server.stop()
-
-
 def _systems(backend: str, skipped: list[str]) -> list[str]:
     chosen = []
     for system in SYSTEMS[backend]:
@@ -317,7 +296,7 @@ def measure(
     if "SQLite" in backends:
         measure_backend(measured, "SQLite", Databases(tmp), counts, only, previous)
     if "PostgreSQL" in backends:
-        with _server(measured.skipped) as server:
+        with throwaway_postgres(SERVER_SETTINGS, measured.skipped) as server:
             if server is not None:
                 databases = Databases(tmp, server)
                 measure_backend(measured, "PostgreSQL", databases, counts, only, previous)
