@@ -26,6 +26,7 @@ from sqlalchemy import text
 
 from agentledger import AgentBuilder, AgentStatus
 from agentledger.analytics import Analytics, SyncResult, view_files
+from agentledger.analytics._cache import STAMPED
 from agentledger.cli import cli
 from agentledger.errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
@@ -37,15 +38,7 @@ from test_analytics import Node, check, record_compacted, record_team, spec_and_
 VIEWS = sorted(
     {name for _, sql in view_files() for name in re.findall(r"CREATE OR REPLACE VIEW (\w+)", sql)}
 )
-TABLES = (
-    "conversations",
-    "conversation_messages",
-    "agent_runs",
-    "step_executions",
-    "tool_executions",
-    "context_compactions",
-    "execution_buffer_rows",
-)
+TABLES = (*STAMPED, "execution_buffer_rows")
 
 
 def _rows(analytics: Analytics, query: str) -> list[tuple[Any, ...]]:
