@@ -109,15 +109,18 @@ def run_demo(
     console: Console | None = None,
     *,
     db_path: Path | None = None,
-    chunk_delay: float = CHUNK_DELAY,
+    chunk_delay: float | None = None,
 ) -> list[AgentState]:
     """Run the three turns, recorded in a SQLite ledger, and print them as they stream (the
-    models' text in chunks ``chunk_delay`` seconds apart), then what they left: the state
-    after each.
+    models' text in chunks ``chunk_delay`` seconds apart: by default :data:`CHUNK_DELAY` on a
+    terminal, where someone watches them come, and none when the output goes elsewhere), then
+    what they left: the state after each.
 
     Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
     tools of its own) and a reviewer, and the run tree is shown with its usage."""
     console = console or Console(width=None if Console().is_terminal else 120)
+    if chunk_delay is None:
+        chunk_delay = CHUNK_DELAY if console.is_terminal else 0.0
     if db_path is None:
         db_path = Path(tempfile.mkdtemp(prefix="agentledger-demo-")) / "demo.db"
     console.rule("[bold]agentledger demo: a travel assistant and its subagents, offline[/bold]")
