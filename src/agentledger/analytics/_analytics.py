@@ -19,7 +19,7 @@ from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from ..values import SHORT_ID_LENGTH, short_ids
 from . import _cache, _extensions
 from ._cache import Progress, SyncResult
-from ._duckdb import require_duckdb
+from ._duckdb import identifier, quoted, require_duckdb
 
 if TYPE_CHECKING:  # imported when first used: DuckDB comes with the analytics extra
     import duckdb
@@ -55,11 +55,11 @@ def attach_statement(url: str | os.PathLike[str], *, name: str = LEDGER) -> tupl
     normalized = normalize_url(url)
     path = sqlite_path(normalized)
     if path is not None:
-        attach = f"ATTACH {_quoted(str(path.resolve()))} AS {name} (TYPE sqlite, READ_ONLY)"
+        attach = f"ATTACH {quoted(str(path.resolve()))} AS {name} (TYPE sqlite, READ_ONLY)"
         return "sqlite_scanner", attach
     libpq = make_url(normalized).set(drivername="postgresql")
     target = libpq.render_as_string(hide_password=False)
-    return "postgres_scanner", f"ATTACH {_quoted(target)} AS {name} (TYPE postgres, READ_ONLY)"
+    return "postgres_scanner", f"ATTACH {quoted(target)} AS {name} (TYPE postgres, READ_ONLY)"
 
 
 def script(url: str | os.PathLike[str]) -> str:
@@ -70,7 +70,7 @@ def script(url: str | os.PathLike[str]) -> str:
     """
     extension, attach = attach_statement(url)
     header = [
-        f"LOAD {_quoted(str(_extensions.extension_path(extension)))};",
+        f"LOAD {quoted(str(_extensions.extension_path(extension)))};",
         f"{attach};",
         "SET TimeZone = 'UTC';",
     ]
@@ -299,12 +299,12 @@ class Analytics:
         columns, source, time = table.select_list(), table.source(), table.time_column()
         if time is None:
             target.mkdir(exist_ok=True)
-            file = _quoted(str(target / "data.parquet"))
+            file = quoted(str(target / "data.parquet"))
             copy = f"COPY (SELECT {columns} FROM {source}) TO {file} (FORMAT parquet)"
         else:
-            day = f"CAST(CAST({_identifier(time)} AS TIMESTAMP) AS DATE) AS day"
+            day = f"CAST(CAST({identifier(time)} AS TIMESTAMP) AS DATE) AS day"
             copy = (
-                f"COPY (SELECT {columns}, {day} FROM {source}) TO {_quoted(str(target))} "
+                f"COPY (SELECT {columns}, {day} FROM {source}) TO {quoted(str(target))} "
                 "(FORMAT parquet, PARTITION_BY (day), OVERWRITE_OR_IGNORE)"
             )
         self.connection.execute(copy)
@@ -319,7 +319,7 @@ class Analytics:
         it with the same columns as a table that has rows."""
         folder = target / EMPTY_FOLDER
         folder.mkdir(parents=True, exist_ok=True)
-        file = _quoted(str(folder / "data_0.parquet"))
+        file = quoted(str(folder / "data_0.parquet"))
         self.connection.execute(
             f"COPY (SELECT {table.select_list()}, {day} FROM {table.source()} LIMIT 0) "
             f"TO {file} (FORMAT parquet)"
@@ -355,14 +355,14 @@ class _Table:
     columns: tuple[tuple[str, str], ...]
 
     def source(self) -> str:
-        return f"{LEDGER}.{_identifier(self.schema)}.{_identifier(self.name)}"
+        return f"{LEDGER}.{identifier(self.schema)}.{identifier(self.name)}"
 
     def select_list(self) -> str:
         """Every column; timestamps in UTC without a zone, so both backends export alike."""
         return ", ".join(
-            f"CAST({_identifier(c)} AS TIMESTAMP) AS {_identifier(c)}"
+            f"CAST({identifier(c)} AS TIMESTAMP) AS {identifier(c)}"
             if t == "TIMESTAMP WITH TIME ZONE"
-            else _identifier(c)
+            else identifier(c)
             for c, t in self.columns
         )
 
@@ -478,11 +478,3 @@ def _check_revision(connection: duckdb.DuckDBPyConnection, url: str, *, name: st
             f"{shown} is at schema revision {revision!r}, older than this agentledger's "
             f"{head()!r}. Upgrade it first: agentledger --db {shown} db upgrade"
         )
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from ..ledger.migrate import VERSION_TABLE, head
+from ._duckdb import identifier, quoted
 
 if TYPE_CHECKING:
     import duckdb
@@ -82,7 +83,7 @@ def attach_cache(connection: duckdb.DuckDBPyConnection, path: str) -> None:
     import duckdb
 
     try:
-        connection.execute(f"ATTACH {_quoted(path)} AS {CACHE}")
+        connection.execute(f"ATTACH {quoted(path)} AS {CACHE}")
     except duckdb.Error as exc:
         text = str(exc)
         if "lock" in text.lower():
@@ -178,7 +179,7 @@ def _source_mark(connection: duckdb.DuckDBPyConnection, *, postgres: bool) -> tu
     if not postgres:
         return str(row[0]), int(row[1]) + 1
     snapshot = connection.execute(
-        f"SELECT * FROM postgres_query({_quoted(SOURCE)}, "
+        f"SELECT * FROM postgres_query({quoted(SOURCE)}, "
         "'SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint')"
     ).fetchone()
     assert snapshot is not None
@@ -295,20 +296,20 @@ def _changed_rows(
         [CACHE, table],
     ).fetchall()
     if postgres:
-        inner = ", ".join(_identifier(name) for name, _ in columns)
+        inner = ", ".join(identifier(name) for name, _ in columns)
     else:
         inner = ", ".join(_sqlite_text(name, kind) for name, kind in columns)
     source = _passthrough(
-        f"SELECT {inner} FROM {_identifier(table)} WHERE {where}", postgres=postgres
+        f"SELECT {inner} FROM {identifier(table)} WHERE {where}", postgres=postgres
     )
     outer = ", ".join(
-        f"CAST({_identifier(name)} AS {kind}) AS {_identifier(name)}" for name, kind in columns
+        f"CAST({identifier(name)} AS {kind}) AS {identifier(name)}" for name, kind in columns
     )
     return f"SELECT {outer} FROM {source}"
 
 
 def _sqlite_text(name: str, kind: str) -> str:
-    column = _identifier(name)
+    column = identifier(name)
     if kind in ("DOUBLE", "FLOAT", "REAL"):
         return (
             f"CASE WHEN {column} IS NULL THEN NULL ELSE printf('%!.17g', {column}) END AS {column}"
@@ -319,7 +320,7 @@ def _sqlite_text(name: str, kind: str) -> str:
 def _passthrough(query: str, *, postgres: bool) -> str:
     """``query`` run by the ledger's database itself, as a DuckDB table function."""
     function = "postgres_query" if postgres else "sqlite_query"
-    return f"{function}({_quoted(SOURCE)}, {_quoted(query)})"
+    return f"{function}({quoted(SOURCE)}, {quoted(query)})"
 
 
 def _source(connection: duckdb.DuckDBPyConnection, table: str) -> str:
@@ -329,12 +330,4 @@ def _source(connection: duckdb.DuckDBPyConnection, table: str) -> str:
         [SOURCE, table],
     ).fetchone()
     schema = "main" if row is None else str(row[0])
-    return f"{SOURCE}.{_identifier(schema)}.{_identifier(table)}"
-
-
-def _quoted(text: str) -> str:
-    return "'" + text.replace("'", "''") + "'"
-
-
-def _identifier(name: str) -> str:
-    return '"' + name.replace('"', '""') + '"'
+    return f"{SOURCE}.{identifier(schema)}.{identifier(table)}"

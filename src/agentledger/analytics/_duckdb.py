@@ -21,3 +21,13 @@ def require_duckdb() -> None:
             "report and views, the Parquet export) run in DuckDB, which comes with the "
             f"analytics extra. Install it: {INSTALL}"
         ) from None
+
+
+def quoted(text: str) -> str:
+    """``text`` as a SQL string literal."""
+    return "'" + text.replace("'", "''") + "'"
+
+
+def identifier(name: str) -> str:
+    """``name`` as a quoted SQL identifier."""
+    return '"' + name.replace('"', '""') + '"'

@@ -34,9 +34,15 @@ CHARACTERS_PER_TOKEN = 4
 
 def tokens(block: Any) -> int:
     """A block's tokens: its JSON without the cache mark, four characters a token."""
-    if isinstance(block, dict):
-        block = {k: v for k, v in block.items() if k != "cache_control"}
-    text = json.dumps(block, ensure_ascii=False, sort_keys=True)
+    return _count(_text(block))
+
+
+def _text(block: Any) -> str:
+    """What the cache compares and counts of a block: its JSON without the cache mark."""
+    return json.dumps(_unmarked(block), ensure_ascii=False, sort_keys=True)
+
+
+def _count(text: str) -> int:
     return -(-len(text) // CHARACTERS_PER_TOKEN)
 
 
@@ -69,8 +75,9 @@ class PromptCache:
         blocks = prompt_blocks(body)
         hashes, sizes, digest, size = [], [], hashlib.sha256(), 0
         for block, _ in blocks:
-            digest.update(json.dumps(_unmarked(block), sort_keys=True).encode())
-            size += tokens(block)
+            text = _text(block)
+            digest.update(text.encode())
+            size += _count(text)
             hashes.append(digest.copy().hexdigest())
             sizes.append(size)
         marked = [i for i, (_, mark) in enumerate(blocks) if mark]
