@@ -16,8 +16,10 @@ from ._turns import Turns
 from ._workers import Worker
 
 AGENT, RECORDER, RAW = "agentledger Agent.run", "agentledger recorder alone", "raw sqlite3"
+RAW_MESSAGES = "raw sqlite3 messages"
+"""Plain ``sqlite3`` writing the turn's messages and usage alone (``bench/_raw_messages.py``)."""
 LANGGRAPH, SESSION = _peers.LANGGRAPH, _peers.SESSION
-OURS = {AGENT: "agent", RECORDER: "recorder", RAW: "raw"}
+OURS = {AGENT: "agent", RECORDER: "recorder", RAW: "raw", RAW_MESSAGES: "messages"}
 MODES = ("NORMAL", "FULL")
 PEER_MODES = {LANGGRAPH: "NORMAL", SESSION: "FULL"}
 """The ``synchronous`` each peer runs at: LangGraph's is set on the connection we give its
@@ -28,7 +30,7 @@ LIKE_FOR_LIKE = {LANGGRAPH: AGENT, SESSION: RECORDER}
 COLD, WARM, RAW_LOAD = "cold", "warm", "raw"
 
 TARGET_RECORDER = 1.5  # recorder alone / raw, per turn
-TARGET_AGENT = 3.0  # Agent.run / raw, per turn
+TARGET_AGENT = 3.0  # Agent.run / raw messages, per turn
 TARGET_FLAT = 1.2  # turn @ the longest history / turn @ the shortest
 TARGET_LOAD = 1.5  # cold load_conversation / raw
 
@@ -116,3 +118,5 @@ class Measured:
     peer_synchronous: dict[str, int] = field(default_factory=dict)
     loads: Samples = field(default_factory=Samples)
     loaded_messages: int = 0
+    profile: dict[str, float] = field(default_factory=dict)
+    """Each area's share of the self time of profiled ``Agent.run`` turns."""

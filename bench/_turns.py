@@ -26,6 +26,7 @@ from agentledger.llm import ScriptedLLM
 
 from ._common import lookup, script
 from ._raw import RawLedger, checkpointed_size
+from ._raw_messages import RawMessages
 from .history import Conversation
 
 TOOL_STEPS = 3
@@ -34,7 +35,7 @@ STEPS_PER_TURN = TOOL_STEPS + 1
 MESSAGES_PER_TURN = 2
 """What a turn adds to the conversation: the user message and the answer (the tool trace is
 kept in the step and tool rows)."""
-Kind = Literal["agent", "recorder", "raw"]
+Kind = Literal["agent", "recorder", "raw", "messages"]
 Synchronous = Literal["FULL", "NORMAL"]
 
 
@@ -124,7 +125,8 @@ class Turns:
     """One conversation in one database, growing by turns written through ``kind``:
     ``agent`` (``Agent.run`` on a :class:`Ledger`), ``recorder`` (the Recorder calls of an
     in-memory run, prepared before each turn and replayed on a :class:`Ledger`: only the replay
-    is timed) or ``raw`` (:class:`RawLedger`)."""
+    is timed), ``raw`` (:class:`RawLedger`: the ledger's rows) or ``messages``
+    (:class:`RawMessages`: the turn's messages and usage alone)."""
 
     def __init__(self, path: str, kind: Kind, synchronous: Synchronous) -> None:
         self.path = Path(path)
@@ -134,6 +136,9 @@ class Turns:
             budget = json.dumps({"max_steps": DEFAULT_MAX_STEPS})  # as the agent stores it
             raw = RawLedger(self.path, ddl("sqlite"), synchronous, budget=budget)
             self._close, make = raw.close, _raw_turn(raw)
+        elif kind == "messages":
+            floor = RawMessages(self.path, synchronous)
+            self._close, make = floor.close, _raw_turn(floor)
         else:
             ledger = Ledger.open(self.path, synchronous=synchronous)
             self._close = ledger.close
@@ -179,7 +184,7 @@ def _recorded_turn(ledger: Ledger, tape: Tape) -> Callable[[int, str | None], Ca
     return make
 
 
-def _raw_turn(raw: RawLedger) -> Callable[[int, str | None], Callable[[], str]]:
+def _raw_turn(raw: RawLedger | RawMessages) -> Callable[[int, str | None], Callable[[], str]]:
     def make(turn: int, conversation_id: str | None) -> Callable[[], str]:
         return lambda: raw.run(
             question(turn), conversation_id, tool_steps=TOOL_STEPS, calls_per_step=1

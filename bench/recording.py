@@ -33,7 +33,8 @@ import time
 from contextlib import ExitStack
 from pathlib import Path
 
-from . import _peers
+from . import _peers, _turn_profile
+from . import _raw_messages as raw_messages
 from ._common import Sizes
 from ._raw import check_same_rows, row_profile
 from ._recording_plan import (
@@ -42,6 +43,7 @@ from ._recording_plan import (
     PLANS,
     RAW,
     RAW_LOAD,
+    RAW_MESSAGES,
     RECORDER,
     WARM,
     Measured,
@@ -81,7 +83,17 @@ def measure(plan: Plan, tmp: Path) -> Measured:
         loaded = key(System(AGENT, plan.modes[0]), plan.histories[-1])
         conversation_id = handles[loaded].call("conversation_id")
         _measure_loads(measured, paths[loaded], conversation_id, stack)
+        measured.profile = _profile_turns(tmp, plan.modes[0], stack)
     return measured
+
+
+def _profile_turns(tmp: Path, mode: str, stack: ExitStack) -> dict[str, float]:
+    """Where an ``Agent.run`` turn's time goes (``bench/_turn_profile.py``), in a worker."""
+    print(f"  profiling {_turn_profile.TURNS} turns of Agent.run ...", file=sys.stderr)
+    path = tmp / f"recording-profile-{mode.lower()}.db"
+    worker = Worker("profile", _turn_profile.TurnProfile, path=str(path), synchronous=mode)
+    stack.callback(worker.close)
+    return {str(k): float(v) for k, v in worker.call("shares").items()}
 
 
 Workers = dict[str, tuple[System, Worker]]
@@ -144,7 +156,8 @@ def _build(workers: Workers, plan: Plan, skipped: dict[str, str]) -> dict[str, f
 
 def _check_rows(plan: Plan, paths: dict[str, Path], *, extra: int) -> None:
     """agentledger's two systems and raw wrote the same rows (row counts and JSON lengths per
-    table), and the conversation holds two messages a turn."""
+    table), the conversation holds two messages a turn, and the raw messages writer eight
+    messages and four usage rows a turn."""
     for mode in plan.modes:
         for turns in plan.histories:
             raw = paths[key(System(RAW, mode), turns)]
@@ -154,6 +167,17 @@ def _check_rows(plan: Plan, paths: dict[str, Path], *, extra: int) -> None:
             if messages != MESSAGES_PER_TURN * (turns + extra):
                 raise AssertionError(
                     f"{raw.name}: {messages} conversation messages after {turns + extra} turns"
+                )
+            floor = paths[key(System(RAW_MESSAGES, mode), turns)]
+            held = raw_messages.counts(floor)
+            wanted = (
+                raw_messages.MESSAGES_PER_TURN * (turns + extra),
+                raw_messages.USAGE_PER_TURN * (turns + extra),
+            )
+            if held != wanted:
+                raise AssertionError(
+                    f"{floor.name}: {held} messages and usage rows after {turns + extra} turns, "
+                    f"not {wanted}"
                 )
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import sqlite3
 import sys
 from pathlib import Path
 
@@ -53,7 +54,7 @@ def test_every_system_has_a_turn_row_at_every_history_length(measured):
     for turns in HISTORIES:
         for name in ours + peers:
             assert f"@ {turns}: {name}" in measures
-    for name in ours[:3] + peers:  # bytes per turn: one synchronous setting is enough
+    for name in ours[: len(plan.OURS)] + peers:  # bytes per turn: one synchronous setting is enough
         assert f"{name}: bytes per turn, 2 → 4 turns (/ raw)" in measures
 
 
@@ -100,7 +101,7 @@ def test_the_library_and_raw_databases_hold_the_same_rows(measured):
                         measured.paths[plan.key(plan.System(label, mode), turns)]
                     ).items()
                 }
-                for label in plan.OURS
+                for label in (plan.AGENT, plan.RECORDER, plan.RAW)
             }
             raw = counts[plan.RAW]
             assert counts[plan.AGENT] == counts[plan.RECORDER] == raw
@@ -109,6 +110,30 @@ def test_the_library_and_raw_databases_hold_the_same_rows(measured):
             assert raw["step_executions"] == 4 * total
             assert raw["tool_executions"] == 3 * total
             assert raw["execution_buffer_rows"] == 0
+
+
+def test_the_raw_messages_floor_holds_eight_messages_and_four_usage_rows_a_turn(measured):
+    for mode in plan.MODES:
+        for turns in HISTORIES:
+            path = measured.paths[plan.key(plan.System(plan.RAW_MESSAGES, mode), turns)]
+            with sqlite3.connect(path) as conn:
+                rows = conn.execute(
+                    "SELECT role, count(*) FROM messages GROUP BY role ORDER BY role"
+                ).fetchall()
+                usage = conn.execute("SELECT count(*) FROM usage").fetchone()[0]
+            total = turns + PLAN.reps
+            assert rows == [("assistant", 4 * total), ("tool", 3 * total), ("user", total)]
+            assert usage == 4 * total
+
+
+def test_the_profile_of_a_turn_divides_all_of_its_time(measured):
+    shares = measured.profile
+    assert abs(sum(shares.values()) - 1.0) < 1e-9
+    assert all(share > 0 for share in shares.values())
+    assert shares["sqlite3: statements and commits"] > 0.01
+    assert shares["the ledger's Python (rows, checksums, statements)"] > 0.01
+    text = rendered(measured)
+    assert "A profile of" in text and "self time by area" in text
 
 
 def test_the_peers_hold_every_message_of_every_turn(measured):

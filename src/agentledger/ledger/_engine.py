@@ -36,6 +36,7 @@ from ..errors import (
 from ..values import Clock
 from ._access import ReadOnly, read_only_uri
 from ._statements import run_on_cursor
+from .checksums import canonical_json
 
 Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
@@ -119,7 +120,11 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
     if read_only:
         engine = _read_only_sqlite_engine(url, path, settings)
     else:
-        engine = create_engine(url, connect_args={"timeout": settings.busy_timeout})
+        engine = create_engine(
+            url,
+            connect_args={"timeout": settings.busy_timeout},
+            json_serializer=canonical_json,  # stored JSON is its own canonical form
+        )
 
     @event.listens_for(engine, "connect")
     def _on_connect(dbapi: sqlite3.Connection, _record: ConnectionPoolEntry) -> None:

@@ -29,7 +29,8 @@ from ..values import (
 )
 from ._engine import Database
 from ._rows import DAMAGED, in_sequence, message_of, step_execution_of
-from ._statements import statements_for
+from ._statements import run_on_cursor, statements_for
+from ._stored_messages import stored_messages
 from .checksums import check_row
 from .tables import (
     agent_runs,
@@ -140,7 +141,10 @@ def store_of(rows: Iterable[Mapping[Any, Any]], base: MessageStore | None = None
         if row.get("in_context", True) is False:
             continue  # replaced by a summary: kept in the ledger, out of the model's context
         sections.setdefault(row["section"], []).append(message_of(row))
-    store = base if base is not None else MessageStore()
+    return _appended(base or MessageStore(), sections)
+
+
+def _appended(store: MessageStore, sections: dict[str, list[Message]]) -> MessageStore:
     for name, messages in sections.items():
         store = store.section(name).append_messages(messages)
     return store
@@ -222,10 +226,16 @@ class ConversationLoader:
             loaded = _Loaded(start - 1, start, MessageStore())
         if loaded.last_seq < last_seq:
             after = {"conversation_id": conversation_id, "after": loaded.last_seq}
-            rows = sql.select(conn, _MESSAGES_AFTER, after)
             what = f"conversation {conversation_id}"
-            fresh = in_sequence(rows, "seq", loaded.last_seq + 1, what)
-            loaded = _Loaded(last_seq, start, store_of(fresh, loaded.store))
+            if conn.dialect.name == "sqlite":  # from the stored values (a cold load's path)
+                compiled = sql.of(_MESSAGES_AFTER)
+                cursor = run_on_cursor(conn, compiled.sql, compiled.params(after))
+                sections = stored_messages(compiled, cursor, loaded.last_seq + 1, what)
+                store = _appended(loaded.store, sections)
+            else:
+                rows = sql.select(conn, _MESSAGES_AFTER, after)
+                store = store_of(in_sequence(rows, "seq", loaded.last_seq + 1, what), loaded.store)
+            loaded = _Loaded(last_seq, start, store)
         return loaded
 
     def _kept(self, conversation_id: str) -> _Loaded | None:

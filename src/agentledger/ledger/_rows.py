@@ -126,14 +126,14 @@ def message_of(row: Row) -> Message:
         return Message.model_validate(values)  # written by hand: check it
     # The row is exactly what the ledger wrote from a validated message: build it again
     # without validating it twice (a cold load of a long conversation is mostly this).
-    values["tool_calls"] = tuple(_tool_call(c) for c in values["tool_calls"])
-    return _rebuilt(Message, values)
+    values["tool_calls"] = tuple(tool_call_of(c) for c in values["tool_calls"])
+    return rebuilt(Message, values)
 
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def _rebuilt(model: type[M], values: dict[str, Any]) -> M:
+def rebuilt(model: type[M], values: dict[str, Any]) -> M:
     """An instance of ``model`` (frozen, no private attributes) holding ``values``, every field
     given, unvalidated: what ``model_construct`` makes, without its per-field bookkeeping. Only
     for values the ledger wrote from a validated instance, read back intact."""
@@ -145,8 +145,8 @@ def _rebuilt(model: type[M], values: dict[str, Any]) -> M:
     return instance
 
 
-def _tool_call(stored: Mapping[str, Any]) -> ToolCall:
-    return _rebuilt(
+def tool_call_of(stored: Mapping[str, Any]) -> ToolCall:
+    return rebuilt(
         ToolCall,
         {
             "id": stored["id"],
@@ -233,7 +233,7 @@ def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
 def tool_execution_of(row: Row) -> ToolExecution:
     check_row(tool_executions, row)
     metadata = row["metadata"] or {}
-    call = _tool_call(
+    call = tool_call_of(
         {
             "id": row["tool_call_id"],
             "name": row["tool_name"],

@@ -99,6 +99,11 @@ class Compiled:
 
     def rows(self, cursor: Any) -> list[dict[str, Any]]:
         """The rows of a select as dicts by column name, through the result processors."""
+        return self.dicts(cursor, cursor.fetchall())
+
+    def dicts(self, cursor: Any, fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
+        """Rows ``fetched`` from ``cursor`` (which ran this select) as dicts by column name,
+        through the result processors."""
         if self._results is None:  # some drivers' processors depend on the type the cursor says
             results: list[tuple[str, Callable[[Any], Any]]] = []
             for (name, impl), description in zip(self._selected, cursor.description, strict=True):
@@ -107,7 +112,7 @@ class Compiled:
                     results.append((name, processor))
             self._results = results
         names = [name for name, _ in self._selected]
-        out = [dict(zip(names, values, strict=True)) for values in cursor.fetchall()]
+        out = [dict(zip(names, values, strict=True)) for values in fetched]
         for name, process in self._results:
             for row in out:
                 value = row[name]

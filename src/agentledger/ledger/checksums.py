@@ -56,6 +56,7 @@ __all__ = [
     "ADDED",
     "CHECKSUM",
     "COVERED",
+    "canonical_json",
     "check_row",
     "checksum",
     "checksum_over",
@@ -199,7 +200,7 @@ def _float(value: float) -> str:
 
 
 def _json(value: Any) -> str:
-    return "j" + _dumps(_as_read_back(value))
+    return "j" + canonical_json(_as_read_back(value))
 
 
 _FORMS: dict[type, Callable[[Any], str]] = {
@@ -226,7 +227,10 @@ for _enum in (
 ):
     _FORMS[_enum] = "s".__add__
 
-_dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+"""The canonical text of a JSON value, as checksums cover it. The SQLite engine stores JSON
+with it too, so a stored JSON value is its own canonical form whenever it holds no float with
+an integral value (``agentledger.ledger._stored_messages`` relies on it)."""
 
 
 def _as_read_back(value: Any) -> Any:
