@@ -4,8 +4,8 @@ The tables are the ledger's own, created from ``agentledger.ledger.schema.ddl("s
 fresh file (FTS5 table and triggers included); the connection has the ledger's settings
 (``journal_mode=WAL``, ``foreign_keys=ON``, the same ``synchronous``); every transaction starts
 with ``BEGIN IMMEDIATE``, one per step, with the same columns, ids (time-ordered UUIDv7 text),
-timestamps (ISO text, UTC) and JSON payloads (``json.dumps``, JSON null stored as SQL NULL
-as the ledger stores it).
+timestamps (ISO text, UTC) and JSON payloads (:data:`dumps`, the ledger's JSON text; JSON null
+stored as SQL NULL, as the ledger stores it).
 
 It is a stateless writer that loads nothing: it looks the next ``seq`` of the conversation up
 (one indexed ``max``) when a run begins, and keeps the rest in local variables. With
@@ -30,6 +30,9 @@ except ImportError:  # agentledger before 0.2, which bench/versions.py measures 
     from agentledger._ids import new_id  # type: ignore[no-redef,import-not-found]
 
 from ._common import ANSWER, MODEL, RESULT, TOOL_NAME, USAGE, call_arguments, call_id
+
+dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
+"""JSON as the ledger stores it on SQLite: sorted keys, no spaces, UTF-8 text."""
 
 Row = dict[str, Any]
 NULL_JSON = None  # the ledger stores JSON null as SQL NULL
@@ -287,7 +290,7 @@ def _message(
         "role": role,
         "content": content,
         "name": name,
-        "tool_calls": json.dumps(tool_calls) if tool_calls else NULL_JSON,
+        "tool_calls": dumps(tool_calls) if tool_calls else NULL_JSON,
         "tool_call_id": call,
         "reasoning": None,
         "metadata": NULL_JSON,
@@ -352,8 +355,8 @@ def _tool_row(run_id: str, step: Row, position: int, call: dict[str, Any], stamp
         "position": position,
         "tool_call_id": call["id"],
         "tool_name": call["name"],
-        "arguments": json.dumps(call["arguments"]),
-        "validated_arguments": json.dumps(call["arguments"]),
+        "arguments": dumps(call["arguments"]),
+        "validated_arguments": dumps(call["arguments"]),
         "result": RESULT,
         "is_error": False,
         "error": None,

@@ -6,7 +6,7 @@ its messages and the usage of its model calls, in the two tables an app would ma
 A turn of 3 tool-calling steps is 8 messages (the user's, then per step the assistant's tool
 call and the tool's result, then the answer) and 4 usage rows (one per model call), in 5
 transactions (the user message; each step; the answer), with the same contents, ids
-(time-ordered UUIDv7 text), timestamps and JSON (``json.dumps``) as the ledger's.
+(time-ordered UUIDv7 text), timestamps and JSON text as the ledger's.
 
 The connection has the ledger's settings (``journal_mode=WAL``, ``foreign_keys=ON``, the same
 ``synchronous``); every transaction starts with ``BEGIN IMMEDIATE``. It loads nothing: it looks
@@ -15,13 +15,12 @@ the next ``seq`` of the conversation up (one indexed ``max``) when a turn begins
 
 from __future__ import annotations
 
-import json
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ._common import ANSWER, MODEL, RESULT, TOOL_NAME, USAGE, call_arguments, call_id
-from ._raw import _text, connect, new_id
+from ._raw import _text, connect, dumps, new_id
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS messages (
@@ -118,7 +117,7 @@ class RawMessages:
         call: str | None = None,
     ) -> tuple[Any, ...]:
         stamp = _text(datetime.now(UTC))
-        tool_calls = json.dumps(calls) if calls else None
+        tool_calls = dumps(calls) if calls else None
         return (new_id(), conversation_id, seq, role, content, name, tool_calls, call, stamp)
 
 

@@ -25,7 +25,7 @@ from agentledger.ledger.schema import ddl
 from agentledger.llm import ScriptedLLM
 
 from ._common import lookup, script
-from ._raw import RawLedger, checkpointed_size
+from ._raw import RawLedger, checkpointed_size, dumps
 from ._raw_messages import RawMessages
 from .history import Conversation
 
@@ -133,7 +133,7 @@ class Turns:
         self.kind = kind
         self._close: Callable[[], None]
         if kind == "raw":
-            budget = json.dumps({"max_steps": DEFAULT_MAX_STEPS})  # as the agent stores it
+            budget = dumps({"max_steps": DEFAULT_MAX_STEPS})  # as the agent stores it
             raw = RawLedger(self.path, ddl("sqlite"), synchronous, budget=budget)
             self._close, make = raw.close, _raw_turn(raw)
         elif kind == "messages":

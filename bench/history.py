@@ -14,7 +14,6 @@ in turns, so the schema's fixed pages do not count.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from agentledger.ledger.schema import ddl
 from agentledger.llm import ScriptedLLM
 
 from ._common import RESULT, Samples, Sizes, interleaved, lookup, ms, script
-from ._raw import RawLedger, check_same_rows, checkpointed_size
+from ._raw import RawLedger, check_same_rows, checkpointed_size, dumps
 from ._report import Row, Section
 
 TOOL_STEPS = 3
@@ -102,7 +101,7 @@ def _key(system: str, turns: int) -> str:
 
 
 def measure(sizes: Sizes, tmp: Path) -> Measured:
-    schema, budget = ddl("sqlite"), json.dumps({"max_steps": DEFAULT_MAX_STEPS})
+    schema, budget = ddl("sqlite"), dumps({"max_steps": DEFAULT_MAX_STEPS})
     small, large = sizes.history_small, sizes.history_large
     conversations: dict[str, Conversation] = {}
     with ExitStack() as stack:
