@@ -51,50 +51,56 @@ MESSAGE = "role content name tool_calls tool_call_id reasoning metadata created_
 INSERT_CONVERSATION = _insert(
     "conversations",
     "id kind title parent_run_id version lease_holder lease_run_id lease_expires_at created_at "
-    "updated_at metadata",
+    "updated_at metadata change_seq",
 )
 INSERT_RUN = _insert(
     "agent_runs",
     "id conversation_id parent_run_id root_run_id depth agent_name model status stop_reason "
     "error started_at finished_at heartbeat_at step_count input_tokens output_tokens "
-    "cache_read_tokens cache_write_tokens reasoning_tokens cost_usd fully_priced budget metadata",
+    "cache_read_tokens cache_write_tokens reasoning_tokens cost_usd fully_priced budget metadata "
+    "change_seq",
 )
 INSERT_STEP = _insert(
     "step_executions",
     "id run_id step_index step_type model finish_reason started_at finished_at duration_ms "
     "input_tokens output_tokens cache_read_tokens cache_write_tokens reasoning_tokens cost_usd "
     "should_continue stop_reason decided_by outcome_detail final_response_required error "
-    "message_id content reasoning metadata tool_call_count",
+    "message_id content reasoning metadata tool_call_count change_seq",
 )
 INSERT_TOOL = _insert(
     "tool_executions",
     "id run_id step_id step_index position tool_call_id tool_name arguments validated_arguments "
-    "result is_error error started_at finished_at duration_ms child_run_id metadata",
+    "result is_error error started_at finished_at duration_ms child_run_id metadata change_seq",
 )
 INSERT_BUFFER = _insert("execution_buffer_rows", f"id run_id step_index seq section {MESSAGE}")
 INSERT_MESSAGE = _insert(
-    "conversation_messages", f"id conversation_id section seq {MESSAGE} run_id"
+    "conversation_messages", f"id conversation_id section seq {MESSAGE} run_id change_seq"
 )
 NEXT_SEQ = "SELECT max(seq) FROM conversation_messages WHERE conversation_id = ?"
 END_RUN = (
     "UPDATE agent_runs SET status = 'completed', stop_reason = 'completed', error = NULL, "
     "finished_at = :now, heartbeat_at = :now, step_count = :steps, model = :model, "
     "input_tokens = :input_tokens, output_tokens = :output_tokens, cache_read_tokens = 0, "
-    "cache_write_tokens = 0, reasoning_tokens = 0, cost_usd = NULL, fully_priced = 0 "
-    "WHERE id = :id"
+    "cache_write_tokens = 0, reasoning_tokens = 0, cost_usd = NULL, fully_priced = 0, "
+    "change_seq = :change_seq WHERE id = :id"
 )
 FLUSH_BUFFER = "DELETE FROM execution_buffer_rows WHERE run_id = ?"
 TAKE_LEASE = (
     "UPDATE conversations SET lease_holder = :token, lease_run_id = :run_id, "
-    "lease_expires_at = :expires, updated_at = :now "
+    "lease_expires_at = :expires, updated_at = :now, change_seq = :change_seq "
     "WHERE id = :id AND (lease_holder IS NULL OR lease_expires_at <= :now)"
 )
-FENCE = "UPDATE conversations SET lease_expires_at = ? WHERE id = ? AND lease_holder = ?"
-HEARTBEAT = "UPDATE agent_runs SET heartbeat_at = ?, step_count = ? WHERE id = ?"
+FENCE = (
+    "UPDATE conversations SET lease_expires_at = ?, change_seq = ? "
+    "WHERE id = ? AND lease_holder = ?"
+)
+HEARTBEAT = "UPDATE agent_runs SET heartbeat_at = ?, step_count = ?, change_seq = ? WHERE id = ?"
 RELEASE = (
     "UPDATE conversations SET lease_holder = NULL, lease_run_id = NULL, lease_expires_at = NULL, "
-    "updated_at = ?, version = version + 1 WHERE id = ? AND lease_holder = ?"
+    "updated_at = ?, version = version + 1, change_seq = ? WHERE id = ? AND lease_holder = ?"
 )
+NEXT_STAMP = "UPDATE agentledger_changes SET change_seq = change_seq + 1 RETURNING change_seq"
+"""A transaction's change stamp, as the ledger takes it (revision 0009): one per transaction."""
 
 
 def _text(moment: datetime) -> str:
@@ -123,6 +129,7 @@ class RawLedger:
         self.budget = budget  # the run's limits as JSON, as the agent's budget stores them
         self.conn = connect(path, synchronous)
         self.conn.executescript(f"BEGIN;\n{ddl}\nCOMMIT;")
+        self.stamp = 0
 
     def close(self) -> None:
         self.conn.close()
@@ -130,6 +137,7 @@ class RawLedger:
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         self.conn.execute("BEGIN IMMEDIATE")
+        self.stamp = self.conn.execute(NEXT_STAMP).fetchone()[0]
         try:
             yield self.conn
         except BaseException:
@@ -161,17 +169,21 @@ class RawLedger:
                         "created_at": stamp,
                         "updated_at": stamp,
                         "metadata": None,
+                        "change_seq": self.stamp,
                     },
                 )
             elif self.leases:
                 lease = {"token": token, "run_id": run_id, "expires": expires, "now": stamp}
+                lease["change_seq"] = self.stamp
                 if not conn.execute(TAKE_LEASE, {**lease, "id": conversation_id}).rowcount:
                     raise RuntimeError(f"conversation {conversation_id} is busy")
-            conn.execute(INSERT_RUN, _run_row(run_id, conversation_id, stamp, self.budget))
+            run_row = _run_row(run_id, conversation_id, stamp, self.budget)
+            conn.execute(INSERT_RUN, self._stamped(run_row))
             last = conn.execute(NEXT_SEQ, (conversation_id,)).fetchone()[0]
             seq = 0 if last is None else last + 1
             user = _message(new_id(), "user", user_text, stamp)
-            conn.execute(INSERT_MESSAGE, _conversation_row(user, conversation_id, seq, run_id))
+            user_row = _conversation_row(user, conversation_id, seq, run_id)
+            conn.execute(INSERT_MESSAGE, self._stamped(user_row))
         buffer_seq = 0
         for index in range(tool_steps):
             with self._transaction() as conn:
@@ -186,9 +198,9 @@ class RawLedger:
                 ]
                 assistant = _message(new_id(), "assistant", "", stamp, tool_calls=calls)
                 step = _step_row(run_id, index, stamp, assistant, calls)
-                conn.execute(INSERT_STEP, step)
+                conn.execute(INSERT_STEP, self._stamped(step))
                 tools = [_tool_row(run_id, step, p, call, stamp) for p, call in enumerate(calls)]
-                conn.executemany(INSERT_TOOL, tools)
+                conn.executemany(INSERT_TOOL, [self._stamped(t) for t in tools])
                 messages = [assistant]
                 messages += [
                     _message(t["id"], "tool", RESULT, stamp, name=TOOL_NAME, call=t["tool_call_id"])
@@ -205,7 +217,9 @@ class RawLedger:
         with self._transaction() as conn:
             stamp = self._renew_lease(conn, conversation_id, run_id, token, steps)
             answer = _message(new_id(), "assistant", ANSWER, stamp)
-            conn.execute(INSERT_STEP, _step_row(run_id, tool_steps, stamp, answer, []))
+            conn.execute(
+                INSERT_STEP, self._stamped(_step_row(run_id, tool_steps, stamp, answer, []))
+            )
             conn.execute(
                 INSERT_BUFFER, _buffer_row(answer, run_id, tool_steps, buffer_seq, "messages")
             )
@@ -213,10 +227,9 @@ class RawLedger:
             now = datetime.now(UTC)
             stamp = _text(now)
             if self.leases:
-                conn.execute(FENCE, (_text(now + LEASE), conversation_id, token))
-            conn.execute(
-                INSERT_MESSAGE, _conversation_row(answer, conversation_id, seq + 1, run_id)
-            )
+                conn.execute(FENCE, (_text(now + LEASE), self.stamp, conversation_id, token))
+            answer_row = _conversation_row(answer, conversation_id, seq + 1, run_id)
+            conn.execute(INSERT_MESSAGE, self._stamped(answer_row))
             conn.execute(FLUSH_BUFFER, (run_id,))
             conn.execute(
                 END_RUN,
@@ -227,10 +240,11 @@ class RawLedger:
                     "input_tokens": USAGE.input_tokens * steps,
                     "output_tokens": USAGE.output_tokens * steps,
                     "id": run_id,
+                    "change_seq": self.stamp,
                 },
             )
             if self.leases:
-                conn.execute(RELEASE, (stamp, conversation_id, token))
+                conn.execute(RELEASE, (stamp, self.stamp, conversation_id, token))
         return conversation_id
 
     def _renew_lease(
@@ -240,10 +254,15 @@ class RawLedger:
         now = datetime.now(UTC)
         stamp = _text(now)
         if self.leases:
-            if not conn.execute(FENCE, (_text(now + LEASE), conversation_id, token)).rowcount:
+            fence = (_text(now + LEASE), self.stamp, conversation_id, token)
+            if not conn.execute(FENCE, fence).rowcount:
                 raise RuntimeError("lost the lease")
-            conn.execute(HEARTBEAT, (stamp, count, run_id))
+            conn.execute(HEARTBEAT, (stamp, count, self.stamp, run_id))
         return stamp
+
+    def _stamped(self, row: Row) -> Row:
+        """``row`` with its transaction's change stamp."""
+        return {**row, "change_seq": self.stamp}
 
 
 def _run_row(run_id: str, conversation_id: str, stamp: str, budget: str) -> Row:

@@ -53,7 +53,7 @@ from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
-from agentledger.ledger.checksums import ADDED, COVERED, checksum_over
+from agentledger.ledger.checksums import ADDED, COVERED, canonical_json, checksum_over
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 VERSION_TABLE = "agentledger_version"
@@ -127,7 +127,9 @@ class Database:
 
     def __init__(self, url: str | Path) -> None:
         self.url = str(url)
-        self.engine: Engine = create_engine(sqlalchemy_url(url))
+        # JSON written as the ledger writes it (its canonical text), so a row a migration
+        # writes back is the row the harness wrote, to the byte.
+        self.engine: Engine = create_engine(sqlalchemy_url(url), json_serializer=canonical_json)
         self.dialect = self.engine.dialect.name
 
     def __enter__(self) -> Database:

@@ -35,6 +35,8 @@ from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 from sqlalchemy.sql.util import _repr_params
 
+from .tables import STAMPED_TABLES
+
 _MISSING = object()
 
 
@@ -137,6 +139,7 @@ class Statements:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
+        self._stamps = dialect.name == "sqlite"
         self._compiled: dict[tuple[int, tuple[str, ...]], Compiled] = {}
         self._keep: list[ClauseElement] = []  # the statements keyed by id() stay alive
         self._lock = threading.Lock()
@@ -162,7 +165,10 @@ class Statements:
         An insert's row names its columns; so does an update's, which sets those of its keys
         that are columns (its where clause's bind names are not column names)."""
         row = row or {}
-        keys = tuple(row) if isinstance(statement, Insert | Update) else ()
+        keys: tuple[str, ...] = ()
+        if isinstance(statement, Insert | Update):
+            row = self._stamped(conn, statement, row)
+            keys = tuple(row)
         compiled = self.of(statement, keys)
         return run_on_cursor(conn, compiled.sql, compiled.params(row))
 
@@ -173,11 +179,22 @@ class Statements:
         ``execute``, which psycopg sends faster)."""
         if not rows:
             return
+        rows = [self._stamped(conn, statement, row) for row in rows]
         compiled = self.of(statement, tuple(rows[0]))
         if len(rows) == 1:
             run_on_cursor(conn, compiled.sql, compiled.params(rows[0]))
             return
         run_on_cursor(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
+
+    def _stamped(
+        self, conn: Connection, statement: Insert | Update, row: Mapping[str, Any]
+    ) -> Mapping[str, Any]:
+        """On SQLite, ``row`` with its transaction's change stamp when ``statement`` writes a
+        stamped table (revision 0009: a trigger stamps only what is written without one). On
+        PostgreSQL a trigger sets every stamp, the writing transaction's id."""
+        if not self._stamps or statement.table.name not in STAMPED_TABLES:  # type: ignore[union-attr]
+            return row
+        return {**row, CHANGE_SEQ: change_stamp(conn)}
 
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
@@ -185,6 +202,25 @@ class Statements:
         """The rows of a select, as dicts by column name."""
         compiled = self.of(statement)
         return compiled.rows(run_on_cursor(conn, compiled.sql, compiled.params(row or {})))
+
+
+CHANGE_SEQ = "change_seq"
+_NEXT_STAMP = "UPDATE agentledger_changes SET change_seq = change_seq + 1 RETURNING change_seq"
+_STAMP = "agentledger.change_stamp"
+
+
+def change_stamp(conn: Connection) -> int:
+    """The change stamp of ``conn``'s transaction, on SQLite: the ledger's counter, raised once,
+    at the transaction's first stamped write. One writer at a time, so stamps grow in commit
+    order, and a reader that saw the counter at ``n`` has seen every row stamped ``n`` or less
+    (a transaction rolled back, or tried again, gives its stamp back with its rows)."""
+    transaction = conn.get_transaction()
+    held = conn.info.get(_STAMP)
+    if held is not None and held[0] is transaction:
+        return int(held[1])
+    stamp = int(run_on_cursor(conn, _NEXT_STAMP).fetchone()[0])
+    conn.info[_STAMP] = (transaction, stamp)
+    return stamp
 
 
 _BY_DIALECT: weakref.WeakKeyDictionary[Dialect, Statements] = weakref.WeakKeyDictionary()

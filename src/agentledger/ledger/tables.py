@@ -183,10 +183,23 @@ def _one_hour_writes() -> Any:
     return Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
+STAMPED_TABLES = frozenset(
+    {
+        "conversations",
+        "conversation_messages",
+        "agent_runs",
+        "step_executions",
+        "tool_executions",
+        "context_compactions",
+    }
+)
+"""The tables whose rows carry ``change_seq`` (revision 0008)."""
+
+
 def _change_seq() -> Any:
-    """``change_seq``: set by the database on every insert and update (revision 0008's
-    triggers), for copies of the ledger that read only what changed; not covered by the
-    checksums."""
+    """``change_seq``: the stamp of the transaction that last inserted or updated the row, for
+    copies of the ledger that read only what changed (revision 0008; set by the library as it
+    writes on SQLite since 0009, by triggers otherwise); not covered by the checksums."""
     return Field(default=None, sa_type=BigInteger, nullable=True, index=True)
 
 
