@@ -275,6 +275,30 @@ def test_the_hooks_record_each_model_calls_usage_on_its_step_and_run(ledger, db)
     assert sum(db.column("SELECT input_tokens FROM agent_runs")) == 600
 
 
+def test_a_model_call_whose_items_were_never_saved_is_not_counted_for_the_next_turn(ledger, db):
+    @function_tool(failure_error_function=None)
+    def explode() -> str:
+        """Fails."""
+        raise RuntimeError("the tool broke")
+
+    class Counting(FakeModel):
+        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
+            response = await super().get_response(*args, **kwargs)
+            response.usage = Usage(requests=1, input_tokens=len(self.inputs), total_tokens=1)
+            return response
+
+    model = Counting("lead", [[call("explode", {}, "call_x")], [say("Fine now.", "msg_ok")]])
+    agent = Agent(name="lead", tools=[explode], model=model)
+    session = LedgerSession(SESSION, ledger)
+    with pytest.raises(Exception, match="the tool broke"):
+        run(Runner.run(agent, "break", session=session, hooks=session.hooks, run_config=NO_TRACING))
+    run(Runner.run(agent, "again", session=session, hooks=session.hooks, run_config=NO_TRACING))
+
+    # The first call's items never reached the session; the step holds the second call's usage.
+    assert db.column("SELECT input_tokens FROM step_executions") == [2]
+    assert [item["role"] for item in run(session.get_items())] == ["user", "user", "assistant"]
+
+
 def test_without_the_hooks_the_usage_is_zero_and_nothing_else_changes(ledger, db):
     run(drive(LedgerSession(SESSION, ledger)))
     assert set(db.column("SELECT input_tokens FROM step_executions")) == {0}
