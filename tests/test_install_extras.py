@@ -161,6 +161,20 @@ def test_the_examples_extra_runs_the_example_chat_app(
     report(f"[examples]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
 
 
+def test_the_openai_agents_extra_keeps_an_sdk_session_in_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "openai-agents", tmp_path / "venv")
+
+    found = probe(python, "openai-agents", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == [{"role": "user", "content": "hello"}]
+    installed = found["installed"]
+    assert "openai-agents" in installed
+    assert not HEAVY & set(installed), HEAVY & set(installed)
+    report(f"[openai-agents]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
 def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(
     wheel: Path, tmp_path: Path, report: Callable[[str], None], pg_url: str
 ) -> None:

@@ -12,7 +12,9 @@ from functools import cache
 import grimp
 import pytest
 
-HEAVY = ("httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "rich", "click")
+HEAVY = ("httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "rich", "click", "agents")
+"""Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK, which
+only its integration loads)."""
 
 
 def loaded_by(statement: str) -> dict[str, bool]:
@@ -43,6 +45,11 @@ def test_the_agent_and_its_builder_load_no_heavy_library():
 )
 def test_a_heavy_name_loads_its_library_when_it_is_first_used(name, library):
     assert loaded_by(f"from agentledger import {name}")[library]
+
+
+def test_the_agents_sdk_is_loaded_by_its_integration_only():
+    assert not loaded_by("import agentledger.ledger, agentledger.integrations")["agents"]
+    assert loaded_by("from agentledger.integrations.openai_agents import LedgerSession")["agents"]
 
 
 def test_duckdb_is_loaded_when_analytics_first_queries_not_when_it_is_imported(tmp_path):

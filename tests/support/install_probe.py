@@ -53,6 +53,19 @@ def analytics_error(url: str) -> str:
     return "Analytics.open did not fail"
 
 
+def session_items(url: str) -> Any:
+    """What an OpenAI Agents SDK session kept in the ledger reads back."""
+    import asyncio
+
+    from agentledger.integrations.openai_agents import LedgerSession
+    from agentledger.ledger import Ledger
+
+    with Ledger.open(url) as ledger:
+        session = LedgerSession("probe", ledger)
+        asyncio.run(session.add_items([{"role": "user", "content": "hello"}]))
+        return asyncio.run(session.get_items())
+
+
 def rollup(url: str, convert: Callable[[Any], Any]) -> Any:
     from agentledger import Analytics
 
@@ -110,6 +123,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "arrow": as_arrow,
     "polars": as_polars,
     "examples": chat_app_conversation,
+    "openai-agents": session_items,
 }
 
 

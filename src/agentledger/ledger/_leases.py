@@ -92,6 +92,17 @@ class Lease:
     begin): the commit needs not look."""
 
 
+def _busy(
+    conversation_id: str, run_id: str | None, until: datetime | None
+) -> ConversationBusyError:
+    held = "" if until is None else f" until {until:%Y-%m-%d %H:%M:%S} UTC"
+    return ConversationBusyError(
+        f"conversation {conversation_id} is busy: run {run_id or '(ending)'} holds it{held}. "
+        "Wait for that run to finish; if its process died, recover it once the lease expires "
+        "(Agent.recover or `agentledger recover`)."
+    )
+
+
 class LeaseKeeper:
     """The leases of one ledger handle's runs: taking, checking and releasing them in a run's
     transactions, and renewing them from one heartbeat thread."""
@@ -121,21 +132,25 @@ class LeaseKeeper:
         exist: a subagent's, for one); :class:`ConversationBusyError` when a run holds it."""
         expires = now + self.duration
         values = {"conversation_id": conversation_id, "token": token, "run_id": run_id}
-        taken = self.sql.execute(conn, _TAKE_FREE_LEASE, {**values, "expires": expires, "now": now})
-        if taken.rowcount:
-            return
-        holder = conn.execute(
-            select(conversations.c.lease_run_id, conversations.c.lease_expires_at).where(
-                conversations.c.id == conversation_id
+        # Tried again when the lease was freed between the two statements (on PostgreSQL each
+        # reads what was committed when it began, and the run that held it ended in between).
+        for _ in range(3):
+            taken = self.sql.execute(
+                conn, _TAKE_FREE_LEASE, {**values, "expires": expires, "now": now}
             )
-        ).first()
-        if holder is not None:
-            raise ConversationBusyError(
-                f"conversation {conversation_id} is busy: run {holder.lease_run_id} holds it "
-                f"until {holder.lease_expires_at:%Y-%m-%d %H:%M:%S} UTC. Wait for that run to "
-                "finish; if its process died, recover it once the lease expires "
-                "(Agent.recover or `agentledger recover`)."
-            )
+            if taken.rowcount:
+                return
+            holder = conn.execute(
+                select(conversations.c.lease_run_id, conversations.c.lease_expires_at).where(
+                    conversations.c.id == conversation_id
+                )
+            ).first()
+            if holder is None:
+                break
+            if holder.lease_expires_at is not None:
+                raise _busy(conversation_id, holder.lease_run_id, holder.lease_expires_at)
+        else:
+            raise _busy(conversation_id, None, None)
         kind = ConversationKind.SUBAGENT if parent_run_id else ConversationKind.MAIN
         row = {
             "id": conversation_id,

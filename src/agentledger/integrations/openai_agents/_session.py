@@ -1,0 +1,327 @@
+"""``LedgerSession``: the OpenAI Agents SDK's ``Session`` protocol over an agentledger ledger.
+
+The session's id is its conversation's id. Each ``add_items`` call is one ledger run, recorded
+through the ledger's recorder as any run is (begin, a step per model call, commit): the user
+and assistant messages go to ``conversation_messages``, every other item to the run's steps
+and tool executions. Nothing is ever deleted: ``pop_item`` and ``clear_session`` are runs too,
+whose metadata names what they took out of the session (see :class:`LedgerSession`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agents import Agent, RunContextWrapper, RunHooks
+from agents.items import ModelResponse
+from agents.memory import SessionSettings
+from agents.memory.session_settings import resolve_session_limit
+from pydantic import JsonValue
+
+from ...errors import ConversationBusyError, NotFoundError, UsageError
+from ...ledger import AgentRun, Ledger
+from ...values import AgentState, AgentStatus, Message, Role, check_storable, new_id
+from ._items import (
+    CLEARED_KEY,
+    INDEX_KEY,
+    ITEM_KEY,
+    ITEMS_KEY,
+    REMOVED_KEY,
+    RUN_KEY,
+    SESSION_KEY,
+    Batch,
+    Item,
+    split_batch,
+    stored_items,
+    text_of,
+)
+from ._steps import ModelCall, step_execution, usage_of
+
+AGENT_NAME = "openai-agents"
+"""The ``agent_name`` of the runs a session records (``agent_runs.agent_name``)."""
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """An item of the session, with the key a removal names it by (``run id:index``)."""
+
+    key: str
+    item: Item
+    conversation: bool
+
+
+class LedgerSession:
+    """An OpenAI Agents SDK session kept in an agentledger :class:`~agentledger.ledger.Ledger`.
+
+    ``Runner.run(agent, text, session=LedgerSession("user-42", ledger))``: the session
+    ``session_id`` is the conversation whose id is ``session_id`` (created on the first
+    write, with ``{"openai_agents_session": session_id}`` in its metadata), so any handle on
+    the same ledger opened with the same id continues it.
+
+    ``get_items()`` returns what the next model call should see. With ``separate_trace=True``
+    (the default) that is the conversation: the user and assistant messages, the tool calls,
+    their outputs and the reasoning of earlier turns left out (they stay in the run's trace).
+    With ``separate_trace=False``, every item in the order added, as the SDK's own sessions
+    return them. Either way each item comes back exactly as it was added.
+
+    Pass ``hooks=session.hooks`` to ``Runner.run`` to record each model call's usage (and the
+    agent that made it) on the step and run that hold its output.
+
+    ``pop_item()`` takes the newest item of the session's view (the newest conversation
+    message by default, the newest item of any kind with ``separate_trace=False``) out of the
+    session, and ``clear_session()`` every item: both record a run naming what they removed,
+    and ``get_items()`` leaves it out from then on. The rows stay: what a user said and was
+    shown is never lost (``Ledger.history`` still holds it).
+
+    The SDK awaits each method; the ledger is synchronous, so each runs in a worker thread
+    (``asyncio.to_thread``), as ``Agent.arun`` runs its ledger writes: the event loop never
+    waits on the database.
+    """
+
+    session_settings: SessionSettings | None
+
+    def __init__(
+        self,
+        session_id: str,
+        ledger: Ledger,
+        *,
+        separate_trace: bool = True,
+        session_settings: SessionSettings | None = None,
+    ) -> None:
+        if not isinstance(session_id, str) or not session_id:
+            raise UsageError(
+                f"a session id must be a non-empty string, not {session_id!r}: it is the id "
+                "of the session's conversation in the ledger"
+            )
+        check_storable(session_id, "the session id")
+        if not isinstance(ledger, Ledger):
+            raise UsageError(
+                f"LedgerSession takes a Ledger (agentledger.ledger.Ledger.open(url)), not "
+                f"{type(ledger).__name__}"
+            )
+        self.session_id = session_id
+        self.ledger = ledger
+        self.separate_trace = separate_trace
+        self.session_settings = session_settings or SessionSettings()
+        self._model_calls: deque[ModelCall] = deque()
+        self.hooks: RunHooks[Any] = _UsageHooks(self._model_calls)
+        """``RunHooks`` to give ``Runner.run`` (``hooks=session.hooks``): they record each
+        model call's usage with the items it produced."""
+
+    def __repr__(self) -> str:
+        return f"LedgerSession({self.session_id!r}, {self.ledger!r})"
+
+    # --- the Session protocol ---------------------------------------------------------------
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        """The session's items, oldest first; the newest ``limit`` of them when given (or
+        when ``session_settings.limit`` is set)."""
+        limit = resolve_session_limit(limit, self.session_settings)
+        entries = await asyncio.to_thread(self._entries)
+        items = [e.item for e in entries]
+        if limit is not None:
+            items = items[-limit:] if limit > 0 else []
+        return items
+
+    async def add_items(self, items: list[Any]) -> None:
+        """Record ``items`` as one run: refused whole, with nothing written, when an item
+        cannot be stored."""
+        stored = stored_items(items)
+        if not stored:
+            return
+        batch = split_batch(stored)
+        if batch.messages and batch.messages[0][2] is Role.USER:
+            # A new turn: a model call still waiting for its items belonged to a turn that
+            # never saved them (it failed), and must not be taken for this turn's.
+            self._model_calls.clear()
+        calls = [self._model_calls.popleft() for _ in batch.steps if self._model_calls]
+        await asyncio.to_thread(self._add, batch, calls)
+
+    async def pop_item(self) -> Any | None:
+        """Take the newest item out of the session and return it (None when it is empty)."""
+        return await asyncio.to_thread(self._pop)
+
+    async def clear_session(self) -> None:
+        """Take every item out of the session."""
+        await asyncio.to_thread(self._clear)
+
+    # --- in a worker thread -----------------------------------------------------------------
+
+    def _add(self, batch: Batch, calls: Sequence[ModelCall]) -> None:
+        self._ensure_conversation()
+        self._record({}, batch, calls)
+
+    def _pop(self) -> Any | None:
+        entries = self._entries()
+        if not entries:
+            return None
+        self._record({REMOVED_KEY: [entries[-1].key]})
+        return entries[-1].item
+
+    def _clear(self) -> None:
+        if self._entries():
+            self._record({CLEARED_KEY: True})
+
+    def _record(
+        self,
+        metadata: dict[str, JsonValue],
+        batch: Batch | None = None,
+        calls: Sequence[ModelCall] = (),
+    ) -> None:
+        """One run of the session: begin, its steps, commit (or, on failure, failed: a
+        failed run's items are not the session's)."""
+        recorder = self.ledger.recorder
+        run_id = new_id()
+        state = AgentState(
+            conversation_id=self.session_id,
+            run_id=run_id,
+            status=AgentStatus.RUNNING,
+            # No start time: the ledger stamps the run as it takes the lease, so that the
+            # session's runs sort in the order they wrote, whichever handle wrote them.
+            metadata={SESSION_KEY: self.session_id, **metadata},
+        )
+        self._begin(state)
+        try:
+            # Loaded under the run's lease: the conversation cannot change until the commit.
+            loaded = recorder.load_conversation(self.session_id).store
+            state = state.with_message_store(loaded)
+            if batch is not None:
+                state = self._filled(state, batch, calls)
+            recorder.commit_run(state.model_copy(update={"status": AgentStatus.COMPLETED}))
+        except BaseException as exc:
+            with contextlib.suppress(Exception):  # the error that ended it is the one to raise
+                recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
+            raise
+
+    def _begin(self, state: AgentState) -> None:
+        """Begin the run, waiting up to the ledger's ``busy_timeout`` while another write of
+        the session (from another handle) holds the conversation: those last milliseconds.
+        An agentledger run holding it for longer gives its :class:`ConversationBusyError`."""
+        deadline = time.monotonic() + self.ledger.settings.busy_timeout
+        pause = 0.005
+        while True:
+            try:
+                self.ledger.recorder.begin_run(state, user_message=None, agent_name=AGENT_NAME)
+                return
+            except ConversationBusyError:
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _filled(self, state: AgentState, batch: Batch, calls: Sequence[ModelCall]) -> AgentState:
+        """``state`` with the batch's messages and its steps (each recorded as it is added)."""
+        run_id = state.run_id
+        assert run_id is not None
+        messages = [
+            Message(
+                role=role,
+                content=text_of(item),
+                metadata={ITEM_KEY: item, INDEX_KEY: n, RUN_KEY: run_id},
+            )
+            for n, item, role in batch.messages
+        ]
+        section = state.store.section(AgentState.DEFAULT_SECTION)
+        state = state.with_message_store(section.append_messages(messages))
+        now = self.ledger.clock()
+        for n, items in enumerate(batch.steps):
+            call = calls[n] if n < len(calls) else None
+            execution = step_execution(n, n == len(batch.steps) - 1, items, call, now)
+            state = state.with_step_execution(execution)
+            self.ledger.recorder.record_step(run_id, execution, ())
+        return state
+
+    def _ensure_conversation(self) -> None:
+        if self._exists():
+            return
+        try:
+            self.ledger.create_conversation(
+                conversation_id=self.session_id, metadata={SESSION_KEY: self.session_id}
+            )
+        except Exception:
+            if not self._exists():  # another handle created it first: that is fine
+                raise
+
+    def _exists(self) -> bool:
+        try:
+            return self.ledger.conversation(self.session_id).id == self.session_id
+        except NotFoundError:
+            return False
+
+    def _entries(self) -> list[_Entry]:
+        """The session's items as its view shows them: the items of its completed runs, in
+        order, less those its removals took out."""
+        if not self._exists():
+            return []
+        # The runs first: a run commits its messages and steps with it, so every run listed
+        # is whole in what is read after it (a run committed in between is left for later).
+        runs = self._runs()
+        messages = self.ledger.messages(self.session_id)
+        by_run: dict[str, list[tuple[int, Item]]] = {}
+        for message in messages:
+            item, index = message.metadata.get(ITEM_KEY), message.metadata.get(INDEX_KEY)
+            run_id = _run_of(message)
+            if isinstance(item, dict) and isinstance(index, int) and run_id is not None:
+                by_run.setdefault(run_id, []).append((index, item))
+        entries: list[_Entry] = []
+        for run in runs:
+            entries = self._after(run, entries, by_run.get(run.id, []))
+        return entries
+
+    def _runs(self) -> list[AgentRun]:
+        return [
+            run
+            for run in self.ledger.runs(self.session_id)
+            if (run.metadata_ or {}).get(SESSION_KEY) == self.session_id
+            and run.status == AgentStatus.COMPLETED
+        ]
+
+    def _after(
+        self, run: AgentRun, entries: list[_Entry], messages: list[tuple[int, Item]]
+    ) -> list[_Entry]:
+        """``entries`` after the run ``run``: its items added, or what it removed taken out."""
+        metadata = run.metadata_ or {}
+        if metadata.get(CLEARED_KEY):
+            return []
+        removed = metadata.get(REMOVED_KEY)
+        if isinstance(removed, list):
+            return [e for e in entries if e.key not in removed]
+        own = [(n, item, True) for n, item in messages]
+        if not self.separate_trace and run.step_count:
+            own += [(n, item, False) for n, item in self._trace(run.id)]
+        own.sort(key=lambda entry: entry[0])
+        return [*entries, *(_Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
+
+    def _trace(self, run_id: str) -> list[tuple[int, Item]]:
+        found = []
+        for execution in self.ledger.steps(run_id):
+            assistant = execution.step.assistant_message
+            stored = assistant.metadata.get(ITEMS_KEY) if assistant is not None else None
+            for entry in stored if isinstance(stored, list) else []:
+                if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
+                    found.append((int(str(entry["index"])), entry["item"]))
+        return found  # type: ignore[return-value]
+
+
+def _run_of(message: Message) -> str | None:
+    run_id = message.metadata.get(RUN_KEY)
+    return run_id if isinstance(run_id, str) else None
+
+
+class _UsageHooks(RunHooks[Any]):
+    """Keeps each model call's usage until the session records the items it produced (the
+    SDK saves a turn's items after the call ends)."""
+
+    def __init__(self, calls: deque[ModelCall]) -> None:
+        self._calls = calls
+
+    async def on_llm_end(
+        self, context: RunContextWrapper[Any], agent: Agent[Any], response: ModelResponse
+    ) -> None:
+        model = agent.model if isinstance(agent.model, str) else None
+        self._calls.append(ModelCall(usage_of(response.usage), agent.name, model))
