@@ -1,0 +1,1 @@
+"""Integrations of agentledger with other tools, each in its own module and extra."""
