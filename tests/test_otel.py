@@ -394,3 +394,16 @@ def test_without_the_extra_the_integration_says_what_to_install():
         "    print(exc)\n"
     )
     assert "pip install 'agentledger[otel]'" in found.stdout, found.stderr
+
+
+def test_without_the_extra_the_export_command_says_what_to_install(tmp_path):
+    ledger = tmp_path / "ledger.db"
+    Ledger.open(str(ledger)).close()
+    found = without_opentelemetry(
+        "from agentledger.cli import main\nsys.argv[0] = 'agentledger'\nmain()",
+        *("--db", str(ledger), "export", "otlp", "--since", "1d", "--output", "x.json"),
+    )
+    assert found.returncode == 1
+    assert "Error: OpenTelemetry is not installed" in found.stderr
+    assert "pip install 'agentledger[otel]'" in found.stderr
+    assert "Traceback" not in found.stderr

@@ -16,12 +16,16 @@ spawned it. Message contents are left out unless asked for
 # First: a missing extra is a clear error naming it, before anything imports OpenTelemetry.
 from . import _require  # noqa: F401  (isort: keep first)
 from ._attributes import capture_content_from_env
+from ._export import DEFAULT_SERVICE_NAME, OtlpExport, export_otlp
 from ._live import OpenTelemetryTracer
 from ._semconv import CAPTURE_CONTENT_ENV, SEMCONV_VERSION
 
 __all__ = [
     "CAPTURE_CONTENT_ENV",
+    "DEFAULT_SERVICE_NAME",
     "SEMCONV_VERSION",
     "OpenTelemetryTracer",
+    "OtlpExport",
     "capture_content_from_env",
+    "export_otlp",
 ]
