@@ -48,8 +48,9 @@ def traced_agent(
 
 
 def run_by(mode: str, builder: AgentBuilder) -> str:
-    """The run's id, run through ``mode``."""
-    agent = builder.build()
+    """The run's id, run through ``mode`` (``+parallel``: the tools of a step at once)."""
+    mode, _, parallel = mode.partition("+")
+    agent = (builder.with_parallel_tools(2) if parallel else builder).build()
     if mode == "run":
         return agent.run(QUESTION).run_id
     if mode == "arun":
@@ -90,7 +91,9 @@ def span_id(span: ReadableSpan) -> int:
     return span.context.span_id
 
 
-@pytest.mark.parametrize("mode", ["run", "arun", "stream", "astream"])
+@pytest.mark.parametrize(
+    "mode", ["run", "arun", "stream", "astream", "run+parallel", "arun+parallel"]
+)
 def test_a_run_with_tools_and_a_subagent_emits_genai_spans_that_match_the_ledger(
     mode: str, provider: TracerProvider, exporter: InMemorySpanExporter, ledger, db: Database
 ):

@@ -64,7 +64,7 @@ from ._executor import ToolExecutor
 from ._partials import Interruption, PartialFlush, RunWatch, watching
 from ._runtime import StreamClosed, emit
 from ._streams import AsyncRunStream, RunStream
-from ._tracing import RunTrace, Tracer
+from ._tracing import Tracer, traced
 
 logger = logging.getLogger(__name__)
 
@@ -349,12 +349,12 @@ class Agent:
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
-            run = self._run_flow(state, user_message, watch)
+            run = self._begin_and_step(state, user_message, watch)
             if self.config.tracer is None:
                 return (yield from run)
-            return (yield from _traced(run, self.config.tracer.run_started(state, self.name)))
+            return (yield from traced(run, self.config.tracer.run_started(state, self.name)))
 
-    def _run_flow(
+    def _begin_and_step(
         self, state: AgentState, user_message: Message | None, watch: RunWatch
     ) -> Flow[RunResult]:
         if user_message is not None:
@@ -557,29 +557,6 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
-
-
-def _traced(flow: Flow[RunResult], trace: RunTrace) -> Flow[RunResult]:
-    """``flow``, each of its calls made with the run's span current, and the span ended with
-    the run's result, or with what ended it early."""
-    value: object = None
-    error: BaseException | None = None
-    while True:
-        try:
-            call = flow.send(value) if error is None else flow.throw(error)
-        except StopIteration as done:
-            trace.ended(done.value, None)
-            return done.value  # type: ignore[no-any-return]
-        except BaseException as exc:
-            trace.ended(None, exc)
-            raise
-        try:
-            value, error = (yield Call(partial(trace.within, call.function))), None
-        except GeneratorExit:  # the run's flow is dropped unfinished: so is the inner one
-            flow.close()
-            raise
-        except BaseException as exc:  # the flow decides what a failure leaves behind
-            value, error = None, exc
 
 
 def _spent(response: InferenceResponse) -> dict[str, object]:

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from functools import partial
 from typing import Protocol, TypeVar
 
 from ..core import ToolContext
 from ..recording import RunResult
 from ..values import AgentState, InferenceRequest, InferenceResponse, ToolExecution
+from ._engine import Call, Flow
 
 T = TypeVar("T")
 
@@ -66,3 +68,26 @@ class Tracer(Protocol):
     def tool_call(self, context: ToolContext) -> AbstractContextManager[ToolCallTrace]:
         """Around the tool call ``context.tool_call``, while it runs."""
         ...
+
+
+def traced(flow: Flow[RunResult], trace: RunTrace) -> Flow[RunResult]:
+    """``flow``, each of its calls made with the run's span current, and the span ended with
+    the run's result, or with what ended it early."""
+    value: object = None
+    error: BaseException | None = None
+    while True:
+        try:
+            call = flow.send(value) if error is None else flow.throw(error)
+        except StopIteration as done:
+            trace.ended(done.value, None)
+            return done.value  # type: ignore[no-any-return]
+        except BaseException as exc:
+            trace.ended(None, exc)
+            raise
+        try:
+            value, error = (yield Call(partial(trace.within, call.function))), None
+        except GeneratorExit:  # the run's flow is dropped unfinished: so is the inner one
+            flow.close()
+            raise
+        except BaseException as exc:  # the flow decides what a failure leaves behind
+            value, error = None, exc
