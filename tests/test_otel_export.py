@@ -304,6 +304,24 @@ def test_a_failed_run_exports_as_error_spans(ledger: Ledger, db_url: str, collec
         assert "the provider went away" in spans[name].status.message
 
 
+def test_the_summary_is_one_json_row_with_json(
+    ledger: Ledger, db_url: str, collector: Collector, tmp_path: Path
+):
+    lead(ledger).build().run(QUESTION)
+    output = tmp_path / "traces.jsonl"
+    result = export(db_url, "--since", "1h", "--output", str(output), "--json")
+    assert result.exit_code == 0, result.output
+    assert [json.loads(line) for line in result.stdout.splitlines()] == [
+        {
+            "traces": 1,
+            "spans": 9,
+            "requests": 1,
+            "destination": str(output),
+            "rejected_spans": 0,
+        }
+    ]
+
+
 def test_since_leaves_out_older_run_trees(ledger: Ledger, db_url: str, collector: Collector):
     lead(ledger).build().run(QUESTION)
     later = (datetime.now(UTC) + timedelta(minutes=5)).isoformat()
