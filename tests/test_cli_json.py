@@ -38,6 +38,7 @@ PRINTS_ROWS = {
     "analytics report",
     "analytics sync",
     "export parquet",
+    "export otlp",
 }
 PRINTS_NO_ROWS = {
     "demo": "a guided tour, in prose and tables made for reading",

@@ -32,7 +32,16 @@ pytestmark = pytest.mark.skipif(
 )
 
 ANALYTICS = {"duckdb", "duckdb-extension-sqlite-scanner"}
-HEAVY = {*ANALYTICS, "duckdb-extension-postgres-scanner", "numpy", "pandas", "pyarrow", "polars"}
+OTEL = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-proto", "protobuf"}
+HEAVY = {
+    *ANALYTICS,
+    *OTEL,
+    "duckdb-extension-postgres-scanner",
+    "numpy",
+    "pandas",
+    "pyarrow",
+    "polars",
+}
 ROLLUP = [["agent", 30]]
 """What the probe's rollup query reads back: the run's path and its input tokens."""
 
@@ -173,6 +182,20 @@ def test_the_openai_agents_extra_keeps_an_sdk_session_in_the_ledger(
     assert "openai-agents" in installed
     assert not HEAVY & set(installed), HEAVY & set(installed)
     report(f"[openai-agents]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
+def test_the_otel_extra_traces_a_run_and_exports_the_ledgers_runs(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "otel", tmp_path / "venv")
+
+    found = probe(python, "otel", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {"live": ["chat scripted", "invoke_agent agent"], "exported": 6}
+    installed = found["installed"]
+    assert set(installed) >= OTEL, OTEL - set(installed)
+    assert not (HEAVY - OTEL) & set(installed), (HEAVY - OTEL) & set(installed)
+    report(f"[otel]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
 
 
 def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(

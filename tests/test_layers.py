@@ -65,6 +65,39 @@ def test_duckdb_is_loaded_when_analytics_first_queries_not_when_it_is_imported(t
     assert loaded_by(opened)["duckdb"]
 
 
+def opentelemetry_loaded_by(statement: str) -> list[str]:
+    """The OpenTelemetry (and protobuf) modules a fresh interpreter has loaded after
+    ``statement``."""
+    script = (
+        f"import json, sys\n{statement}\n"
+        "print(json.dumps(sorted(m for m in sys.modules"
+        " if m.split('.')[0] == 'opentelemetry' or m.startswith('google.protobuf'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], check=True, capture_output=True, text=True
+    ).stdout
+    loaded: list[str] = json.loads(out)
+    return loaded
+
+
+def test_import_agentledger_and_a_plain_run_load_nothing_of_opentelemetry():
+    """The otel extra is installed here, and still nothing of it loads unless tracing is
+    asked for."""
+    run = (
+        "from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM\n"
+        "from agentledger.ledger import Ledger\n"
+        "ledger = Ledger.open('sqlite://')\n"
+        "llm = ScriptedLLM([InferenceResponse(content='hi')])\n"
+        "assert AgentBuilder().with_llm(llm).with_ledger(ledger).build().run('?').answer == 'hi'"
+    )
+    assert opentelemetry_loaded_by("import agentledger") == []
+    assert opentelemetry_loaded_by(run) == []
+    assert opentelemetry_loaded_by("import agentledger.cli") == []
+    assert "opentelemetry.trace" in opentelemetry_loaded_by(
+        "from agentledger.integrations.otel import OpenTelemetryTracer"
+    )
+
+
 @cache
 def graph() -> grimp.ImportGraph:
     """Every import between agentledger's modules, those under ``TYPE_CHECKING`` included."""

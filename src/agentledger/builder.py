@@ -35,6 +35,7 @@ from .loop import (
     SpawnSubagentTool,
     SubagentPolicy,
     SubagentSpec,
+    Tracer,
 )
 from .recording import HasRecorder, InMemoryRecorder, Recorder
 from .values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
@@ -76,6 +77,7 @@ class AgentBuilder:
     summarizer: LLM | None = None
     summary_model: str | None = None
     partial_flush: PartialFlush = PartialFlush()
+    tracer: Tracer | None = None
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -223,6 +225,13 @@ class AgentBuilder:
             subagent_policy=policy if policy is not None else self.subagent_policy,
         )
 
+    def with_tracing(self, tracer: Tracer | None) -> AgentBuilder:
+        """Trace the agent's runs as they happen with ``tracer``, its subagents' runs included:
+        ``OpenTelemetryTracer()`` from :mod:`agentledger.integrations.otel` (the ``otel``
+        extra) sends them to OpenTelemetry as GenAI spans. None (the default) traces nothing,
+        at no cost to the loop."""
+        return self._with(tracer=tracer)
+
     def with_ledger(self, ledger: HasRecorder | Recorder) -> AgentBuilder:
         """Record ``Agent.run`` in ``ledger``: a :class:`agentledger.ledger.Ledger` (its
         ``recorder``), or any :class:`Recorder`. Without one, runs are kept in memory."""
@@ -257,6 +266,7 @@ class AgentBuilder:
                 context_budget=self.context_budget,
                 summarizer=self._summarizer(),
                 partial_flush=self.partial_flush,
+                tracer=self.tracer,
             )
         )
 
@@ -279,6 +289,7 @@ class AgentBuilder:
             stop_finish_reasons=self.stop_finish_reasons,
             recorder=recorder,
             partial_flush=self.partial_flush,
+            tracer=self.tracer,
             subagents=tuple(spec.subagents),
             subagent_policy=self.subagent_policy,
         )

@@ -23,16 +23,17 @@
     │   │       └── ProviderResponseError        the answer could not be understood
     │   ├── ProcessorError            a state processor broke the step contract
     │   └── CompactionError           a summary of the conversation could not be made
-    └── LedgerError                   the ledger could not do what was asked
-        ├── ConversationBusyError     another run holds the conversation's lease
-        ├── LeaseLostError            another process took this run's conversation over
-        ├── LedgerBusyError           the database stayed locked beyond the retries
-        ├── LedgerUnavailableError    the database failed or went away while recording
-        ├── SchemaVersionError        the database's schema is newer than this code
-        ├── MigrationError            a migration refused to run: it would lose data
-        ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
-        ├── LedgerReadOnlyError       a write to a ledger this handle may only read
-        └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
+    ├── LedgerError                   the ledger could not do what was asked
+    │   ├── ConversationBusyError     another run holds the conversation's lease
+    │   ├── LeaseLostError            another process took this run's conversation over
+    │   ├── LedgerBusyError           the database stayed locked beyond the retries
+    │   ├── LedgerUnavailableError    the database failed or went away while recording
+    │   ├── SchemaVersionError        the database's schema is newer than this code
+    │   ├── MigrationError            a migration refused to run: it would lose data
+    │   ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
+    │   ├── LedgerReadOnlyError       a write to a ledger this handle may only read
+    │   └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
+    └── ExportError                   an export could not be delivered (collector, file)
 
 Errors raised while a run is in progress by the model or by a tool do not escape the loop
 (except a ``LedgerError`` from a tool, such as a subagent's ledger failing: that fails the run):
@@ -225,3 +226,9 @@ class LedgerReadOnlyError(LedgerError):
 class LedgerCorruptError(LedgerError):
     """Rows read from the database are damaged: a row's checksum does not match its columns, or
     a value cannot be decoded. Nothing is returned from damaged rows; restore from a backup."""
+
+
+class ExportError(AgentLedgerError):
+    """An export could not be delivered: the collector could not be reached or refused the
+    request, or the file could not be written. The message says where it stopped; an export
+    can be run again."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from datetime import UTC, datetime
 from importlib.metadata import distributions
 from pathlib import Path
 from typing import Any
@@ -114,6 +115,35 @@ def chat_app_conversation(url: str) -> Any:
         return client.get(f"/conversations/{conversation_id}").json()["messages"]
 
 
+def traced_and_exported(url: str) -> dict[str, Any]:
+    """A run traced live to an in-memory exporter (its spans' names), then the ledger's runs
+    exported as OTLP JSON (how many spans the file holds)."""
+    import tempfile
+
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM
+    from agentledger.integrations.otel import OpenTelemetryTracer, export_otlp
+    from agentledger.ledger import Ledger
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    tracer = OpenTelemetryTracer(tracer_provider=provider)
+    with Ledger.open(url) as ledger:
+        llm = ScriptedLLM([InferenceResponse(content="hi")])
+        AgentBuilder().with_llm(llm).with_ledger(ledger).with_tracing(tracer).build().run("?")
+    with tempfile.TemporaryDirectory() as directory:
+        output = Path(directory) / "traces.jsonl"
+        exported = export_otlp(url, since=datetime(2000, 1, 1, tzinfo=UTC), output=output)
+    return {
+        "live": sorted(span.name for span in spans.get_finished_spans()),
+        "exported": exported.spans,
+    }
+
+
 USES: dict[str, Callable[[str], Any]] = {
     "base": analytics_error,
     "postgresql": analytics_error,
@@ -124,6 +154,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "polars": as_polars,
     "examples": chat_app_conversation,
     "openai-agents": session_items,
+    "otel": traced_and_exported,
 }
 
 

@@ -160,7 +160,8 @@ def _absolute(url: str) -> str:
 
 @cli.group()
 def export() -> None:
-    """Copy the ledger out for other engines, through DuckDB (the analytics extra)."""
+    """Copy the ledger out for other engines: its tables as Parquet, through DuckDB (the
+    analytics extra), or its runs as OpenTelemetry traces (the otel extra)."""
 
 
 @export.command()

@@ -157,7 +157,18 @@ def ask_model(
     thread). When someone listens to the run's events and ``tell`` is set, the model streams
     (``stream``/``astream`` when it has them) and its text is told as it comes, as
     :class:`TextDelta` and :class:`ReasoningDelta`; a model that cannot stream tells its whole
-    text as one delta."""
+    text as one delta. With a tracer, the call is traced (its span current while it runs)."""
+    if request.tracer is None:
+        return _asked(llm, inference, state, request, tell=tell)
+    with request.tracer.model_call(llm, inference, state, request.step_index) as trace:
+        response = _asked(llm, inference, state, request, tell=tell)
+        trace.answered(response)
+        return response
+
+
+def _asked(
+    llm: LLM, inference: InferenceRequest, state: AgentState, request: StepRequest, *, tell: bool
+) -> InferenceResponse:
     told = _teller(state, request) if tell and listening() else None
     if event_loop() is not None and hasattr(llm, "acomplete"):
         return wait_for(_ask_async(llm, inference, told))

@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sqlite3
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, func, insert, select
@@ -334,9 +335,13 @@ class Ledger:
         *,
         status: AgentStatus | str | None = None,
         limit: int | None = None,
+        since: datetime | None = None,
     ) -> list[AgentRun]:
-        """Runs, oldest first within a conversation, newest first across the ledger."""
+        """Runs, oldest first within a conversation, newest first across the ledger; with
+        ``since``, only those started at or after it (a naive datetime is UTC)."""
         query = select(agent_runs)
+        if since is not None:
+            query = query.where(agent_runs.c.started_at >= _utc(since))
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
             query = query.where(agent_runs.c.conversation_id == conversation_id).order_by(
@@ -478,6 +483,10 @@ class Ledger:
 
     def _read(self, what: str, read: Callable[[Connection], T]) -> T:
         return self._database.read(what, read)
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
 
 
 def _conversation_row(conversation_id: str) -> Select[Any]:

@@ -20,6 +20,7 @@ from ._subagents import (
     SubagentPolicy,
     SubagentSpec,
 )
+from ._tracing import ModelCallTrace, RunTrace, ToolCallTrace, Tracer
 
 __all__ = [
     "DEFAULT_FINAL_INSTRUCTION",
@@ -32,14 +33,18 @@ __all__ = [
     "Driver",
     "FinalResponse",
     "Flow",
+    "ModelCallTrace",
     "PartialFlush",
     "RunStream",
+    "RunTrace",
     "SpawnArguments",
     "SpawnSubagentTool",
     "StepRequest",
     "SubagentPolicy",
     "SubagentSpec",
+    "ToolCallTrace",
     "ToolExecutor",
+    "Tracer",
     "arun_flow",
     "emit",
     "event_loop",

@@ -64,6 +64,7 @@ from ._executor import ToolExecutor
 from ._partials import Interruption, PartialFlush, RunWatch, watching
 from ._runtime import StreamClosed, emit
 from ._streams import AsyncRunStream, RunStream
+from ._tracing import Tracer, traced
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +102,8 @@ class AgentConfig:
     context_budget: ContextBudget | None = None
     summarizer: Summarizer | None = None
     partial_flush: PartialFlush = PartialFlush()
+    tracer: Tracer | None = None
+    """Traces the runs as they happen (``AgentBuilder.with_tracing``); None traces nothing."""
 
 
 class Agent:
@@ -115,11 +118,14 @@ class Agent:
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         self._executor = ToolExecutor(
-            config.tools, clock=config.clock, max_parallel=config.max_parallel_tools
+            config.tools,
+            clock=config.clock,
+            max_parallel=config.max_parallel_tools,
+            tracer=config.tracer,
         )
         # A final-response step offers no tools; any call the model still makes gets an
         # "unknown tool" result instead of running.
-        self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock)
+        self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock, tracer=config.tracer)
 
     @property
     def name(self) -> str:
@@ -343,9 +349,17 @@ class Agent:
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
-            if user_message is not None:
-                yield from self._begin_run(state, user_message, watch)
-            return (yield from self._steps(state, watch))
+            run = self._begin_and_step(state, user_message, watch)
+            if self.config.tracer is None:
+                return (yield from run)
+            return (yield from traced(run, self.config.tracer.run_started(state, self.name)))
+
+    def _begin_and_step(
+        self, state: AgentState, user_message: Message | None, watch: RunWatch
+    ) -> Flow[RunResult]:
+        if user_message is not None:
+            yield from self._begin_run(state, user_message, watch)
+        return (yield from self._steps(state, watch))
 
     def _begin_run(self, state: AgentState, user: Message, watch: RunWatch) -> Flow[None]:
         recorder = self.config.recorder
@@ -538,6 +552,7 @@ class Agent:
             final_instruction=self.config.final_instruction.format(reason=reason)
             if final
             else None,
+            tracer=self.config.tracer,
         )
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ from typing import Protocol
 from ..core import ToolSet
 from ..values import AgentState, AgentStep, Clock
 from ._executor import ToolExecutor
+from ._tracing import Tracer
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class StepRequest:
     system_prompt: str | None = None
     final_instruction: str | None = None
     """Set for a final-response step: no tools are offered and this closes the messages."""
+    tracer: Tracer | None = None
+    """Traces the step's model call (the agent's tracer); None traces nothing."""
 
     @property
     def is_final_response(self) -> bool:

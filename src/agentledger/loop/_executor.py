@@ -41,6 +41,7 @@ from ..values import (
 )
 from ._partials import note_tool_result
 from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
+from ._tracing import Tracer
 
 logger = logging.getLogger("agentledger.tools")
 
@@ -59,11 +60,17 @@ class ToolExecutor:
     """
 
     def __init__(
-        self, tools: ToolSet = EMPTY_TOOLS, *, clock: Clock = utc_now, max_parallel: int = 1
+        self,
+        tools: ToolSet = EMPTY_TOOLS,
+        *,
+        clock: Clock = utc_now,
+        max_parallel: int = 1,
+        tracer: Tracer | None = None,
     ) -> None:
         self.tools = tools
         self.clock = clock
         self.max_parallel = max(1, max_parallel)
+        self.tracer = tracer
 
     def execute(
         self,
@@ -108,6 +115,14 @@ class ToolExecutor:
     def execute_one(self, context: ToolContext) -> ToolExecution:
         """Run one call here (an ``async def`` tool to completion on an event loop: the run's,
         or a private one)."""
+        if self.tracer is None:
+            return self._execute_one(context)
+        with self.tracer.tool_call(context) as trace:
+            execution = self._execute_one(context)
+            trace.finished(execution)
+            return execution
+
+    def _execute_one(self, context: ToolContext) -> ToolExecution:
         started_at = self._started(context)
         prepared = self._prepared(context, started_at)
         if not isinstance(prepared, tuple):
@@ -122,6 +137,14 @@ class ToolExecutor:
 
     async def aexecute_one(self, context: ToolContext) -> ToolExecution:
         """Run one call of an ``async def`` tool on the running event loop."""
+        if self.tracer is None:
+            return await self._aexecute_one(context)
+        with self.tracer.tool_call(context) as trace:
+            execution = await self._aexecute_one(context)
+            trace.finished(execution)
+            return execution
+
+    async def _aexecute_one(self, context: ToolContext) -> ToolExecution:
         started_at = self._started(context)
         prepared = self._prepared(context, started_at)
         if not isinstance(prepared, tuple):

@@ -1,0 +1,121 @@
+"""A run with tools and a subagent, for the OpenTelemetry tests: the lead agent calls a tool
+and spawns a researcher, which calls a tool of its own, with scripted models whose usage and
+finish reasons differ from step to step."""
+
+from __future__ import annotations
+
+from agentledger import (
+    AgentBuilder,
+    InferenceResponse,
+    ScriptedLLM,
+    SubagentSpec,
+    ToolCall,
+    Usage,
+    tool,
+)
+from agentledger.ledger import Ledger
+
+QUESTION = "What is the weather in Paris, and what does the archive say about it?"
+TASK = "Look up Paris in the archive."
+CHILD_ANSWER = "The archive says Paris is the capital of France."
+ANSWER = "It is sunny in Paris, the capital of France."
+
+
+@tool
+def weather(city: str) -> str:
+    """Current weather for a city."""
+    return f"sunny in {city}"
+
+
+@tool
+def lookup(topic: str) -> str:
+    """Look a topic up in the archive."""
+    return f"{topic}: the capital of France"
+
+
+@tool
+def broken(city: str) -> str:
+    """A tool that fails."""
+    raise ValueError(f"no station in {city}")
+
+
+def response(
+    content: str = "",
+    *calls: ToolCall,
+    tokens: tuple[int, int, int, int] = (100, 20, 0, 0),
+    model: str = "scripted-1",
+) -> InferenceResponse:
+    inputs, outputs, cache_read, cache_write = tokens
+    return InferenceResponse(
+        content=content,
+        tool_calls=calls,
+        usage=Usage(
+            input_tokens=inputs,
+            output_tokens=outputs,
+            cache_read_tokens=cache_read,
+            cache_write_tokens=cache_write,
+        ),
+        model=model,
+        finish_reason="tool_calls" if calls else "stop",
+    )
+
+
+class OpenAIScripted(ScriptedLLM):
+    """A scripted model that says it is OpenAI's, as ``OpenAIChat`` does."""
+
+    provider = "OpenAI"
+
+
+LOOKUP = ToolCall(id="c1", name="lookup", arguments={"topic": "Paris"})
+
+
+def researcher() -> SubagentSpec:
+    child = ScriptedLLM(
+        [
+            response(
+                "",
+                ToolCall(id="c1", name="lookup", arguments={"topic": "Paris"}),
+                model="scripted-mini",
+            ),
+            response(CHILD_ANSWER, tokens=(80, 10, 40, 0), model="scripted-mini"),
+        ],
+        model="scripted-mini",
+    )
+    return SubagentSpec(
+        name="researcher",
+        description="Looks topics up in the archive.",
+        system_prompt="You research.",
+        tools=(lookup,),
+        llm=child,
+    )
+
+
+def lead_model() -> OpenAIScripted:
+    return OpenAIScripted(
+        [
+            response(
+                "",
+                ToolCall(id="p1", name="weather", arguments={"city": "Paris"}),
+                ToolCall(
+                    id="p2",
+                    name="spawn_subagent",
+                    arguments={"subagent": "researcher", "task": TASK},
+                ),
+                tokens=(120, 30, 0, 64),
+            ),
+            response(ANSWER, tokens=(200, 25, 100, 0)),
+        ],
+        model="scripted-1",
+    )
+
+
+def lead(ledger: Ledger | None = None) -> AgentBuilder:
+    """The lead agent (named ``lead``), recorded in ``ledger`` when one is given."""
+    builder = (
+        AgentBuilder()
+        .with_name("lead")
+        .with_llm(lead_model())
+        .with_tools([weather])
+        .with_subagents([researcher()])
+    )
+    return builder.with_ledger(ledger) if ledger is not None else builder
