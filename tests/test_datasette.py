@@ -377,6 +377,31 @@ def test_the_metadata_is_keyed_by_the_file_s_stem_as_datasette_names_it(ledger_f
     assert query(datasette, "search", database="team-ledger", query="Lisbon")
 
 
+def test_the_datasette_command_serves_the_ledger_with_the_metadata_file(ledger_file, tmp_path):
+    """``datasette ledger.db -m metadata.json``, as a user runs it (``--get`` answers one
+    request without starting a server)."""
+    served_file, target = tmp_path / "ledger.db", tmp_path / "metadata.json"
+    shutil.copyfile(ledger_file, served_file)
+    assert metadata_of(served_file, "--output", str(target))[0] == 0
+    datasette = Path(sys.executable).with_name("datasette")
+    done = subprocess.run(
+        [
+            datasette,
+            served_file,
+            "-m",
+            target,
+            "--get",
+            "/ledger/search.json?query=Lisbon&_shape=array",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    rows = json.loads(done.stdout)
+    assert rows and all("Lisbon" in row["content"] for row in rows)
+
+
 def test_output_writes_the_metadata_to_a_file(ledger_file, tmp_path, metadata):
     target = tmp_path / "metadata.json"
     code, output = metadata_of(ledger_file, "--output", str(target))

@@ -144,9 +144,9 @@ def _column_text(column: str, kind: str, meaning: str, context: _Context) -> str
     other = context.documented.get(same.group(1)) if same else None
     if other is not None and column in other.columns:
         return other.columns[column]
-    named = [c for c in context.conventions if f"`{column}`" in c]
-    if meaning == "see Conventions" and named:
-        return _plain(re.split(r"(?<=\.)\s", named[0], maxsplit=1)[0])
+    convention = next((c for c in context.conventions if f"`{column}`" in c), None)
+    if meaning == "see Conventions" and convention is not None:
+        return _plain(re.split(r"(?<=\.)\s", convention, maxsplit=1)[0])
     kind, meaning = _plain(kind), _plain(meaning)
     return f"{meaning} ({kind})" if meaning and kind else meaning or kind
 
