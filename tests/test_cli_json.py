@@ -50,6 +50,7 @@ PRINTS_NO_ROWS = {
     "db current": "one value: the revision",
     "db check": "its answer is the exit code",
     "db schema": "SQL text (DDL)",
+    "datasette-metadata": "one JSON document, Datasette's metadata",
     "analytics": "a group",
     "analytics sql": "a SQL script for the duckdb shell",
     "export": "a group",

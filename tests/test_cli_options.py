@@ -65,6 +65,7 @@ def test_every_command_takes_db_after_its_name(command):
         ["db", "current"],
         ["db", "downgrade", "base"],
         ["db", "verify"],
+        ["datasette-metadata"],
     ],
     ids=" ".join,
 )

@@ -5,7 +5,8 @@ and ``examples`` what the example chat app runs on.
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
-install's package count and size on disk are printed at the end of the session.
+install's package count and size on disk are printed at the end of the session; its
+``agentledger datasette-metadata`` reads the schema's documentation the wheel ships.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 import pytest
 
+from agentledger.integrations.datasette import datasette_metadata
 from support.reports import INSTALL
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -123,6 +125,20 @@ def test_the_base_install_has_no_analytics_engine_and_says_what_to_install(
         + ", ".join(f"{name} {megabytes(installed[name])}" for name in largest)
         + ")"
     )
+    assert datasette_metadata_of(python, tmp_path / "ledger.db") == datasette_metadata("ledger")
+
+
+def datasette_metadata_of(python: Path, ledger: Path) -> dict[str, Any]:
+    """``agentledger datasette-metadata`` as the installed wheel writes it: its descriptions
+    from the schema's documentation the wheel ships (no source tree beside it)."""
+    command = [str(python.parent / "agentledger"), "--db", str(ledger)]
+    for args in (["db", "upgrade"], ["datasette-metadata"]):
+        done = subprocess.run(
+            [*command, *args], capture_output=True, text=True, cwd=ledger.parent, check=False
+        )
+        assert done.returncode == 0, done.stderr
+    written: dict[str, Any] = json.loads(done.stdout)
+    return written
 
 
 @pytest.mark.parametrize(

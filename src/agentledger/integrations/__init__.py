@@ -1,2 +1,4 @@
-"""Integrations of agentledger with other tools, each in its own subpackage and each behind
-its own extra; ``import agentledger`` loads none of them."""
+"""What agentledger gives the tools around it, each integration in a package of its own and
+behind its own extra, loaded only when used (``import agentledger`` loads none of them):
+:mod:`agentledger.integrations.otel`, :mod:`agentledger.integrations.openai_agents` and
+:mod:`agentledger.integrations.datasette`."""

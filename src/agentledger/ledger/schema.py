@@ -1,21 +1,29 @@
 """The ledger's DDL, generated from the migrations: ``schema/sqlite.sql`` and
-``schema/postgresql.sql`` are this module's output (``agentledger db schema``).
+``schema/postgresql.sql`` are this module's output (``agentledger db schema``); and its
+documentation, ``schema/README.md``, read table by table (:func:`documentation`).
 
 The DDL comes from Alembic's offline mode, so it is exactly what the migrations run, and needs
-no database server.
+no database server. The documentation is written once, in ``schema/README.md`` (a test checks
+that it names every column of every table); whatever describes the tables elsewhere (Datasette's
+metadata) is read from it, so the two cannot say different things.
 """
 
 from __future__ import annotations
 
 import io
 import re
-from typing import Literal
+from collections.abc import Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Literal, NamedTuple
 
 from alembic import command
+from pydantic import BaseModel, ConfigDict
 
+from ..errors import ConfigurationError
 from .migrate import alembic_config, head
 
-__all__ = ["Dialect", "ddl"]
+__all__ = ["Dialect", "TableDoc", "ddl", "documentation"]
 
 Dialect = Literal["sqlite", "postgresql"]
 _OFFLINE_URLS = {"sqlite": "sqlite://", "postgresql": "postgresql+psycopg://"}
@@ -44,3 +52,107 @@ def _tidy(statement: str) -> str:
     """Without Alembic's ``-- Running upgrade`` comments and trailing spaces."""
     lines = [line.rstrip() for line in statement.splitlines() if not line.startswith("-- ")]
     return "\n".join(lines).strip()
+
+
+# --- the documentation ---------------------------------------------------------------------------
+
+SCHEMA_DOC = "schema.md"
+"""``schema/README.md`` as the wheel ships it, beside this module."""
+
+
+class TableDoc(BaseModel):
+    """What ``schema/README.md`` says of one table: its description (the text above its
+    columns) and each column's, as plain text."""
+
+    model_config = ConfigDict(frozen=True)
+
+    name: str
+    description: str
+    columns: Mapping[str, str]
+
+
+def documentation() -> dict[str, TableDoc]:
+    """Every table ``schema/README.md`` documents in a section of its own, by name, in the
+    order of the document."""
+    text = _schema_readme()
+    conventions = _conventions(text)
+    tables: dict[str, TableDoc] = {}
+    for name, section in _sections(text):
+        tables[name] = _table_doc(name, section, _Context(tables, conventions))
+    return tables
+
+
+class _Context(NamedTuple):
+    """What a column's row may refer to: the tables documented before it ("as in `table`"),
+    and the conventions ("see Conventions")."""
+
+    documented: Mapping[str, TableDoc]
+    conventions: list[str]
+
+
+def _schema_readme() -> str:
+    """``schema/README.md``: shipped in the wheel beside this module, or read from the source
+    tree when agentledger runs from a checkout (an editable install)."""
+    shipped = resources.files(__package__).joinpath(SCHEMA_DOC)
+    if shipped.is_file():
+        return shipped.read_text(encoding="utf-8")
+    checkout = Path(__file__).resolve().parents[3] / "schema" / "README.md"
+    if checkout.is_file():
+        return checkout.read_text(encoding="utf-8")
+    raise ConfigurationError(
+        f"the schema's documentation is missing: neither {SCHEMA_DOC} beside "
+        f"{Path(__file__).name} nor schema/README.md in a source tree; reinstall agentledger"
+    )
+
+
+def _sections(text: str) -> list[tuple[str, str]]:
+    """The ``## `table` `` sections of the document: (table name, the section's text)."""
+    found = []
+    for chunk in re.split(r"^## ", text, flags=re.MULTILINE)[1:]:
+        heading = re.match(r"`(\w+)`\s*\n", chunk)
+        if heading:
+            found.append((heading.group(1), chunk[heading.end() :]))
+    return found
+
+
+def _conventions(text: str) -> list[str]:
+    """The bullets of the document's list of conventions, each on one line."""
+    head = text.split("\n## ", 1)[0]
+    listed = head.split("Conventions:", 1)[-1].split("\n\n### ", 1)[0]
+    return [" ".join(b.split()) for b in re.split(r"^- ", listed, flags=re.MULTILINE)[1:]]
+
+
+def _table_doc(name: str, section: str, context: _Context) -> TableDoc:
+    """A table's section: the paragraphs before its column table, and each row of that."""
+    lines = section.splitlines()
+    first_row = next((i for i, line in enumerate(lines) if line.startswith("|")), len(lines))
+    description = " ".join(" ".join(lines[:first_row]).split())
+    columns: dict[str, str] = {}
+    for line in lines[first_row + 2 :]:  # past the header and its rule
+        if not line.startswith("|"):
+            break
+        names, kind, meaning = (cell.strip() for cell in line.strip().strip("|").split("|"))
+        for column in re.findall(r"`(\w+)`", names):
+            columns[column] = _column_text(column, kind, meaning, context)
+    return TableDoc(name=name, description=_plain(description), columns=columns)
+
+
+def _column_text(column: str, kind: str, meaning: str, context: _Context) -> str:
+    """A column's meaning and, in brackets, its type; "as in `table`" is that table's text,
+    and "see Conventions" the first sentence of the convention that names the column."""
+    same = re.fullmatch(r"as in `(\w+)`", meaning)
+    other = context.documented.get(same.group(1)) if same else None
+    if other is not None and column in other.columns:
+        return other.columns[column]
+    convention = next((c for c in context.conventions if f"`{column}`" in c), None)
+    if meaning == "see Conventions" and convention is not None:
+        return _plain(re.split(r"(?<=\.)\s", convention, maxsplit=1)[0])
+    kind, meaning = _plain(kind), _plain(meaning)
+    return f"{meaning} ({kind})" if meaning and kind else meaning or kind
+
+
+def _plain(markdown: str) -> str:
+    """Markdown as plain text: code, emphasis and links without their marks."""
+    text = re.sub(r"\[([^\]]+)\]\([^)]*\)", r"\1", markdown)
+    text = re.sub(r"`([^`]*)`", r"\1", text)
+    return re.sub(r"(?<!\w)\*([^*]+)\*(?!\w)", r"\1", text)
