@@ -12,9 +12,20 @@ from functools import cache
 import grimp
 import pytest
 
-HEAVY = ("httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "rich", "click", "agents")
-"""Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK, which
-only its integration loads)."""
+HEAVY = (
+    "httpx",
+    "sqlalchemy",
+    "sqlmodel",
+    "alembic",
+    "duckdb",
+    "rich",
+    "click",
+    "agents",
+    "datasette",
+    "opentelemetry",
+)
+"""Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
+Datasette and OpenTelemetry are loaded only by their integrations)."""
 
 
 def loaded_by(statement: str) -> dict[str, bool]:
