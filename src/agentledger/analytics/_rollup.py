@@ -150,11 +150,15 @@ def _compute_rows(
     connection.execute(
         f"""
 CREATE OR REPLACE TABLE {cache}.{_ROWS} AS
-WITH RECURSIVE tops AS MATERIALIZED (
-    -- the moved runs whose parent did not move (read first: a few among many runs)
+WITH RECURSIVE moved_runs AS MATERIALIZED (
+    -- read once: a few among many runs, walked down level by level below
     SELECT id, parent_run_id, agent_name FROM {cache}.agent_runs
     WHERE id IN (SELECT run_id FROM {moved})
-        AND (parent_run_id IS NULL OR parent_run_id NOT IN (SELECT run_id FROM {moved}))
+),
+tops AS MATERIALIZED (
+    -- the moved runs whose parent did not move
+    SELECT * FROM moved_runs
+    WHERE parent_run_id IS NULL OR parent_run_id NOT IN (SELECT run_id FROM {moved})
 ),
 parents AS MATERIALIZED (
     SELECT run_id, root_run_id, depth, path, agent_path FROM {prior}
@@ -179,9 +183,8 @@ moved_tree(run_id, root_run_id, depth, path, agent_path) AS (
     UNION ALL
     SELECT c.id, t.root_run_id, t.depth + 1, list_append(t.path, c.id),
            t.agent_path || ' > ' || c.agent_name
-    FROM {cache}.agent_runs AS c
+    FROM moved_runs AS c
     JOIN moved_tree AS t ON c.parent_run_id = t.run_id
-    WHERE c.id IN (SELECT run_id FROM {moved})
 ),
 placed AS (
     SELECT * FROM moved_tree
