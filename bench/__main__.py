@@ -9,7 +9,8 @@
 3. the cost of a turn at 50 and at 1000 turns of history, which should be flat,
 4. the database's size per turn (``bench/history.py``),
 5. DuckDB's ``run_rollup`` and ``tool_stats`` against SQLite alone on a synthetic ledger of
-   1,000,000 steps in 100,000 runs, 10x fewer with ``--quick`` (``bench/analytics.py``), and
+   1,000,000 steps in 100,000 runs, 10x fewer with ``--quick``, over the ledger and over the
+   analytics cache (``bench/analytics.py``; ``python -m bench.analytics`` runs it alone), and
 6. recording one turn at 50, 200 and 1000 turns of history (``--quick``: 50 and 200), through
    ``Agent.run``, through the Recorder API alone, through plain ``sqlite3``, and through
    LangGraph's ``SqliteSaver`` and the OpenAI Agents SDK's ``SQLiteSession`` when installed

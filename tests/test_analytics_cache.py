@@ -1,11 +1,13 @@
 """The analytics cache: a DuckDB copy of the ledger, synced from the ledger's change stamps.
 
 After every kind of change (new runs, random subagent trees, failed, running and interrupted
-runs, compactions, rows deleted with SQL) the views over the copy give exactly what the views
-over the ledger itself give, and the copied tables hold the ledger's rows; on SQLite and
-PostgreSQL. A sync that fails or dies midway leaves the previous copy, and the next completes
-it. A cache of another ledger or an older revision is rebuilt; a newer one, a file that is not
-DuckDB's, and a cache another process holds are clear errors.
+runs, compactions, rows deleted with SQL; runs re-parented, renamed, cut loose or deleted and
+steps moved between runs with SQL) the views over the copy give exactly what the views over the
+ledger itself give, and the copied tables hold the ledger's rows; on SQLite and PostgreSQL.
+The cache's ``run_rollup`` and ``run_tree`` read the rollup's rows kept at each sync. A sync
+that fails or dies midway leaves the previous copy, and the next completes it. A cache of
+another ledger, an older revision or an older layout is rebuilt; a newer one, a file that is
+not DuckDB's, and a cache another process holds are clear errors.
 """
 
 from __future__ import annotations
@@ -22,11 +24,13 @@ import duckdb
 import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, Phase, given, settings
+from hypothesis import strategies as st
 from sqlalchemy import text
 
 from agentledger import AgentBuilder, AgentStatus
 from agentledger.analytics import Analytics, SyncResult, view_files
 from agentledger.analytics._cache import STAMPED
+from agentledger.analytics._rollup import TABLE as KEPT_ROLLUP
 from agentledger.cli import cli
 from agentledger.errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
@@ -121,6 +125,22 @@ def test_the_copy_gives_the_same_views_as_the_ledger_after_every_kind_of_change(
     deleted = assert_same(db_url, cache)
     assert deleted.deleted["context_compactions"] >= 1 and deleted.deleted["tool_executions"] >= 1
 
+    with Database(db_url) as db, db.engine.begin() as conn:  # runs moved with SQL
+        parent, child = conn.execute(
+            text("SELECT parent_run_id, id FROM agent_runs WHERE depth = 1 ORDER BY id")
+        ).first() or pytest.fail("no subagent run")
+        other = conn.execute(
+            text("SELECT id FROM agent_runs WHERE parent_run_id IS NULL AND id <> :parent"),
+            {"parent": parent},
+        ).scalar()
+        conn.execute(text(EDITS["re-parent"][0]), {"run": child, "other": other})
+        conn.execute(text(EDITS["rename"][0]), {"run": other})
+    assert_same(db_url, cache)
+    if db_url.startswith("sqlite"):  # a run deleted from above its subagent runs
+        with Database(db_url) as db, db.engine.begin() as conn:
+            conn.execute(text(EDITS["delete a run"][0]), {"run": other})
+        assert assert_same(db_url, cache).deleted["agent_runs"] == 1
+
 
 # --- random subagent trees ---------------------------------------------------------------------
 
@@ -131,15 +151,54 @@ def growing(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Ledger, Path]]:
         yield db_url, ledger, tmp_path / "trees.duckdb"
 
 
+EDITS = {
+    # a run moved under another run (its subtree with it; under one of its own descendants or
+    # itself it leaves every tree, as a cycle of parents is in none)
+    "re-parent": ["UPDATE agent_runs SET parent_run_id = :other WHERE id = :run"],
+    "cut loose": ["UPDATE agent_runs SET parent_run_id = NULL WHERE id = :run"],
+    "rename": ["UPDATE agent_runs SET agent_name = agent_name || ' renamed' WHERE id = :run"],
+    "move a step": [
+        "UPDATE step_executions SET run_id = CAST(:other AS VARCHAR), step_index = 1 + (SELECT "
+        "coalesce(max(step_index), 0) FROM step_executions WHERE run_id = CAST(:other AS VARCHAR)) "
+        "WHERE id = :step"
+    ],
+    "drop tool calls": ["DELETE FROM tool_executions WHERE run_id = :run"],
+    # its children keep a parent row that is gone, and root trees of their own (SQLite only:
+    # PostgreSQL enforces the foreign key, as SQLite does for the ledger's own connections)
+    "delete a run": ["DELETE FROM agent_runs WHERE id = :run"],
+}
+edits = st.lists(
+    st.tuples(st.sampled_from(sorted(EDITS)), st.integers(0, 10**6), st.integers(0, 10**6)),
+    max_size=3,
+)
+
+
+def edit(url: str, picked: list[tuple[str, int, int]]) -> None:
+    """Apply the ``picked`` edits with SQL, each on runs and a step chosen by the integers."""
+    with Database(url) as db, db.engine.begin() as conn:
+        for name, one, other in picked:
+            if name == "delete a run" and db.engine.dialect.name != "sqlite":
+                continue
+            runs = list(conn.execute(text("SELECT id FROM agent_runs ORDER BY id")).scalars())
+            steps = list(conn.execute(text("SELECT id FROM step_executions ORDER BY id")).scalars())
+            chosen = {
+                "run": runs[one % len(runs)],
+                "other": runs[other % len(runs)],
+                "step": steps[other % len(steps)],
+            }
+            for statement in EDITS[name]:
+                conn.execute(text(statement), chosen)
+
+
 @settings(
     max_examples=8,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
-@given(tree=trees())
+@given(tree=trees(), picked=edits)
 def test_the_copy_follows_random_run_trees_one_sync_after_another(
-    growing: tuple[str, Ledger, Path], tree: Node
+    growing: tuple[str, Ledger, Path], tree: Node, picked: list[tuple[str, int, int]]
 ) -> None:
     url, ledger, cache = growing
     scripts: dict[str, Script] = {}
@@ -159,6 +218,9 @@ def test_the_copy_follows_random_run_trees_one_sync_after_another(
     assert result.status is AgentStatus.COMPLETED
     synced = assert_same(url, cache)
     assert synced.rows["step_executions"] == sum(node.steps for node in tree.walk()) or synced.full
+    if picked:
+        edit(url, picked)
+        assert not assert_same(url, cache).full
 
 
 def test_export_parquet_from_the_copy_writes_what_the_ledger_itself_gives(
@@ -181,6 +243,47 @@ def test_export_parquet_from_the_copy_writes_what_the_ledger_itself_gives(
             ), one
 
 
+# --- the rollup kept in the cache ----------------------------------------------------------------
+
+
+def test_the_cache_keeps_the_rollup_and_its_views_read_it(db_url: str, tmp_path: Path) -> None:
+    cache = tmp_path / "ledger.duckdb"
+    record_team(db_url)
+    assert_same(db_url, cache)
+    with Analytics.open(db_url) as direct, Analytics.open(db_url, cache=cache) as cached:
+        kept = _view(cached, f"SELECT * FROM ledger.{KEPT_ROLLUP}")
+        assert kept == _view(direct, "SELECT * FROM run_rollup") and kept
+        for view in ("run_rollup", "run_tree"):
+            (sql,) = cached.sql(
+                f"SELECT sql FROM duckdb_views() WHERE view_name = '{view}'"
+            ).fetchall()[0]
+            plan = str(cached.sql(f"EXPLAIN SELECT * FROM {view}").fetchall())
+            assert KEPT_ROLLUP in sql and "RECURSIVE" not in plan, view
+        tables = _rows(
+            cached, "SELECT table_name FROM duckdb_tables() WHERE database_name = 'ledger'"
+        )
+        assert sorted(t for (t,) in tables) == sorted(
+            [*TABLES, "agentledger_version", "agentledger_cache", KEPT_ROLLUP]
+        )
+
+
+def test_a_cache_of_an_older_layout_is_rebuilt_with_the_rollup_and_says_so(
+    tmp_path: Path,
+) -> None:
+    url, cache = f"sqlite:///{tmp_path / 'ledger.db'}", tmp_path / "ledger.duckdb"
+    with Ledger.open(url) as ledger:
+        _agent(ledger).run("Hello.")
+    assert_same(url, cache)
+    with duckdb.connect(str(cache)) as conn:  # as the first layout left it: no rollup kept
+        conn.execute(f"DROP TABLE {KEPT_ROLLUP}")
+        conn.execute("UPDATE agentledger_cache SET format = 1")
+    rebuilt = assert_same(url, cache)
+    assert rebuilt.full and rebuilt.reason == (
+        "the cache was written in an older layout (format 1, now 2); rebuilding it"
+    )
+    assert not assert_same(url, cache).full
+
+
 # --- a sync that fails or dies midway -----------------------------------------------------------
 
 
@@ -188,7 +291,7 @@ def _snapshot(cache: Path) -> dict[str, list[tuple[Any, ...]]]:
     with duckdb.connect(str(cache), read_only=True) as conn:
         return {
             t: sorted(conn.sql(f"SELECT CAST(COLUMNS(*) AS VARCHAR) FROM {t}").fetchall(), key=repr)
-            for t in (*TABLES, "agentledger_cache")
+            for t in (*TABLES, "agentledger_cache", KEPT_ROLLUP)
         }
 
 
@@ -225,15 +328,16 @@ import os, sys
 from agentledger.analytics import Analytics
 
 def die(line):
-    if "[5/" in line:
+    if sys.argv[3] in line:
         os._exit(3)  # no rollback, no close: as if the process were killed
 
 Analytics.open(sys.argv[1], cache=sys.argv[2], progress=die)
 """
 
 
+@pytest.mark.parametrize("at", ["[5/", "the run rollup"])
 def test_a_sync_killed_midway_leaves_the_previous_copy_and_the_next_completes_it(
-    db_url: str, tmp_path: Path
+    db_url: str, tmp_path: Path, at: str
 ) -> None:
     cache = tmp_path / "ledger.duckdb"
     record_team(db_url)
@@ -245,7 +349,7 @@ def test_a_sync_killed_midway_leaves_the_previous_copy_and_the_next_completes_it
         conn.execute("UPDATE agentledger_cache SET ledger_id = 'another ledger'")
     before["agentledger_cache"] = _snapshot(cache)["agentledger_cache"]
     child = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(CRASHING_SYNC), db_url, str(cache)],
+        [sys.executable, "-c", textwrap.dedent(CRASHING_SYNC), db_url, str(cache), at],
         capture_output=True,
         text=True,
         check=False,

@@ -17,7 +17,7 @@ from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from ..values import SHORT_ID_LENGTH, short_ids
-from . import _cache, _extensions
+from . import _cache, _extensions, _rollup
 from ._cache import Progress, SyncResult
 from ._duckdb import identifier, quoted, require_duckdb
 
@@ -38,8 +38,10 @@ _SKIPPED_TABLES = (
     "agentledger_changes",
     "agentledger_deletions",
     _cache.META,
+    _rollup.TABLE,
 )
-"""Not exported: full-text search, and the ledger's and the cache's change bookkeeping."""
+"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, and the
+rollup the cache keeps (the views give it)."""
 
 
 def view_files() -> list[tuple[str, str]]:
@@ -414,6 +416,7 @@ def _sync_and_define(
     try:
         result = _cache.sync(connection, postgres=_is_postgres(url), progress=progress)
         _define_views(connection)
+        connection.execute(_rollup.VIEWS)  # the cache keeps the rollup's rows: read them
     except BaseException:
         connection.close()
         raise
