@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from ..ledger.migrate import VERSION_TABLE, head
+from ..ledger.tables import STAMPED_TABLES
 from . import _rollup
 from ._duckdb import identifier, quoted
 
@@ -42,14 +43,7 @@ FORMAT = 2
 """The layout of the cache file; a newer one is refused, an older one rebuilt (2: the run
 rollup kept as a table, ``_rollup``)."""
 
-STAMPED = (
-    "conversations",
-    "conversation_messages",
-    "agent_runs",
-    "step_executions",
-    "tool_executions",
-    "context_compactions",
-)
+STAMPED = STAMPED_TABLES
 """The tables read incrementally, by ``change_seq``."""
 WHOLE = ("execution_buffer_rows", VERSION_TABLE)
 """The tables read whole at every sync (few rows: buffers of unfinished runs, one version)."""

@@ -192,7 +192,7 @@ class Statements:
         """On SQLite, ``row`` with its transaction's change stamp when ``statement`` writes a
         stamped table (revision 0009: a trigger stamps only what is written without one). On
         PostgreSQL a trigger sets every stamp, the writing transaction's id."""
-        if not self._stamps or statement.table.name not in STAMPED_TABLES:  # type: ignore[union-attr]
+        if not self._stamps or statement.table.name not in _STAMPED:  # type: ignore[union-attr]
             return row
         return {**row, CHANGE_SEQ: change_stamp(conn)}
 
@@ -205,6 +205,7 @@ class Statements:
 
 
 CHANGE_SEQ = "change_seq"
+_STAMPED = frozenset(STAMPED_TABLES)
 _NEXT_STAMP = "UPDATE agentledger_changes SET change_seq = change_seq + 1 RETURNING change_seq"
 _STAMP = "agentledger.change_stamp"
 

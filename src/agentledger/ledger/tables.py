@@ -183,15 +183,13 @@ def _one_hour_writes() -> Any:
     return Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
-STAMPED_TABLES = frozenset(
-    {
-        "conversations",
-        "conversation_messages",
-        "agent_runs",
-        "step_executions",
-        "tool_executions",
-        "context_compactions",
-    }
+STAMPED_TABLES = (
+    "conversations",
+    "conversation_messages",
+    "agent_runs",
+    "step_executions",
+    "tool_executions",
+    "context_compactions",
 )
 """The tables whose rows carry ``change_seq`` (revision 0008)."""
 
