@@ -19,7 +19,7 @@ from sqlalchemy.sql import ClauseElement
 from agentledger import AgentBuilder
 from agentledger.ledger import Ledger, _leases, _reads, _runs, _writes
 from agentledger.ledger._engine import Connections
-from agentledger.ledger._statements import Compiled, Statements, statements_for
+from agentledger.ledger._statements import Compiled, Statements, stamped, statements_for
 from agentledger.ledger.checksums import sealed
 from agentledger.ledger.tables import (
     agent_runs,
@@ -104,7 +104,7 @@ def capture(ledger: Ledger) -> Template:
         real = getattr(Statements, kind)
 
         def method(conn: Connection, statement: ClauseElement, row: Any = None) -> Any:
-            kept = copy.deepcopy(row)
+            kept = copy.deepcopy(_as_sent(conn, statement, row))
             out = real(sql, conn, statement, row)
             if current is not None:
                 expect = out.rowcount if kind == "execute" else None
@@ -146,8 +146,11 @@ def capture(ledger: Ledger) -> Template:
     # Every cursor execution of those transactions (their BEGIN aside) came through the
     # compiled statements: the replay sends all the run's statements.
     compiled = sum(1 for calls in recorded for c in calls if c.row or c.kind != "execute_many")
-    begins = len(recorded) if ledger.engine.dialect.name == "sqlite" else 0  # BEGIN IMMEDIATE
-    assert sent == compiled + begins, (sent, compiled, begins)
+    # On SQLite each transaction also sends BEGIN IMMEDIATE, and raises the change counter once
+    # for the stamp of the rows it writes (every one of these writes some).
+    sqlite = ledger.engine.dialect.name == "sqlite"
+    begins = stamps = len(recorded) if sqlite else 0
+    assert sent == compiled + begins + stamps, (sent, compiled, begins, stamps)
     kinds = ["begin"] + ["step"] * TOOL_STEPS + ["answer step", "commit"]
     assert len(recorded) == len(kinds), [[c.label for c in calls] for calls in recorded]
     selected = [c for calls in recorded for c in calls if c.kind == "select"]
@@ -157,6 +160,16 @@ def capture(ledger: Ledger) -> Template:
         [Transaction(k, calls) for k, calls in zip(kinds, recorded, strict=True)],
         first_seq,
     )
+
+
+def _as_sent(conn: Connection, statement: ClauseElement, row: Any) -> Any:
+    """A call's row (or rows) as the ledger sends them: with the transaction's change stamp,
+    where it writes a stamped table on SQLite (a replay sends its own transaction's)."""
+    if not isinstance(statement, Insert | Update) or row is None:
+        return row
+    if isinstance(row, list):
+        return [stamped(conn, statement, r) for r in row]
+    return stamped(conn, statement, row)
 
 
 def _script() -> list[Any]:
@@ -274,11 +287,11 @@ class Core(Variant):
     about = "SQLAlchemy Core: `conn.execute(statement, row | rows)`, the ledger's statements"
 
     def execute(self, conn: Connection, statement: Any, row: dict[str, Any]) -> int:
-        return int(conn.execute(statement, row).rowcount)
+        return int(conn.execute(statement, stamped(conn, statement, row)).rowcount)
 
     def execute_many(self, conn: Connection, statement: Any, rows: list[dict[str, Any]]) -> None:
         if rows:  # as Statements.execute_many: no rows, no statement
-            conn.execute(statement, rows)
+            conn.execute(statement, [stamped(conn, statement, row) for row in rows])
 
     def select(self, conn: Connection, statement: Any, row: dict[str, Any]) -> list[dict[str, Any]]:
         return [dict(m) for m in conn.execute(statement, row).mappings()]
@@ -296,11 +309,13 @@ class DriverSql(Variant):
     )
 
     def execute(self, conn: Connection, statement: Any, row: dict[str, Any]) -> int:
+        row = stamped(conn, statement, row)
         compiled = self.compiled(statement, row)
         return int(conn.exec_driver_sql(compiled.sql, _driver_params(compiled, row)).rowcount)
 
     def execute_many(self, conn: Connection, statement: Any, rows: list[dict[str, Any]]) -> None:
         if rows:
+            rows = [stamped(conn, statement, row) for row in rows]
             compiled = self.compiled(statement, rows[0])
             conn.exec_driver_sql(compiled.sql, [_driver_params(compiled, r) for r in rows])
 
@@ -327,6 +342,7 @@ class CursorHelper(DriverSql):
         return cursor
 
     def execute(self, conn: Connection, statement: Any, row: dict[str, Any]) -> int:
+        row = stamped(conn, statement, row)
         return int(self._send(conn, self.compiled(statement, row), row).rowcount)
 
     def select(self, conn: Connection, statement: Any, row: dict[str, Any]) -> list[dict[str, Any]]:

@@ -127,7 +127,8 @@ def is_flush(statement: str) -> bool:
     found = re.match(r"\s*update agent_runs set (.*?) where ", statement, re.I | re.S)
     if found is None:
         return False
-    return {part.split("=")[0].strip() for part in found.group(1).split(",")} == FLUSH_COLUMNS
+    columns = {part.split("=")[0].strip() for part in found.group(1).split(",")}
+    return columns - {"change_seq"} == FLUSH_COLUMNS  # the stamp of the write (SQLite)
 
 
 async def ticker(lateness: list[float], stop: asyncio.Event) -> None:

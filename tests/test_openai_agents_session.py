@@ -14,7 +14,6 @@ import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -578,21 +577,3 @@ def test_without_the_sdk_the_integration_says_which_extra_to_install():
     assert "ConfigurationError" in done.stderr
     assert "pip install 'agentledger[openai-agents]'" in done.stderr
     assert issubclass(ConfigurationError, UsageError)
-
-
-# --- the documentation's example ----------------------------------------------------------------
-
-
-DOCS_EXAMPLE = Path(__file__).parent / "support" / "openai_agents_example.py"
-"""The example of "Using agentledger from the OpenAI Agents SDK", as the documentation gives it."""
-
-
-def test_the_documentations_example_runs_offline(tmp_path):
-    done = subprocess.run(
-        [sys.executable, "-W", "error", str(DOCS_EXAMPLE)],
-        cwd=tmp_path,
-        capture_output=True,
-        text=True,
-    )
-    assert done.returncode == 0, done.stderr
-    assert (tmp_path / "agents-sdk.db").exists()

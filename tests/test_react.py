@@ -24,6 +24,7 @@ from agentledger import (
     Usage,
 )
 from agentledger.ledger import Ledger
+from agentledger.ledger.checksums import canonical_json
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from support.ledger import Database
 
@@ -577,7 +578,7 @@ def test_a_recorded_run_keeps_decisions_and_observations_out_of_the_conversation
             "tool_name": "get_weather",
             "arguments": {"city": city}
             if db.dialect == "postgresql"
-            else json.dumps({"city": city}),
+            else canonical_json({"city": city}),  # the ledger's JSON text on SQLite
             "result": f"22C and sunny in {city}",
             "is_error": False if db.dialect == "postgresql" else 0,
         }

@@ -139,7 +139,6 @@ class Statements:
 
     def __init__(self, dialect: Dialect) -> None:
         self.dialect = dialect
-        self._stamps = dialect.name == "sqlite"
         self._compiled: dict[tuple[int, tuple[str, ...]], Compiled] = {}
         self._keep: list[ClauseElement] = []  # the statements keyed by id() stay alive
         self._lock = threading.Lock()
@@ -167,7 +166,7 @@ class Statements:
         row = row or {}
         keys: tuple[str, ...] = ()
         if isinstance(statement, Insert | Update):
-            row = self._stamped(conn, statement, row)
+            row = stamped(conn, statement, row)
             keys = tuple(row)
         compiled = self.of(statement, keys)
         return run_on_cursor(conn, compiled.sql, compiled.params(row))
@@ -179,22 +178,12 @@ class Statements:
         ``execute``, which psycopg sends faster)."""
         if not rows:
             return
-        rows = [self._stamped(conn, statement, row) for row in rows]
+        rows = [stamped(conn, statement, row) for row in rows]
         compiled = self.of(statement, tuple(rows[0]))
         if len(rows) == 1:
             run_on_cursor(conn, compiled.sql, compiled.params(rows[0]))
             return
         run_on_cursor(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
-
-    def _stamped(
-        self, conn: Connection, statement: Insert | Update, row: Mapping[str, Any]
-    ) -> Mapping[str, Any]:
-        """On SQLite, ``row`` with its transaction's change stamp when ``statement`` writes a
-        stamped table (revision 0009: a trigger stamps only what is written without one). On
-        PostgreSQL a trigger sets every stamp, the writing transaction's id."""
-        if not self._stamps or statement.table.name not in _STAMPED:  # type: ignore[union-attr]
-            return row
-        return {**row, CHANGE_SEQ: change_stamp(conn)}
 
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
@@ -208,6 +197,17 @@ CHANGE_SEQ = "change_seq"
 _STAMPED = frozenset(STAMPED_TABLES)
 _NEXT_STAMP = "UPDATE agentledger_changes SET change_seq = change_seq + 1 RETURNING change_seq"
 _STAMP = "agentledger.change_stamp"
+
+
+def stamped(
+    conn: Connection, statement: Insert | Update, row: Mapping[str, Any]
+) -> Mapping[str, Any]:
+    """On SQLite, ``row`` with its transaction's change stamp when ``statement`` writes a
+    stamped table (revision 0009: a trigger stamps only what is written without one). On
+    PostgreSQL a trigger sets every stamp, the writing transaction's id."""
+    if conn.dialect.name != "sqlite" or statement.table.name not in _STAMPED:  # type: ignore[union-attr]
+        return row
+    return {**row, CHANGE_SEQ: change_stamp(conn)}
 
 
 def change_stamp(conn: Connection) -> int:
