@@ -6,7 +6,6 @@ code over values; asking the model and running tools happen in the driver.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import logging
 import time
@@ -62,7 +61,7 @@ from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
 from ._partials import Interruption, PartialFlush, RunWatch, watching
-from ._runtime import StreamClosed, emit
+from ._runtime import cancels, emit, failure_text
 from ._streams import AsyncRunStream, RunStream
 from ._tracing import Tracer, traced
 
@@ -117,15 +116,13 @@ class Agent:
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
+        tracer = config.tracer
         self._executor = ToolExecutor(
-            config.tools,
-            clock=config.clock,
-            max_parallel=config.max_parallel_tools,
-            tracer=config.tracer,
+            config.tools, clock=config.clock, max_parallel=config.max_parallel_tools, tracer=tracer
         )
         # A final-response step offers no tools; any call the model still makes gets an
         # "unknown tool" result instead of running.
-        self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock, tracer=config.tracer)
+        self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock, tracer=tracer)
 
     @property
     def name(self) -> str:
@@ -350,15 +347,13 @@ class Agent:
         assert state.run_id is not None
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
             run = self._begin_and_step(state, user_message, watch)
-            if self.config.tracer is None:
-                return (yield from run)
-            return (yield from traced(run, self.config.tracer.run_started(state, self.name)))
+            return (yield from traced(run, self.config.tracer, state, self.name))
 
     def _begin_and_step(
-        self, state: AgentState, user_message: Message | None, watch: RunWatch
+        self, state: AgentState, user: Message | None, watch: RunWatch
     ) -> Flow[RunResult]:
-        if user_message is not None:
-            yield from self._begin_run(state, user_message, watch)
+        if user is not None:
+            yield from self._begin_run(state, user, watch)
         return (yield from self._steps(state, watch))
 
     def _begin_run(self, state: AgentState, user: Message, watch: RunWatch) -> Flow[None]:
@@ -376,7 +371,7 @@ class Agent:
                 )
             )
         except BaseException as exc:
-            if _cancels(exc):  # the run may have begun in its thread all the same: end it
+            if cancels(exc):  # the run may have begun in its thread all the same: end it
                 yield from self._ended_early(state, exc, watch)
             raise
 
@@ -462,13 +457,13 @@ class Agent:
 
         This is the one place a cancellation is caught."""
         kept: Interruption = yield Call(watch.interrupted)  # may wait for a flush: not on a loop
-        cancelled = _cancels(exc)
+        cancelled = cancels(exc)
         with contextlib.suppress(Exception):
             if cancelled or kept.text:
-                error = None if cancelled else _failure_text(exc)
+                error = None if cancelled else failure_text(exc)
                 yield from self._interrupt(watch, kept, error=error)
             else:
-                yield Call(partial(self.config.recorder.fail_run, state, _failure_text(exc)))
+                yield Call(partial(self.config.recorder.fail_run, state, failure_text(exc)))
 
     def _interrupt(
         self, watch: RunWatch, kept: Interruption, *, error: str | None
@@ -579,18 +574,6 @@ def _takes_a_step(state: AgentState) -> bool:
 def _goes_on(state: AgentState) -> bool:
     outcome = state.continuation_outcome
     return outcome is not None and outcome.should_continue
-
-
-def _cancels(exc: BaseException) -> bool:
-    """Whether ``exc`` cancels the run it reaches (rather than failing it)."""
-    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
-
-
-def _failure_text(exc: BaseException) -> str:
-    """What a run that ended early records as its error."""
-    if _cancels(exc):
-        return f"{type(exc).__name__}: the run was cancelled before it ended"
-    return f"{type(exc).__name__}: {exc}"
 
 
 def _settled(state: AgentState) -> AgentState:

@@ -200,3 +200,15 @@ class StreamClosed(BaseException):
     """Raised where a run emits its next event once the consumer of its stream has closed it;
     a ``BaseException``, so no ``except Exception`` (a tool's, a model call's) takes it for a
     failure of its own. The run then ends as a cancelled run does."""
+
+
+def cancels(exc: BaseException) -> bool:
+    """Whether ``exc`` cancels the run it reaches (rather than failing it)."""
+    return isinstance(exc, (asyncio.CancelledError, KeyboardInterrupt, StreamClosed))
+
+
+def failure_text(exc: BaseException) -> str:
+    """What a run that ended early records as its error."""
+    if cancels(exc):
+        return f"{type(exc).__name__}: the run was cancelled before it ended"
+    return f"{type(exc).__name__}: {exc}"

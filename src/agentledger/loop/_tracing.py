@@ -70,9 +70,15 @@ class Tracer(Protocol):
         ...
 
 
-def traced(flow: Flow[RunResult], trace: RunTrace) -> Flow[RunResult]:
-    """``flow``, each of its calls made with the run's span current, and the span ended with
-    the run's result, or with what ended it early."""
+def traced(
+    flow: Flow[RunResult], tracer: Tracer | None, state: AgentState, agent_name: str
+) -> Flow[RunResult]:
+    """``flow`` (a run of ``state``), traced by ``tracer`` when there is one: each of its calls
+    made with the run's span current, and the span ended with the run's result, or with what
+    ended it early."""
+    if tracer is None:
+        return (yield from flow)
+    trace = tracer.run_started(state, agent_name)
     value: object = None
     error: BaseException | None = None
     while True:
