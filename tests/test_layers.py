@@ -45,6 +45,22 @@ def test_import_agentledger_loads_no_heavy_library():
     assert loaded_by("import agentledger") == dict.fromkeys(HEAVY, False)
 
 
+def test_import_agentledger_builds_no_validator():
+    """The values' models build their validators when first used (``defer_build``): building
+    one at import (an instance made at module level, say) costs a tenth of the import."""
+    script = (
+        "import json, agentledger, agentledger.values as values\n"
+        "from pydantic import BaseModel\n"
+        "models = [o for o in vars(values).values()\n"
+        "          if isinstance(o, type) and issubclass(o, BaseModel)]\n"
+        "print(json.dumps([len(models), [m.__name__ for m in models if m.__pydantic_complete__]]))"
+    )
+    out = subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, text=True)
+    count, built = json.loads(out.stdout)
+    assert count > 20
+    assert built == []
+
+
 def test_the_agent_and_its_builder_load_no_heavy_library():
     statement = "from agentledger import Agent, AgentBuilder, InferenceResponse, ScriptedLLM, tool"
     assert loaded_by(statement) == dict.fromkeys(HEAVY, False)

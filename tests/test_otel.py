@@ -24,7 +24,16 @@ from agentledger import AgentBuilder, ScriptedLLM, ToolCall
 from agentledger.integrations.otel import CAPTURE_CONTENT_ENV, OpenTelemetryTracer
 from agentledger.ledger import Ledger
 from support.ledger import Database
-from support.otel import ANSWER, CHILD_ANSWER, QUESTION, TASK, broken, lead, response
+from support.otel import (
+    ANSWER,
+    CHILD_ANSWER,
+    QUESTION,
+    TASK,
+    broken,
+    lead,
+    response,
+    run_span_attributes,
+)
 
 
 @pytest.fixture
@@ -135,23 +144,7 @@ def test_a_run_with_tools_and_a_subagent_emits_genai_spans_that_match_the_ledger
     assert runs["lead"]["id"] == run_id
     for name, span in (("lead", lead), ("researcher", child)):
         row = runs[name]
-        assert dict(span.attributes or {}) == {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": name,
-            "gen_ai.conversation.id": row["conversation_id"],
-            "gen_ai.response.model": row["model"],
-            "gen_ai.usage.input_tokens": row["input_tokens"],
-            "gen_ai.usage.output_tokens": row["output_tokens"],
-            "gen_ai.usage.cache_read.input_tokens": row["cache_read_tokens"],
-            "gen_ai.usage.cache_creation.input_tokens": row["cache_write_tokens"],
-            "agentledger.run_id": row["id"],
-            "agentledger.root_run_id": row["root_run_id"],
-            "agentledger.depth": 0 if name == "lead" else 1,
-            "agentledger.status": row["status"],
-            "agentledger.stop_reason": row["stop_reason"],
-            "agentledger.step_count": row["step_count"],
-            **({"agentledger.parent_run_id": row["parent_run_id"]} if name != "lead" else {}),
-        }
+        assert dict(span.attributes or {}) == run_span_attributes(name, row)
         assert span.status.status_code is StatusCode.UNSET
 
     steps = db.rows(

@@ -27,7 +27,7 @@ from agentledger.cli import cli
 from agentledger.integrations.otel import OpenTelemetryTracer, export_otlp
 from agentledger.ledger import Ledger
 from support.ledger import Database
-from support.otel import QUESTION, lead, response
+from support.otel import QUESTION, lead, response, run_span_attributes
 
 
 class Collector:
@@ -165,23 +165,7 @@ def test_the_recorded_runs_reach_a_collector_as_the_spans_of_their_rows(
         row = runs[name]
         assert span.start_time_unix_nano == nanos(as_utc(row["started_at"]))
         assert span.end_time_unix_nano == nanos(as_utc(row["finished_at"]))
-        assert attributes(span) == {
-            "gen_ai.operation.name": "invoke_agent",
-            "gen_ai.agent.name": name,
-            "gen_ai.conversation.id": row["conversation_id"],
-            "gen_ai.response.model": row["model"],
-            "gen_ai.usage.input_tokens": row["input_tokens"],
-            "gen_ai.usage.output_tokens": row["output_tokens"],
-            "gen_ai.usage.cache_read.input_tokens": row["cache_read_tokens"],
-            "gen_ai.usage.cache_creation.input_tokens": row["cache_write_tokens"],
-            "agentledger.run_id": row["id"],
-            "agentledger.root_run_id": row["root_run_id"],
-            "agentledger.depth": 0 if name == "lead" else 1,
-            "agentledger.status": row["status"],
-            "agentledger.stop_reason": row["stop_reason"],
-            "agentledger.step_count": row["step_count"],
-            **({"agentledger.parent_run_id": row["parent_run_id"]} if name != "lead" else {}),
-        }
+        assert attributes(span) == run_span_attributes(name, row)
 
     tools = db.rows(
         "SELECT t.id, t.run_id, t.tool_call_id, t.tool_name, t.child_run_id, t.started_at,"

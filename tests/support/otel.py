@@ -4,6 +4,8 @@ finish reasons differ from step to step."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from agentledger import (
     AgentBuilder,
     InferenceResponse,
@@ -119,3 +121,25 @@ def lead(ledger: Ledger | None = None) -> AgentBuilder:
         .with_subagents([researcher()])
     )
     return builder.with_ledger(ledger) if ledger is not None else builder
+
+
+def run_span_attributes(name: str, row: dict[str, Any]) -> dict[str, Any]:
+    """The attributes of the run span of ``name`` (``lead`` or its subagent) whose
+    ``agent_runs`` row is ``row``, live or exported alike."""
+    return {
+        "gen_ai.operation.name": "invoke_agent",
+        "gen_ai.agent.name": name,
+        "gen_ai.conversation.id": row["conversation_id"],
+        "gen_ai.response.model": row["model"],
+        "gen_ai.usage.input_tokens": row["input_tokens"],
+        "gen_ai.usage.output_tokens": row["output_tokens"],
+        "gen_ai.usage.cache_read.input_tokens": row["cache_read_tokens"],
+        "gen_ai.usage.cache_creation.input_tokens": row["cache_write_tokens"],
+        "agentledger.run_id": row["id"],
+        "agentledger.root_run_id": row["root_run_id"],
+        "agentledger.depth": 0 if name == "lead" else 1,
+        "agentledger.status": row["status"],
+        "agentledger.stop_reason": row["stop_reason"],
+        "agentledger.step_count": row["step_count"],
+        **({"agentledger.parent_run_id": row["parent_run_id"]} if name != "lead" else {}),
+    }

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..ledger.tables import USAGE_COLUMNS
+
 if TYPE_CHECKING:
     import duckdb
 
@@ -32,14 +34,7 @@ _ABOVE, _FINAL = "_rollup_above", "_rollup_final"
 KEYS = {"agent_runs": "id", "step_executions": "run_id", "tool_executions": "run_id"}
 """The tables whose rows make a run's row in the rollup, and the column naming that run."""
 
-_TOKENS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cache_write_1h_tokens",
-)
+_TOKENS = USAGE_COLUMNS
 _SUMS = ("steps", *_TOKENS, "cost_usd", "unpriced_steps", "tool_calls", "tool_errors")
 """What ``run_rollup`` sums per run (``exclusive_*``) and per subtree (``inclusive_*``)."""
 _TREE = ("run_id", "root_run_id", "parent_run_id", "depth", "path", "agent_path")

@@ -35,6 +35,7 @@ from ..values import (
 )
 from .checksums import check_row
 from .tables import (
+    USAGE_COLUMNS,
     AgentRun,
     Conversation,
     agent_runs,
@@ -48,14 +49,6 @@ from .tables import (
 )
 
 Row = Mapping[Any, Any]
-USAGE_COLUMNS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_tokens",
-    "reasoning_tokens",
-    "cache_write_1h_tokens",
-)
 DAMAGED = "The database file is damaged; restore it from a backup, and see `agentledger db verify`."
 
 

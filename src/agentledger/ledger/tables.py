@@ -183,6 +183,9 @@ def _one_hour_writes() -> Any:
     return Field(default=0, sa_column_kwargs={"server_default": "0"})
 
 
+USAGE_COLUMNS = tuple(Usage.model_fields)
+"""The token columns of runs, steps and compactions: one per field of :class:`Usage`."""
+
 STAMPED_TABLES = (
     "conversations",
     "conversation_messages",

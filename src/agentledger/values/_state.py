@@ -103,7 +103,7 @@ class _Totals(NamedTuple):
 
 
 _TOTALS = "_running_totals"
-_NONE = Spend()
+_NONE = Spend.model_construct()  # not Spend(): that would build its validator at import
 _NO_STEPS = _Totals(0, None, _NONE, _NONE, _NONE, _NONE)
 
 
