@@ -405,6 +405,46 @@ def _verdicts(measured: Measured) -> list[str]:
             if point.failed
         ]
         notes += [f"{backend}: {failure}." for failure in failed]
+    return notes + _bounds(measured)
+
+
+def _change(points: dict[int, Point]) -> str:
+    """How a system's rate changed from the fewest writers to the most, as a percentage."""
+    first, last = points[min(points)].rate, points[max(points)].rate
+    return f"{first:,.1f} → {last:,.1f} turns/s ({(last / first - 1) * 100:+.0f}%)"
+
+
+def _bounds(measured: Measured) -> list[str]:
+    """What bounds the curve, on each backend measured."""
+    notes = []
+    sqlite = measured.points.get("SQLite", {})
+    if sqlite.get(AGENTLEDGER) and sqlite.get(SQLITE_SESSION):
+        notes.append(
+            "What bounds SQLite: one writer at a time. A write transaction holds SQLite's write "
+            "lock from `BEGIN IMMEDIATE` to its commit (an fsync at synchronous=FULL), so all "
+            "the writers together complete at most one turn per the time a turn holds the lock; "
+            "more writers only queue for it (a step commit's p99 grows with them, while the lock "
+            "retries stay near zero: the busy handler waits instead of failing, and no "
+            '"database is locked" reached a caller). agentledger writes a turn in 6 write '
+            "transactions (the run's begin, each of its 4 steps as it ends, so that a crash "
+            "loses no finished step, and the commit), with the lease and heartbeat updates and a "
+            "checksum on each row; the session writes its 8 items in 5 `add_items` transactions "
+            "(JSON blobs: no steps, usage, lease or checksum). The Python of a turn (the loop, "
+            "the rows, the checksums) runs outside the lock, and on 2 CPUs the writer processes "
+            f"share it too. From the fewest writers to the most: agentledger "
+            f"{_change(sqlite[AGENTLEDGER])}, {SQLITE_SESSION} {_change(sqlite[SQLITE_SESSION])}. "
+            "Matching the session would take fewer, larger transactions per turn (the steps "
+            "recorded only when the run commits), giving up what a crash keeps, so it was not "
+            "done."
+        )
+    postgres = measured.points.get("PostgreSQL", {})
+    if postgres.get(AGENTLEDGER):
+        notes.append(
+            "What bounds PostgreSQL: writers of different conversations do not wait on each "
+            "other (row locks only), so the curve rises from one writer to two; beyond that the "
+            "server and the writer processes share the machine's CPUs. agentledger "
+            f"{_change(postgres[AGENTLEDGER])}."
+        )
     return notes
 
 
