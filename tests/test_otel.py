@@ -33,6 +33,7 @@ from support.otel import (
     lead,
     response,
     run_span_attributes,
+    runs_by_agent,
 )
 
 
@@ -133,14 +134,7 @@ def test_a_run_with_tools_and_a_subagent_emits_genai_spans_that_match_the_ledger
     assert lead.kind is SpanKind.INTERNAL
     assert {s.kind for s in spans["chat scripted-1"]} == {SpanKind.CLIENT}
 
-    runs = {
-        r["agent_name"]: r
-        for r in db.rows(
-            "SELECT id, parent_run_id, root_run_id, conversation_id, agent_name, model, status,"
-            " stop_reason, step_count, input_tokens, output_tokens, cache_read_tokens,"
-            " cache_write_tokens FROM agent_runs"
-        )
-    }
+    runs = runs_by_agent(db)
     assert runs["lead"]["id"] == run_id
     for name, span in (("lead", lead), ("researcher", child)):
         row = runs[name]

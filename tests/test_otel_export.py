@@ -27,7 +27,7 @@ from agentledger.cli import cli
 from agentledger.integrations.otel import OpenTelemetryTracer, export_otlp
 from agentledger.ledger import Ledger
 from support.ledger import Database
-from support.otel import QUESTION, lead, response, run_span_attributes
+from support.otel import QUESTION, lead, response, run_span_attributes, runs_by_agent
 
 
 class Collector:
@@ -152,14 +152,7 @@ def test_the_recorded_runs_reach_a_collector_as_the_spans_of_their_rows(
     assert lead_span.kind == Span.SPAN_KIND_INTERNAL
     assert spans["chat scripted-mini"].kind == Span.SPAN_KIND_CLIENT
 
-    runs = {
-        r["agent_name"]: r
-        for r in db.rows(
-            "SELECT id, parent_run_id, root_run_id, conversation_id, agent_name, model, status,"
-            " stop_reason, step_count, input_tokens, output_tokens, cache_read_tokens,"
-            " cache_write_tokens, started_at, finished_at FROM agent_runs"
-        )
-    }
+    runs = runs_by_agent(db)
     assert runs["lead"]["id"] == run_id
     for name, span in (("lead", lead_span), ("researcher", child)):
         row = runs[name]

@@ -143,3 +143,8 @@ def run_span_attributes(name: str, row: dict[str, Any]) -> dict[str, Any]:
         "agentledger.step_count": row["step_count"],
         **({"agentledger.parent_run_id": row["parent_run_id"]} if name != "lead" else {}),
     }
+
+
+def runs_by_agent(db: Any) -> dict[str, dict[str, Any]]:
+    """The ``agent_runs`` rows of ``db`` (a test database), by agent name."""
+    return {r["agent_name"]: r for r in db.rows("SELECT * FROM agent_runs")}
