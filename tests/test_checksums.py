@@ -239,15 +239,26 @@ def test_the_checksum_covers_all_but_the_checksum_lease_version_heartbeat_and_ch
         "context_compactions": ["change_seq", "checksum"],
     }
     # Added after 0003: covered once they differ from their defaults (sealed rows still match).
+    # tenant_id and owner_id (0010): NULL in every row written before, so no row was sealed again.
     assert ADDED == {
-        "conversation_messages": {"in_context": True, "summary_id": None, "interrupted": False},
+        "conversations": {"tenant_id": None, "owner_id": None},
+        "conversation_messages": {
+            "in_context": True,
+            "summary_id": None,
+            "interrupted": False,
+            "tenant_id": None,
+        },
         "agent_runs": {
             "partial_output": None,
             "partial_step_index": None,
             "cache_write_1h_tokens": 0,
+            "tenant_id": None,
+            "owner_id": None,
         },
-        "step_executions": {"cache_write_1h_tokens": 0},
-        "context_compactions": {"cache_write_1h_tokens": 0},
+        "execution_buffer_rows": {"tenant_id": None},
+        "step_executions": {"cache_write_1h_tokens": 0, "tenant_id": None},
+        "tool_executions": {"tenant_id": None},
+        "context_compactions": {"cache_write_1h_tokens": 0, "tenant_id": None},
     }
     row = {c: None for c in COVERED["conversation_messages"]}
     same = checksum(conversation_messages, {**row, "in_context": True, "summary_id": None})
@@ -255,6 +266,7 @@ def test_the_checksum_covers_all_but_the_checksum_lease_version_heartbeat_and_ch
     assert checksum(conversation_messages, {**row, "in_context": False}) != same
     assert checksum(conversation_messages, {**row, "summary_id": "s"}) != same
     assert checksum(conversation_messages, {**row, "interrupted": True}) != same
+    assert checksum(conversation_messages, {**row, "tenant_id": "acme"}) != same
 
 
 # --- the canonical form -------------------------------------------------------------------------
@@ -734,5 +746,6 @@ def test_revision_0003_seals_the_rows_a_ledger_already_held(db_url, tmp_path):
 
 
 def test_the_tables_checked_here_are_every_table_of_the_ledger():
-    data = set(metadata.tables) - {"agentledger_changes", "agentledger_deletions"}  # 0008's stamps
+    # 0008's stamps, and 0010's log of what was forgotten (ids and counts, no content)
+    data = set(metadata.tables) - {"agentledger_changes", "agentledger_deletions", "forget_log"}
     assert {t.name for t in TABLES} == data == set(COVERED)

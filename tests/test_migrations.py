@@ -105,7 +105,7 @@ def test_the_representative_rows_fill_every_table_and_every_column(tmp_path):
     with harness.representative_source(tmp_path) as (rows, ids):
         assert sorted(rows) == MODEL_TABLES
         for table in ledger_tables.metadata.sorted_tables:
-            if table.name in harness.CHANGE_TABLES:
+            if table.name in harness.CHANGE_TABLES or table.name == "forget_log":
                 continue
             for column in table.columns:
                 if column.name == harness.CHANGE_COLUMN:
@@ -137,8 +137,10 @@ ONLY_AT_HEAD = harness.CANNOT_HOLD.get(PREVIOUS, {})
 def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(db_url):
     assert PREVIOUS is not None
     with Ledger.open(db_url) as ledger:
+        compactions = ledger_tables.context_compactions
+        cannot = ONLY_AT_HEAD.get(compactions.name, ())
         ids = harness.record_representative_runs(
-            ledger, compaction="context_compactions" not in ONLY_AT_HEAD
+            ledger, compaction=len(cannot) < len(compactions.columns)
         )
     with Database(db_url) as database:
         database.fill_empty_columns(skip=ONLY_AT_HEAD)

@@ -640,9 +640,11 @@ def representative_source(
     with Ledger.open(path) as ledger:
         ids = record_representative_runs(ledger, compaction=compaction)
     with Database(path) as database:
-        skip = None if compaction else ONLY_SINCE_0004
+        skip = {"forget_log": ONLY_SINCE_0010["forget_log"]}
+        if not compaction:
+            skip |= ONLY_SINCE_0004
         database.fill_empty_columns(skip=skip)
-        assert database.empty_columns() == (skip or {})
+        assert database.empty_columns() == skip
         yield database.typed_rows(), ids
 
 
@@ -661,7 +663,19 @@ ONLY_SINCE_0004 = {
 ONLY_SINCE_0006 = {"agent_runs": ["partial_output", "partial_step_index"]}
 """What revision 0005 cannot hold: what a streaming run has shown so far."""
 
-CANNOT_HOLD = {"0003": ONLY_SINCE_0004, "0005": ONLY_SINCE_0006}
+ONLY_SINCE_0010 = {
+    "conversations": ["tenant_id", "owner_id"],
+    "agent_runs": ["tenant_id", "owner_id"],
+    **{
+        table.name: ["tenant_id"]
+        for table in ledger_tables.LEDGER_TABLES
+        if table.name not in ("conversations", "agent_runs")
+    },
+    "forget_log": [c.name for c in ledger_tables.forget_log.columns],
+}
+"""What revision 0009 cannot hold: whose each conversation is, and what was forgotten."""
+
+CANNOT_HOLD = {"0003": ONLY_SINCE_0004, "0005": ONLY_SINCE_0006, "0009": ONLY_SINCE_0010}
 """What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
 revisions not listed can hold everything the newest can."""
 

@@ -35,6 +35,7 @@ from ..errors import (
 )
 from ..values import Clock
 from ._access import ReadOnly, read_only_uri
+from ._scope import EVERYTHING, Scope
 from ._statements import run_on_cursor
 from .checksums import canonical_json
 
@@ -465,13 +466,16 @@ class Database:
     """A ledger handle's database: its engine, the connections it keeps open, its settings and
     its clock. Every transaction goes through :meth:`read` or :meth:`write`, which retry while
     the database is locked and turn its failures into the ledger's errors. A read-only handle
-    (``read_only`` says why it is one) refuses every write before it touches the database."""
+    (``read_only`` says why it is one) refuses every write before it touches the database.
+    A scoped handle's database (``scope``) begins each transaction in its scope
+    (:meth:`Scope.enter`); scoped handles share their ledger's connections."""
 
     engine: Engine
     connections: Connections
     settings: EngineSettings
     clock: Clock
     read_only: ReadOnly | None = None
+    scope: Scope = EVERYTHING
 
     def read(self, what: str, read: Callable[[Connection], T]) -> T:
         """``read`` on a connection of its own: tried again while the database is locked, a
@@ -480,6 +484,7 @@ class Database:
 
         def work() -> T:
             with self.connections.read() as conn:
+                self.scope.enter(conn)
                 return read(conn)
 
         with self.connections.in_use():
@@ -491,6 +496,7 @@ class Database:
 
         def attempt() -> T:
             with self.connections.write() as conn:
+                self.scope.enter(conn)
                 return work(conn)
 
         with self.connections.in_use():

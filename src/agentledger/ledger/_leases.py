@@ -283,6 +283,7 @@ class LeaseKeeper:
             return True
         now = self.database.clock()
         with self.database.connections.write() as conn:
+            self.database.scope.enter(conn)
             held = self._extend(conn, lease, now)
             if held:
                 self.sql.execute(conn, _NOTE_HEARTBEAT, {"run_id": run_id, "beat": now})

@@ -48,6 +48,7 @@ from .tables import (
     context_compactions,
     conversation_messages,
     conversations,
+    execution_buffer_rows,
     step_executions,
     tool_executions,
 )
@@ -84,14 +85,24 @@ _UNCOVERED = {
 """Columns no checksum covers: what changes with every run, and the change stamps (0008)."""
 
 ADDED: dict[str, dict[str, Any]] = {
-    conversation_messages.name: {"in_context": True, "summary_id": None, "interrupted": False},
+    conversations.name: {"tenant_id": None, "owner_id": None},
+    conversation_messages.name: {
+        "in_context": True,
+        "summary_id": None,
+        "interrupted": False,
+        "tenant_id": None,
+    },
     agent_runs.name: {
         "partial_output": None,
         "partial_step_index": None,
         "cache_write_1h_tokens": 0,
+        "tenant_id": None,
+        "owner_id": None,
     },
-    step_executions.name: {"cache_write_1h_tokens": 0},
-    context_compactions.name: {"cache_write_1h_tokens": 0},
+    execution_buffer_rows.name: {"tenant_id": None},
+    step_executions.name: {"cache_write_1h_tokens": 0, "tenant_id": None},
+    tool_executions.name: {"tenant_id": None},
+    context_compactions.name: {"cache_write_1h_tokens": 0, "tenant_id": None},
 }
 """Columns added after revision 0003, with their defaults: a row's checksum covers such a
 column only when its value is not the default, so the revision that adds one seals nothing

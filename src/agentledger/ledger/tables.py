@@ -197,6 +197,18 @@ STAMPED_TABLES = (
 """The tables whose rows carry ``change_seq`` (revision 0008)."""
 
 
+def _tenant(*, index: bool = False) -> Any:
+    """``tenant_id``: the app's tenant the row belongs to, a copy of its conversation's on every
+    table but ``conversations`` (revision 0010; last, as it was added). ``NULL``: no tenant."""
+    return Field(default=None, nullable=True, index=index)
+
+
+def _owner() -> Any:
+    """``owner_id``: the user the row's conversation belongs to (revision 0010). ``NULL``: no
+    owner."""
+    return Field(default=None, nullable=True, index=True)
+
+
 def _change_seq() -> Any:
     """``change_seq``: the stamp of the transaction that last inserted or updated the row, for
     copies of the ledger that read only what changed (revision 0008; set by the library as it
@@ -237,6 +249,8 @@ class Conversation(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant(index=True)
+    owner_id: str | None = _owner()
 
 
 class ConversationMessage(LedgerTable, table=True):
@@ -275,6 +289,7 @@ class ConversationMessage(LedgerTable, table=True):
     checksum: int | None = _checksum_column()
     interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant()
 
 
 class AgentRun(LedgerTable, table=True):
@@ -310,6 +325,8 @@ class AgentRun(LedgerTable, table=True):
     """The step ``partial_output`` belongs to."""
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant(index=True)
+    owner_id: str | None = _owner()
 
     @property
     def usage(self) -> Usage:
@@ -349,6 +366,7 @@ class ExecutionBufferRow(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     created_at: datetime = _time()
     checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
 
 
 class StepExecutionRow(LedgerTable, table=True):
@@ -385,6 +403,7 @@ class StepExecutionRow(LedgerTable, table=True):
     """How many tools the step called: its tool rows (revision 0005; last, as it was added)."""
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant()
 
 
 class ToolExecutionRow(LedgerTable, table=True):
@@ -409,6 +428,7 @@ class ToolExecutionRow(LedgerTable, table=True):
     metadata_: dict[str, JsonValue] | None = _json("metadata")
     checksum: int | None = _checksum_column()
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant()
 
 
 class ContextCompactionRow(LedgerTable, table=True):
@@ -440,6 +460,7 @@ class ContextCompactionRow(LedgerTable, table=True):
     checksum: int | None = _checksum_column()
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
+    tenant_id: str | None = _tenant()
 
 
 class LedgerChanges(LedgerTable, table=True):
@@ -464,6 +485,21 @@ class LedgerDeletion(LedgerTable, table=True):
     change_seq: int = Field(sa_type=BigInteger, index=True)
 
 
+class ForgetLogRow(LedgerTable, table=True):
+    """One forgetting (``Ledger.forget``, ``forget_owner``, ``forget_inactive``): only ids, the
+    time and how many rows of each table went, never any content (revision 0010)."""
+
+    __tablename__ = "forget_log"
+
+    id: str = Field(primary_key=True)
+    forgotten_at: datetime = _time(index=True)
+    tenant_id: str | None = Field(default=None, nullable=True, index=True)
+    owner_id: str | None = None
+    reason: str
+    conversation_ids: list[JsonValue] = _json("conversation_ids", nullable=False)
+    counts: dict[str, JsonValue] = _json("counts", nullable=False)
+
+
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
 
 conversations = metadata.tables["conversations"]
@@ -473,6 +509,7 @@ execution_buffer_rows = metadata.tables["execution_buffer_rows"]
 step_executions = metadata.tables["step_executions"]
 tool_executions = metadata.tables["tool_executions"]
 context_compactions = metadata.tables["context_compactions"]
+forget_log = metadata.tables["forget_log"]
 
 LEDGER_TABLES = (
     conversations,
