@@ -46,6 +46,10 @@ class Options:
     db: str = DEFAULT_DB
     read_only: bool = False
     """Only read the ledger."""
+    tenant: str | None = None
+    """Keep to this tenant's conversations."""
+    owner: str | None = None
+    """Keep to this owner's conversations."""
     given: set[str] = field(default_factory=set)
     """The options the user gave, on the command line or in the environment (the others hold
     their defaults)."""
@@ -132,6 +136,20 @@ def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) 
     "refused, and no file is created beside a SQLite ledger. Chosen by itself when this user "
     "may not write the SQLite file or its directory.",
 )
+@click.option(
+    "--tenant",
+    envvar="AGENTLEDGER_TENANT",
+    default=None,
+    help="Keep to this tenant's conversations: every read, write and export sees only them "
+    "(or set AGENTLEDGER_TENANT). Before or after the command's name.",
+)
+@click.option(
+    "--owner",
+    envvar="AGENTLEDGER_OWNER",
+    default=None,
+    help="Keep to this owner's conversations (or set AGENTLEDGER_OWNER). Before or after the "
+    "command's name.",
+)
 @click.pass_context
 def cli(ctx: click.Context, /, **options: Any) -> None:
     """agentledger: an LLM agent loop whose memory is a relational ledger."""
@@ -156,6 +174,12 @@ def database(ctx: click.Context) -> str:
 def read_only(ctx: click.Context) -> bool:
     """The ``--read-only`` of the command's group."""
     return _options(ctx).read_only
+
+
+def scope(ctx: click.Context) -> tuple[str | None, str | None]:
+    """The ``--tenant`` and ``--owner`` of the command's group (``None``: not given)."""
+    options = _options(ctx)
+    return options.tenant, options.owner
 
 
 def refuse_read_only(ctx: click.Context, command: str) -> None:
