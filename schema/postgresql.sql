@@ -373,3 +373,43 @@ CREATE TABLE forget_log (
 CREATE INDEX ix_forget_log_forgotten_at ON forget_log (forgotten_at);
 
 CREATE INDEX ix_forget_log_tenant_id ON forget_log (tenant_id);
+
+ALTER TABLE conversations ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON conversations USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE conversation_messages ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON conversation_messages USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE agent_runs ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON agent_runs USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE execution_buffer_rows ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON execution_buffer_rows USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE step_executions ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON step_executions USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE tool_executions ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON tool_executions USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE context_compactions ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON context_compactions USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+ALTER TABLE forget_log ENABLE ROW LEVEL SECURITY;
+
+CREATE POLICY agentledger_tenant ON forget_log USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
+
+DO $$
+BEGIN
+    EXECUTE 'ALTER FUNCTION agentledger_log_deletion() SECURITY DEFINER SET search_path = '
+        || quote_ident(current_schema()) || ', pg_temp';
+
+END
+$$;

@@ -17,6 +17,16 @@ any content, so that an operator can show the deletion happened.
 Every row already there holds ``NULL`` in the new columns (it belongs to no tenant and no
 owner): its checksum still matches (see ``ADDED`` in ``agentledger.ledger.checksums``), so
 nothing is rewritten.
+
+On PostgreSQL every ledger table gets row-level security: one policy, ``agentledger_tenant``,
+lets a role other than the tables' owner see and write a row only when its ``tenant_id`` is the
+transaction's ``agentledger.tenant_id`` setting (which a scoped handle sets, ``SET LOCAL``);
+with no setting, or an empty one, such a role sees no row at all, never every row. The tables'
+owner (the role that migrates) is not subject to it (row-level security is enabled, not
+forced): migrations, analytics and operators' tools see the whole ledger as before. The
+application role (``agentledger db app-role``) is. Revision 0008's deletion trigger now runs as
+the owner (``SECURITY DEFINER``, with a fixed ``search_path``), so that a delete by the
+application role is logged in ``agentledger_deletions`` without that role being granted it.
 """
 
 from __future__ import annotations
@@ -52,6 +62,27 @@ JSON = sa.JSON().with_variant(postgresql.JSONB(), "postgresql")
 INDEXED = {"conversations": (TENANT, OWNER), "agent_runs": (TENANT, OWNER)}
 """The owner and tenant columns with an index of their own."""
 
+SECURED = ("conversations", *INHERITING, "forget_log")
+"""The tables under row-level security on PostgreSQL: every table holding a tenant's rows."""
+
+POLICY = "agentledger_tenant"
+_IN_TENANT = f"{TENANT} = NULLIF(current_setting('agentledger.tenant_id', true), '')"
+"""A row of the transaction's tenant. ``current_setting(..., true)`` is NULL in a session that
+never set it and ``''`` after a transaction that set it ended: both match no row."""
+
+_LOG_DELETION = "agentledger_log_deletion()"
+"""Revision 0008's trigger function that logs a deleted row in ``agentledger_deletions``."""
+
+_RUN_AS_OWNER = f"""DO $$
+BEGIN
+    EXECUTE 'ALTER FUNCTION {_LOG_DELETION} SECURITY DEFINER SET search_path = '
+        || quote_ident(current_schema()) || ', pg_temp';
+END
+$$"""
+"""Run the deletion log as the function's owner, who may write ``agentledger_deletions``,
+with the ledger's schema as its only search path (``pg_temp`` last, so a temporary table of
+the caller's cannot stand in for the log)."""
+
 
 def upgrade() -> None:
     op.add_column("conversations", sa.Column(TENANT, sa.String(), nullable=True))
@@ -75,11 +106,32 @@ def upgrade() -> None:
     )
     op.create_index(op.f("ix_forget_log_forgotten_at"), "forget_log", ["forgotten_at"])
     op.create_index(op.f(f"ix_forget_log_{TENANT}"), "forget_log", [TENANT])
+    if op.get_bind().dialect.name == "postgresql":
+        _secure_by_tenant()
+
+
+def _secure_by_tenant() -> None:
+    """Row-level security on every tenant's table (see the module's docstring)."""
+    for table in SECURED:
+        op.execute(f"ALTER TABLE {table} ENABLE ROW LEVEL SECURITY")
+        op.execute(
+            f"CREATE POLICY {POLICY} ON {table} USING ({_IN_TENANT}) WITH CHECK ({_IN_TENANT})"
+        )
+    op.execute(_RUN_AS_OWNER)
+
+
+def _unsecure() -> None:
+    op.execute(f"ALTER FUNCTION {_LOG_DELETION} SECURITY INVOKER RESET search_path")
+    for table in reversed(SECURED):
+        op.execute(f"DROP POLICY {POLICY} ON {table}")
+        op.execute(f"ALTER TABLE {table} DISABLE ROW LEVEL SECURITY")
 
 
 def downgrade() -> None:
     if not op.get_context().as_sql:
         _refuse_to_lose_owners()
+    if op.get_bind().dialect.name == "postgresql":
+        _unsecure()  # first: the policies use the columns dropped below
     op.drop_table("forget_log")
     for table, columns in INDEXED.items():
         for column in columns:
