@@ -29,9 +29,12 @@
     │   ├── LedgerBusyError           the database stayed locked beyond the retries
     │   ├── LedgerUnavailableError    the database failed or went away while recording
     │   ├── SchemaVersionError        the database's schema is newer than this code
-    │   ├── MigrationError            a migration refused to run: it would lose data
+    │   ├── MigrationError            a migration refused to run: it would lose data, or the
+    │   │                             role may not change the schema
     │   ├── LedgerOpenError           the database cannot be opened (corrupt, a directory, ...)
     │   ├── LedgerReadOnlyError       a write to a ledger this handle may only read
+    │   ├── LedgerPermissionError     the database refused this role (privileges, row-level
+    │   │                             security)
     │   └── LedgerCorruptError        rows read back are damaged (checksum, undecodable value)
     └── ExportError                   an export could not be delivered (collector, file)
 
@@ -209,7 +212,9 @@ class SchemaVersionError(LedgerError):
 
 
 class MigrationError(LedgerError):
-    """A migration refused to run because it would lose data; nothing was changed."""
+    """A migration refused to run, because it would lose data or because the database role may
+    not change the schema (an application role: migrate as the role that owns the tables);
+    nothing was changed."""
 
 
 class LedgerOpenError(LedgerError):
@@ -221,6 +226,14 @@ class LedgerReadOnlyError(LedgerError):
     ``read_only=True`` (``--read-only``), a SQLite file or directory this user may not write, or
     a database that refuses writes (a PostgreSQL standby, a read-only session). Nothing was
     written; the message says why the ledger is read-only and what to do."""
+
+
+class LedgerPermissionError(LedgerError):
+    """The database refused this role what was asked: a privilege it was not granted, or, on
+    PostgreSQL, a row outside the tenant its transaction is scoped to (row-level security: an
+    unscoped handle of the application role may write no row). The transaction was rolled
+    back; the message says whether to scope the handle (``ledger.scoped(tenant_id=...)``) or
+    which role to connect as."""
 
 
 class LedgerCorruptError(LedgerError):

@@ -30,6 +30,7 @@ from ..errors import (
     LedgerBusyError,
     LedgerCorruptError,
     LedgerOpenError,
+    LedgerPermissionError,
     LedgerReadOnlyError,
     LedgerUnavailableError,
 )
@@ -225,6 +226,8 @@ def with_retries(
                         "PostgreSQL, the primary server and a role that may write), or open "
                         "it with read_only=True to read it."
                     ) from exc
+                if is_refused(exc):
+                    raise LedgerPermissionError(_refusal(what, exc)) from exc
                 if _is_damage(exc):
                     raise LedgerCorruptError(
                         f"{what}: the database file is damaged ({_cause(exc)}). Restore it from "
@@ -261,6 +264,36 @@ def is_read_only(exc: BaseException) -> bool:
         return True
     code = getattr(cause, "sqlite_errorcode", None)
     return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY
+
+
+INSUFFICIENT_PRIVILEGE = "42501"
+"""PostgreSQL: insufficient_privilege (a privilege not granted, a row refused by row-level
+security)."""
+
+
+def is_refused(exc: BaseException) -> bool:
+    """True when PostgreSQL refused the role what was asked (:data:`INSUFFICIENT_PRIVILEGE`)."""
+    cause = exc.orig if isinstance(exc, DBAPIError) else exc
+    return getattr(cause, "sqlstate", None) == INSUFFICIENT_PRIVILEGE
+
+
+def _refusal(what: str, exc: BaseException) -> str:
+    """What to do about a refusal: scope the handle when row-level security refused a row (the
+    application role writing outside its tenant, or with none), else use the right role."""
+    if "row-level security" in _cause(exc):
+        return (
+            f"{what}: the database refused the row ({_cause(exc)}), so the transaction was "
+            "rolled back. This role is under row-level security (the application role): it "
+            "sees and writes only the rows of the tenant its transaction is scoped to, and an "
+            "unscoped handle none at all. Scope the handle to the tenant, "
+            "ledger.scoped(tenant_id=...) (--tenant on the command line), or connect as the "
+            "role that owns the ledger's tables."
+        )
+    return (
+        f"{what}: the database refused this role ({_cause(exc)}), so the transaction was rolled "
+        "back. Grant the role what `agentledger db app-role` prints, or connect as the role that "
+        "owns the ledger's tables."
+    )
 
 
 def _is_outage(exc: BaseException) -> bool:

@@ -27,10 +27,11 @@ from alembic.script import ScriptDirectory
 from alembic.util import CommandError
 from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
 
-from ..errors import SchemaVersionError, UsageError
+from ..errors import MigrationError, SchemaVersionError, UsageError
 from ._access import read_only_access
-from ._engine import WRITE, make_engine, normalize_url, sqlite_path
+from ._engine import WRITE, is_refused, make_engine, normalize_url, sqlite_path
 
 __all__ = [
     "VERSION_TABLE",
@@ -68,10 +69,15 @@ class Revision:
 
 
 def upgrade(database: Target, revision: str = "head") -> str | None:
-    """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at."""
+    """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at.
+    At that revision already, it changes nothing and needs no privilege beyond reading the
+    version table (an application role opens a ledger at head); a role that may not change the
+    schema raises :class:`~agentledger.MigrationError`."""
     with locked(database) as conn, _known(revision):
-        check_not_newer(_current(conn))
-        command.upgrade(alembic_config(conn), revision)
+        at = _current(conn)
+        check_not_newer(at)
+        with _permitted(conn, at, revision):
+            command.upgrade(alembic_config(conn), revision)
         return _current(conn)
 
 
@@ -80,9 +86,32 @@ def downgrade(database: Target, revision: str) -> str | None:
     is at (``None`` at base). A revision that would lose data refuses
     (:class:`~agentledger.MigrationError`) and changes nothing."""
     with locked(database) as conn, _known(revision):
-        check_not_newer(_current(conn))
-        command.downgrade(alembic_config(conn), revision)
+        at = _current(conn)
+        check_not_newer(at)
+        with _permitted(conn, at, revision):
+            command.downgrade(alembic_config(conn), revision)
         return _current(conn)
+
+
+@contextlib.contextmanager
+def _permitted(conn: Connection, at: str | None, revision: str) -> Iterator[None]:
+    """PostgreSQL's refusal of a migration to a role that may not change the schema (the
+    application role of ``agentledger db app-role``) as a :class:`MigrationError` saying which
+    role may: the migration's transaction is rolled back whole."""
+    try:
+        yield
+    except DBAPIError as exc:
+        if not is_refused(exc):
+            raise
+        role = conn.engine.url.username or "this role"
+        refused = " ".join(str(exc.orig).split())[:300]
+        raise MigrationError(
+            f"the database role {role!r} may not change the ledger's schema ({refused}), "
+            f"so nothing was changed: the ledger is at revision {at or 'base'} and this "
+            f"agentledger needs {revision}. An application role (`agentledger db app-role`) "
+            "cannot migrate: run `agentledger db upgrade` as the role that owns the ledger's "
+            "tables (the migration role), then open the ledger again."
+        ) from exc
 
 
 @contextlib.contextmanager
