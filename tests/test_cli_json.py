@@ -50,6 +50,7 @@ PRINTS_NO_ROWS = {
     "db current": "one value: the revision",
     "db check": "its answer is the exit code",
     "db schema": "SQL text (DDL)",
+    "db app-role": "SQL text (CREATE ROLE and its grants)",
     "datasette-metadata": "one JSON document, Datasette's metadata",
     "analytics": "a group",
     "analytics sql": "a SQL script for the duckdb shell",

@@ -1,13 +1,14 @@
 """``agentledger db ...``: migrations (a thin shell over :mod:`agentledger.ledger.migrate`),
-verification and the schema's DDL."""
+verification, the schema's DDL and the SQL of PostgreSQL's application role."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import click
 
-from ..errors import LedgerCorruptError, SchemaVersionError
+from ..errors import LedgerCorruptError, SchemaVersionError, UsageError
 from ._app import cli, cli_errors, console, database, open_ledger, refuse_read_only, require_file
 from ._json import json_option, print_json_lines
 from ._render import counted
@@ -172,3 +173,50 @@ def schema(dialect: str, output: Path | None) -> None:
         click.echo(text, nl=False)
     else:
         output.write_text(text, encoding="utf-8")
+
+
+@db.command("app-role")
+@click.argument("name")
+@click.option(
+    "--schema",
+    "schema_name",
+    default="public",
+    show_default=True,
+    help="The PostgreSQL schema the ledger's tables are in.",
+)
+@click.option(
+    "--password-env",
+    metavar="VAR",
+    default=None,
+    help="Give the role the password held in the environment variable VAR (kept off the "
+    "command line). Without it the role gets no password: set one with ALTER ROLE.",
+)
+def app_role(name: str, schema_name: str, password_env: str | None) -> None:
+    """Print the SQL that creates NAME, the PostgreSQL role an application connects as: it may
+    read and write the ledger's rows, only within the tenant each transaction sets (row-level
+    security), and nothing more (no DDL, no TRUNCATE). Run the SQL as a superuser, or as the role
+    that owns the ledger's tables if it may create roles, e.g. `agentledger db app-role app |
+    psql "$OWNER_URL"`.
+
+    It only prints SQL: it connects to no database, so neither --db nor a server is needed.
+    """
+    from ..ledger.roles import application_role_sql
+
+    with cli_errors():
+        password = _password_from(password_env)
+        text = application_role_sql(name, schema=schema_name, password=password)
+    click.echo(text, nl=False)
+
+
+def _password_from(variable: str | None) -> str | None:
+    """The password held in the environment variable ``variable`` (``None``: none asked for)."""
+    if variable is None:
+        return None
+    password = os.environ.get(variable)
+    if not password:
+        raise UsageError(
+            f"--password-env {variable}: the environment variable {variable} is not set or is "
+            "empty. Set it to the role's password, or leave --password-env out and give the role "
+            "a password with ALTER ROLE afterwards."
+        )
+    return password
