@@ -277,11 +277,26 @@ def test_the_application_role_opens_a_ledger_at_head_and_an_unscoped_handle_sees
     message = str(caught.value)
     assert "row-level security" in message
     assert "ledger.scoped(tenant_id=...)" in message
-    assert "psycopg" not in message.split("(")[0]  # the cause is named, then the fix
+    assert message.startswith("creating a conversation: the database refused the row (")
     with transaction(owner_url) as conn:
         assert conn.execute(
             "SELECT count(*) FROM conversations WHERE title = 'whose?'"
         ).fetchone() == (0,)
+
+
+def test_a_role_granted_nothing_is_told_what_to_grant_when_it_opens_the_ledger(owner_url):
+    nobody = "agentledger_granted_nothing"
+    with psycopg.connect(owner_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {nobody} LOGIN")
+    try:
+        with pytest.raises(LedgerPermissionError) as caught:
+            Ledger.open(owner_url.replace("postgres@", f"{nobody}@"))
+    finally:
+        with psycopg.connect(owner_url, autocommit=True) as conn:
+            conn.execute(f"DROP ROLE {nobody}")
+    message = " ".join(str(caught.value).split())
+    assert "permission denied for table agentledger_version" in message
+    assert "Grant the role what `agentledger db app-role` prints" in message
 
 
 def test_a_ledger_below_head_tells_the_application_role_to_migrate_as_the_owner(owner_url, app_url):

@@ -45,6 +45,7 @@ from ._engine import (
     Synchronous,
     is_busy,
     is_read_only,
+    is_refused,
     make_engine,
     normalize_url,
     sqlite_path,
@@ -515,8 +516,10 @@ def _prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly
     except (ConfigurationError, LedgerError):
         raise
     except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        if is_busy(exc) or is_read_only(exc):
-            raise  # with_retries tries again, or says the database refused to write
+        if is_busy(exc) or is_read_only(exc) or is_refused(exc):
+            # with_retries tries again, or says the database refused to write, or refused the
+            # role (one not granted what `agentledger db app-role` prints)
+            raise
         raise LedgerOpenError(_open_error(url, exc)) from exc
 
 
