@@ -193,25 +193,27 @@ def test_without_a_tenant_every_table_reads_empty_rather_than_everything(app_url
 
 
 def test_a_row_of_another_tenant_can_be_neither_written_nor_changed(owner_url, app_url):
-    insert = (
+    inserts = (
+        "INSERT INTO conversations (id, kind, version, created_at, updated_at, tenant_id)"
+        " VALUES ('sneaked', 'main', 0, now(), now(), %s)",
         "INSERT INTO forget_log (id, forgotten_at, tenant_id, reason, conversation_ids, counts)"
-        " VALUES ('sneaked', now(), %s, 'conversation', '[]', '{}')"
+        " VALUES ('sneaked', now(), %s, 'conversation', '[]', '{}')",
     )
     with transaction(app_url, "a") as conn:
-        assert "row-level security" in refused(conn, insert, "b")
-        assert "row-level security" in refused(conn, insert, None)
+        for insert in inserts:
+            assert "row-level security" in refused(conn, insert, "b")
+            assert "row-level security" in refused(conn, insert, None)
         moved = "UPDATE conversations SET tenant_id = 'b' WHERE tenant_id = 'a'"
         assert "row-level security" in refused(conn, moved)
-        assert (
-            conn.execute("UPDATE conversations SET title = 'x' WHERE tenant_id = 'b'").rowcount == 0
-        )
-        assert conn.execute("DELETE FROM agent_runs WHERE tenant_id = 'b'").rowcount == 0
+        renamed = conn.execute("UPDATE conversations SET title = 'x' WHERE tenant_id = 'b'")
+        deleted = conn.execute("DELETE FROM agent_runs WHERE tenant_id = 'b'")
+        assert (renamed.rowcount, deleted.rowcount) == (0, 0)
     with transaction(owner_url) as conn:
-        assert conn.execute("SELECT count(*) FROM forget_log WHERE id = 'sneaked'").fetchone() == (
-            0,
-        )
-        titles = conn.execute("SELECT count(*) FROM conversations WHERE title = 'x'").fetchone()
-        assert titles == (0,)
+        written = conn.execute(
+            "SELECT (SELECT count(*) FROM conversations WHERE id = 'sneaked' OR title = 'x'),"
+            " (SELECT count(*) FROM forget_log WHERE id = 'sneaked')"
+        ).fetchone()
+    assert written == (0, 0)
 
 
 @pytest.mark.parametrize(
@@ -229,6 +231,8 @@ def test_a_row_of_another_tenant_can_be_neither_written_nor_changed(owner_url, a
 )
 def test_the_application_role_cannot_change_the_schema_or_reach_past_the_rows(app_url, statement):
     with transaction(app_url, "a") as conn:
+        if statement.startswith("CREATE") and conn.info.server_version < 150000:
+            pytest.skip("before PostgreSQL 15 every role may create tables in schema public")
         refused(conn, statement)
 
 
@@ -315,7 +319,7 @@ def test_a_ledger_below_head_tells_the_application_role_to_migrate_as_the_owner(
     assert "run `agentledger db upgrade` as the role that owns the ledger's tables" in message
     assert cli_run.exit_code == 1
     assert "as the role that owns the ledger's tables" in cli_run.output
-    assert migrate.current(owner_url) == migrate.head()  # nothing half done
+    Ledger.open(app_url).close()  # back at head, it opens again: nothing was left half done
 
 
 # --- the command ---------------------------------------------------------------------------------
@@ -332,17 +336,19 @@ def test_app_role_prints_sql_without_a_database(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("args", "env", "said"),
+    ("args", "said"),
     [
-        (["app", "--password-env", "UNSET_PASSWORD"], {}, "UNSET_PASSWORD is not set"),
-        ([""], {}, "role name is empty"),
-        (["app\nDROP TABLE conversations; --"], {}, "holds a control character"),
-        (["r" * 64], {}, "longer than the 63 bytes"),
-        (["app", "--schema", ""], {}, "schema is empty"),
+        (["app", "--password-env", "EMPTY_PASSWORD"], "EMPTY_PASSWORD is not set or is empty"),
+        (["app", "--password-env", "UNSET_PASSWORD"], "UNSET_PASSWORD is not set or is empty"),
+        ([""], "role name is empty"),
+        (["app\nDROP TABLE conversations; --"], "holds a control character"),
+        (["r" * 64], "longer than the 63 bytes"),
+        (["app", "--schema", ""], "schema is empty"),
     ],
 )
-def test_app_role_refuses_what_postgresql_would_not_take_as_given(args, env, said):
-    result = CliRunner().invoke(cli, ["db", "app-role", *args], env={"UNSET_PASSWORD": "", **env})
+def test_app_role_refuses_what_postgresql_would_not_take_as_given(args, said):
+    env = {"EMPTY_PASSWORD": "", "UNSET_PASSWORD": None}
+    result = CliRunner().invoke(cli, ["db", "app-role", *args], env=env)
     assert result.exit_code == 1
     assert said in result.output
     assert "CREATE ROLE" not in result.output
