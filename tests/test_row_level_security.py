@@ -124,6 +124,32 @@ def test_every_table_holding_a_tenants_rows_is_under_row_level_security_and_no_o
     assert sorted(policies) == sorted((t, "agentledger_tenant", "ALL") for t in RUN_TABLES)
 
 
+def secured(url: str) -> tuple[list[str], list[str], list[tuple[bool, list[str] | None]]]:
+    """The tables under row-level security, those with policies, and how the deletion log's
+    trigger function runs (as its owner? with which settings?)."""
+    with transaction(url) as conn:
+        tables = conn.execute("SELECT relname FROM pg_class WHERE relrowsecurity").fetchall()
+        policies = conn.execute("SELECT DISTINCT tablename FROM pg_policies").fetchall()
+        function = conn.execute(
+            "SELECT prosecdef, proconfig FROM pg_proc WHERE proname = 'agentledger_log_deletion'"
+        ).fetchall()
+    return sorted(t for (t,) in tables), sorted(t for (t,) in policies), function
+
+
+def test_the_downgrade_below_0010_takes_the_policies_away_and_the_upgrade_puts_them_back(pg_url):
+    migrate.upgrade(pg_url)
+    at_head = secured(pg_url)
+    assert at_head == (
+        sorted(RUN_TABLES),
+        sorted(RUN_TABLES),
+        [(True, ["search_path=public, pg_temp"])],
+    )
+    migrate.downgrade(pg_url, "0009")
+    assert secured(pg_url) == ([], [], [(False, None)])
+    migrate.upgrade(pg_url)
+    assert secured(pg_url) == at_head
+
+
 def test_the_owner_sees_every_row_of_every_tenant(owner_url):
     with transaction(owner_url) as conn:
         of_a, of_b = (counts(conn, f"WHERE tenant_id = '{t}'") for t in TENANTS)
