@@ -24,6 +24,7 @@ from agentledger import AgentBuilder, ScriptedLLM, SubagentSpec, tool
 from agentledger.errors import ConfigurationError
 from agentledger.integrations.mcp import MCPServer
 from agentledger.ledger import Ledger
+from support.cli import flat, ok
 from support.subagents import answer, call, spawn
 
 OUR_SERVER = Path(__file__).parent / "support" / "mcp_server.py"
@@ -110,6 +111,8 @@ def test_the_time_servers_tool_is_shown_called_and_recorded_with_its_server(ledg
     assert row["metadata"]["mcp_server"] == "time"
     assert row["metadata"]["mcp_tool"] == "get_current_time"
     assert row["metadata"]["structured_content"]["timezone"] == "Europe/Paris"
+    trace = flat(ok("--db", str(ledger_path), "trace", result.run_id))
+    assert "✓ get_current_time (MCP time) · " in trace
 
 
 def test_the_git_server_reads_a_repository_the_test_made(ledger_path, tmp_path):
@@ -256,6 +259,8 @@ def test_tools_of_the_same_name_are_prefixed_by_their_servers_name(ledger_path, 
     with agent:
         result = agent.run("Add.")
         assert {"add", "remote_add", "local_add", "remote_quota"} <= set(agent.tools.names())
+    trace = flat(ok("--db", str(ledger_path), "trace", result.run_id))
+    assert "✓ add · " in trace and "✓ local_add (MCP local: add) · " in trace
     own, remote, local = tool_rows(ledger_path, result.run_id)
     assert (own["result"], own["metadata"].get("mcp_server")) == ("102", None)
     assert (remote["result"], remote["metadata"]["mcp_server"]) == ("2", "remote")
@@ -345,6 +350,11 @@ def test_tool_stats_by_server_counts_each_servers_calls(db_url, ours_url, tmp_pa
     assert (stats["ours"]["tools"], stats["ours"]["calls"], stats["ours"]["errors"]) == (2, 2, 1)
     assert (stats[None]["tools"], stats[None]["calls"], stats[None]["errors"]) == (1, 1, 0)
     assert stats["ours"]["p50_ms"] is not None
+    with (
+        Analytics.open(db_url) as analytics,
+        pytest.raises(ConfigurationError, match="give agent, model or server"),
+    ):
+        analytics.tool_stats(by="tool")  # type: ignore[arg-type]
 
 
 def test_a_server_that_cannot_start_leaves_its_tools_out_and_says_why(ledger_path, caplog):

@@ -53,6 +53,8 @@ from ._processors import (
 )
 from ._tools import (
     EMPTY_TOOLS,
+    MCP_SERVER_KEY,
+    MCP_TOOL_KEY,
     FunctionTool,
     RenamedTool,
     Tool,
@@ -73,6 +75,8 @@ __all__ = [
     "DEFAULT_STOP_FINISH_REASONS",
     "EMPTY_TOOLS",
     "MASKED_KEY",
+    "MCP_SERVER_KEY",
+    "MCP_TOOL_KEY",
     "SUMMARY_HEADER",
     "SUMMARY_INSTRUCTIONS",
     "SUMMARY_KEY",

@@ -15,14 +15,12 @@ sees, never a failed run. ``Agent.close()`` (or ``with agent:``) stops the serve
 from . import _require  # noqa: F401  (isort: keep first)
 from ._connection import MCPConnection
 from ._server import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, MCPServer
-from ._tools import SERVER_KEY, STRUCTURED_KEY, TOOL_KEY, MCPTool
+from ._tools import STRUCTURED_KEY, MCPTool
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
-    "SERVER_KEY",
     "STRUCTURED_KEY",
-    "TOOL_KEY",
     "MCPConnection",
     "MCPServer",
     "MCPTool",

@@ -13,13 +13,7 @@ import mcp.types as types
 from pydantic import BaseModel, ConfigDict, JsonValue, model_validator
 from pydantic_core import PydanticCustomError
 
-from ...core import ToolContext, ToolOutput
-
-SERVER_KEY = "mcp_server"
-"""The metadata key (``tool_executions.metadata``) naming the server a call went to."""
-
-TOOL_KEY = "mcp_tool"
-"""The metadata key naming the tool as the server knows it (the agent may prefix it)."""
+from ...core import MCP_SERVER_KEY, MCP_TOOL_KEY, ToolContext, ToolOutput
 
 STRUCTURED_KEY = "structured_content"
 """The metadata key keeping a result's structured content, when the server sends one."""
@@ -50,7 +44,7 @@ class MCPTool:
 
     @property
     def metadata(self) -> dict[str, JsonValue]:
-        return {SERVER_KEY: self.connection.name, TOOL_KEY: self.server_name}
+        return {MCP_SERVER_KEY: self.connection.name, MCP_TOOL_KEY: self.server_name}
 
     def invoke(self, arguments: BaseModel, context: ToolContext) -> ToolOutput:
         return self.connection.call(self, arguments.model_dump(mode="json"))
