@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import socket
 import sqlite3
 import subprocess
@@ -219,6 +220,34 @@ def test_a_server_that_dies_mid_run_is_a_tool_error_and_the_next_run_reconnects(
     assert first.status.value == "completed"
     (added,) = tool_rows(ledger_path, second.run_id)
     assert added["result"] == "5" and not added["is_error"]
+
+
+EXITS_WITHOUT_CLOSING = """
+import sys
+from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall
+from agentledger.integrations.mcp import MCPServer
+
+env = {"MCP_TEST_PID_FILE": sys.argv[2]}
+server = MCPServer.stdio(sys.executable, [sys.argv[1], "stdio"], env=env)
+calls = [ToolCall(id="c1", name="add", arguments={"a": 1, "b": 2})]
+llm = ScriptedLLM([InferenceResponse(tool_calls=calls), InferenceResponse(content="3")])
+agent = AgentBuilder().with_llm(llm).with_mcp_servers([server]).build()
+print(agent.run("1 + 2?").answer)
+"""
+
+
+def test_servers_an_agent_left_open_are_stopped_when_the_interpreter_exits(tmp_path):
+    pid_file = tmp_path / "server.pid"
+    done = subprocess.run(
+        [sys.executable, "-W", "error", "-c", EXITS_WITHOUT_CLOSING, str(OUR_SERVER), pid_file],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "3\n", "")
+    with pytest.raises(ProcessLookupError):  # stopped before the interpreter was gone
+        os.kill(int(pid_file.read_text()), 0)
 
 
 def test_a_changed_tool_list_is_listed_again_at_the_next_run(ledger_path, ours_url):

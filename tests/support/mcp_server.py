@@ -2,7 +2,8 @@
 timeout, a server that dies mid-call and a tool list that changes.
 
 ``python tests/support/mcp_server.py http PORT`` serves it over streamable HTTP on 127.0.0.1;
-``python tests/support/mcp_server.py stdio`` over stdio.
+``python tests/support/mcp_server.py stdio`` over stdio (writing its process id to the file
+``MCP_TEST_PID_FILE`` names, when set).
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ async def grow(ctx: Context) -> str:
 
 
 if __name__ == "__main__":
+    if "MCP_TEST_PID_FILE" in os.environ:  # for a test to see the process gone
+        with open(os.environ["MCP_TEST_PID_FILE"], "w") as written:
+            written.write(str(os.getpid()))
     if sys.argv[1] == "http":
         app.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:

@@ -69,6 +69,8 @@ class MCPConnection:
         self._served: concurrent.futures.Future[None] | None = None
         self._gone: str | None = None
         """Why the session is known to be over (the server closed it), or None."""
+        self._unreachable = "it was never started"
+        """Why there is no session, when the last attempt at one failed."""
         self._stale = True
         self._tools: tuple[MCPTool, ...] = ()
         self._stderr: TextIO | None = None
@@ -88,6 +90,7 @@ class MCPConnection:
                 if self._stale:
                     self._list()
             except Exception as exc:
+                self._unreachable = f"it could not be reached: {_described(exc)}"
                 logger.warning(
                     "MCP server %r could not be reached (%s); its tools are offered as last "
                     "listed, and calling them fails until it can be",
@@ -102,11 +105,11 @@ class MCPConnection:
         wrong and whether the call was made."""
         session, gone = self._session, self._gone
         if session is None or gone is not None:
-            why = gone or "it could not be started"
+            why = gone or self._unreachable
             return _error(
                 tool,
                 f"MCP server {self.name!r} is not running ({why}); the call was not made. "
-                "It is started again at the next run.",
+                "The next run reconnects to it.",
             )
         seconds = self.timeout
         try:
@@ -145,9 +148,8 @@ class MCPConnection:
             self._gone = f"it closed the connection{self._stderr_tail()}"
             return _error(
                 tool,
-                f"MCP server {self.name!r} closed the connection during the call "
-                f"{self._stderr_tail()}; its result is unknown. It is started again at the "
-                "next run.",
+                f"MCP server {self.name!r} closed the connection during the call"
+                f"{self._stderr_tail()}; its result is unknown. The next run reconnects to it.",
             )
         return _error(
             tool,
