@@ -299,6 +299,38 @@ def test_tools_of_the_same_name_are_prefixed_by_their_servers_name(ledger_path, 
     )
 
 
+def test_a_name_model_apis_refuse_is_offered_in_their_alphabet(ledger_path, ours_url):
+    agent = builder(ledger_path, call("text_upper", text="hi"), answer("HI"))
+    with agent.with_mcp_servers([MCPServer.http(ours_url, name="ours")]).build() as built:
+        result = built.run("Shout.")
+    (row,) = tool_rows(ledger_path, result.run_id)
+    assert (row["tool_name"], row["result"]) == ("text_upper", "HI")
+    assert row["metadata"]["mcp_tool"] == "text.upper"
+
+
+def test_a_prefixed_name_the_agent_already_has_leaves_the_servers_tools_out(
+    ledger_path, ours_url, caplog
+):
+    @tool
+    def add(a: int, b: int) -> int:
+        """The agent's own add."""
+        return a + b
+
+    @tool
+    def ours_add(a: int, b: int) -> int:
+        """Another of its own, named as the server's add would be."""
+        return a + b
+
+    agent = builder(ledger_path, answer("fine")).with_tools([add, ours_add])
+    with (
+        caplog.at_level(logging.WARNING, "agentledger.loop._agent"),
+        agent.with_mcp_servers([MCPServer.http(ours_url, name="ours")]).build() as built,
+    ):
+        assert built.run("Hello.").answer == "fine"
+        assert built.tools.names() == ("add", "ours_add")
+    assert "two tools are named 'ours_add'" in caplog.text
+
+
 def test_the_async_loop_calls_the_servers_tools(ledger_path, ours_url):
     agent = builder(ledger_path, call("add", a=20, b=22), answer("42")).with_mcp_servers(
         [MCPServer.http(ours_url, name="ours")]

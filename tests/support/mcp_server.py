@@ -33,6 +33,12 @@ def divide(a: float, b: float) -> float:
     return a / b
 
 
+@app.tool(name="text.upper")
+def upper(text: str) -> str:
+    """A name model APIs refuse (a dot): offered as text_upper."""
+    return text.upper()
+
+
 @app.tool()
 def quota() -> CallToolResult:
     """Report a failure the way a server does without raising: an isError result."""

@@ -396,4 +396,4 @@ def combined_tools(own: ToolSet, sources: Sequence[tuple[str, Sequence[Tool]]]) 
 def _unique(item: Tool, source: str, own: Collection[str], counts: Mapping[str, int]) -> Tool:
     if item.name not in own and counts[item.name] < 2:
         return item
-    return RenamedTool(item, f"{source}_{item.name}")
+    return RenamedTool(item, f"{source}_{item.name}"[:64])  # as long as model APIs take

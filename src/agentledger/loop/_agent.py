@@ -41,6 +41,7 @@ from ..errors import (
     LeaseLostError,
     LedgerError,
     ProcessorError,
+    ToolDefinitionError,
     UsageError,
 )
 from ..recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
@@ -159,7 +160,11 @@ class Agent:
                     self.config.tool_sources, self._connections, strict=True
                 )
             ]
-            tools = combined_tools(self.config.tools, listed)
+            try:
+                tools = combined_tools(self.config.tools, listed)
+            except ToolDefinitionError as exc:  # a prefixed name is one of the agent's own
+                logger.warning("%s; the tools of %s are left out", exc, self.config.tool_sources)
+                tools = self.config.tools
             if _signature(tools) != _signature(self._executor.tools):
                 self._executor = self._tool_executor(tools)
             return self._executor.tools

@@ -4,6 +4,7 @@ model's arguments held to it before the call, and the server's answer turned int
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -40,7 +41,9 @@ class MCPTool:
 
     @property
     def name(self) -> str:
-        return self.server_name
+        """The name the model calls it by: the server's, made acceptable to model APIs (1-64
+        letters, digits, '_' or '-')."""
+        return re.sub(r"[^A-Za-z0-9_-]", "_", self.server_name)[:64] or "tool"
 
     @property
     def metadata(self) -> dict[str, JsonValue]:
