@@ -331,14 +331,14 @@ def test_a_prefixed_name_the_agent_already_has_leaves_the_servers_tools_out(
     assert "two tools are named 'ours_add'" in caplog.text
 
 
-def test_the_async_loop_calls_the_servers_tools(ledger_path, ours_url):
-    agent = builder(ledger_path, call("add", a=20, b=22), answer("42")).with_mcp_servers(
-        [MCPServer.http(ours_url, name="ours")]
-    )
-    with agent.build() as built:
-        result = asyncio.run(built.arun("Add."))
-    (row,) = tool_rows(ledger_path, result.run_id)
-    assert (row["result"], row["metadata"]["mcp_tool"]) == ("42", "add")
+def test_the_async_loop_calls_the_servers_tools_with_the_headers_given(ledger_path, ours_url):
+    server = MCPServer.http(ours_url, name="ours", headers={"Authorization": "Bearer t0ken"})
+    script = [call("add", a=20, b=22), call("authorization", "call_1"), answer("42")]
+    with builder(ledger_path, *script).with_mcp_servers([server]).build() as agent:
+        result = asyncio.run(agent.arun("Add."))
+    add, authorization = tool_rows(ledger_path, result.run_id)
+    assert (add["result"], add["metadata"]["mcp_tool"]) == ("42", "add")
+    assert authorization["result"] == "Bearer t0ken"
 
 
 def test_a_subagent_calls_the_tools_of_its_own_mcp_server(ledger_path, ours_url):

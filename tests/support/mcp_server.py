@@ -40,6 +40,12 @@ def upper(text: str) -> str:
 
 
 @app.tool()
+def authorization(ctx: Context) -> str:
+    """The Authorization header the call came with (over HTTP)."""
+    return (ctx.headers or {}).get("authorization", "none")
+
+
+@app.tool()
 def quota() -> CallToolResult:
     """Report a failure the way a server does without raising: an isError result."""
     return CallToolResult(content=[TextContent(type="text", text="quota exceeded")], is_error=True)
