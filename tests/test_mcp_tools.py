@@ -152,6 +152,7 @@ def test_server_errors_are_tool_errors_the_model_answers_from(ledger_path, ours_
         builder(
             ledger_path,
             call("divide", a=1, b=0),
+            call("refuse", "call_4"),
             call("quota", "call_1"),
             call("add", "call_2", a="one", b=2),
             call("add", "call_3", a=1, b=2),
@@ -163,14 +164,18 @@ def test_server_errors_are_tool_errors_the_model_answers_from(ledger_path, ours_
     with agent:
         result = agent.run("Do some arithmetic.")
     assert result.answer == "1 + 2 = 3; I could not divide by zero."
-    divide, quota, bad, add = tool_rows(ledger_path, result.run_id)
+    divide, refuse, quota, bad, add = tool_rows(ledger_path, result.run_id)
     assert divide["is_error"] and "cannot divide by zero" in divide["result"]
+    assert refuse["is_error"] and refuse["result"] == (
+        "Error: MCP server 'ours' answered tool 'refuse' with an error: refused: this tool "
+        "takes no calls today (code -32602)"
+    )
     assert quota["is_error"] and quota["result"] == "Error: quota exceeded"
     assert bad["is_error"] and "invalid arguments for tool 'add'" in bad["result"]
     assert "a: 'one' is not of type 'integer'" in bad["result"]
     assert not add["is_error"] and add["result"] == "3"
     assert add["metadata"]["structured_content"] == {"result": 3}
-    for row in (divide, quota, bad, add):
+    for row in (divide, refuse, quota, bad, add):
         assert row["metadata"]["mcp_server"] == "ours"
 
 

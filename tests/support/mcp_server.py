@@ -14,6 +14,7 @@ import sys
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
 from mcp.types import CallToolResult, TextContent
 
 app = MCPServer("ours")
@@ -43,6 +44,12 @@ def upper(text: str) -> str:
 def authorization(ctx: Context) -> str:
     """The Authorization header the call came with (over HTTP)."""
     return (ctx.headers or {}).get("authorization", "none")
+
+
+@app.tool()
+def refuse() -> str:
+    """Answer with a protocol error (JSON-RPC), not a tool result."""
+    raise MCPError(code=-32602, message="refused: this tool takes no calls today")
 
 
 @app.tool()
