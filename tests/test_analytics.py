@@ -766,6 +766,7 @@ def test_postgresql_and_sqlite_give_the_same_results_for_the_same_runs(
             "tool_stats": analytics.tool_stats(),
             "tool_stats_by_agent": analytics.tool_stats(by="agent"),
             "tool_stats_by_model": analytics.tool_stats(by="model"),
+            "tool_stats_by_server": analytics.tool_stats(by="server"),
             "model_usage": analytics.model_usage(),
             "agent_usage": analytics.agent_usage(),
             "conversation_usage": analytics.conversation_usage(),
@@ -833,6 +834,7 @@ CLI_VIEWS: dict[str, Callable[[Analytics], duckdb.DuckDBPyRelation]] = {
     "run_rollup": lambda a: a.run_rollup(),
     "tool_stats": lambda a: a.tool_stats(),
     "tool_stats_by_agent": lambda a: a.tool_stats(by="agent"),
+    "tool_stats_by_server": lambda a: a.tool_stats(by="server"),
     "model_usage": lambda a: a.model_usage(),
     "conversation_usage": lambda a: a.conversation_usage(),
 }
@@ -1467,6 +1469,7 @@ def test_an_empty_ledger_gives_empty_views_and_zero_counts(db_url: str) -> None:
             analytics.run_rollup(),
             analytics.tool_stats(),
             analytics.tool_stats(by="agent"),
+            analytics.tool_stats(by="server"),
             analytics.model_usage(),
             analytics.agent_usage(),
             analytics.conversation_usage(),

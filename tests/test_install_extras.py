@@ -37,7 +37,8 @@ ANALYTICS = {"duckdb", "duckdb-extension-sqlite-scanner"}
 OTEL = {"opentelemetry-api", "opentelemetry-sdk", "opentelemetry-proto", "protobuf"}
 OTEL_API = {"opentelemetry-api"}
 """The OpenTelemetry API alone (no SDK, no exporter): FastAPI depends on it, and so does the MCP
-SDK the OpenAI Agents SDK needs, so their extras bring it whatever agentledger does."""
+SDK (the mcp extra's, and the one the OpenAI Agents SDK needs), so their extras bring it
+whatever agentledger does."""
 HEAVY = {
     *ANALYTICS,
     *OTEL,
@@ -230,3 +231,24 @@ def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(
     found = probe(python, "analytics-postgresql", pg_url)
     assert found["uses"]["rows"] == ROLLUP * 2  # both probes' runs, in one ledger
     assert {*ANALYTICS, "duckdb-extension-postgres-scanner", "psycopg"} <= set(found["installed"])
+
+
+def test_the_mcp_extra_offers_an_mcp_servers_tools_to_an_agent(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "mcp", tmp_path / "venv")
+
+    found = probe(python, "mcp", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {
+        "result": "42",
+        "metadata": {
+            "mcp_server": "probe",
+            "mcp_tool": "multiply",
+            "structured_content": {"result": 42},
+        },
+    }
+    installed = found["installed"]
+    assert {"mcp", "jsonschema"} <= set(installed)
+    assert not (HEAVY - OTEL_API) & set(installed), (HEAVY - OTEL_API) & set(installed)
+    report(f"[mcp]: {len(installed)} packages, {megabytes(sum(installed.values()))}")

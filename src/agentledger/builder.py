@@ -21,6 +21,7 @@ from .core import (
     Summarizer,
     Tool,
     ToolSet,
+    ToolSource,
     default_criteria,
 )
 from .drivers import ToolCallingDriver
@@ -78,6 +79,7 @@ class AgentBuilder:
     summary_model: str | None = None
     partial_flush: PartialFlush = PartialFlush()
     tracer: Tracer | None = None
+    mcp_servers: tuple[ToolSource, ...] = ()
 
     def _with(self, **changes: object) -> AgentBuilder:
         return dataclasses.replace(self, **changes)  # type: ignore[arg-type]
@@ -93,6 +95,26 @@ class AgentBuilder:
     def with_tools(self, tools: Iterable[Tool | Callable[..., object]]) -> AgentBuilder:
         """Add tools: ``@tool`` functions, plain typed functions or any :class:`Tool`."""
         return self._with(tools=(*self.tools, *tools))
+
+    def with_mcp_servers(self, servers: Iterable[ToolSource]) -> AgentBuilder:
+        """Add the tools of Model Context Protocol servers: ``MCPServer.stdio(...)`` or
+        ``MCPServer.http(...)`` from :mod:`agentledger.integrations.mcp` (the ``mcp`` extra).
+
+        Each server is started (or connected to) at the agent's first run and its tools listed
+        at the start of every run (again when the server said its list changed); they are
+        called like the agent's own, and each call records the server and the tool's name
+        there. A tool whose name another tool has is offered as ``<server>_<tool>``.
+        ``Agent.close()`` (or ``with agent:``) stops the servers.
+        """
+        added = tuple(servers)
+        for server in added:
+            if not isinstance(server, ToolSource):
+                raise ConfigurationError(
+                    f"with_mcp_servers() takes MCPServer.stdio(...) or MCPServer.http(...) "
+                    f"(from agentledger.integrations.mcp), not {server!r}"
+                )
+        _check_unique_names((*self.mcp_servers, *added))
+        return self._with(mcp_servers=(*self.mcp_servers, *added))
 
     def with_system_prompt(self, prompt: str) -> AgentBuilder:
         return self._with(system_prompt=prompt)
@@ -267,6 +289,7 @@ class AgentBuilder:
                 summarizer=self._summarizer(),
                 partial_flush=self.partial_flush,
                 tracer=self.tracer,
+                tool_sources=self.mcp_servers,
             )
         )
 
@@ -293,6 +316,8 @@ class AgentBuilder:
             subagents=tuple(spec.subagents),
             subagent_policy=self.subagent_policy,
         )
+        if spec.mcp_servers:
+            builder = builder.with_mcp_servers(spec.mcp_servers)
         return builder.with_budget(spec.budget) if spec.budget is not None else builder
 
     def _driver(self) -> Driver:
@@ -337,3 +362,14 @@ class AgentBuilder:
             *carried,
             AppendToolTraceToBuffer(),
         )
+
+
+def _check_unique_names(servers: tuple[ToolSource, ...]) -> None:
+    """Each server's name is what its calls are recorded under: two alike would be mixed up."""
+    names = [server.name for server in servers]
+    for name in names:
+        if names.count(name) > 1:
+            raise ConfigurationError(
+                f"two MCP servers are named {name!r}: give each its own name "
+                "(MCPServer.stdio(..., name=...) or MCPServer.http(..., name=...))"
+            )

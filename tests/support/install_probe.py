@@ -144,6 +144,49 @@ def traced_and_exported(url: str) -> dict[str, Any]:
     }
 
 
+MCP_SERVER = """
+from mcp.server.mcpserver import MCPServer
+
+app = MCPServer("probe")
+
+
+@app.tool()
+def multiply(a: int, b: int) -> int:
+    return a * b
+
+
+app.run("stdio")
+"""
+
+
+def mcp_tool_call(url: str) -> Any:
+    """An agent calling the tool of an MCP server (the SDK's own, over stdio): what the
+    ledger recorded of the call."""
+    import tempfile
+
+    from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall
+    from agentledger.integrations.mcp import MCPServer
+    from agentledger.ledger import Ledger
+
+    script = Path(tempfile.mkdtemp()) / "server.py"
+    script.write_text(MCP_SERVER)
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(
+                tool_calls=[ToolCall(id="c1", name="multiply", arguments={"a": 6, "b": 7})]
+            ),
+            InferenceResponse(content="42"),
+        ]
+    )
+    server = MCPServer.stdio(sys.executable, [str(script)], name="probe")
+    with Ledger.open(url) as ledger:
+        builder = AgentBuilder().with_llm(llm).with_ledger(ledger).with_mcp_servers([server])
+        with builder.build() as agent:
+            run_id = agent.run("6 * 7?").run_id
+        (execution,) = ledger.tool_executions(run_id)
+    return {"result": execution.result, "metadata": execution.metadata}
+
+
 USES: dict[str, Callable[[str], Any]] = {
     "base": analytics_error,
     "postgresql": analytics_error,
@@ -155,6 +198,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "examples": chat_app_conversation,
     "openai-agents": session_items,
     "otel": traced_and_exported,
+    "mcp": mcp_tool_call,
 }
 
 

@@ -28,7 +28,7 @@ LEDGER = "ledger"
 """The name the ledger is attached under; the views read ``ledger.<table>``."""
 
 Unit = Literal["minute", "hour", "day", "week", "month"]
-ToolGrouping = Literal["agent", "model"]
+ToolGrouping = Literal["agent", "model", "server"]
 
 _TIMESTAMP_COLUMNS = ("started_at", "created_at")
 EMPTY_FOLDER = "empty"
@@ -184,7 +184,13 @@ class Analytics:
 
     def tool_stats(self, by: ToolGrouping | None = None) -> duckdb.DuckDBPyRelation:
         """Per tool (and per agent or model with ``by``): calls, errors, error rate and
-        p50/p95/p99 duration."""
+        p50/p95/p99 duration. ``by="server"``: the same per MCP server the tools came from
+        (``server``, NULL for the agent's own tools), with how many of its ``tools`` were
+        called."""
+        if by not in (None, "agent", "model", "server"):
+            raise ConfigurationError(
+                f"tool_stats(by={by!r}): give agent, model or server (or nothing, per tool)"
+            )
         return self._view("tool_stats" if by is None else f"tool_stats_by_{by}")
 
     def model_usage(self) -> duckdb.DuckDBPyRelation:

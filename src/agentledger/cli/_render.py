@@ -10,6 +10,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from ..core import MCP_SERVER_KEY, MCP_TOOL_KEY
 from ..loop import TRACEBACK_KEY
 
 
@@ -79,9 +80,9 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
             item.add(f"[red]{escape(step.error)}[/red]")
         for tool in step.tool_executions:
             mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
+            name = escape(tool.tool_name + _server(tool))
             leaf = item.add(
-                f"{mark} {escape(tool.tool_name)} · {ms(tool.duration_ms)} → "
-                f"{escape(preview(tool.result))}"
+                f"{mark} {name} · {ms(tool.duration_ms)} → {escape(preview(tool.result))}"
             )
             if verbose and tool.is_error:
                 _add_failure(leaf, tool)
@@ -91,6 +92,16 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
         answer = step.final_response()
         if answer is not None:
             item.add(f"[green]answer:[/green] {escape(preview(answer.content))}")
+
+
+def _server(tool: Any) -> str:
+    """`` (MCP git)`` for a tool an MCP server gave, `` (MCP git: status)`` when the agent
+    offered it under another name; empty for the agent's own tools."""
+    server, name = tool.metadata.get(MCP_SERVER_KEY), tool.metadata.get(MCP_TOOL_KEY)
+    if not isinstance(server, str):
+        return ""
+    renamed = isinstance(name, str) and name != tool.tool_name
+    return f" (MCP {server}: {name})" if renamed else f" (MCP {server})"
 
 
 def _decided(execution: Any) -> str:

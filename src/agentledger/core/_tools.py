@@ -4,7 +4,12 @@
 the signature (through pydantic), the description from the docstring, and each parameter's
 description from an ``Args:`` section of the docstring or an ``Annotated[..., Field(...)]``.
 Anything else with a ``name``, a ``description``, an ``arguments_model`` and an ``invoke``
-method is a tool too (:class:`Tool`).
+method is a tool too (:class:`Tool`). A tool may also carry an ``input_schema`` (the JSON
+schema the model is shown, when it is not the arguments model's own: an MCP server's tool) and
+``metadata`` (kept on every execution of it, failed ones included).
+
+Tools may also come from a :class:`ToolSource` (an MCP server): connected once per agent and
+listed at the start of each run, since what such a source offers can change.
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ from __future__ import annotations
 import inspect
 import re
 import typing
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, overload, runtime_checkable
 
@@ -96,12 +101,33 @@ class Tool(Protocol):
 def tool_schema(tool: Tool) -> ToolSchema:
     """The JSON schema a model is shown for ``tool``; strict when the tool says so (a
     ``strict`` attribute, as ``@tool(strict=True)`` sets)."""
-    parameters = tool.arguments_model.model_json_schema()
+    given = getattr(tool, "input_schema", None)
+    parameters = dict(given) if isinstance(given, Mapping) else tool_parameters(tool)
     parameters.pop("title", None)
     strict = getattr(tool, "strict", False) is True
     return ToolSchema(
         name=tool.name, description=tool.description, parameters=parameters, strict=strict
     )
+
+
+MCP_SERVER_KEY = "mcp_server"
+"""The tool execution metadata key (``tool_executions.metadata``) naming the MCP server a
+call went to; the agent's own tools have none."""
+
+MCP_TOOL_KEY = "mcp_tool"
+"""The metadata key naming the tool as its MCP server knows it (the agent may prefix it)."""
+
+
+def tool_parameters(tool: Tool) -> dict[str, Any]:
+    """The JSON schema of ``tool``'s arguments model."""
+    return tool.arguments_model.model_json_schema()
+
+
+def tool_metadata(tool: Tool | None) -> dict[str, JsonValue]:
+    """What ``tool`` asks to be kept on each of its executions (its ``metadata``: the MCP
+    server it came from, say); empty for most tools."""
+    given = getattr(tool, "metadata", None)
+    return dict(given) if isinstance(given, Mapping) else {}
 
 
 @dataclass(frozen=True)
@@ -293,3 +319,81 @@ class ToolSet:
 
 
 EMPTY_TOOLS = ToolSet()
+
+
+@runtime_checkable
+class ToolConnection(Protocol):
+    """A :class:`ToolSource` opened for one agent: what it offers now, and how to let it go."""
+
+    def tools(self) -> Sequence[Tool]:
+        """The source's tools under the names it gives them, listed (or reconnected) when the
+        source is new, gone or says its list changed; never raises: a source that cannot be
+        reached offers what it last listed, and says why in the log."""
+        ...
+
+    def close(self) -> None:
+        """Let the source go (stop its process, end its session); idempotent."""
+        ...
+
+
+@runtime_checkable
+class ToolSource(Protocol):
+    """Where an agent's tools may come from besides its own (an MCP server): a description,
+    opened once per agent (:meth:`connect` does no I/O; the first run does)."""
+
+    @property
+    def name(self) -> str:
+        """The source's name: recorded with its tools' calls, and the prefix of a tool name
+        another tool of the agent already has."""
+        ...
+
+    def connect(self) -> ToolConnection: ...
+
+
+@dataclass(frozen=True)
+class RenamedTool:
+    """A source's tool offered under another name (prefixed by its source's name, because
+    another tool has its own): the same tool otherwise."""
+
+    tool: Tool
+    name: str
+
+    @property
+    def description(self) -> str:
+        return self.tool.description
+
+    @property
+    def arguments_model(self) -> type[BaseModel]:
+        return self.tool.arguments_model
+
+    @property
+    def input_schema(self) -> object:
+        return getattr(self.tool, "input_schema", None)
+
+    @property
+    def metadata(self) -> object:
+        return getattr(self.tool, "metadata", None)
+
+    def invoke(self, arguments: BaseModel, context: ToolContext) -> object:
+        return self.tool.invoke(arguments, context)
+
+
+def combined_tools(own: ToolSet, sources: Sequence[tuple[str, Sequence[Tool]]]) -> ToolSet:
+    """The agent's own tools followed by each source's, a source's tool prefixed with its
+    source's name (``git_status`` from ``"repo"`` becomes ``repo_git_status``) when another
+    tool (the agent's own, or another source's) has the same name: names never collide."""
+    counts: dict[str, int] = {}
+    for _, listed in sources:
+        for item in listed:
+            counts[item.name] = counts.get(item.name, 0) + 1
+    combined: list[Tool] = list(own)
+    names = frozenset(own.names())
+    for source, listed in sources:
+        combined.extend(_unique(item, source, names, counts) for item in listed)
+    return ToolSet(combined)
+
+
+def _unique(item: Tool, source: str, own: Collection[str], counts: Mapping[str, int]) -> Tool:
+    if item.name not in own and counts[item.name] < 2:
+        return item
+    return RenamedTool(item, f"{source}_{item.name}"[:64])  # as long as model APIs take

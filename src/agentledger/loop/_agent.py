@@ -6,9 +6,12 @@ code over values; asking the model and running tools happen in the driver.
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import logging
+import threading
 import time
+import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -20,8 +23,11 @@ from ..core import (
     Criterion,
     StateProcessor,
     Summarizer,
+    ToolConnection,
     ToolContext,
     ToolSet,
+    ToolSource,
+    combined_tools,
     decide,
     estimate_tokens,
     pending_outcome,
@@ -35,6 +41,7 @@ from ..errors import (
     LeaseLostError,
     LedgerError,
     ProcessorError,
+    ToolDefinitionError,
     UsageError,
 )
 from ..recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
@@ -103,6 +110,9 @@ class AgentConfig:
     partial_flush: PartialFlush = PartialFlush()
     tracer: Tracer | None = None
     """Traces the runs as they happen (``AgentBuilder.with_tracing``); None traces nothing."""
+    tool_sources: tuple[ToolSource, ...] = ()
+    """Where more tools come from (MCP servers): connected at the agent's first run, listed
+    at the start of each (``AgentBuilder.with_mcp_servers``)."""
 
 
 class Agent:
@@ -112,17 +122,68 @@ class Agent:
     yields the state after every step. A state whose last run finished starts a new run (a
     fresh execution buffer, the conversation kept); a state whose run is still ``running`` or
     ``failed`` continues that run.
+
+    An agent with tool sources (MCP servers) holds their connections: :meth:`close` (or
+    ``with agent:``) lets them go; whatever is left open is closed when the interpreter exits.
     """
 
     def __init__(self, config: AgentConfig) -> None:
         self.config = config
         tracer = config.tracer
-        self._executor = ToolExecutor(
-            config.tools, clock=config.clock, max_parallel=config.max_parallel_tools, tracer=tracer
-        )
+        self._executor = self._tool_executor(config.tools)
         # A final-response step offers no tools; any call the model still makes gets an
         # "unknown tool" result instead of running.
         self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock, tracer=tracer)
+        self._connections: tuple[ToolConnection, ...] = tuple(
+            source.connect() for source in config.tool_sources
+        )
+        self._listing = threading.Lock()
+        if self._connections:
+            _open_agents.add(self)
+
+    def _tool_executor(self, tools: ToolSet) -> ToolExecutor:
+        config = self.config
+        return ToolExecutor(
+            tools, clock=config.clock, max_parallel=config.max_parallel_tools, tracer=config.tracer
+        )
+
+    def refresh_tools(self) -> ToolSet:
+        """The tools the next step offers: the agent's own and its sources' as listed now
+        (each source connected, or reconnected, when it needs to be). Every run starts with
+        this; a run of this agent already going on sees the new list from its next step."""
+        if not self._connections:
+            return self._executor.tools
+        with self._listing:
+            listed = [
+                (source.name, tuple(connection.tools()))
+                for source, connection in zip(
+                    self.config.tool_sources, self._connections, strict=True
+                )
+            ]
+            try:
+                tools = combined_tools(self.config.tools, listed)
+            except ToolDefinitionError as exc:  # a prefixed name is one of the agent's own
+                logger.warning("%s; the tools of %s are left out", exc, self.config.tool_sources)
+                tools = self.config.tools
+            if _signature(tools) != _signature(self._executor.tools):
+                self._executor = self._tool_executor(tools)
+            return self._executor.tools
+
+    def close(self) -> None:
+        """Let the agent's tool sources go (their processes stopped, their sessions ended) and
+        those of the subagents it ran. The agent can run again: its next run reconnects."""
+        for connection in self._connections:
+            connection.close()
+        for item in self.config.tools:
+            closing = getattr(item, "close", None)
+            if callable(closing):
+                closing()
+
+    def __enter__(self) -> Agent:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
 
     @property
     def name(self) -> str:
@@ -130,7 +191,8 @@ class Agent:
 
     @property
     def tools(self) -> ToolSet:
-        return self.config.tools
+        """The tools a step is offered: the agent's own, and its sources' as last listed."""
+        return self._executor.tools
 
     @property
     def processors(self) -> Sequence[StateProcessor]:
@@ -142,6 +204,7 @@ class Agent:
 
     def execute(self, state: AgentState) -> AgentState:
         """Run ``state`` in memory until the run stops; the last state. Nothing is recorded."""
+        self.refresh_tools()
         last = self.begin(state)
         for after in self._continue(last):
             last = after
@@ -149,6 +212,7 @@ class Agent:
 
     def iterate(self, state: AgentState) -> Iterator[AgentState]:
         """Like :meth:`execute`, yielding the state after every step."""
+        self.refresh_tools()
         yield from self._continue(self.begin(state))
 
     def run(self, user_text: str, conversation_id: str | None = None) -> RunResult:
@@ -345,6 +409,8 @@ class Agent:
         recording each as it ends, then commit the run (or record it failed). Every exit of
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
+        if self._connections:
+            yield Call(self.refresh_tools)
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
             run = self._begin_and_step(state, user_message, watch)
             return (yield from traced(run, self.config.tracer, state, self.name))
@@ -538,10 +604,11 @@ class Agent:
         previous = pending_outcome(state.step_executions)
         final = previous is not None and previous.final_response_required
         reason = previous.stop_reason if previous is not None else None
+        executor = self._no_tools if final else self._executor
         return StepRequest(
             step_index=index,
-            tools=EMPTY_TOOLS if final else self.config.tools,
-            executor=self._no_tools if final else self._executor,
+            tools=executor.tools,
+            executor=executor,
             clock=self.config.clock,
             system_prompt=self.config.system_prompt,
             final_instruction=self.config.final_instruction.format(reason=reason)
@@ -552,6 +619,22 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
+
+
+def _signature(tools: ToolSet) -> tuple[tuple[str, int], ...]:
+    """What tells one listing of tools from another: each name and the tool behind it."""
+    return tuple((item.name, id(getattr(item, "tool", item))) for item in tools)
+
+
+_open_agents: weakref.WeakSet[Agent] = weakref.WeakSet()
+"""Agents holding tool-source connections: closed when the interpreter exits."""
+
+
+@atexit.register
+def _close_open_agents() -> None:
+    for agent in list(_open_agents):
+        with contextlib.suppress(Exception):
+            agent.close()
 
 
 def _spent(response: InferenceResponse) -> dict[str, object]:

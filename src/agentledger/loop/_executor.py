@@ -25,7 +25,7 @@ from functools import partial
 import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
-from ..core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet
+from ..core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet, tool_metadata
 from ..errors import LedgerError
 from ..values import (
     AgentState,
@@ -212,7 +212,8 @@ class ToolExecutor:
         try:
             return tool, tool.arguments_model.model_validate(call.arguments)
         except ValidationError as exc:
-            return self._failed(context, started_at, _invalid_arguments(call, exc))
+            message = _invalid_arguments(call, exc)
+            return self._failed(context, started_at, message, metadata=tool_metadata(tool))
 
     def _output(
         self, context: ToolContext, started_at: datetime, value: object, arguments: BaseModel
@@ -255,7 +256,7 @@ class ToolExecutor:
             call.id,
             _traceback_text(exc).rstrip("\n"),
         )
-        metadata: dict[str, JsonValue] = {TRACEBACK_KEY: _kept_traceback(exc)}
+        metadata = {**tool_metadata(self.tools.get(call.name)), TRACEBACK_KEY: _kept_traceback(exc)}
         return self._failed(context, started_at, message, arguments, metadata=metadata)
 
     def _failed(

@@ -8,12 +8,13 @@ spawn tool's result; nothing of the child's trace reaches the parent's buffer or
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PositiveInt
 
-from ..core import Tool, ToolContext, ToolOutput
+from ..core import Tool, ToolContext, ToolOutput, ToolSource
 from ..recording import RunResult
 from ..values import LLM, AgentStatus, ExecutionBudget, Spend
 from ._agent import Agent
@@ -26,7 +27,8 @@ class SubagentSpec:
     """A subagent the model may spawn: who it is, what it may use, how much it may spend.
 
     ``llm`` defaults to the parent's model; ``budget`` is tightened by what the parent has left
-    when it spawns; ``subagents`` are the ones this subagent may spawn in turn.
+    when it spawns; ``subagents`` are the ones this subagent may spawn in turn; its tools from
+    ``mcp_servers`` are connected at its first run and kept until the parent agent is closed.
     """
 
     name: str
@@ -36,6 +38,7 @@ class SubagentSpec:
     llm: LLM | None = None
     budget: ExecutionBudget | None = None
     subagents: Sequence[SubagentSpec] = field(default_factory=tuple)
+    mcp_servers: Sequence[ToolSource] = ()
 
 
 class SubagentPolicy(BaseModel):
@@ -68,6 +71,9 @@ class SpawnSubagentTool:
     make_agent: Callable[[SubagentSpec], Agent]
     name: str = SPAWN_TOOL_NAME
     arguments_model: type[BaseModel] = SpawnArguments
+    _connected: dict[str, Agent] = field(default_factory=dict, compare=False, repr=False)
+    """The subagents with tool sources, made once: their connections outlive a spawn."""
+    _making: threading.Lock = field(default_factory=threading.Lock, compare=False, repr=False)
 
     @property
     def description(self) -> str:
@@ -99,8 +105,26 @@ class SpawnSubagentTool:
         budget = parent.budget.remaining(spent, parent.run_started_at)
         if spec.budget is not None:
             budget = budget.tightened(spec.budget)
-        child = self.make_agent(spec)
+        child = self._agent(spec)
         return _reported(spec, _run_once(child, arguments.task, context, budget))
+
+    def _agent(self, spec: SubagentSpec) -> Agent:
+        """The agent of ``spec``: a new one each time, unless it has tool sources, whose
+        connections are made once and kept until :meth:`close`."""
+        if not spec.mcp_servers:
+            return self.make_agent(spec)
+        with self._making:
+            if spec.name not in self._connected:
+                self._connected[spec.name] = self.make_agent(spec)
+            return self._connected[spec.name]
+
+    def close(self) -> None:
+        """Let the subagents' tool sources go (``Agent.close`` of the parent does it)."""
+        with self._making:
+            agents = list(self._connected.values())
+            self._connected.clear()
+        for agent in agents:
+            agent.close()
 
 
 def _run_once(child: Agent, task: str, context: ToolContext, budget: ExecutionBudget) -> RunResult:

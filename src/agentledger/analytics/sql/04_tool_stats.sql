@@ -2,7 +2,10 @@
 --
 -- tool_stats: per tool, its calls, errors, error rate and duration percentiles (milliseconds);
 -- tool_stats_by_agent and tool_stats_by_model split the same by the agent that called the
--- tool and by the model whose step asked for it.
+-- tool and by the model whose step asked for it; tool_stats_by_server per MCP server the tools
+-- came from (the server a call went to is in the tool execution's metadata, mcp_server), with
+-- how many of its tools were called: the agent's own tools (Python functions, spawned
+-- subagents) have a NULL server.
 
 CREATE OR REPLACE MACRO _tool_stats_columns(duration_ms, is_error) AS (
     struct_pack(
@@ -31,3 +34,11 @@ CREATE OR REPLACE VIEW tool_stats_by_model AS
 SELECT tool_name, model, unnest(_tool_stats_columns(duration_ms, is_error))
 FROM tool_calls
 GROUP BY tool_name, model;
+
+CREATE OR REPLACE VIEW tool_stats_by_server AS
+SELECT
+    json_extract_string(metadata, '$.mcp_server') AS server,
+    count(DISTINCT tool_name) AS tools,
+    unnest(_tool_stats_columns(duration_ms, CAST(is_error AS BOOLEAN)))
+FROM ledger.tool_executions
+GROUP BY server;
