@@ -17,9 +17,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from agentledger import AgentBuilder, Message, SubagentSpec, ToolCall, tool
+from agentledger.cli import cli
 from agentledger.errors import (
     ConversationBusyError,
     LedgerReadOnlyError,
@@ -413,3 +415,92 @@ def test_an_analytics_cache_synced_after_a_forget_no_longer_holds_the_conversati
             assert held("conversations", "id") == {kept}
             assert held("agent_runs") == held("conversation_messages") == {kept}
             assert held("context_compactions") == set()
+
+
+# --- the command line ---------------------------------------------------------------------------
+
+
+SQLITE_ONLY = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+"""The command line is one shell over both backends: the library's tests cover PostgreSQL."""
+
+
+def invoke(url: str, *args: str) -> Any:
+    return CliRunner().invoke(cli, ["--db", url, *args])
+
+
+@SQLITE_ONLY
+def test_agentledger_forget_ids_prints_the_counts_and_the_log_id(
+    db_url: str, ledger: Ledger, db: Database, recorded: tuple[str, str]
+) -> None:
+    secret, kept = recorded
+    result = invoke(db_url, "forget", secret[:12])
+    assert result.exit_code == 0, result.output
+    log_id = db.scalar("SELECT id FROM forget_log")
+    assert log_id in result.output and "conversation_messages" in result.output
+    assert "2 conversations" in result.output
+    assert [c.id for c in ledger.conversations()] == [kept]
+
+
+@SQLITE_ONLY
+def test_agentledger_forget_json_is_one_object(db_url: str, recorded: tuple[str, str]) -> None:
+    secret, _ = recorded
+    result = invoke(db_url, "forget", secret, "--json", "--dry-run")
+    assert result.exit_code == 0, result.output
+    record = json.loads(result.stdout)
+    assert record["dry_run"] is True and record["log_id"] is None
+    assert record["conversation_ids"][0] == secret and record["counts"]["conversations"] == 2
+    assert record["rows"] == sum(record["counts"].values())
+
+
+@SQLITE_ONLY
+def test_agentledger_forget_with_owner_forgets_the_owner(
+    db_url: str, ledger: Ledger, recorded: tuple[str, str]
+) -> None:
+    secret, kept = recorded
+    own(ledger, secret, tenant=None, owner="ann")
+    result = invoke(db_url, "--owner", "ann", "forget", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["reason"] == "owner"
+    assert [c.id for c in ledger.conversations()] == [kept]
+
+
+@SQLITE_ONLY
+def test_agentledger_forget_older_than_keeps_to_the_tenant_and_a_dry_run_deletes_nothing(
+    db_url: str, ledger: Ledger, clock: FakeClock, recorded: tuple[str, str]
+) -> None:
+    _, kept = recorded  # a month ago
+    other = record_kept_conversation(ledger, clock)
+    own(ledger, kept, tenant="acme", owner=None)
+    own(ledger, other, tenant="other", owner=None)
+    result = invoke(db_url, "forget", "--older-than", "1d", "--tenant", "acme", "--dry-run")
+    assert result.exit_code == 0, result.output
+    assert f"1 conversations would be forgotten (dry run: nothing deleted): {kept}" in result.output
+    assert len(ledger.conversations()) == 4
+    done = invoke(db_url, "--tenant", "acme", "forget", "--older-than", "1w", "--json")
+    assert done.exit_code == 0, done.output
+    assert json.loads(done.stdout)["conversation_ids"] == [kept]
+    assert kept not in [c.id for c in ledger.conversations()]
+    assert other in [c.id for c in ledger.conversations()]
+
+
+def test_agentledger_forget_refuses_an_age_it_cannot_read(tmp_path: Path) -> None:
+    url = str(tmp_path / "ledger.db")
+    Ledger.open(url).close()
+    for age in ("90", "ninety days", "0d", "3m", "-1d", "1.5d"):
+        result = invoke(url, "forget", "--older-than", age)
+        assert result.exit_code == 2 and "such as 90d" in result.output, result.output
+
+
+def test_agentledger_forget_refuses_nothing_to_forget_and_mixed_choices(tmp_path: Path) -> None:
+    url = str(tmp_path / "ledger.db")
+    Ledger.open(url).close()
+    nothing = invoke(url, "forget")
+    assert (
+        nothing.exit_code == 2 and "--older-than" in nothing.output and "--owner" in nothing.output
+    )
+    both = invoke(url, "forget", "0123456789ab", "--older-than", "9d")
+    assert both.exit_code == 2 and "not both" in both.output
+    read_only = invoke(url, "--read-only", "forget", "0123456789ab")
+    assert read_only.exit_code == 1 and "--read-only" in read_only.output
+    missing = invoke(url, "forget", "0123456789ab")
+    assert missing.exit_code == 1 and "no conversation '0123456789ab'" in missing.output
