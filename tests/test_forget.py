@@ -11,6 +11,9 @@ on SQLite, no byte of the file spells any of the words.
 from __future__ import annotations
 
 import json
+import os
+import pty
+import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -33,6 +36,7 @@ from agentledger.ledger.checksums import checksum
 from agentledger.ledger.tables import conversations
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from agentledger.values import Role
+from support.cli import CONSOLE_SCRIPT
 from support.clocks import FakeClock
 from support.ledger import Database
 from support.subagents import SPAWN, Router, Script, answer, prompt
@@ -323,8 +327,14 @@ def test_forget_takes_prefixes_and_refuses_what_it_cannot_forget(
         UsageError, match=rf"subagent's.*forgotten with the conversation of that run, {secret}"
     ):
         ledger.forget(subagent.id)
-    with pytest.raises(UsageError, match="at least one"):
-        ledger.forget([])
+    for nothing, says in (
+        ([], "none was given"),
+        (None, "not None"),
+        ([1], "not 1"),
+        ([""], "not ''"),
+    ):
+        with pytest.raises(UsageError, match=says):
+            ledger.forget(nothing)  # type: ignore[arg-type]
     assert len(ledger.conversations()) == 3  # nothing went
 
 
@@ -379,6 +389,8 @@ def test_forget_inactive_forgets_the_conversations_quiet_since_then_with_their_s
     assert [c.id for c in ledger.conversations()] == [recent]
     with pytest.raises(UsageError, match="positive timedelta"):
         ledger.forget_inactive(timedelta(0))
+    with pytest.raises(UsageError, match="before the year 1"):
+        ledger.forget_inactive(timedelta.max)
     assert ledger.verify() == []
 
 
@@ -474,7 +486,7 @@ def test_agentledger_forget_older_than_keeps_to_the_tenant_and_a_dry_run_deletes
     own(ledger, other, tenant="other", owner=None)
     result = invoke(db_url, "forget", "--older-than", "1d", "--tenant", "acme", "--dry-run")
     assert result.exit_code == 0, result.output
-    assert f"1 conversations would be forgotten (dry run: nothing deleted): {kept}" in result.output
+    assert f"1 conversation would be forgotten (dry run: nothing deleted): {kept}" in result.output
     assert len(ledger.conversations()) == 4
     done = invoke(db_url, "--tenant", "acme", "forget", "--older-than", "1w", "--json")
     assert done.exit_code == 0, done.output
@@ -486,7 +498,7 @@ def test_agentledger_forget_older_than_keeps_to_the_tenant_and_a_dry_run_deletes
 def test_agentledger_forget_refuses_an_age_it_cannot_read(tmp_path: Path) -> None:
     url = str(tmp_path / "ledger.db")
     Ledger.open(url).close()
-    for age in ("90", "ninety days", "0d", "3m", "-1d", "1.5d"):
+    for age in ("90", "ninety days", "0d", "3m", "-1d", "1.5d", "99999999999d"):
         result = invoke(url, "forget", "--older-than", age)
         assert result.exit_code == 2 and "such as 90d" in result.output, result.output
 
@@ -504,3 +516,27 @@ def test_agentledger_forget_refuses_nothing_to_forget_and_mixed_choices(tmp_path
     assert read_only.exit_code == 1 and "--read-only" in read_only.output
     missing = invoke(url, "forget", "0123456789ab")
     assert missing.exit_code == 1 and "no conversation '0123456789ab'" in missing.output
+
+
+def test_agentledger_forget_asks_at_a_terminal_and_a_no_forgets_nothing(tmp_path: Path) -> None:
+    path, clock = tmp_path / "ledger.db", FakeClock()
+    with Ledger.open(path, clock=clock) as ledger:
+        kept = record_kept_conversation(ledger, clock)
+    for answer_, exit_code, left in (("n", 1, 1), ("y", 0, 0)):
+        primary, secondary = pty.openpty()
+        os.write(primary, f"{answer_}\n".encode())
+        try:
+            done = subprocess.run(
+                [str(CONSOLE_SCRIPT), "--db", str(path), "forget", kept],
+                stdin=secondary,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            os.close(primary)
+            os.close(secondary)
+        assert done.returncode == exit_code, done.stdout + done.stderr
+        assert "Forget these 5 rows for good? [y/N]" in done.stdout
+        with Ledger.open(path) as ledger:
+            assert len(ledger.conversations()) == left

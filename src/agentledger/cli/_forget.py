@@ -33,14 +33,17 @@ class Age(click.ParamType[timedelta]):
         if isinstance(value, timedelta):
             return value
         match = _AGE.fullmatch(str(value))
-        if match is None or int(match[1]) == 0:
-            self.fail(
-                f"{value!r} is not an age: give a whole number above 0 and a unit, h (hours), "
-                "d (days) or w (weeks), such as 90d",
-                param,
-                ctx,
-            )
-        return timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+        try:
+            if match is not None and int(match[1]) > 0:
+                return timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
+        except OverflowError:
+            pass
+        self.fail(
+            f"{value!r} is not an age: give a whole number above 0 and a unit, h (hours), "
+            "d (days) or w (weeks), such as 90d",
+            param,
+            ctx,
+        )
 
 
 @cli.command()
@@ -124,7 +127,8 @@ def _show(forgotten: Forgotten) -> None:
     begin any id of the ledger), then the rows by table."""
     verb = "would be forgotten (dry run: nothing deleted)" if forgotten.dry_run else "forgotten"
     ids = ", ".join(forgotten.conversation_ids) or "none"
-    click.echo(f"{len(forgotten.conversation_ids)} conversations {verb}: {ids}")
+    count = len(forgotten.conversation_ids)
+    click.echo(f"{count} conversation{'' if count == 1 else 's'} {verb}: {ids}")
     table = Table()
     table.add_column("table")
     table.add_column("rows", justify="right")

@@ -25,7 +25,7 @@ The change-tracking triggers (revision 0008) log every deleted row's id in
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -124,6 +124,21 @@ class _Tree:
 
 
 # --- choosing the conversations ---------------------------------------------------------------
+
+
+def conversation_ids(given: object) -> list[str]:
+    """``forget``'s argument as a list of ids: one id, or several (any iterable of them);
+    :class:`UsageError` for anything else, or for none."""
+    if not isinstance(given, str | Iterable):
+        raise UsageError(f"forget() takes a conversation id or an iterable of ids, not {given!r}")
+    ids: list[str] = []
+    for one in [given] if isinstance(given, str) else given:
+        if not isinstance(one, str) or not one:
+            raise UsageError(f"a conversation id is a non-empty text, not {one!r}")
+        ids.append(one)
+    if not ids:
+        raise UsageError("forget() needs a conversation id, or several: none was given")
+    return ids
 
 
 def given_conversations(given: Sequence[str]) -> Choose:
@@ -412,4 +427,9 @@ def inactive_since(older_than: timedelta, now: datetime) -> datetime:
             f"older_than must be a positive timedelta (such as timedelta(days=90)), not "
             f"{older_than!r}"
         )
-    return now - older_than
+    try:
+        return now - older_than
+    except OverflowError:
+        raise UsageError(
+            f"older_than {older_than} reaches back before the year 1: give a shorter time"
+        ) from None

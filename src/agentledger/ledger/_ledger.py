@@ -24,7 +24,6 @@ from ..errors import (
     LedgerError,
     LedgerOpenError,
     SchemaVersionError,
-    UsageError,
 )
 from ..values import (
     AgentState,
@@ -56,6 +55,7 @@ from ._engine import (
 from ._forget import (
     Choose,
     Forgotten,
+    conversation_ids,
     forget,
     given_conversations,
     inactive_conversations,
@@ -475,9 +475,7 @@ class Ledger:
         :class:`UsageError` for a subagent's (it goes with its main one),
         :class:`ConversationBusyError` while a run holds any of them (nothing is deleted),
         :class:`LedgerReadOnlyError` on a read-only handle (a dry run only reads)."""
-        given = [conversation_id] if isinstance(conversation_id, str) else list(conversation_id)
-        if not given:
-            raise UsageError("forget() needs at least one conversation id")
+        given = conversation_ids(conversation_id)
         return self._forget(given_conversations(given), "conversation", None, dry_run)
 
     def forget_owner(self, owner_id: str, *, dry_run: bool = False) -> Forgotten:
