@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import sqlite3
 import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
@@ -271,6 +272,8 @@ def test_no_byte_of_the_sqlite_file_spells_a_word_of_a_forgotten_conversation(
             return b"".join(f.read_bytes() for f in files if f.exists()).lower()
 
         assert all(w.lower().encode() in held() for w in SECRETS.values())
+        with ledger.engine.connect() as conn:  # what a write deletes is zeroed, not left
+            assert conn.exec_driver_sql("PRAGMA secure_delete").scalar() == 1
         forgotten = ledger.forget(secret)
         assert forgotten.checkpointed is True
         assert not path.with_name(path.name + "-wal").stat().st_size
@@ -540,3 +543,18 @@ def test_agentledger_forget_asks_at_a_terminal_and_a_no_forgets_nothing(tmp_path
         assert "Forget these 5 rows for good? [y/N]" in done.stdout
         with Ledger.open(path) as ledger:
             assert len(ledger.conversations()) == left
+
+
+def test_a_reader_in_progress_keeps_the_wal_and_the_result_says_so(tmp_path: Path) -> None:
+    path, clock = tmp_path / "ledger.db", FakeClock()
+    with Ledger.open(path, clock=clock, busy_timeout=0.2) as ledger:
+        kept = record_kept_conversation(ledger, clock)
+        reader = sqlite3.connect(path, isolation_level=None)
+        try:
+            reader.execute("BEGIN")
+            reader.execute("SELECT COUNT(*) FROM conversation_messages").fetchone()
+            forgotten = ledger.forget(kept)
+        finally:
+            reader.close()
+        assert forgotten.checkpointed is False and forgotten.log_id is not None
+        assert ledger.conversations() == []

@@ -165,8 +165,8 @@ def owner_conversations(owner_id: str) -> Choose:
 
 def inactive_conversations(cutoff: datetime) -> Choose:
     """Every main conversation in the scope with no activity since ``cutoff``: not updated, no
-    message written and no run (its own or a subagent's below it) started, beating or ending
-    since."""
+    message written and no run of it started, beating or ending since (its subagents' runs
+    happen within its own)."""
 
     def choose(conn: Connection, scope: Scope) -> list[str]:
         quiet = and_(
