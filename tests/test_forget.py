@@ -558,3 +558,13 @@ def test_a_reader_in_progress_keeps_the_wal_and_the_result_says_so(tmp_path: Pat
             reader.close()
         assert forgotten.checkpointed is False and forgotten.log_id is not None
         assert ledger.conversations() == []
+
+
+def test_more_conversations_than_a_statement_binds_are_forgotten_together(tmp_path: Path) -> None:
+    clock = FakeClock()
+    with Ledger.open(tmp_path / "ledger.db", clock=clock, synchronous="NORMAL") as ledger:
+        many = {ledger.create_conversation(title=f"n{n}").id for n in range(510)}
+        clock.now += timedelta(days=2)
+        forgotten = ledger.forget_inactive(timedelta(days=1))
+        assert set(forgotten.conversation_ids) == many and forgotten.counts["conversations"] == 510
+        assert ledger.conversations() == [] and ledger.verify() == []
