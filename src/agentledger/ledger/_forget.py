@@ -370,7 +370,7 @@ def _log(
 # --- the whole operation ------------------------------------------------------------------------
 
 
-def forget(
+def forget_chosen(
     database: Database,
     choose: Choose,
     *,

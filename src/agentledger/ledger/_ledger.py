@@ -56,7 +56,7 @@ from ._forget import (
     Choose,
     Forgotten,
     conversation_ids,
-    forget,
+    forget_chosen,
     given_conversations,
     inactive_conversations,
     inactive_since,
@@ -493,12 +493,8 @@ class Ledger:
         reason = f"inactive since {cutoff.isoformat()}"
         return self._forget(inactive_conversations(cutoff), reason, None, dry_run)
 
-    def _forget(
-        self, choose: Choose, reason: str, owner_id: str | None, dry_run: bool
-    ) -> Forgotten:
-        if not dry_run:
-            self._database.check_writable("forgetting conversations")
-        return forget(self._database, choose, reason=reason, owner_id=owner_id, dry_run=dry_run)
+    def _forget(self, choose: Choose, reason: str, owner: str | None, dry: bool) -> Forgotten:
+        return forget_chosen(self._database, choose, reason=reason, owner_id=owner, dry_run=dry)
 
     def _narrowed(self, *, tenant_id: str | None, owner_id: str | None) -> Ledger:
         """This handle further limited to a tenant and an owner, sharing its engine and
