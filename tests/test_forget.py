@@ -207,7 +207,7 @@ def test_forgetting_a_conversation_deletes_every_row_that_came_from_it_in_one_lo
     before = row_counts(db)
     kept_before = len(ledger.history(kept))
 
-    forgotten = ledger.forget(secret[:12])
+    forgotten = ledger.forget(ledger.short_ids([secret], of="conversation")[secret])
 
     assert isinstance(forgotten, Forgotten) and not forgotten.dry_run
     assert forgotten.conversation_ids == (secret, subagent)
@@ -448,7 +448,7 @@ def test_agentledger_forget_ids_prints_the_counts_and_the_log_id(
     db_url: str, ledger: Ledger, db: Database, recorded: tuple[str, str]
 ) -> None:
     secret, kept = recorded
-    result = invoke(db_url, "forget", secret[:12])
+    result = invoke(db_url, "forget", ledger.short_ids([secret], of="conversation")[secret])
     assert result.exit_code == 0, result.output
     log_id = db.scalar("SELECT id FROM forget_log")
     assert log_id in result.output and "conversation_messages" in result.output
