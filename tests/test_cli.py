@@ -430,6 +430,8 @@ MISSING_LEDGER_COMMANDS = [
     ["recover", "--dry-run"],
     ["recover"],
     ["db", "check"],
+    ["forget", "some-conversation", "--dry-run"],
+    ["forget", "some-conversation"],
 ]
 
 

@@ -39,6 +39,7 @@ PRINTS_ROWS = {
     "analytics sync",
     "export parquet",
     "export otlp",
+    "forget",
 }
 PRINTS_NO_ROWS = {
     "demo": "a guided tour, in prose and tables made for reading",

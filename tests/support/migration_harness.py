@@ -485,7 +485,9 @@ def _answer(text_: str, **fields: Any) -> InferenceResponse:
     return InferenceResponse(content=text_, finish_reason="stop", **fields)
 
 
-def record_representative_runs(ledger: Ledger, *, compaction: bool = True) -> dict[str, str]:
+def record_representative_runs(
+    ledger: Ledger, *, compaction: bool = True, forgetting: bool = True
+) -> dict[str, str]:
     """Real agents recorded in ``ledger``, so that every table gets rows; their ids by name.
 
     - ``trip``: a conversation of two runs with tool calls (two in parallel), reasoning, usage
@@ -495,7 +497,8 @@ def record_representative_runs(ledger: Ledger, *, compaction: bool = True) -> di
       buffer kept);
     - ``stale``: a run begun and stepped through a ledger handle that was then closed, as if its
       process died (status ``running``, lease held, buffer rows left);
-    - with ``compaction``, :func:`record_compactions`.
+    - with ``compaction``, :func:`record_compactions`;
+    - with ``forgetting``, :func:`record_forgetting`.
     """
     ids: dict[str, str] = {}
     usage = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 40}
@@ -567,7 +570,18 @@ def record_representative_runs(ledger: Ledger, *, compaction: bool = True) -> di
     ids.update(zip(("stale", "stale_run"), begin_stale_run(ledger), strict=True))
     if compaction:
         ids.update(record_compactions(ledger))
+    if forgetting:
+        ids.update(record_forgetting(ledger))
     return ids
+
+
+def record_forgetting(ledger: Ledger) -> dict[str, str]:
+    """``forgotten``: a small conversation recorded, then forgotten (a ``forget_log`` row)."""
+    agent = AgentBuilder().with_llm(ScriptedLLM([_answer("Forgotten soon.")])).with_ledger(ledger)
+    conversation_id = agent.build().run("Please forget this.").conversation_id
+    forgotten = ledger.forget(conversation_id)
+    assert forgotten.log_id is not None and forgotten.counts["conversation_messages"] == 2
+    return {"forgotten": conversation_id, "forget_log": forgotten.log_id}
 
 
 def record_compactions(ledger: Ledger) -> dict[str, str]:
@@ -635,14 +649,13 @@ def representative_source(
     """A SQLite ledger at the newest schema in ``directory`` holding the representative runs
     (and a value in every column); its rows, typed, and the runs' ids. Without
     ``compaction``, only what revision 0003 can hold too (no compaction, every message in the
-    context): the rows of an old ledger, whose checksums still match once upgraded."""
+    context, nothing forgotten): the rows of an old ledger, whose checksums still match once
+    upgraded."""
     path = directory / "representative.db"
     with Ledger.open(path) as ledger:
-        ids = record_representative_runs(ledger, compaction=compaction)
+        ids = record_representative_runs(ledger, compaction=compaction, forgetting=compaction)
     with Database(path) as database:
-        skip = {"forget_log": ONLY_SINCE_0010["forget_log"]}
-        if not compaction:
-            skip |= ONLY_SINCE_0004
+        skip = {} if compaction else {**ONLY_SINCE_0004, "forget_log": FORGET_LOG_COLUMNS}
         database.fill_empty_columns(skip=skip)
         assert database.empty_columns() == skip
         yield database.typed_rows(), ids
@@ -663,6 +676,8 @@ ONLY_SINCE_0004 = {
 ONLY_SINCE_0006 = {"agent_runs": ["partial_output", "partial_step_index"]}
 """What revision 0005 cannot hold: what a streaming run has shown so far."""
 
+FORGET_LOG_COLUMNS = [c.name for c in ledger_tables.forget_log.columns]
+
 ONLY_SINCE_0010 = {
     "conversations": ["tenant_id", "owner_id"],
     "agent_runs": ["tenant_id", "owner_id"],
@@ -671,7 +686,7 @@ ONLY_SINCE_0010 = {
         for table in ledger_tables.LEDGER_TABLES
         if table.name not in ("conversations", "agent_runs")
     },
-    "forget_log": [c.name for c in ledger_tables.forget_log.columns],
+    "forget_log": FORGET_LOG_COLUMNS,
 }
 """What revision 0009 cannot hold: whose each conversation is, and what was forgotten."""
 

@@ -37,10 +37,12 @@ _SKIPPED_TABLES = (
     "conversation_messages_fts",
     "agentledger_changes",
     "agentledger_deletions",
+    "forget_log",
     _cache.META,
     _rollup.TABLE,
 )
-"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, and the
+"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, the log of
+what was forgotten (the ledger's proof of a deletion, which the cache does not copy), and the
 rollup the cache keeps (the views give it)."""
 
 

@@ -15,6 +15,7 @@ provider.
 
 from ._access import file_to_read, read_only_uri
 from ._engine import EngineSettings, normalize_url, sqlite_path
+from ._forget import Forgotten
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
 from ._run_tree import RunTree
 from ._search import SearchHit
@@ -27,6 +28,7 @@ __all__ = [
     "Conversation",
     "ConversationKind",
     "EngineSettings",
+    "Forgotten",
     "Ledger",
     "LedgerRecorder",
     "RunTree",

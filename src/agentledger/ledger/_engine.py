@@ -1,9 +1,10 @@
 """Connecting to the ledger's database: URLs, SQLite's settings, write transactions, retries.
 
-SQLite runs in WAL mode with foreign keys on. Writes start with ``BEGIN IMMEDIATE``, so a
-writer waits for the write lock at the start of its transaction (up to the busy timeout)
-instead of failing half way through it; when the lock stays taken, the whole transaction is
-retried a bounded number of times with backoff before :class:`LedgerBusyError` is raised.
+SQLite runs in WAL mode with foreign keys and ``secure_delete`` on. Writes start with
+``BEGIN IMMEDIATE``, so a writer waits for the write lock at the start of its transaction (up
+to the busy timeout) instead of failing half way through it; when the lock stays taken, the
+whole transaction is retried a bounded number of times with backoff before
+:class:`LedgerBusyError` is raised.
 """
 
 from __future__ import annotations
@@ -135,8 +136,13 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
         try:
             if read_only:
                 cursor.execute("PRAGMA query_only=ON")
-            elif cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-                cursor.execute("PRAGMA journal_mode=WAL")  # once per file: it is persistent
+            else:
+                if cursor.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+                    cursor.execute("PRAGMA journal_mode=WAL")  # once per file: it is persistent
+                # What a write deletes or overwrites (a flushed buffer, a partial answer
+                # replaced, a forgotten conversation, a merged full-text segment) is zeroed,
+                # not left in free space for the file's bytes to give away (Ledger.forget).
+                cursor.execute("PRAGMA secure_delete=ON")
             cursor.execute("PRAGMA foreign_keys=ON")
             cursor.execute(f"PRAGMA synchronous={settings.synchronous}")
             cursor.execute(f"PRAGMA busy_timeout={int(settings.busy_timeout * 1000)}")

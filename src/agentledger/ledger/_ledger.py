@@ -7,10 +7,12 @@ runs (``AgentBuilder().with_ledger(ledger)`` takes it from there).
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import os
 import sqlite3
 from collections.abc import Callable, Iterable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, func, insert, select
@@ -50,6 +52,16 @@ from ._engine import (
     normalize_url,
     sqlite_path,
     with_retries,
+)
+from ._forget import (
+    Choose,
+    Forgotten,
+    conversation_ids,
+    forget_chosen,
+    given_conversations,
+    inactive_conversations,
+    inactive_since,
+    owner_conversations,
 )
 from ._lookup import IdKind, id_by_prefix, shortest_prefixes
 from ._reads import counted_steps, load_steps
@@ -451,6 +463,47 @@ class Ledger:
         self._database.check_writable("recovering stale runs")
         stale = self.stale_runs(stale_after)
         return [self.run(r.id) for r in stale if abandon(self._database, r.id, stale_after)]
+
+    # --- forgetting -----------------------------------------------------------------------------
+
+    def forget(self, conversation_id: str | Iterable[str], *, dry_run: bool = False) -> Forgotten:
+        """Delete the conversation ``conversation_id`` (an id or a unique prefix; or several,
+        together) with every row that came from it, subagents' runs and conversations and
+        full-text entries included, in one transaction that also writes a ``forget_log`` row
+        (ids, time, counts; no content). ``dry_run``: delete and log nothing, say what would go.
+
+        :class:`NotFoundError` for a conversation missing or outside this handle's scope,
+        :class:`UsageError` for a subagent's (it goes with its main one),
+        :class:`ConversationBusyError` while a run holds any of them (nothing is deleted),
+        :class:`LedgerReadOnlyError` on a read-only handle (a dry run only reads)."""
+        given = conversation_ids(conversation_id)
+        return self._forget(given_conversations(given), "conversation", None, dry_run)
+
+    def forget_owner(self, owner_id: str, *, dry_run: bool = False) -> Forgotten:
+        """Delete every conversation of ``owner_id`` in this handle's scope, as :meth:`forget`
+        does, in one transaction. An owner with no conversation is logged too (zero counts):
+        the ``forget_log`` row shows the request was handled."""
+        return self._forget(owner_conversations(owner_id), "owner", owner_id, dry_run)
+
+    def forget_inactive(self, older_than: timedelta, *, dry_run: bool = False) -> Forgotten:
+        """Delete, as :meth:`forget` does, every main conversation in this handle's scope with
+        no activity for ``older_than`` (no message, run or update since): retention. A
+        subagent's conversation is never chosen by itself; it goes with the run that spawned
+        it. Logged even when nothing was that old."""
+        cutoff = inactive_since(older_than, self.clock())
+        reason = f"inactive since {cutoff.isoformat()}"
+        return self._forget(inactive_conversations(cutoff), reason, None, dry_run)
+
+    def _forget(self, choose: Choose, reason: str, owner: str | None, dry: bool) -> Forgotten:
+        return forget_chosen(self._database, choose, reason=reason, owner_id=owner, dry_run=dry)
+
+    def _narrowed(self, *, tenant_id: str | None, owner_id: str | None) -> Ledger:
+        """This handle further limited to a tenant and an owner, sharing its engine and
+        connections (the command line's ``--tenant`` and ``--owner``)."""
+        narrowed = copy.copy(self)
+        scope = self._database.scope.narrowed(tenant_id, owner_id)
+        narrowed._database = dataclasses.replace(self._database, scope=scope)
+        return narrowed
 
     # --- checking -------------------------------------------------------------------------------
 
