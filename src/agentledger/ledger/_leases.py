@@ -21,7 +21,9 @@ from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from ..errors import ConversationBusyError, LeaseLostError, UsageError
 from ._engine import Database
+from ._lookup import not_found
 from ._scope import EVERYTHING, Scope
+from ._scoped import holds
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import ConversationKind, agent_runs, conversations
@@ -64,6 +66,12 @@ onto its rows)."""
 _SPAWNING_RUN = select(agent_runs.c.tenant_id, agent_runs.c.owner_id).where(
     agent_runs.c.id == bindparam("run_id")
 )
+_HOLDER = select(
+    conversations.c.lease_run_id,
+    conversations.c.lease_expires_at,
+    conversations.c.tenant_id,
+    conversations.c.owner_id,
+).where(conversations.c.id == bindparam("conversation_id"))
 _RELEASE = (
     update(conversations)
     .where(
@@ -148,7 +156,7 @@ class LeaseKeeper:
         """Take ``lease`` on a free conversation (creating the conversation when it does not
         exist: a subagent's, with its spawning run's tenant and owner, or a new one in
         ``scope``), noting on it whose the conversation is; :class:`ConversationBusyError` when
-        a run holds it."""
+        a run holds it, :class:`NotFoundError` when it is outside ``scope``."""
         conversation_id, token = lease.conversation_id, lease.token
         expires = now + self.duration
         values = {"conversation_id": conversation_id, "token": token, "run_id": run_id}
@@ -160,14 +168,15 @@ class LeaseKeeper:
             ).fetchall()
             if taken:
                 lease.tenant_id, lease.owner_id = taken[0]
+                if not holds(scope, {"tenant_id": lease.tenant_id, "owner_id": lease.owner_id}):
+                    # Another scope's: as if there were none (the transaction is rolled back).
+                    raise not_found("conversation", conversation_id)
                 return
-            holder = conn.execute(
-                select(conversations.c.lease_run_id, conversations.c.lease_expires_at).where(
-                    conversations.c.id == conversation_id
-                )
-            ).first()
+            holder = conn.execute(_HOLDER, {"conversation_id": conversation_id}).first()
             if holder is None:
                 break
+            if not holds(scope, holder._mapping):
+                raise not_found("conversation", conversation_id)
             if holder.lease_expires_at is not None:
                 raise _busy(conversation_id, holder.lease_run_id, holder.lease_expires_at)
         else:

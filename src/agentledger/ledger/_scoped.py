@@ -33,7 +33,7 @@ def within(query: S, scope: Scope, table: Table) -> S:
     return query if scope.everything else query.where(scope.where(table))
 
 
-def holds(scope: Scope, row: Mapping[str, Any]) -> bool:
+def holds(scope: Scope, row: Mapping[Any, Any]) -> bool:
     """Whether ``row`` (of a conversation or a run) is in ``scope``."""
     return (scope.tenant_id is None or row["tenant_id"] == scope.tenant_id) and (
         scope.owner_id is None or row["owner_id"] == scope.owner_id
