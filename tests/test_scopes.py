@@ -28,6 +28,7 @@ from agentledger.errors import AmbiguousIdError, NotFoundError, UsageError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support.databases import BACKENDS, fresh_database
+from support.interrupted import SHOWN, agent_on, begin, step, stream_shown, tool_step_then_answer
 from support.ledger import Database
 from support.migration_harness import begin_stale_run
 from support.subagents import Router, Script, answer, call, fails, lookup, prompt, spawn
@@ -113,6 +114,16 @@ def record(ledger: Ledger, tenant: str, owner: str) -> Owned:
     return Owned([conversation.id, child.conversation_id], runs)
 
 
+def cancel_a_stream(ledger: Ledger) -> Any:
+    """A run that took a tool step and streamed part of its answer, then was cancelled."""
+    recorder = ledger.recorder
+    agent = agent_on(recorder, tool_step_then_answer())
+    state = step(agent, recorder, begin(agent, recorder))
+    stream_shown(recorder, state)
+    assert state.run_id is not None
+    return recorder.interrupt_run(state.run_id, partial_text=SHOWN[-1])
+
+
 @pytest.fixture(scope="module", params=BACKENDS)
 def world(request: pytest.FixtureRequest) -> Iterator[World]:
     with fresh_database(request.param, request) as url, Ledger.open(url) as ledger:
@@ -141,15 +152,18 @@ def world(request: pytest.FixtureRequest) -> Iterator[World]:
             .run("This one fails.")
         )
         assert failed.status == "failed"
+        cancelled = cancel_a_stream(alice)
         running_conversation, running_run = begin_stale_run(alice)
         owned[("acme", "alice")].conversation_ids += [
             hello.conversation_id,
             failed.conversation_id,
+            cancelled.conversation_id,
             running_conversation,
         ]
         owned[("acme", "alice")].run_ids += [
             *(r.id for r in ledger.runs(hello.conversation_id)),
             failed.run_id,
+            cancelled.run_id,
             running_run,
         ]
         yield World(url, ledger, owned, failed.run_id, running_run)
@@ -331,6 +345,8 @@ def test_every_row_of_a_tenants_runs_carries_the_tenant_and_its_runs_the_owner(
     assert sql.count("execution_buffer_rows", "run_id = :r", r=world.running_run_id) > 0
     assert sql.count("context_compactions", "tenant_id = 'acme'") > 0
     assert sql.count("conversations", "kind = 'subagent' AND owner_id = 'alice'") == 1
+    interrupted = sql.rows("SELECT tenant_id FROM conversation_messages WHERE interrupted")
+    assert interrupted == [{"tenant_id": "acme"}]
     for table in LEDGER_TABLES:  # nothing was written without a tenant
         assert sql.count(table, "tenant_id IS NULL") == 0, table
 
@@ -436,8 +452,12 @@ def test_an_agent_in_a_scope_cannot_run_resume_or_recover_another_scopes_convers
         sql.scalar("SELECT lease_run_id FROM conversations WHERE id = :c", c=conversation.id)
         is None
     )
-    # Its own scope recovers it; an unscoped agent in carol's conversation writes carol's tenant.
+    # Its own scope recovers it (committing what it had shown), and an unscoped agent in
+    # carol's conversation writes carol's tenant.
+    carols.recorder.record_partial_output(stale_run, 1, "Porto is")
     assert [r.id for r in carols.recover(stale_after=0)] == [stale_run]
+    shown = sql.row("SELECT tenant_id FROM conversation_messages WHERE interrupted")
+    assert shown == {"tenant_id": "globex"}
     unscoped = lead(ledger, "y").build().run("hello", conversation.id)
     assert unscoped.status == "completed"
     tenants = sql.column(
@@ -522,7 +542,7 @@ def test_a_session_on_a_scoped_handle_cannot_read_or_write_another_tenants_sessi
     assert asyncio.run(intruder.get_items()) == []
     assert asyncio.run(intruder.pop_item()) is None
     counts = sql.table_counts()
-    with pytest.raises(Exception):  # noqa: B017 - the id is taken, whatever the error says
+    with pytest.raises(UsageError, match="'session-7' is taken in this ledger: choose another"):
         asyncio.run(intruder.add_items([{"role": "user", "content": "mine now"}]))
     assert sql.table_counts() == counts
     assert asyncio.run(LedgerSession("session-7", acme).get_items()) == [item]

@@ -58,7 +58,7 @@ from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_
 from ._run_tree import RunTree, read_run_tree
 from ._runs import run_row_by_id_or_prefix
 from ._scope import Scope
-from ._scoped import created_in, metadata_matches, refuse_in_scope, within
+from ._scoped import check_id_free, created_in, metadata_matches, refuse_in_scope, within
 from ._search import SearchHit, hit_of, search_statement
 from ._verification import find_damage, probe_sqlite
 from ._writes import LedgerRecorder
@@ -273,6 +273,8 @@ class Ledger:
         }
 
         def write(conn: Connection) -> Conversation:
+            if conversation_id is not None:
+                check_id_free(conn, created)
             conn.execute(insert(conversations), sealed(conversations, row))
             return conversation_of(conn.execute(_conversation_row(created)).mappings().one())
 

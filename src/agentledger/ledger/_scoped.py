@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Select, Table, and_, func, literal, select
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, func, literal, select
 from sqlalchemy.dialects.postgresql import JSONB
 
 from ..errors import UsageError
@@ -65,6 +65,17 @@ def created_in(scope: Scope, tenant_id: str | None, owner_id: str | None) -> dic
         owner_id if owner_id is not None else scope.owner_id,
     )
     return chosen.columns()
+
+
+def check_id_free(conn: Connection, conversation_id: str) -> None:
+    """Refuse a new conversation's chosen id that a conversation has already (whatever its
+    scope: ids are the whole ledger's)."""
+    taken = select(conversations.c.id).where(conversations.c.id == conversation_id)
+    if conn.execute(taken).first() is not None:
+        raise UsageError(
+            f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
+            "(nothing was written)"
+        )
 
 
 # --- conversations by their metadata --------------------------------------------------------------
