@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -546,3 +547,52 @@ def test_a_session_on_a_scoped_handle_cannot_read_or_write_another_tenants_sessi
         asyncio.run(intruder.add_items([{"role": "user", "content": "mine now"}]))
     assert sql.table_counts() == counts
     assert asyncio.run(LedgerSession("session-7", acme).get_items()) == [item]
+
+
+# --- leases under PostgreSQL's row-level security -------------------------------------------------
+
+
+def test_the_heartbeat_renews_a_scoped_runs_lease_in_its_tenant_under_row_level_security(
+    pg_url: str,
+):
+    """One heartbeat renews the leases of every scope's runs: each renewal must set its own
+    run's tenant, or a policy keyed on it hides the conversation and the lease runs out."""
+    with Ledger.open(pg_url):
+        pass  # migrated by the tables' owner
+    role = f"scopes_app_{abs(hash(pg_url)) % 10**8}"
+    admin = Database(pg_url)
+    admin.execute(
+        f"CREATE ROLE {role} LOGIN",
+        f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}",
+        f"GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO {role}",
+        "ALTER TABLE conversations ENABLE ROW LEVEL SECURITY",
+        "CREATE POLICY by_tenant ON conversations "
+        "USING (tenant_id = current_setting('agentledger.tenant_id', true))",
+    )
+    app_url = pg_url.replace("postgresql://postgres@", f"postgresql://{role}@", 1)
+    renewals: list[bool] = []
+    try:
+        with Ledger.open(app_url, migrate=False, lease_seconds=0.6) as ledger:
+            acme = ledger.scoped("acme")
+            conversation_id = acme.create_conversation().id
+
+            def expiry() -> Any:
+                query = "SELECT lease_expires_at FROM conversations WHERE id = :c"
+                return admin.scalar(query, c=conversation_id)
+
+            def wait_for_a_renewal(_request: Any) -> InferenceResponse:
+                first, deadline = expiry(), time.monotonic() + 5
+                while expiry() == first and time.monotonic() < deadline:
+                    time.sleep(0.02)  # polling the heartbeat, which beats every 0.2 s
+                renewals.append(expiry() != first)
+                return InferenceResponse(content="Done.")
+
+            router = Router({"lead": Script([wait_for_a_renewal])})
+            agent = AgentBuilder().with_llm(router).with_system_prompt(prompt("lead"))
+            result = agent.with_ledger(acme).build().run("Take your time.", conversation_id)
+            assert result.status == "completed"
+            assert ledger.conversations() == []  # no tenant set: the policy shows nothing
+    finally:
+        admin.execute(f"DROP OWNED BY {role}", f"DROP ROLE {role}")
+        admin.close()
+    assert renewals == [True]
