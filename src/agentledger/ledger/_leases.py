@@ -183,9 +183,9 @@ class LeaseKeeper:
             raise _busy(conversation_id, None, None)
         kind = ConversationKind.SUBAGENT if parent_run_id else ConversationKind.MAIN
         owners = scope.columns()
-        if parent_run_id is not None:
-            (spawning,) = self.sql.select(conn, _SPAWNING_RUN, {"run_id": parent_run_id})
-            owners = {"tenant_id": spawning["tenant_id"], "owner_id": spawning["owner_id"]}
+        if parent_run_id is not None:  # a subagent's conversation is its spawning run's
+            for spawning in self.sql.select(conn, _SPAWNING_RUN, {"run_id": parent_run_id}):
+                owners = {"tenant_id": spawning["tenant_id"], "owner_id": spawning["owner_id"]}
         row = {
             "id": conversation_id,
             "kind": kind.value,

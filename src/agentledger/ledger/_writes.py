@@ -41,10 +41,7 @@ from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
 from ._lookup import not_found
 from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
 from ._recovery import check_claimable, stale_query
-from ._rows import (
-    compaction_columns,
-    run_columns_at_end,
-)
+from ._rows import compaction_columns, run_columns_at_end
 from ._run_rows import (
     begun_run_row,
     claim_for_compaction,
@@ -500,6 +497,7 @@ class LedgerRecorder:
         except LedgerUnavailableError:
             try:
                 with self.database.engine.connect() as conn:
+                    self.database.scope.enter(conn)  # what row-level security lets it see
                     confirmed = conn.execute(took_effect()).first() is not None
             except Exception:  # still away: the caller gets the original error
                 confirmed = False
