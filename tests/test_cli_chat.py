@@ -659,3 +659,23 @@ def test_the_api_key_is_not_an_option():
     assert result.exit_code == 0
     assert "--api-key" not in result.output
     assert "OPENAI_API_KEY" in result.output
+
+
+# --- --tenant and --owner ---------------------------------------------------------------------
+
+
+def test_run_in_a_tenant_and_owner_records_there_and_cannot_continue_another_scopes_conversation(
+    fake_provider, db
+):
+    fake_provider.push(streamed(OPENAI.answer("Hi.")))
+    options = model_options(OPENAI, fake_provider)
+    first = invoke(db, "--tenant", "acme", "run", "Hello", *options, "--owner", "bob")
+    assert first.exit_code == 0, first.output
+    assert query(db, "SELECT tenant_id, owner_id FROM conversations") == [("acme", "bob")]
+    assert query(db, "SELECT DISTINCT tenant_id FROM conversation_messages") == [("acme",)]
+    assert "--tenant acme --owner bob" in first.output  # in the command that continues it
+    started = conversation_id(first.output)
+    other = invoke(db, "run", "Mine now", *options, "--tenant", "globex", "--conversation", started)
+    assert other.exit_code == 1
+    assert f"no conversation {started!r}" in other.output
+    assert query(db, "SELECT COUNT(*) FROM agent_runs") == [(1,)]

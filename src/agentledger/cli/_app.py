@@ -229,7 +229,7 @@ def require_file(ctx: click.Context, what_to_do: str) -> None:
 @contextlib.contextmanager
 def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
     """The ledger named by --db, which must exist and be at the newest schema (read-only with
-    --read-only, or where this user may not write it)."""
+    --read-only, or where this user may not write it), kept to --tenant and --owner."""
     from ..ledger import Ledger
 
     require_file(
@@ -240,9 +240,15 @@ def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
         ledger = Ledger.open(database(ctx), migrate=False, read_only=read_only(ctx))
     try:
         with cli_errors():
-            yield ledger
+            yield in_scope(ledger, *scope(ctx))
     finally:
         ledger.close()
+
+
+def in_scope(ledger: Ledger, tenant: str | None, owner: str | None) -> Ledger:
+    """``ledger`` kept to ``--tenant`` and ``--owner`` when either is given (a scoped handle:
+    closing ``ledger`` closes it)."""
+    return ledger if tenant is None and owner is None else ledger.scoped(tenant, owner)
 
 
 def time_text(value: Any) -> str:

@@ -23,7 +23,13 @@ from rich.console import Console
 
 from ..builder import DEFAULT_MAX_STEPS, AgentBuilder
 from ..core import Tool, ToolSet
-from ..errors import AgentLedgerError, ConfigurationError, LedgerReadOnlyError, NotFoundError
+from ..errors import (
+    AgentLedgerError,
+    ConfigurationError,
+    LedgerReadOnlyError,
+    NotFoundError,
+    UsageError,
+)
 from ..ledger import Ledger, normalize_url, sqlite_path
 from ..llm import (
     DEFAULT_TIMEOUT,
@@ -36,6 +42,7 @@ from ..llm import (
 from ..loop import Agent, RunStream
 from ..recording import RunResult
 from ..values import AgentStatus, new_id
+from ._app import in_scope
 from ._render import counted, preview, status_text
 from ._streaming import StreamPrinter, say, stop
 
@@ -70,12 +77,17 @@ class Setup:
     conversation_id: str | None = None
     db_option: str | None = None
     """The ``--db`` to repeat in the commands printed for continuing (None: the default)."""
+    tenant: str | None = None
+    owner: str | None = None
+    """``--tenant`` and ``--owner``: the scope the session keeps to (None: not given)."""
 
     def continue_command(self, command: str, conversation_id: str) -> str:
         """The command line that continues ``conversation_id`` with this model."""
         words = ["agentledger"]
         if self.db_option is not None:
             words += ["--db", self.db_option]
+        for option, value in (("--tenant", self.tenant), ("--owner", self.owner)):
+            words += [option, value] if value is not None else []
         words += [command, "--provider", self.provider, "--model", self.model]
         if self.base_url is not None:
             words += ["--base-url", self.base_url]
@@ -163,11 +175,12 @@ def _names_a_parent(missing: str, module_name: str) -> bool:
 # -- the ledger and the agent --------------------------------------------------------------------
 
 
-def open_ledger(db: str, conversation_id: str | None) -> tuple[Ledger, str | None]:
-    """The ledger at ``db``, created when needed; with ``conversation_id`` (an id or a unique
-    prefix of one), one that holds that conversation (else ``NotFoundError``, and nothing is
-    created), and the conversation's full id. A ledger this user may not write raises
-    ``LedgerReadOnlyError``."""
+def open_ledger(db: str, setup: Setup) -> tuple[Ledger, Ledger, str | None]:
+    """The ledger at ``db``, created when needed, and its handle in the session's scope; with
+    ``setup.conversation_id`` (an id or a unique prefix of one), one that holds that
+    conversation in the scope (else ``NotFoundError``, and nothing is created), and the
+    conversation's full id. A ledger this user may not write raises ``LedgerReadOnlyError``."""
+    conversation_id = setup.conversation_id
     path = sqlite_path(normalize_url(db))
     if conversation_id is not None and path is not None and not path.exists():
         raise NotFoundError(
@@ -177,10 +190,11 @@ def open_ledger(db: str, conversation_id: str | None) -> tuple[Ledger, str | Non
     ledger = Ledger.open(db)
     try:
         ledger.check_writable()  # before the first question, not after it
+        scoped = in_scope(ledger, setup.tenant, setup.owner)
         if conversation_id is None:
-            return ledger, None
-        return ledger, ledger.conversation(conversation_id).id
-    except (LedgerReadOnlyError, NotFoundError):
+            return ledger, scoped, None
+        return ledger, scoped, scoped.conversation(conversation_id).id
+    except (LedgerReadOnlyError, NotFoundError, UsageError):
         ledger.close()
         raise
 
@@ -303,7 +317,7 @@ def open_session(db: str, setup: Setup, console: Console) -> Iterator[Session]:
     opened) before anything is written."""
     llm = make_llm(setup)
     with llm:
-        ledger, conversation_id = open_ledger(db, setup.conversation_id)
+        opened, ledger, conversation_id = open_ledger(db, setup)
         try:
             session = Session(
                 setup=setup,
@@ -317,7 +331,7 @@ def open_session(db: str, setup: Setup, console: Console) -> Iterator[Session]:
                 session.failed_run_id = last_failed_run(ledger, session.conversation_id)
             yield session
         finally:
-            ledger.close()
+            opened.close()
 
 
 def last_failed_run(ledger: Ledger, conversation_id: str) -> str | None:

@@ -75,7 +75,7 @@ def forget(
     of that owner's conversations; or --older-than AGE to forget those inactive that long.
     Asks for confirmation when run at a terminal, unless --yes.
     """
-    tenant, owner = scope(ctx)
+    _, owner = scope(ctx)
     if conversation_ids and older_than is not None:
         raise click.UsageError("give conversation ids or --older-than, not both")
     if not conversation_ids and older_than is None and owner is None:
@@ -85,8 +85,7 @@ def forget(
         )
     if not dry_run:
         refuse_read_only(ctx, "forget")
-    with open_ledger(ctx) as opened:
-        ledger = opened._narrowed(tenant_id=tenant, owner_id=owner)
+    with open_ledger(ctx) as ledger:  # kept to --tenant and --owner
 
         def run(preview: bool) -> Forgotten:
             if conversation_ids:

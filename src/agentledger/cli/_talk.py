@@ -15,7 +15,7 @@ import click
 
 from ..builder import DEFAULT_MAX_STEPS
 from ..errors import AgentLedgerError
-from ._app import DEFAULT_DB, cli, console, database, refuse_read_only
+from ._app import DEFAULT_DB, cli, console, database, refuse_read_only, scope
 
 if TYPE_CHECKING:
     from ..llm import PriceTable
@@ -124,8 +124,12 @@ def _agent_options(command: Callable[..., None]) -> Callable[..., None]:
     ) -> None:
         from ._chat import Setup
 
-        db = database(click.get_current_context())
+        ctx = click.get_current_context()
+        db = database(ctx)
+        tenant, owner = scope(ctx)
         setup = Setup(
+            tenant=tenant,
+            owner=owner,
             provider=provider,
             model=model,
             base_url=base_url,

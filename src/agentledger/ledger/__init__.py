@@ -7,7 +7,8 @@
 plain functions in :mod:`agentledger.ledger.migrate`; row checksums are
 :mod:`agentledger.ledger.checksums`. ``Ledger.open(url, read_only=True)`` only reads;
 :func:`read_only_uri` and :func:`file_to_read` let other SQLite readers read a ledger without
-writing it or leaving files beside it.
+writing it or leaving files beside it. ``ledger.scoped(tenant_id=..., owner_id=...)`` is a
+handle kept to one tenant's (and owner's) conversations; its :class:`Scope` says which.
 
 This package imports the values and the recorder interface, never the loop, a driver or a
 provider.
@@ -18,6 +19,7 @@ from ._engine import EngineSettings, normalize_url, sqlite_path
 from ._forget import Forgotten
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
 from ._run_tree import RunTree
+from ._scope import Scope
 from ._search import SearchHit
 from ._writes import LedgerRecorder
 from .tables import AgentRun, Conversation, ConversationKind
@@ -32,6 +34,7 @@ __all__ = [
     "Ledger",
     "LedgerRecorder",
     "RunTree",
+    "Scope",
     "SearchHit",
     "file_to_read",
     "normalize_url",

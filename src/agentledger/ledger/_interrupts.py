@@ -35,10 +35,13 @@ _INSERT_MESSAGE = insert(conversation_messages)
 
 
 def append_interrupted_answer(
-    conn: Connection, conversation_id: str, run_id: str, answer: Message
+    conn: Connection, conversation_id: str, run_id: str, answer: Message, owned_by: Any
 ) -> None:
-    """Append ``answer`` (flagged interrupted) to the conversation, as run ``run_id``'s."""
+    """Append ``answer`` (flagged interrupted) to the conversation, as run ``run_id``'s, in the
+    tenant of ``owned_by`` (the run's lease, or its row)."""
+    tenant = owned_by["tenant_id"] if isinstance(owned_by, dict) else owned_by.tenant_id
     row = {
+        "tenant_id": tenant,
         **message_columns(answer),
         "conversation_id": conversation_id,
         "section": "messages",

@@ -21,6 +21,9 @@ from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 
 from ..errors import ConversationBusyError, LeaseLostError, UsageError
 from ._engine import Database
+from ._lookup import not_found
+from ._scope import EVERYTHING, Scope
+from ._scoped import holds
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import ConversationKind, agent_runs, conversations
@@ -56,7 +59,19 @@ _TAKE_FREE_LEASE = (
         lease_expires_at=bindparam("expires"),
         updated_at=bindparam("now"),
     )
+    .returning(conversations.c.tenant_id, conversations.c.owner_id)
 )
+"""Takes a free conversation's lease, and says whose the conversation is (what the run copies
+onto its rows)."""
+_SPAWNING_RUN = select(agent_runs.c.tenant_id, agent_runs.c.owner_id).where(
+    agent_runs.c.id == bindparam("run_id")
+)
+_HOLDER = select(
+    conversations.c.lease_run_id,
+    conversations.c.lease_expires_at,
+    conversations.c.tenant_id,
+    conversations.c.owner_id,
+).where(conversations.c.id == bindparam("conversation_id"))
 _RELEASE = (
     update(conversations)
     .where(
@@ -90,6 +105,16 @@ class Lease:
     last_message_id: str | None = None
     """Where the conversation ends, when this process wrote its last message (the user's, at
     begin): the commit needs not look."""
+    tenant_id: str | None = None
+    owner_id: str | None = None
+    """The conversation's tenant and owner, read as the lease was taken: every row the run
+    writes carries the tenant (its run row the owner too), and the heartbeat renews the lease
+    in that tenant."""
+
+    @property
+    def tenant(self) -> dict[str, str | None]:
+        """The column a row of the run's gets from its conversation."""
+        return {"tenant_id": self.tenant_id}
 
 
 def _busy(
@@ -122,14 +147,17 @@ class LeaseKeeper:
     def take(
         self,
         conn: Connection,
-        conversation_id: str,
+        lease: Lease,
         run_id: str,
-        token: str,
         now: datetime,
         parent_run_id: str | None = None,
+        scope: Scope = EVERYTHING,
     ) -> None:
-        """Take the lease of a free conversation (creating the conversation when it does not
-        exist: a subagent's, for one); :class:`ConversationBusyError` when a run holds it."""
+        """Take ``lease`` on a free conversation (creating the conversation when it does not
+        exist: a subagent's, with its spawning run's tenant and owner, or a new one in
+        ``scope``), noting on it whose the conversation is; :class:`ConversationBusyError` when
+        a run holds it, :class:`NotFoundError` when it is outside ``scope``."""
+        conversation_id, token = lease.conversation_id, lease.token
         expires = now + self.duration
         values = {"conversation_id": conversation_id, "token": token, "run_id": run_id}
         # Tried again when the lease was freed between the two statements (on PostgreSQL each
@@ -137,21 +165,27 @@ class LeaseKeeper:
         for _ in range(3):
             taken = self.sql.execute(
                 conn, _TAKE_FREE_LEASE, {**values, "expires": expires, "now": now}
-            )
-            if taken.rowcount:
+            ).fetchall()
+            if taken:
+                lease.tenant_id, lease.owner_id = taken[0]
+                if not holds(scope, {"tenant_id": lease.tenant_id, "owner_id": lease.owner_id}):
+                    # Another scope's: as if there were none (the transaction is rolled back).
+                    raise not_found("conversation", conversation_id)
                 return
-            holder = conn.execute(
-                select(conversations.c.lease_run_id, conversations.c.lease_expires_at).where(
-                    conversations.c.id == conversation_id
-                )
-            ).first()
+            holder = conn.execute(_HOLDER, {"conversation_id": conversation_id}).first()
             if holder is None:
                 break
+            if not holds(scope, holder._mapping):
+                raise not_found("conversation", conversation_id)
             if holder.lease_expires_at is not None:
                 raise _busy(conversation_id, holder.lease_run_id, holder.lease_expires_at)
         else:
             raise _busy(conversation_id, None, None)
         kind = ConversationKind.SUBAGENT if parent_run_id else ConversationKind.MAIN
+        owners = scope.columns()
+        if parent_run_id is not None:  # a subagent's conversation is its spawning run's
+            for spawning in self.sql.select(conn, _SPAWNING_RUN, {"run_id": parent_run_id}):
+                owners = {"tenant_id": spawning["tenant_id"], "owner_id": spawning["owner_id"]}
         row = {
             "id": conversation_id,
             "kind": kind.value,
@@ -162,8 +196,10 @@ class LeaseKeeper:
             "lease_expires_at": expires,
             "created_at": now,
             "updated_at": now,
+            **owners,
         }
         conn.execute(insert(conversations), sealed(conversations, row))
+        lease.tenant_id, lease.owner_id = owners["tenant_id"], owners["owner_id"]
 
     def take_over(
         self, conn: Connection, conversation: Any, run_id: str, token: str, now: datetime
@@ -283,7 +319,8 @@ class LeaseKeeper:
             return True
         now = self.database.clock()
         with self.database.connections.write() as conn:
-            self.database.scope.enter(conn)
+            # The lease's own tenant: one keeper renews the runs of handles of every scope.
+            Scope(lease.tenant_id).enter(conn)
             held = self._extend(conn, lease, now)
             if held:
                 self.sql.execute(conn, _NOTE_HEARTBEAT, {"run_id": run_id, "beat": now})

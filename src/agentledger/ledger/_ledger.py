@@ -7,22 +7,15 @@ runs (``AgentBuilder().with_ledger(ledger)`` takes it from there).
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import os
-import sqlite3
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine, Select, func, insert, select
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import DatabaseError
 
 from ..errors import (
-    ConfigurationError,
-    LedgerError,
-    LedgerOpenError,
     SchemaVersionError,
 )
 from ..values import (
@@ -38,16 +31,12 @@ from ..values import (
     new_id,
     utc_now,
 )
-from . import migrate as migrations
 from ._access import ReadOnly, read_only_access
 from ._engine import (
     Connections,
     Database,
     EngineSettings,
     Synchronous,
-    is_busy,
-    is_read_only,
-    is_refused,
     make_engine,
     normalize_url,
     sqlite_path,
@@ -64,13 +53,16 @@ from ._forget import (
     owner_conversations,
 )
 from ._lookup import IdKind, id_by_prefix, shortest_prefixes
+from ._opening import prepare
 from ._reads import counted_steps, load_steps
 from ._recovery import abandon, stale_query
 from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_of
 from ._run_tree import RunTree, read_run_tree
 from ._runs import run_row_by_id_or_prefix
+from ._scope import Scope
+from ._scoped import check_id_free, created_in, metadata_matches, refuse_in_scope, within
 from ._search import SearchHit, hit_of, search_statement
-from ._verification import find_damage, probe_sqlite
+from ._verification import find_damage
 from ._writes import LedgerRecorder
 from .checksums import COVERED, sealed
 from .tables import (
@@ -114,6 +106,31 @@ class Ledger:
         self._database = Database(engine, connections, settings, clock, read_only)
         self.recorder = LedgerRecorder(self._database, lease_seconds)
         """The :class:`~agentledger.recording.Recorder` that records runs in this ledger."""
+        self._scoped_from: Ledger | None = None
+
+    def scoped(self, tenant_id: str | None = None, owner_id: str | None = None) -> Ledger:
+        """A handle on this ledger that sees and writes only the conversations of ``tenant_id``
+        and ``owner_id`` (``None``: any), and the runs and rows that came from them. Anything
+        outside the scope is not found, exactly as an id that does not exist; on PostgreSQL
+        each of its transactions also sets ``agentledger.tenant_id``, which row-level security
+        checks. ``AgentBuilder().with_ledger(ledger.scoped(...))`` runs agents in the scope.
+
+        Cheap (make one per request): it shares this handle's engine, connections, heartbeat
+        and loaded conversations. Scoping a scoped handle narrows it; another tenant or owner
+        than its own is a :class:`UsageError`. Closing it closes nothing: what it shares is
+        this handle's, which closes it."""
+        scope = self.scope.narrowed(tenant_id, owner_id)
+        handle = object.__new__(Ledger)
+        handle.engine, handle.settings, handle.clock = self.engine, self.settings, self.clock
+        handle._database = dataclasses.replace(self._database, scope=scope)
+        handle.recorder = self.recorder.scoped(handle._database)
+        handle._scoped_from = self._scoped_from or self
+        return handle
+
+    @property
+    def scope(self) -> Scope:
+        """The tenant and owner this handle keeps to (``Scope()``: the whole ledger)."""
+        return self._database.scope
 
     @classmethod
     def open(
@@ -159,7 +176,7 @@ class Ledger:
         try:
             with_retries(
                 settings,
-                lambda: _prepare(engine, migrate=migrate, verify=verify, read_only=access),
+                lambda: prepare(engine, migrate=migrate, verify=verify, read_only=access),
                 what=f"opening {engine.url.render_as_string(hide_password=True)}",
             )
         except BaseException:
@@ -205,6 +222,10 @@ class Ledger:
         self._database.check_writable("writing to the ledger")
 
     def close(self) -> None:
+        """Stop the heartbeat and close the connections and the engine; on a scoped handle,
+        nothing (they belong to the ledger it was scoped from)."""
+        if self._scoped_from is not None:
+            return
         self.recorder.close()
         self._database.connections.close()
         self.engine.dispose()
@@ -216,7 +237,10 @@ class Ledger:
         self.close()
 
     def __repr__(self) -> str:
-        return f"Ledger({self.url!r})"
+        scope = self.scope
+        if scope.everything:
+            return f"Ledger({self.url!r})"
+        return f"Ledger({self.url!r}, tenant_id={scope.tenant_id!r}, owner_id={scope.owner_id!r})"
 
     # --- conversations --------------------------------------------------------------------------
 
@@ -228,7 +252,12 @@ class Ledger:
         parent_run_id: str | None = None,
         metadata: dict[str, Any] | None = None,
         conversation_id: str | None = None,
+        tenant_id: str | None = None,
+        owner_id: str | None = None,
     ) -> Conversation:
+        """A new conversation, of ``tenant_id`` and ``owner_id`` (in a scoped handle, by
+        default its scope's; another one is a :class:`UsageError`)."""
+        owners = created_in(self.scope, tenant_id, owner_id)
         check_storable(title, "the conversation's title")
         check_storable(metadata, "the conversation's metadata")
         now = self.clock()
@@ -242,9 +271,12 @@ class Ledger:
             "created_at": now,
             "updated_at": now,
             "metadata": metadata or None,
+            **owners,
         }
 
         def write(conn: Connection) -> Conversation:
+            if conversation_id is not None:
+                check_id_free(conn, created)
             conn.execute(insert(conversations), sealed(conversations, row))
             return conversation_of(conn.execute(_conversation_row(created)).mappings().one())
 
@@ -258,22 +290,33 @@ class Ledger:
         Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
         them) when the prefix begins several."""
 
+        scope = self.scope
+
         def read(conn: Connection) -> Conversation:
-            row = conn.execute(_conversation_row(conversation_id)).mappings().first()
+            in_scope = within(_conversation_row(conversation_id), scope, conversations)
+            row = conn.execute(in_scope).mappings().first()
             if row is None:
-                full_id = id_by_prefix(conn, "conversation", conversation_id)
+                full_id = id_by_prefix(conn, "conversation", conversation_id, scope)
                 row = conn.execute(_conversation_row(full_id)).mappings().one()
             return conversation_of(row)
 
         return self._read(f"reading conversation {conversation_id}", read)
 
     def conversations(
-        self, *, kind: ConversationKind | str | None = None, limit: int | None = None
+        self,
+        *,
+        kind: ConversationKind | str | None = None,
+        limit: int | None = None,
+        metadata: Mapping[str, Any] | None = None,
     ) -> list[Conversation]:
-        """Conversations, most recently updated first."""
-        query = select(conversations).order_by(
+        """Conversations, most recently updated first; with ``metadata``, those whose metadata
+        has each of its top-level keys with that value (a string, a number, a boolean, or
+        ``None`` for JSON null)."""
+        query = within(select(conversations), self.scope, conversations).order_by(
             conversations.c.updated_at.desc(), conversations.c.id.desc()
         )
+        if metadata:
+            query = query.where(metadata_matches(self.dialect, metadata))
         if kind is not None:
             query = query.where(conversations.c.kind == ConversationKind(kind).value)
         return self._read(
@@ -339,7 +382,8 @@ class Ledger:
         Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
         them) when the prefix begins several."""
         return self._read(
-            f"reading run {run_id}", lambda conn: run_of(run_row_by_id_or_prefix(conn, run_id))
+            f"reading run {run_id}",
+            lambda conn: run_of(run_row_by_id_or_prefix(conn, run_id, self.scope)),
         )
 
     def runs(
@@ -352,7 +396,7 @@ class Ledger:
     ) -> list[AgentRun]:
         """Runs, oldest first within a conversation, newest first across the ledger; with
         ``since``, only those started at or after it (a naive datetime is UTC)."""
-        query = select(agent_runs)
+        query = within(select(agent_runs), self.scope, agent_runs)
         if since is not None:
             query = query.where(agent_runs.c.started_at >= _utc(since))
         if conversation_id is not None:
@@ -420,7 +464,7 @@ class Ledger:
         such conversation)."""
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
-        found = search_statement(self.dialect, query, conversation_id, limit)
+        found = search_statement(self.dialect, query, conversation_id, limit, self.scope)
         if found is None:
             return []
         statement, params = found
@@ -432,10 +476,12 @@ class Ledger:
     def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
         """Each of ``ids`` (of runs or of conversations, as ``of`` says) by its shortest
         prefix, of at least ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind
-        in the ledger: what a person can type for it (the command line's listings show these)."""
+        in the ledger (in a scoped handle, in its scope): what a person can type for it (the
+        command line's listings show these)."""
         wanted = list(ids)
         return self._read(
-            f"shortening {len(wanted)} {of} ids", lambda conn: shortest_prefixes(conn, of, wanted)
+            f"shortening {len(wanted)} {of} ids",
+            lambda conn: shortest_prefixes(conn, of, wanted, self.scope),
         )
 
     # --- recovery -------------------------------------------------------------------------------
@@ -443,7 +489,7 @@ class Ledger:
     def stale_runs(self, stale_after: float | None = None) -> list[AgentRun]:
         """Runs still ``running`` whose process is gone: their conversation's lease expired (or
         another run took it), or, with ``stale_after``, they have not beaten for that long."""
-        query = stale_query(self.clock(), stale_after)
+        query = within(stale_query(self.clock(), stale_after), self.scope, agent_runs)
         return self._read(
             "looking for stale runs",
             lambda conn: [run_of(r) for r in conn.execute(query).mappings()],
@@ -497,14 +543,6 @@ class Ledger:
     def _forget(self, choose: Choose, reason: str, owner: str | None, dry: bool) -> Forgotten:
         return forget_chosen(self._database, choose, reason=reason, owner_id=owner, dry_run=dry)
 
-    def _narrowed(self, *, tenant_id: str | None, owner_id: str | None) -> Ledger:
-        """This handle further limited to a tenant and an owner, sharing its engine and
-        connections (the command line's ``--tenant`` and ``--owner``)."""
-        narrowed = copy.copy(self)
-        scope = self._database.scope.narrowed(tenant_id, owner_id)
-        narrowed._database = dataclasses.replace(self._database, scope=scope)
-        return narrowed
-
     # --- checking -------------------------------------------------------------------------------
 
     def verify(self) -> list[str]:
@@ -515,13 +553,17 @@ class Ledger:
         did) and, on SQLite, ``PRAGMA integrity_check`` (pages, and indexes against their
         tables: a row an index lost), ``foreign_key_check`` and the full-text index's own
         check; and that every interrupted answer is the only answer of an ``interrupted`` run.
-        Reads the whole database: its time grows with the file.
+        Reads the whole database: its time grows with the file. A scoped handle refuses
+        (:class:`UsageError`): call it on the unscoped ledger.
         """
+        refuse_in_scope(self.scope, "Ledger.verify")
         return self._read("verifying the ledger", find_damage)
 
     def row_counts(self) -> dict[str, tuple[int, int]]:
         """Each table's rows, and how many of them carry a checksum (what :meth:`verify`
-        checks), by table name."""
+        checks), by table name. Of the whole ledger: a scoped handle refuses, as for
+        :meth:`verify`."""
+        refuse_in_scope(self.scope, "Ledger.row_counts")
 
         def count(conn: Connection) -> dict[str, tuple[int, int]]:
             counted: dict[str, tuple[int, int]] = {}
@@ -545,46 +587,3 @@ def _utc(moment: datetime) -> datetime:
 
 def _conversation_row(conversation_id: str) -> Select[Any]:
     return select(conversations).where(conversations.c.id == conversation_id)
-
-
-def _prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly | None) -> None:
-    """Check the database can be opened, then bring it to the newest schema (a read-only
-    handle only checks that it is there already)."""
-    url = make_url(str(engine.url))
-    where = url.render_as_string(hide_password=True)
-    try:
-        if engine.dialect.name == "sqlite":
-            probe_sqlite(engine, integrity=verify)
-        if migrate and read_only is None:
-            migrations.upgrade(engine)
-        elif not migrations.is_current(engine):
-            if migrate and read_only is not None:
-                raise read_only.refusal(
-                    f"upgrading the ledger to the newest schema ({migrations.head()})", where
-                )
-            raise SchemaVersionError(
-                f"the database at {where} is not at the newest "
-                f"schema ({migrations.head()}); run `agentledger db upgrade`"
-            )
-    except (ConfigurationError, LedgerError):
-        raise
-    except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
-        if is_busy(exc) or is_read_only(exc) or is_refused(exc):
-            # with_retries tries again, or says the database refused to write, or refused the
-            # role (one not granted what `agentledger db app-role` prints)
-            raise
-        raise LedgerOpenError(_open_error(url, exc)) from exc
-
-
-def _open_error(url: Any, exc: Exception) -> str:
-    detail = str(getattr(exc, "orig", None) or exc).strip()
-    where = url.render_as_string(hide_password=True)
-    if isinstance(exc, UnicodeDecodeError) or any(
-        word in detail for word in ("malformed", "not a database", "encrypted", "corrupt")
-    ):
-        hint = "the file is corrupt; restore it from a backup (its -wal and -shm files with it)"
-    elif "unable to open" in detail:
-        hint = "check the path and the permissions of the file and its directory"
-    else:
-        hint = "check the URL, and that the server is up and reachable"
-    return f"cannot open the ledger at {where}: {detail}. {hint}"

@@ -18,6 +18,8 @@ from sqlalchemy import Column, ColumnElement, Connection, Table, and_, func, or_
 
 from ..errors import AmbiguousIdError, NotFoundError
 from ..values import SHORT_ID_LENGTH, short_ids
+from ._scope import EVERYTHING, Scope
+from ._scoped import within
 from .tables import agent_runs, conversations
 
 IdKind = Literal["run", "conversation"]
@@ -41,18 +43,18 @@ def not_found(kind: IdKind, given: str) -> NotFoundError:
     return NotFoundError(f"no {kind} {given!r} in this ledger ({prefix}; see `{_LISTINGS[kind]}`)")
 
 
-def id_by_prefix(conn: Connection, kind: IdKind, given: str) -> str:
-    """The one ``kind`` id that ``given`` begins (once no row has ``given`` as its id)."""
+def id_by_prefix(conn: Connection, kind: IdKind, given: str, scope: Scope = EVERYTHING) -> str:
+    """The one ``kind`` id in ``scope`` that ``given`` begins (once no row has ``given`` as its
+    id): the ids of other scopes are neither found nor listed."""
     if len(given) < SHORT_ID_LENGTH:
         raise not_found(kind, given)
-    column = _TABLES[kind].c.id
+    table = _TABLES[kind]
+    column = table.c.id
+    query = select(column).where(_begins(conn, column, given))
     found = [
         row[0]
         for row in conn.execute(
-            select(column)
-            .where(_begins(conn, column, given))
-            .order_by(column)
-            .limit(CANDIDATES_LISTED + 1)
+            within(query, scope, table).order_by(column).limit(CANDIDATES_LISTED + 1)
         )
     ]
     if not found:
@@ -76,15 +78,19 @@ def _ambiguous(kind: IdKind, given: str, found: list[str]) -> AmbiguousIdError:
     )
 
 
-def shortest_prefixes(conn: Connection, kind: IdKind, ids: Iterable[str]) -> dict[str, str]:
-    """Each of ``ids`` by its shortest unique prefix among every ``kind`` id in the ledger."""
+def shortest_prefixes(
+    conn: Connection, kind: IdKind, ids: Iterable[str], scope: Scope = EVERYTHING
+) -> dict[str, str]:
+    """Each of ``ids`` by its shortest unique prefix among every ``kind`` id in ``scope`` (a
+    prefix that only another scope's ids share is no longer than one they do not)."""
     wanted = list(dict.fromkeys(ids))
     heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
     if not heads:
         return short_ids(wanted)
-    column = _TABLES[kind].c.id
+    table = _TABLES[kind]
+    column = table.c.id
     alike = select(column).where(or_(*(_begins(conn, column, head) for head in heads)))
-    return short_ids(wanted, [row[0] for row in conn.execute(alike)])
+    return short_ids(wanted, [row[0] for row in conn.execute(within(alike, scope, table))])
 
 
 def _begins(conn: Connection, column: Column[str], prefix: str) -> ColumnElement[bool]:

@@ -168,6 +168,15 @@ _HEAD = select(
 ).where(conversations.c.id == bindparam("conversation_id"))
 """A conversation, if it exists, the position of its last message, and that of the last
 message a summary replaced."""
+_HEADS_IN_SCOPE = {
+    (True, False): _HEAD.where(conversations.c.tenant_id == bindparam("tenant")),
+    (False, True): _HEAD.where(conversations.c.owner_id == bindparam("owner")),
+    (True, True): _HEAD.where(
+        conversations.c.tenant_id == bindparam("tenant"),
+        conversations.c.owner_id == bindparam("owner"),
+    ),
+}
+""":data:`_HEAD` in a scope (by whether it has a tenant, an owner), built once like it."""
 _MESSAGES_AFTER = (
     select(conversation_messages)
     .where(
@@ -200,6 +209,19 @@ class ConversationLoader:
         self._loaded: OrderedDict[str, _Loaded] = OrderedDict()
         self._size = size
         self._lock = threading.Lock()
+        scope = database.scope
+        self._head = (
+            _HEAD
+            if scope.everything
+            else _HEADS_IN_SCOPE[scope.tenant_id is not None, scope.owner_id is not None]
+        )
+
+    def scoped(self, database: Database) -> ConversationLoader:
+        """A loader for a scoped handle's ``database`` sharing what this one keeps: its head
+        query keeps to the scope, so what is kept is only served for a conversation in it."""
+        loader = ConversationLoader(database, self._size)
+        loader._loaded, loader._lock = self._loaded, self._lock
+        return loader
 
     def load(self, conversation_id: str | None) -> AgentState:
         """The conversation's committed messages in the context, as a state ready for a new
@@ -213,7 +235,9 @@ class ConversationLoader:
 
     def _read(self, conn: Connection, conversation_id: str) -> _Loaded:
         sql = statements_for(conn.dialect)
-        head = sql.select(conn, _HEAD, {"conversation_id": conversation_id})
+        scope = self.database.scope
+        values = {"conversation_id": conversation_id, "tenant": scope.tenant_id}
+        head = sql.select(conn, self._head, {**values, "owner": scope.owner_id})
         if not head:
             raise NotFoundError(
                 f"no conversation {conversation_id!r} in this ledger "

@@ -138,7 +138,8 @@ def _keep_what_was_shown(
 ) -> None:
     """Commit the partial output of the step the run was streaming when its process died, as
     its answer flagged interrupted (as a cancel would have)."""
-    answer = interrupted_answer(run_row(conn, run_id)["partial_output"] or "")
+    run = run_row(conn, run_id)
+    answer = interrupted_answer(run["partial_output"] or "")
     if answer is not None:
-        append_interrupted_answer(conn, conversation_id, run_id, answer)
+        append_interrupted_answer(conn, conversation_id, run_id, answer, run)
         count_new_version(conn, conversation_id, now)

@@ -15,6 +15,8 @@ from ..values import AgentState, AgentStatus, printable
 from ._lookup import id_by_prefix, not_found
 from ._reads import load_steps
 from ._rows import run_columns_at_end
+from ._scope import EVERYTHING, Scope
+from ._scoped import holds
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import agent_runs
@@ -33,11 +35,16 @@ def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
     return rows[0]
 
 
-def run_row_by_id_or_prefix(conn: Connection, given: str) -> dict[str, Any]:
-    """The row of the run ``given`` stands for: its id, or a prefix of it that begins no other
-    run's id (:mod:`._lookup`)."""
+def run_row_by_id_or_prefix(
+    conn: Connection, given: str, scope: Scope = EVERYTHING
+) -> dict[str, Any]:
+    """The row of the run in ``scope`` that ``given`` stands for: its id, or a prefix of it
+    that begins no other run's id (:mod:`._lookup`). A run outside the scope is not found."""
     rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": given})
-    return rows[0] if rows else run_row(conn, id_by_prefix(conn, "run", given))
+    if rows and holds(scope, rows[0]):
+        return rows[0]
+    # Another scope's run is looked for as a prefix in this one: not found, as a missing id.
+    return run_row(conn, id_by_prefix(conn, "run", given, scope))
 
 
 def end_run(

@@ -16,6 +16,7 @@ from sqlalchemy.sql.expression import TextualSelect
 
 from ..values import Message
 from ._rows import message_of
+from ._scope import EVERYTHING, Scope
 from .tables import conversation_messages
 
 
@@ -35,34 +36,42 @@ _COLUMNS = ", ".join(f"m.{c.name}" for c in conversation_messages.columns)
 
 
 def search_statement(
-    dialect: str, query: str, conversation_id: str | None, limit: int
+    dialect: str, query: str, conversation_id: str | None, limit: int, scope: Scope = EVERYTHING
 ) -> tuple[TextualSelect, dict[str, Any]] | None:
     """The statement finding the messages that match every word of ``query``, best matches
-    first, and its parameters; ``None`` when ``query`` holds no word."""
+    first, in the conversations of ``scope``, and its parameters; ``None`` when ``query`` holds
+    no word."""
     words = re.findall(r"\w+", query)
     if not words:
         return None
-    within = conversation_id is not None
+    within = "AND m.conversation_id = :conversation_id " if conversation_id is not None else ""
+    within += _in_scope(scope)
+    joined = "" if scope.everything else "JOIN conversations c ON c.id = m.conversation_id "
     if dialect == "sqlite":
         sql = (
             f"SELECT {_COLUMNS} FROM conversation_messages_fts f "
-            "JOIN conversation_messages m ON m.id = f.message_id "
-            "WHERE conversation_messages_fts MATCH :match "
-            + ("AND f.conversation_id = :conversation_id " if within else "")
-            + "ORDER BY f.rank, m.seq LIMIT :limit"
+            f"JOIN conversation_messages m ON m.id = f.message_id {joined}"
+            f"WHERE conversation_messages_fts MATCH :match {within}"
+            "ORDER BY f.rank, m.seq LIMIT :limit"
         )
         match = " ".join(f'"{w}"' for w in words)
     else:
         sql = (
-            f"SELECT {_COLUMNS} FROM conversation_messages m "
+            f"SELECT {_COLUMNS} FROM conversation_messages m {joined}"
             "WHERE to_tsvector('simple', m.content) @@ plainto_tsquery('simple', :match) "
-            + ("AND m.conversation_id = :conversation_id " if within else "")
-            + "ORDER BY ts_rank(to_tsvector('simple', m.content), "
+            f"{within}ORDER BY ts_rank(to_tsvector('simple', m.content), "
             "plainto_tsquery('simple', :match)) DESC, m.seq LIMIT :limit"
         )
         match = " ".join(words)
     typed = text(sql).columns(*conversation_messages.columns)  # JSON and times decoded
-    return typed, {"match": match, "conversation_id": conversation_id, "limit": limit}
+    params = {"match": match, "conversation_id": conversation_id, "limit": limit}
+    return typed, {**params, "tenant": scope.tenant_id, "owner": scope.owner_id}
+
+
+def _in_scope(scope: Scope) -> str:
+    """The conditions that keep a search to the conversations (``c``) of ``scope``."""
+    tenant = "AND c.tenant_id = :tenant " if scope.tenant_id is not None else ""
+    return tenant + ("AND c.owner_id = :owner " if scope.owner_id is not None else "")
 
 
 def hit_of(row: Any) -> SearchHit:

@@ -17,16 +17,14 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
-from ..errors import ConversationBusyError, LedgerUnavailableError, UsageError
+from ..errors import ConversationBusyError, LedgerUnavailableError
 from ..recording import SPAWNED_BY, RunResult, check_shown, interrupted_answer
 from ..values import (
     AgentState,
     AgentStatus,
     Compaction,
-    CompactionKind,
     FiledMessage,
     Message,
-    Messages,
     StepExecution,
     StopReason,
     ToolCall,
@@ -40,17 +38,22 @@ from ._interrupts import (
     interrupted_answer_of,
 )
 from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
+from ._lookup import not_found
 from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
 from ._recovery import check_claimable, stale_query
-from ._rows import (
-    budget_json,
-    compaction_columns,
-    message_columns,
-    run_columns_at_end,
-    step_columns,
-    tool_columns,
+from ._rows import compaction_columns, run_columns_at_end
+from ._run_rows import (
+    begun_run_row,
+    claim_for_compaction,
+    masking_row,
+    message_row,
+    messages_after,
+    run_id_of,
+    step_rows,
+    unpersisted,
 )
 from ._runs import end_run, recorded_totals, run_row
+from ._scoped import holds, within
 from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (
@@ -83,6 +86,7 @@ _FLUSH_BUFFER = delete(execution_buffer_rows).where(
 )
 _INSERT_RUN = insert(agent_runs)
 _INSERT_COMPACTION = insert(context_compactions)
+_TENANT_OF = select(conversations.c.tenant_id)
 _TAKE_OUT_OF_CONTEXT = (
     update(conversation_messages)
     .where(conversation_messages.c.id == bindparam("row_id"))
@@ -105,6 +109,14 @@ class LedgerRecorder:
         self.conversations = ConversationLoader(database)
         self.sql = statements_for(database.engine.dialect)
 
+    def scoped(self, database: Database) -> LedgerRecorder:
+        """The recorder of a scoped handle (``database``): its own reads keep to the scope;
+        the leases, their heartbeat and the conversations kept loaded are this one's."""
+        recorder = object.__new__(LedgerRecorder)
+        recorder.database, recorder.leases, recorder.sql = database, self.leases, self.sql
+        recorder.conversations = self.conversations.scoped(database)
+        return recorder
+
     def close(self) -> None:
         self.leases.close()
 
@@ -118,6 +130,7 @@ class LedgerRecorder:
         query = stale_query(self.database.clock(), stale_after).where(
             agent_runs.c.parent_run_id.is_(None)
         )
+        query = within(query, self.database.scope, agent_runs)
         return self.database.read(
             "looking for stale runs", lambda conn: [r.id for r in conn.execute(query)]
         )
@@ -136,7 +149,7 @@ class LedgerRecorder:
 
     def run_result(self, run_id: str) -> RunResult:
         def read(conn: Connection) -> RunResult:
-            row = run_row(conn, run_id)
+            row = self._run_in_scope(conn, run_id)
             state = rebuild_state(conn, row)
             result = RunResult.of(state.model_copy(update={"status": AgentStatus(row["status"])}))
             if row["status"] != AgentStatus.INTERRUPTED:
@@ -151,20 +164,21 @@ class LedgerRecorder:
     def begin_run(
         self, state: AgentState, *, user_message: Message | None, agent_name: str
     ) -> None:
-        run_id = _run_id(state)
+        run_id = run_id_of(state)
         lease = Lease(new_id(), state.conversation_id)
+        scope = self.database.scope
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
-            self.leases.take(
-                conn, state.conversation_id, run_id, lease.token, now, state.parent_run_id
-            )
-            lease.run_row = _run_row(state, agent_name, now)
+            self.leases.take(conn, lease, run_id, now, state.parent_run_id, scope)
+            lease.run_row = begun_run_row(state, agent_name, now, lease)
             self.sql.execute(conn, _INSERT_RUN, lease.run_row)
             if user_message is not None:
                 seq = next_seq(conn, state.conversation_id)
-                row = _message_row(user_message, state.conversation_id, seq, "messages", run_id)
-                self.sql.execute(conn, _INSERT_MESSAGES, sealed(conversation_messages, row))
+                row = message_row(
+                    user_message, state.conversation_id, seq, "messages", run_id, lease.tenant_id
+                )
+                self.sql.execute(conn, _INSERT_MESSAGES, row)
                 lease.next_seq, lease.last_message_id = seq + 1, user_message.id
 
         try:
@@ -191,25 +205,8 @@ class LedgerRecorder:
     ) -> None:
         lease = self.leases.held(run_id)
         index = execution.step_index
-        buffer = [
-            sealed(
-                execution_buffer_rows,
-                {
-                    **message_columns(message),
-                    "run_id": run_id,
-                    "step_index": index,
-                    "seq": lease.next_buffer_seq + n,
-                    "section": section,
-                },
-            )
-            for n, (section, message) in enumerate(filed)
-        ]
-        step = sealed(step_executions, step_columns(run_id, execution))
-        masking = _masking_row(lease.conversation_id, run_id, execution)
-        tools = [
-            sealed(tool_executions, tool_columns(run_id, step["id"], index, n, e))
-            for n, e in enumerate(execution.step.tool_executions)
-        ]
+        step, tools, buffer = step_rows(lease, run_id, execution, filed)
+        masking = masking_row(lease, run_id, execution)
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
@@ -267,7 +264,7 @@ class LedgerRecorder:
             now = self.database.clock()
             self.leases.check(conn, run_id, lease, now)
             if answer is not None:
-                append_interrupted_answer(conn, lease.conversation_id, run_id, answer)
+                append_interrupted_answer(conn, lease.conversation_id, run_id, answer, lease)
             self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})
             ended = recorded_totals(
                 conn, lease.conversation_id, run_id, AgentStatus.INTERRUPTED, error, now
@@ -290,21 +287,18 @@ class LedgerRecorder:
         return self.run_result(run_id)
 
     def commit_run(self, state: AgentState) -> None:
-        run_id = _run_id(state)
+        run_id = run_id_of(state)
         lease = self.leases.held(run_id)
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
             self.leases.check(conn, run_id, lease, now)
             if lease.next_seq is not None and lease.last_message_id is not None:
-                new, seq = _after(state, lease.last_message_id), lease.next_seq
+                new, seq = messages_after(state, lease.last_message_id), lease.next_seq
             else:
-                new, seq = _unpersisted(conn, state), next_seq(conn, state.conversation_id)
+                new, seq = unpersisted(conn, state), next_seq(conn, state.conversation_id)
             rows = [
-                sealed(
-                    conversation_messages,
-                    _message_row(m, state.conversation_id, seq + n, "messages", run_id),
-                )
+                message_row(m, state.conversation_id, seq + n, "messages", run_id, lease.tenant_id)
                 for n, m in enumerate(new)
             ]
             self.sql.execute_many(conn, _INSERT_MESSAGES, rows)
@@ -338,7 +332,7 @@ class LedgerRecorder:
         The totals are those of the step rows, not of ``state``: a step whose commit went
         through while its acknowledgement was lost is in the ledger, and counts.
         """
-        run_id = _run_id(state)
+        run_id = run_id_of(state)
         lease = self.leases.held(run_id)
 
         def work(conn: Connection) -> None:
@@ -360,7 +354,7 @@ class LedgerRecorder:
         def work(conn: Connection) -> AgentState:
             nonlocal lease
             now = self.database.clock()
-            run = run_row(conn, run_id)
+            run = self._run_in_scope(conn, run_id)
             conversation = (
                 conn.execute(
                     select(conversations).where(conversations.c.id == run["conversation_id"])
@@ -386,6 +380,7 @@ class LedgerRecorder:
             state = rebuild_state(conn, run)
             lease = Lease(token, state.conversation_id, next_buffer_seq(conn, run_id))
             lease.run_row = dict(run)
+            lease.tenant_id, lease.owner_id = conversation["tenant_id"], conversation["owner_id"]
             return state
 
         state = self.database.write(f"claiming run {run_id}", work)
@@ -414,9 +409,10 @@ class LedgerRecorder:
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
-            row = compaction_columns(compaction)
+            tenant = conn.execute(_TENANT_OF.where(conversations.c.id == conversation_id)).scalar()
+            row = {**compaction_columns(compaction), "tenant_id": tenant}
             if summary is not None:
-                row.update(self._replace(conn, conversation_id, summary, replaced, now))
+                row.update(self._replace(conn, conversation_id, summary, replaced, now, tenant))
             self.sql.execute(conn, _INSERT_COMPACTION, sealed(context_compactions, row))
 
         self._write(
@@ -434,9 +430,10 @@ class LedgerRecorder:
         summary: Message,
         replaced: Sequence[str],
         now: datetime,
+        tenant_id: str | None,
     ) -> dict[str, Any]:
         """Write ``summary`` in place of the messages ``replaced``; the compaction's positions."""
-        _claim_for_compaction(conn, conversation_id, now)
+        claim_for_compaction(conn, conversation_id, now)
         columns = conversation_messages.c
         rows = [
             dict(r)
@@ -457,8 +454,10 @@ class LedgerRecorder:
             if r["section"] == AgentState.DEFAULT_SECTION:
                 r["section"] = AgentState.BUFFER_SECTION
             r.update(in_context=False, summary_id=summary.id)
-        summary_row = _message_row(summary, conversation_id, seq, AgentState.SUMMARY_SECTION, None)
-        self.sql.execute(conn, _INSERT_MESSAGES, sealed(conversation_messages, summary_row))
+        summary_row = message_row(
+            summary, conversation_id, seq, AgentState.SUMMARY_SECTION, None, tenant_id
+        )
+        self.sql.execute(conn, _INSERT_MESSAGES, summary_row)
         conn.execute(
             _TAKE_OUT_OF_CONTEXT,
             [
@@ -477,6 +476,13 @@ class LedgerRecorder:
             "last_seq": max(positions, default=None),
         }
 
+    def _run_in_scope(self, conn: Connection, run_id: str) -> dict[str, Any]:
+        """The row of run ``run_id``; :class:`NotFoundError` when there is none in the scope."""
+        row = run_row(conn, run_id)
+        if not holds(self.database.scope, row):
+            raise not_found("run", run_id)
+        return row
+
     # --- writing --------------------------------------------------------------------------------
 
     def _write(
@@ -491,110 +497,9 @@ class LedgerRecorder:
         except LedgerUnavailableError:
             try:
                 with self.database.engine.connect() as conn:
+                    self.database.scope.enter(conn)  # what row-level security lets it see
                     confirmed = conn.execute(took_effect()).first() is not None
             except Exception:  # still away: the caller gets the original error
                 confirmed = False
             if not confirmed:
                 raise
-
-
-def _claim_for_compaction(conn: Connection, conversation_id: str, now: datetime) -> None:
-    """Take the conversation's row (serializing this with runs and other compactions) and
-    count a new version of it; :class:`ConversationBusyError` while a run holds it."""
-    claimed = conn.execute(
-        update(conversations)
-        .where(
-            conversations.c.id == conversation_id,
-            or_(conversations.c.lease_holder.is_(None), conversations.c.lease_expires_at <= now),
-        )
-        .values(version=conversations.c.version + 1, updated_at=now)
-    ).rowcount
-    if not claimed:
-        raise ConversationBusyError(
-            f"conversation {conversation_id} is busy: a run is in progress on it. "
-            "Compact it once the run has ended."
-        )
-
-
-def _run_id(state: AgentState) -> str:
-    if state.run_id is None:
-        raise UsageError("the state has no run: begin one first (Agent.run does)")
-    return state.run_id
-
-
-def _run_row(state: AgentState, agent_name: str, now: datetime) -> dict[str, Any]:
-    """The row of a run that begins: what the ledger inserts, and keeps to seal its end."""
-    run_id = _run_id(state)
-    return {
-        "id": run_id,
-        "conversation_id": state.conversation_id,
-        "parent_run_id": state.parent_run_id,
-        "root_run_id": state.root_run_id or run_id,
-        "depth": state.depth,
-        "agent_name": agent_name,
-        "status": AgentStatus.RUNNING.value,
-        "started_at": state.run_started_at or now,
-        "heartbeat_at": now,
-        "budget": budget_json(state.budget),
-        "metadata": state.metadata or None,
-    }
-
-
-def _masking_row(
-    conversation_id: str, run_id: str, execution: StepExecution
-) -> dict[str, Any] | None:
-    """The ``context_compactions`` row of the masking done before ``execution``, if any."""
-    masking = execution.step.context_masking
-    if masking is None:
-        return None
-    compaction = Compaction(
-        conversation_id=conversation_id,
-        kind=CompactionKind.MASKING,
-        messages=masking.masked,
-        tokens_before=masking.tokens_before,
-        tokens_after=masking.tokens_after,
-        run_id=run_id,
-        step_index=execution.step_index,
-        created_at=execution.started_at,
-    )
-    return sealed(context_compactions, compaction_columns(compaction))
-
-
-def _message_row(
-    message: Message, conversation_id: str, seq: int, section: str, run_id: str | None
-) -> dict[str, Any]:
-    return {
-        **message_columns(message),
-        "conversation_id": conversation_id,
-        "section": section,
-        "seq": seq,
-        "run_id": run_id,
-        "interrupted": message.interrupted,
-    }
-
-
-def _unpersisted(conn: Connection, state: AgentState) -> Messages:
-    """The conversation messages of ``state`` after the last one the ledger holds."""
-    last = conn.execute(
-        select(conversation_messages.c.id)
-        .where(
-            conversation_messages.c.conversation_id == state.conversation_id,
-            conversation_messages.c.section == AgentState.DEFAULT_SECTION,
-        )
-        .order_by(conversation_messages.c.seq.desc())
-        .limit(1)
-    ).scalar()
-    return state.messages() if last is None else _after(state, last)
-
-
-def _after(state: AgentState, last: str) -> Messages:
-    """The conversation messages of ``state`` after the message ``last``."""
-    messages = state.messages()
-    for index in range(len(messages) - 1, -1, -1):
-        if messages[index].id == last:
-            return messages[index + 1 :]
-    raise UsageError(
-        f"the state of run {state.run_id} does not contain the conversation's last stored "
-        f"message {last}: it was not loaded from this ledger's conversation "
-        f"{state.conversation_id}, so the ledger cannot tell which messages are new"
-    )

@@ -1,0 +1,118 @@
+"""What keeps a handle's reads and writes to its scope (:mod:`._scope`): the conditions its
+queries gain, the rows it may see, and the columns a conversation created in it takes.
+
+A scoped handle answers for anything outside its scope exactly as for an id that does not
+exist (the same :class:`NotFoundError`, word for word), so that it tells nothing of what other
+tenants hold. The unscoped handle's queries gain no condition at all.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar
+
+from sqlalchemy import ColumnElement, Connection, Select, Table, and_, func, literal, select
+from sqlalchemy.dialects.postgresql import JSONB
+
+from ..errors import UsageError
+from ._scope import Scope
+from .tables import conversations
+
+S = TypeVar("S", bound=Select[Any])
+
+WHOLE_LEDGER = (
+    "{what} reads the whole ledger, whatever the scope: call it on the unscoped ledger (the "
+    "one Ledger.open returned; on the command line, without --tenant and --owner, nor "
+    "AGENTLEDGER_TENANT and AGENTLEDGER_OWNER)"
+)
+
+
+def within(query: S, scope: Scope, table: Table) -> S:
+    """``query`` keeping to ``scope``'s rows of ``table`` (one with ``tenant_id`` and
+    ``owner_id``); unchanged when the scope is the whole ledger."""
+    return query if scope.everything else query.where(scope.where(table))
+
+
+def holds(scope: Scope, row: Mapping[Any, Any]) -> bool:
+    """Whether ``row`` (of a conversation or a run) is in ``scope``."""
+    return (scope.tenant_id is None or row["tenant_id"] == scope.tenant_id) and (
+        scope.owner_id is None or row["owner_id"] == scope.owner_id
+    )
+
+
+def refuse_in_scope(scope: Scope, what: str) -> None:
+    """Raise :class:`UsageError` when ``scope`` is not the whole ledger: ``what`` reads it all."""
+    if not scope.everything:
+        raise UsageError(WHOLE_LEDGER.format(what=what))
+
+
+def created_in(scope: Scope, tenant_id: str | None, owner_id: str | None) -> dict[str, Any]:
+    """The tenant and owner of a conversation created in ``scope``, given ``tenant_id`` and
+    ``owner_id`` (each defaults to the scope's; one that contradicts it is a
+    :class:`UsageError`, and nothing is written)."""
+    for name, mine, given in (
+        ("tenant_id", scope.tenant_id, tenant_id),
+        ("owner_id", scope.owner_id, owner_id),
+    ):
+        if mine is not None and given is not None and given != mine:
+            raise UsageError(
+                f"this handle is scoped to {name} {mine!r}: it cannot create a conversation "
+                f"with {name} {given!r}. Create it through a handle of that scope (or the "
+                "unscoped ledger); nothing was written"
+            )
+    chosen = Scope(
+        tenant_id if tenant_id is not None else scope.tenant_id,
+        owner_id if owner_id is not None else scope.owner_id,
+    )
+    return chosen.columns()
+
+
+def check_id_free(conn: Connection, conversation_id: str) -> None:
+    """Refuse a new conversation's chosen id that a conversation has already (whatever its
+    scope: ids are the whole ledger's)."""
+    taken = select(conversations.c.id).where(conversations.c.id == conversation_id)
+    if conn.execute(taken).first() is not None:
+        raise UsageError(
+            f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
+            "(nothing was written)"
+        )
+
+
+# --- conversations by their metadata --------------------------------------------------------------
+
+_JSON_TYPES = {True: "true", False: "false", None: "null"}
+
+
+def metadata_matches(dialect: str, wanted: Mapping[str, Any]) -> ColumnElement[bool]:
+    """Conversations whose metadata has each of ``wanted``'s top-level keys, equal to its value
+    (a string, a number, a boolean or ``None`` for JSON null). Keys and values are bound
+    parameters, never part of the SQL text or of a JSON path, so any text is a key."""
+    for key, value in wanted.items():
+        _check_filter(key, value)
+    if dialect == "postgresql":
+        return conversations.c.metadata.op("@>")(literal(dict(wanted), JSONB))
+    return and_(*(_sqlite_member(key, value) for key, value in wanted.items()))
+
+
+def _check_filter(key: object, value: object) -> None:
+    if not isinstance(key, str):
+        raise UsageError(f"a metadata filter's keys are text, not {key!r}")
+    if not (value is None or isinstance(value, str | int | float | bool)):
+        raise UsageError(
+            f"the metadata filter on {key!r} must be a string, a number, a boolean or None "
+            f"(JSON null), not {type(value).__name__}: objects and lists are not compared"
+        )
+
+
+def _sqlite_member(key: str, value: Any) -> ColumnElement[bool]:
+    """SQLite: the metadata object has ``key``, whose value is ``value`` (``json_each``, so
+    the key is compared as data, never read as a JSON path)."""
+    member = func.json_each(conversations.c.metadata).table_valued("key", "type", "atom")
+    found = select(literal(1)).select_from(member).where(member.c.key == key)
+    if isinstance(value, bool) or value is None:
+        found = found.where(member.c.type == _JSON_TYPES[value])
+    elif isinstance(value, str):
+        found = found.where(member.c.type == "text", member.c.atom == value)
+    else:
+        found = found.where(member.c.type.in_(("integer", "real")), member.c.atom == value)
+    return found.exists()
