@@ -347,7 +347,7 @@ def test_a_scoped_handle_forgets_only_in_its_scope(
     secret, kept = recorded
     own(ledger, secret, tenant="acme", owner="ann")
     own(ledger, kept, tenant="other", owner="ann")
-    acme = ledger._narrowed(tenant_id="acme", owner_id=None)
+    acme = ledger.scoped(tenant_id="acme")
     with pytest.raises(NotFoundError):
         acme.forget(kept)
     forgotten = acme.forget_owner("ann")
