@@ -17,12 +17,14 @@ from ._access import file_to_read, read_only_uri
 from ._engine import EngineSettings, normalize_url, sqlite_path
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
 from ._run_tree import RunTree
+from ._scope import TENANT_SETTING, Scope
 from ._search import SearchHit
 from ._writes import LedgerRecorder
 from .tables import AgentRun, Conversation, ConversationKind
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "TENANT_SETTING",
     "AgentRun",
     "Conversation",
     "ConversationKind",
@@ -30,6 +32,7 @@ __all__ = [
     "Ledger",
     "LedgerRecorder",
     "RunTree",
+    "Scope",
     "SearchHit",
     "file_to_read",
     "normalize_url",
