@@ -13,6 +13,7 @@ reports and the OpenTelemetry export are checked to hold no row of another scope
 from __future__ import annotations
 
 import contextlib
+import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,10 +22,12 @@ from typing import Any
 
 import duckdb
 import pytest
+from click.testing import CliRunner
 from sqlalchemy import Connection, select, text
 
 from agentledger.analytics import Analytics, attach_statement, view_files
 from agentledger.analytics._extensions import load
+from agentledger.cli import cli
 from agentledger.errors import UsageError
 from agentledger.ledger import Ledger
 from agentledger.ledger.checksums import CHECKSUM, checksum
@@ -371,14 +374,15 @@ def test_a_scoped_caches_sync_reads_only_the_new_rows_of_its_scope(tmp_path: Pat
     with Ledger.open(url) as ledger:
         ours = agent_on(ledger, tool_step_then_answer()).run("Weather?")
     db = Database(url)
-    _give(db, ("acme", "ann"), {ours.conversation_id})
+    _give(db, (ODD_TENANT, "ann"), {ours.conversation_id})  # quoted in every query
     cache = tmp_path / "ledger.duckdb"
-    with Analytics.open(url, cache=cache, owner_id="ann") as cached:
+    with Analytics.open(url, cache=cache, tenant_id=ODD_TENANT, owner_id="ann") as cached:
+        assert cached.sql("SELECT count(*) FROM runs").fetchall() == [(1,)]
         with Ledger.open(url) as ledger:
             theirs = agent_on(ledger, tool_step_then_answer()).run("Weather?")
             again = agent_on(ledger, tool_step_then_answer()).run("Again?", ours.conversation_id)
-        _give(db, ("acme", "bob"), {theirs.conversation_id})
-        _give(db, ("acme", "ann"), {ours.conversation_id})
+        _give(db, (ODD_TENANT, "bob"), {theirs.conversation_id})
+        _give(db, (ODD_TENANT, "ann"), {ours.conversation_id})
         synced = cached.sync()
         # giving the runs out stamped every row again: bob's run is read by no query
         assert not synced.full and synced.rows["agent_runs"] == 2
@@ -435,4 +439,107 @@ def test_the_postgres_scanners_session_holds_the_tenant(pg_url: str) -> None:
             "SELECT * FROM postgres_query('scoped_source', "
             "'SELECT current_setting(''agentledger.tenant_id'')')"
         ).fetchone() or (None,)
+        assert scoped.sql("SELECT count(*) FROM run_rollup").fetchall() == [(0,)]
     assert setting == ODD_TENANT
+
+
+# --- the command line ----------------------------------------------------------------------------
+
+
+def cli_run(url: str, *args: str) -> Any:
+    result = CliRunner().invoke(cli, ["--db", url, *args], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_export_parquet_with_a_tenant_writes_only_its_rows_over_an_earlier_export(
+    shared: Shared, tmp_path: Path
+) -> None:
+    target = tmp_path / "parquet"
+    cli_run(shared.url, "export", "parquet", str(target))  # everything, every day of it
+    days = {p.name for p in (target / "agent_runs").glob("day=*")}
+    assert len(days) == 3  # two days of 2030; today, the run still going (globex's)
+    cache = tmp_path / "ledger.duckdb"
+    cli_run(shared.url, "export", "parquet", str(target), "--tenant", "acme", "--cache", str(cache))
+
+    conversations, runs = shared.ids("acme", None)
+    reader = duckdb.connect()
+    folders = {p.name for p in target.iterdir()}
+    assert folders == set(TABLES)
+    assert {p.name for p in (target / "agent_runs").glob("day=*")} == {
+        "day=2030-01-01",
+        "day=2030-01-02",
+    }  # acme's days: today's folder went with the rest of the earlier export
+    for table in folders:
+        pattern = (target / table / "**" / "*.parquet").as_posix()
+        found = reader.sql(f"SELECT * FROM read_parquet('{pattern}', union_by_name = true)")
+        assert not values(found.fetchall()) & shared.outside("acme", None), table
+        column = BY_CONVERSATION.get(table) or BY_RUN.get(table)
+        if column is not None:
+            kept = conversations if table in BY_CONVERSATION else runs
+            ids = {v for (v,) in found.select(column).fetchall()}
+            whole = table in ("conversations", "agent_runs")  # not every run has tool calls
+            assert ids == kept if whole else ids <= kept, table
+    reader.close()
+
+
+def test_the_report_and_the_duckdb_script_keep_to_the_scope(shared: Shared) -> None:
+    conversations, runs = shared.ids("acme", "carol")
+    reported = cli_run(
+        shared.url, "--tenant", "acme", "analytics", "report", "--json", "--owner", "carol"
+    )
+    records = [json.loads(line) for line in reported.output.splitlines()]
+    listed = {r["conversation_id"] for r in records if r["table"] == "conversations"}
+    assert listed and listed <= conversations
+    assert not values(records) & shared.outside("acme", "carol")
+
+    printed = cli_run(shared.url, "--owner", "carol", "--tenant", "acme", "analytics", "sql")
+    assert "ATTACH ':memory:' AS ledger;" in printed.output
+    with duckdb.connect() as shell:
+        shell.execute(printed.output)
+        found = {r for (r,) in shell.sql("SELECT run_id FROM run_tree").fetchall()}
+    assert found == runs
+
+
+def test_export_otlp_with_a_tenant_sends_only_its_run_trees(shared: Shared, tmp_path: Path) -> None:
+    output = tmp_path / "spans.jsonl"
+    cli_run(
+        shared.url,
+        "export",
+        "otlp",
+        "--since",
+        "2000-01-01",
+        "--output",
+        str(output),
+        "--tenant",
+        "globex",
+    )
+    exported = output.read_text(encoding="utf-8")
+    _, runs = shared.ids("globex", None)
+    _, others = shared.ids("acme", None)
+    spans = [
+        span
+        for line in exported.splitlines()
+        for resource in json.loads(line)["resourceSpans"]
+        for scoped in resource["scopeSpans"]
+        for span in scoped["spans"]
+    ]
+    found = {
+        a["value"]["stringValue"]
+        for span in spans
+        for a in span["attributes"]
+        if a["key"] == "agentledger.run_id"
+    }
+    assert found and found <= runs and not found & others
+
+
+def test_a_blank_tenant_on_the_command_line_is_a_clear_error(tmp_path: Path) -> None:
+    url = sqlite_url(tmp_path)
+    Ledger.open(url).close()
+    target = str(tmp_path / "out")
+    result = CliRunner().invoke(
+        cli, ["--db", url, "--tenant", " acme", "export", "parquet", target]
+    )
+    assert result.exit_code == 1
+    assert "tenant_id must be a non-empty text without leading or trailing spaces" in result.output
+    assert not (tmp_path / "out").exists()
