@@ -69,6 +69,8 @@ SCOPES = [
     pytest.param(("acme", "carol"), id="tenant-and-owner"),
     pytest.param(("acme", "bob"), id="nobody"),
 ]
+SECRET = "acme-only-" + "0123456789abcdef" * 4
+"""Planted in a cache of acme's rows, to look for in the bytes of the file after."""
 ODD_TENANT = "O'Brien & Co \\ west"
 """A tenant id with spaces, a quote and a backslash: what libpq's options must escape."""
 
@@ -351,6 +353,11 @@ def test_a_scoped_cache_holds_the_scopes_rows_and_is_rebuilt_for_another_scope(
     assert _cached_ids(cache) == shared.ids("acme", None)
     assert _recorded_scope(cache) == ("acme", None)
 
+    with duckdb.connect(str(cache)) as connection:  # bytes the next scope must not find
+        connection.execute("PRAGMA force_compression = 'uncompressed'")
+        connection.execute(f"CREATE TABLE planted AS SELECT '{SECRET}' AS secret")
+        connection.execute("CHECKPOINT")
+    assert SECRET.encode() in cache.read_bytes()
     said.clear()
     with Analytics.open(shared.url, cache=cache, tenant_id="globex", progress=said.append) as other:
         assert other.last_sync is not None and other.last_sync.full
@@ -359,6 +366,7 @@ def test_a_scoped_cache_holds_the_scopes_rows_and_is_rebuilt_for_another_scope(
         )
     assert said[0] == f"copying the ledger into the cache: {other.last_sync.reason}"
     assert _cached_ids(cache) == shared.ids("globex", None)
+    assert SECRET.encode() not in cache.read_bytes()  # a new file, not the old one's blocks
 
     with Analytics.open(shared.url, cache=cache) as everything:
         assert everything.last_sync is not None

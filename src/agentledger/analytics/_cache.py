@@ -20,7 +20,7 @@ itself. In the same transaction a sync brings ``run_rollup``'s rows, kept in the
 A cache made in a scope (``Analytics.open(url, cache=..., tenant_id=...)``) copies only the
 scope's rows: every query a sync sends the ledger keeps to it (``_scope.condition``), so no
 other row is ever written to the cache file, and the cache records its scope. Opened in
-another scope (or in none), it is rebuilt, never served.
+another scope (or in none), it is rebuilt in a new file, never served.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
@@ -132,6 +133,8 @@ def sync(
     reason = _why_rebuild(recorded, ledger_id, mark, scope)
     if reason is not None:
         say(f"copying the ledger into the cache: {reason}")
+    if recorded is not None and recorded.scope != scope:
+        _start_afresh(connection)
     connection.execute("BEGIN TRANSACTION")
     try:
         _rollup.start(connection, CACHE)
@@ -242,6 +245,21 @@ def _why_rebuild(recorded: _Recorded | None, ledger_id: str, mark: int, scope: S
     if mark < recorded.mark:
         return "the ledger is older than the cache (restored from a backup?); rebuilding it"
     return None
+
+
+def _start_afresh(connection: duckdb.DuckDBPyConnection) -> None:
+    """A new, empty file in place of the cache attached, for a copy in another scope: DuckDB
+    reuses the blocks of replaced tables without clearing them, and the rows of the other
+    scope must not linger in the file."""
+    found = connection.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = ?", [CACHE]
+    ).fetchone()
+    assert found is not None and found[0], "the cache is a file"
+    path = Path(str(found[0]))
+    connection.execute(f"DETACH {CACHE}")
+    for stale in (path, path.with_name(f"{path.name}.wal")):
+        stale.unlink(missing_ok=True)
+    attach_cache(connection, str(path))
 
 
 def _record(connection: duckdb.DuckDBPyConnection, recorded: _Recorded) -> None:
