@@ -176,7 +176,7 @@ def export() -> None:
 def parquet(ctx: click.Context, directory: Path, cache: Path | None, as_json: bool) -> None:
     """Every table as Parquet under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD),
     for Spark, DuckDB, Polars and other engines beyond one machine. With --tenant or --owner,
-    that scope's rows only; the ledger tables' folders of an earlier export are replaced."""
+    that scope's rows only. Each table's folder from an earlier export is replaced whole."""
     from ..analytics import render_export, summarize_export
 
     with _analytics(ctx, cache) as opened:

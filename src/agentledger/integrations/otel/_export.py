@@ -21,7 +21,7 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ...errors import ExportError, UsageError
-from ...ledger import AgentRun, Ledger
+from ...ledger import AgentRun, Ledger, Scope
 from ...values import StepExecution
 from . import _otlp
 from ._attributes import capture_content_from_env
@@ -73,7 +73,8 @@ def export_otlp(
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``.
 
     With ``tenant_id`` or ``owner_id``, only the runs of that tenant and owner are exported
-    (a subagent run has its parent's).
+    (a subagent run has its parent's); a blank one, or one holding a control character, raises
+    :class:`UsageError`.
 
     Raises :class:`UsageError` for a bad ``endpoint`` or ``since``, :class:`ExportError` when
     the collector cannot be reached or answers other than 2xx (what was sent before stays
@@ -86,7 +87,7 @@ def export_otlp(
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     content = capture_content_from_env() if capture_content is None else capture_content
-    scope = _Scope(tenant_id, owner_id)
+    scope = Scope(tenant_id, owner_id)
     with _destination(endpoint, output, headers, timeout, transport) as destination:
         if isinstance(ledger, Ledger):
             return _export(ledger, since, scope, destination, content, service_name, progress)
@@ -94,29 +95,21 @@ def export_otlp(
             return _export(opened, since, scope, destination, content, service_name, progress)
 
 
-@dataclass(frozen=True)
-class _Scope:
-    """The tenant and owner whose runs are exported (``None``: any)."""
-
-    tenant_id: str | None
-    owner_id: str | None
-
-    def holds(self, run: AgentRun) -> bool:
-        return (self.tenant_id is None or run.tenant_id == self.tenant_id) and (
-            self.owner_id is None or run.owner_id == self.owner_id
-        )
+def _in_scope(run: AgentRun, scope: Scope) -> bool:
+    """Whether ``run`` is of the tenant and the owner of ``scope`` (each, when it has one)."""
+    return scope.tenant_id in (None, run.tenant_id) and scope.owner_id in (None, run.owner_id)
 
 
 def _export(
     ledger: Ledger,
     since: datetime,
-    scope: _Scope,
+    scope: Scope,
     destination: _Destination,
     content: bool,
     service_name: str,
     progress: Progress | None,
 ) -> OtlpExport:
-    found = trees(run for run in ledger.runs(since=since) if scope.holds(run))
+    found = trees(run for run in ledger.runs(since=since) if _in_scope(run, scope))
     spans = requests = rejected = 0
     for start in range(0, len(found), TREES_PER_REQUEST):
         batch = [
