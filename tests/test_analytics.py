@@ -912,6 +912,7 @@ LEDGER_TABLES = (
     "conversation_messages",
     "conversations",
     "execution_buffer_rows",
+    "forget_log",
     "step_executions",
     "tool_executions",
 )
@@ -927,8 +928,9 @@ def test_export_parquet_writes_every_table_by_day_with_all_its_rows(
     assert files == sorted(target.rglob("*.parquet")) and files
     tables = {f.relative_to(target).parts[0] for f in files}
     assert tables == set(LEDGER_TABLES)
-    # every run committed, nothing compacted: those two are empty, one file of no rows each
-    empty = {"execution_buffer_rows", "context_compactions"}
+    # every run committed, nothing compacted or forgotten: those three are empty, one file of
+    # no rows each
+    empty = {"execution_buffer_rows", "context_compactions", "forget_log"}
     for f in files:
         table, *middle, _ = f.relative_to(target).parts
         assert middle == ([] if table == "agentledger_version" else [middle[0]]), f

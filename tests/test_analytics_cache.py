@@ -42,7 +42,7 @@ from test_analytics import Node, check, record_compacted, record_team, spec_and_
 VIEWS = sorted(
     {name for _, sql in view_files() for name in re.findall(r"CREATE OR REPLACE VIEW (\w+)", sql)}
 )
-TABLES = (*STAMPED, "execution_buffer_rows")
+TABLES = (*STAMPED, "execution_buffer_rows", "forget_log")
 
 
 def _rows(analytics: Analytics, query: str) -> list[tuple[Any, ...]]:
@@ -279,9 +279,17 @@ def test_a_cache_of_an_older_layout_is_rebuilt_with_the_rollup_and_says_so(
         conn.execute("UPDATE agentledger_cache SET format = 1")
     rebuilt = assert_same(url, cache)
     assert rebuilt.full and rebuilt.reason == (
-        "the cache was written in an older layout (format 1, now 2); rebuilding it"
+        "the cache was written in an older layout (format 1, now 3); rebuilding it"
     )
     assert not assert_same(url, cache).full
+    with duckdb.connect(str(cache)) as conn:  # as the second left it: no scope recorded
+        conn.execute("ALTER TABLE agentledger_cache DROP COLUMN tenant_id")
+        conn.execute("ALTER TABLE agentledger_cache DROP COLUMN owner_id")
+        conn.execute("UPDATE agentledger_cache SET format = 2")
+    rebuilt = assert_same(url, cache)
+    assert rebuilt.full and rebuilt.reason == (
+        "the cache was written in an older layout (format 2, now 3); rebuilding it"
+    )
 
 
 # --- a sync that fails or dies midway -----------------------------------------------------------
@@ -455,7 +463,7 @@ def test_analytics_sync_copies_with_progress_then_updates(tmp_path: Path) -> Non
     first = runner.invoke(cli, ["--db", str(path), "analytics", "sync", "--cache", str(cache)])
     assert first.exit_code == 0, first.output
     assert "copying the ledger into the cache: a new cache" in first.stderr
-    assert "[4/8] step_executions: 2 rows" in first.stderr
+    assert "[4/9] step_executions: 2 rows" in first.stderr
     assert "copied in full (a new cache)" in first.stdout
     with Ledger.open(path) as ledger:
         _agent(ledger).run("Again.")

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING, Literal, Self
 from sqlalchemy.engine import make_url
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
-from ..ledger import file_to_read, normalize_url, sqlite_path
+from ..ledger import Scope, file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
 from ..values import SHORT_ID_LENGTH, short_ids
-from . import _cache, _extensions, _rollup
+from . import _cache, _extensions, _rollup, _scope
 from ._cache import Progress, SyncResult
 from ._duckdb import identifier, quoted, require_duckdb
 
@@ -30,20 +30,18 @@ LEDGER = "ledger"
 Unit = Literal["minute", "hour", "day", "week", "month"]
 ToolGrouping = Literal["agent", "model", "server"]
 
-_TIMESTAMP_COLUMNS = ("started_at", "created_at")
+_TIMESTAMP_COLUMNS = ("started_at", "created_at", "forgotten_at")
 EMPTY_FOLDER = "empty"
 """Where a table with no rows is exported: one file of no rows beside no day folder."""
 _SKIPPED_TABLES = (
     "conversation_messages_fts",
     "agentledger_changes",
     "agentledger_deletions",
-    "forget_log",
     _cache.META,
     _rollup.TABLE,
 )
-"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, the log of
-what was forgotten (the ledger's proof of a deletion, which the cache does not copy), and the
-rollup the cache keeps (the views give it)."""
+"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, and the
+rollup the cache keeps (the views give it). ``forget_log`` is (ids and counts, no content)."""
 
 
 def view_files() -> list[tuple[str, str]]:
@@ -53,32 +51,51 @@ def view_files() -> list[tuple[str, str]]:
     return [(f.name, f.read_text(encoding="utf-8")) for f in files]
 
 
-def attach_statement(url: str | os.PathLike[str], *, name: str = LEDGER) -> tuple[str, str]:
+def attach_statement(
+    url: str | os.PathLike[str], *, name: str = LEDGER, tenant_id: str | None = None
+) -> tuple[str, str]:
     """The extension to load and the ``ATTACH`` statement for the ledger at ``url``, attached
-    as ``name``."""
+    as ``name``. With ``tenant_id``, a PostgreSQL ledger's connections start with
+    ``agentledger.tenant_id`` set to it, as its row-level security policies expect."""
     normalized = normalize_url(url)
     path = sqlite_path(normalized)
     if path is not None:
         attach = f"ATTACH {quoted(str(path.resolve()))} AS {name} (TYPE sqlite, READ_ONLY)"
         return "sqlite_scanner", attach
-    libpq = make_url(normalized).set(drivername="postgresql")
-    target = libpq.render_as_string(hide_password=False)
+    target = _scope.libpq_target(make_url(normalized).set(drivername="postgresql"), tenant_id)
     return "postgres_scanner", f"ATTACH {quoted(target)} AS {name} (TYPE postgres, READ_ONLY)"
 
 
-def script(url: str | os.PathLike[str]) -> str:
+def script(
+    url: str | os.PathLike[str], *, tenant_id: str | None = None, owner_id: str | None = None
+) -> str:
     """A script for the ``duckdb`` command line: attach the ledger at ``url``, define the views.
 
     ``agentledger analytics sql > views.sql && duckdb -init views.sql`` opens a DuckDB shell
-    with every view of :class:`Analytics`.
+    with every view of :class:`Analytics`. With ``tenant_id`` or ``owner_id``, the views see
+    that scope's rows only, as :meth:`Analytics.open` gives them: the ledger is attached as
+    ``scoped_source`` and ``ledger`` holds views of its scope's rows.
     """
-    extension, attach = attach_statement(url)
+    scope = Scope(tenant_id, owner_id)
+    normalized = normalize_url(url)
+    name = LEDGER if scope.everything else _scope.SOURCE
+    extension, attach = attach_statement(normalized, name=name, tenant_id=scope.tenant_id)
     header = [
         f"LOAD {quoted(str(_extensions.extension_path(extension)))};",
         f"{attach};",
         "SET TimeZone = 'UTC';",
+        *(f"{statement};" for statement in _scoped_ledger(scope, normalized)),
     ]
     return "\n".join([*header, *(sql for _, sql in view_files())])
+
+
+def _scoped_ledger(scope: Scope, url: str) -> list[str]:
+    """The statements that make ``ledger`` the views of ``scope``'s rows of the ledger
+    attached as ``scoped_source`` (none for the whole ledger, attached as ``ledger``)."""
+    if scope.everything:
+        return []
+    into = [f"ATTACH ':memory:' AS {LEDGER}"]
+    return into + _scope.view_statements(scope, postgres=_is_postgres(url), into=LEDGER)
 
 
 class Analytics:
@@ -101,6 +118,8 @@ class Analytics:
         files: contextlib.ExitStack | None = None,
         cache: Path | None = None,
         last_sync: SyncResult | None = None,
+        scope: Scope | None = None,
+        source: str | None = None,
     ) -> None:
         self.connection = connection
         self.url = url
@@ -108,6 +127,14 @@ class Analytics:
         """The DuckDB file holding the copy the views read, or ``None`` (the ledger itself)."""
         self.last_sync = last_sync
         """What the last sync of the cache did (``None`` without a cache)."""
+        self._scope = scope or Scope()
+        self.tenant_id = self._scope.tenant_id
+        """The tenant whose rows alone this ``Analytics`` sees (``None``: every tenant's)."""
+        self.owner_id = self._scope.owner_id
+        """The owner whose rows alone this ``Analytics`` sees (``None``: every owner's)."""
+        self._source = source
+        """The ``ATTACH`` statement of the ledger a scoped cache syncs from: attached for the
+        sync only, so that no SQL run here can read another scope's rows in it."""
         self._files = files or contextlib.ExitStack()
         """What to do with the files beside a SQLite ledger once the connection is closed."""
 
@@ -119,6 +146,8 @@ class Analytics:
         threads: int | None = None,
         cache: str | os.PathLike[str] | None = None,
         progress: Progress | None = None,
+        tenant_id: str | None = None,
+        owner_id: str | None = None,
     ) -> Analytics:
         """Attach the ledger at ``url`` (a SQLite file path or URL, or a PostgreSQL URL).
 
@@ -143,20 +172,48 @@ class Analytics:
         everything. A cache of another ledger, or of an older schema revision, is rebuilt; one
         written by a newer agentledger raises :class:`SchemaVersionError`. ``progress`` is
         called with a line of text as a long sync goes.
+
+        With ``tenant_id`` or ``owner_id`` (or both), everything this object gives keeps to
+        that scope: the views, the methods, the ledger's tables as :meth:`sql` reads them
+        (``ledger.<table>``), the Parquet export and the reports hold that tenant's (and
+        owner's) rows only, and the ledger's other tables (the full-text index, the change
+        bookkeeping) are left out. A cache opened in a scope copies only its rows and records
+        the scope; opened in another scope, or in none, it is rebuilt (``progress`` says why).
+        On PostgreSQL the scanner's connections also carry the tenant in the setting
+        ``agentledger.tenant_id``, which the ledger's row-level security policies read.
+        Over the ledger itself (no ``cache``) the ledger stays attached, as
+        ``scoped_source``, and SQL that names it reads past the scope (DuckDB has no
+        per-database permissions); with a cache it is attached only while a sync runs. A
+        blank ``tenant_id`` or ``owner_id``, or one holding a control character, raises
+        :class:`UsageError`.
         """
         require_duckdb()
 
+        scope = Scope(tenant_id, owner_id)
         normalized = normalize_url(url)
         _check_sqlite_file(normalized)
         files = contextlib.ExitStack()
         target = None if cache is None else Path(cache)
         try:
-            connection = _connect(normalized, files, threads, cache=target)
-            last = None if target is None else _sync_and_define(connection, normalized, progress)
+            connection, source = _connect(normalized, files, threads, scope, cache=target)
+            last = (
+                None
+                if target is None
+                else _sync_and_define(connection, normalized, progress, scope)
+            )
         except BaseException:
             files.close()
             raise
-        return cls(connection, normalized, files=files, cache=target, last_sync=last)
+        kept = None if target is None or scope.everything else source
+        return cls(
+            connection,
+            normalized,
+            files=files,
+            cache=target,
+            last_sync=last,
+            scope=scope,
+            source=kept,
+        )
 
     def sync(self, *, progress: Progress | None = None) -> SyncResult:
         """Bring the cache up to date with the ledger: only the rows added, changed or deleted
@@ -168,9 +225,13 @@ class Analytics:
                 "sync() updates an analytics cache, and this Analytics reads the ledger itself: "
                 "open it with Analytics.open(url, cache='ledger.duckdb')"
             )
-        self.last_sync = _cache.sync(
-            self.connection, postgres=_is_postgres(self.url), progress=progress
-        )
+        with _attached(self.connection, self._source, self.url):
+            self.last_sync = _cache.sync(
+                self.connection,
+                postgres=_is_postgres(self.url),
+                progress=progress,
+                scope=self._scope,
+            )
         return self.last_sync
 
     # -- the views ----------------------------------------------------------------------------
@@ -267,7 +328,8 @@ class Analytics:
         return short_ids(wanted, [row[0] for row in alike])
 
     def sql(self, query: str, params: Sequence[object] | None = None) -> duckdb.DuckDBPyRelation:
-        """Any query over the views and the ledger's tables (``ledger.<table>``)."""
+        """Any query over the views and the ledger's tables (``ledger.<table>``: in a scope,
+        the scope's rows of them)."""
         return self.connection.sql(query, params=params)
 
     def _view(self, name: str) -> duckdb.DuckDBPyRelation:
@@ -277,10 +339,13 @@ class Analytics:
 
     def export_parquet(self, directory: str | os.PathLike[str]) -> list[Path]:
         """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
-        (``day=YYYY-MM-DD/``) on its start or creation time; the files written. A table with
-        no rows is one file of no rows, with its columns, under ``directory/<table>/empty/``,
-        so that ``<table>/*/*.parquet`` always finds a file. A table's folder from an earlier
-        export is replaced."""
+        (``day=YYYY-MM-DD/``) on its start or creation time (``forget_log``: when it
+        forgot); the files written. A table with no rows is one file of no rows, with its
+        columns, under ``directory/<table>/empty/``, so that ``<table>/*/*.parquet`` always
+        finds a file. A table's folder from an earlier
+        export is replaced whole: none of its days is left beside this export's, so no row of
+        an earlier export in another scope survives. In a scope, the files hold the scope's
+        rows only."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
@@ -349,11 +414,10 @@ class Analytics:
 
     def __repr__(self) -> str:
         shown = make_url(self.url).render_as_string(hide_password=True)
-        return (
-            f"Analytics({shown!r})"
-            if self.cache is None
-            else f"Analytics({shown!r}, cache={str(self.cache)!r})"
-        )
+        given = {"cache": None if self.cache is None else str(self.cache)}
+        given |= {"tenant_id": self.tenant_id, "owner_id": self.owner_id}
+        options = "".join(f", {name}={value!r}" for name, value in given.items() if value)
+        return f"Analytics({shown!r}{options})"
 
 
 @dataclass(frozen=True)
@@ -381,25 +445,39 @@ class _Table:
         return next((c for c in _TIMESTAMP_COLUMNS if c in names), None)
 
 
-def export_parquet(url: str | os.PathLike[str], directory: str | os.PathLike[str]) -> list[Path]:
-    """Every table of the ledger at ``url`` as Parquet under ``directory``, by day."""
-    with Analytics.open(url) as analytics:
+def export_parquet(
+    url: str | os.PathLike[str],
+    directory: str | os.PathLike[str],
+    *,
+    tenant_id: str | None = None,
+    owner_id: str | None = None,
+) -> list[Path]:
+    """Every table of the ledger at ``url`` as Parquet under ``directory``, by day (the rows
+    of ``tenant_id`` and ``owner_id`` only, when given)."""
+    with Analytics.open(url, tenant_id=tenant_id, owner_id=owner_id) as analytics:
         return analytics.export_parquet(directory)
 
 
 def _connect(
-    url: str, files: contextlib.ExitStack, threads: int | None, *, cache: Path | None = None
-) -> duckdb.DuckDBPyConnection:
-    """DuckDB with the ledger at ``url`` attached and checked; ``files`` gets what to do
-    beside a SQLite ledger once the connection is closed. Without ``cache``, the ledger is
-    attached as ``ledger`` and the views are defined over it; with one, the ledger is attached
-    as ``source`` and the cache file as ``ledger`` (the views wait for its first sync)."""
+    url: str,
+    files: contextlib.ExitStack,
+    threads: int | None,
+    scope: Scope,
+    *,
+    cache: Path | None = None,
+) -> tuple[duckdb.DuckDBPyConnection, str]:
+    """DuckDB with the ledger at ``url`` attached and checked, and the ``ATTACH`` statement
+    that attached it; ``files`` gets what to do beside a SQLite ledger once the connection is
+    closed. Without ``cache``, the ledger is attached as ``ledger`` and the views are defined
+    over it (in a scope, it is attached as ``scoped_source`` and ``ledger`` holds views of the
+    scope's rows of its tables); with one, the ledger is attached as ``source`` and the cache
+    file as ``ledger`` (the views wait for its first sync)."""
     import duckdb
 
     path = sqlite_path(url)
     source = url if path is None else str(files.enter_context(file_to_read(path)))
-    name = LEDGER if cache is None else _cache.SOURCE
-    extension, attach = attach_statement(source, name=name)
+    name = _cache.SOURCE if cache is not None else LEDGER if scope.everything else _scope.SOURCE
+    extension, attach = attach_statement(source, name=name, tenant_id=scope.tenant_id)
     if extension == "postgres_scanner" and threads is None:
         threads = 1  # the scanner can hang when one query scans the same table twice at once
     connection = duckdb.connect(config=_config(threads))
@@ -409,26 +487,52 @@ def _connect(
         _check_revision(connection, url, name=name)
         connection.execute("SET TimeZone = 'UTC'")
         if cache is None:
+            for statement in _scoped_ledger(scope, url):
+                connection.execute(statement)
             _define_views(connection)
         else:
             _cache.attach_cache(connection, str(cache))
     except BaseException:
         connection.close()
         raise
-    return connection
+    return connection, attach
 
 
 def _sync_and_define(
-    connection: duckdb.DuckDBPyConnection, url: str, progress: Progress | None
+    connection: duckdb.DuckDBPyConnection,
+    url: str,
+    progress: Progress | None,
+    scope: Scope,
 ) -> SyncResult:
+    """The first sync of the cache, then the views over it; in a scope, the ledger is
+    detached afterwards (and attached again for each :meth:`Analytics.sync`)."""
     try:
-        result = _cache.sync(connection, postgres=_is_postgres(url), progress=progress)
+        result = _cache.sync(connection, postgres=_is_postgres(url), progress=progress, scope=scope)
+        if not scope.everything:
+            connection.execute(f"DETACH {_cache.SOURCE}")
         _define_views(connection)
         connection.execute(_rollup.VIEWS)  # the cache keeps the rollup's rows: read them
     except BaseException:
         connection.close()
         raise
     return result
+
+
+@contextlib.contextmanager
+def _attached(
+    connection: duckdb.DuckDBPyConnection, attach: str | None, url: str
+) -> Iterator[None]:
+    """The ledger a scoped cache syncs from, attached (by ``attach``) for the time of the
+    sync; nothing to do when it stays attached (``None``)."""
+    if attach is None:
+        yield
+        return
+    _attach(connection, attach, url)
+    try:
+        _check_revision(connection, url, name=_cache.SOURCE)
+        yield
+    finally:
+        connection.execute(f"DETACH {_cache.SOURCE}")
 
 
 def _define_views(connection: duckdb.DuckDBPyConnection) -> None:

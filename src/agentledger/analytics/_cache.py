@@ -7,14 +7,20 @@ deletes (revision 0008, ``schema/README.md`` "Change tracking"). A sync reads th
 PostgreSQL: its snapshot's ``xmin``), then the rows stamped at or above the previous sync's
 mark, and keeps the new one. Rows read twice are replaced, not doubled, so what changes during
 a sync is read again next time: after a sync the copy holds every change made before its mark.
-``execution_buffer_rows`` (rows that live only until their run commits) and the version table
-are small and read whole. Everything happens in one DuckDB transaction: a sync that fails or
-dies midway leaves the previous copy as it was, and the next one starts from its mark.
+``execution_buffer_rows`` (rows that live only until their run commits), ``forget_log`` (ids
+and counts, a row per forgetting) and the version table are small and read whole. Everything
+happens in one DuckDB transaction: a sync that fails or dies midway leaves the previous copy as
+it was, and the next one starts from its mark.
 
 The copy's tables keep the ledger's names in the cache file's ``main`` schema; the cache is
 attached as ``ledger``, so the views read ``ledger.<table>`` there as they do over the ledger
 itself. In the same transaction a sync brings ``run_rollup``'s rows, kept in the cache
 (``_rollup``), up to date with what it changed.
+
+A cache made in a scope (``Analytics.open(url, cache=..., tenant_id=...)``) copies only the
+scope's rows: every query a sync sends the ledger keeps to it (``_scope.condition``), so no
+other row is ever written to the cache file, and the cache records its scope. Opened in
+another scope (or in none), it is rebuilt in a new file, never served.
 """
 
 from __future__ import annotations
@@ -22,13 +28,16 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
+from ..ledger import Scope
 from ..ledger.migrate import VERSION_TABLE, head
 from ..ledger.tables import STAMPED_TABLES
 from . import _rollup
 from ._duckdb import identifier, quoted
+from ._scope import WHOLE_LEDGER, condition, describe
 
 if TYPE_CHECKING:
     import duckdb
@@ -38,15 +47,17 @@ SOURCE = "source"
 CACHE = "ledger"
 """The name the cache is attached under: the views read ``ledger.<table>``."""
 META = "agentledger_cache"
-"""The cache's own table: which ledger it copies, at which revision, up to which mark."""
-FORMAT = 2
+"""The cache's own table: which ledger it copies, at which revision, up to which mark, in
+which scope."""
+FORMAT = 3
 """The layout of the cache file; a newer one is refused, an older one rebuilt (2: the run
-rollup kept as a table, ``_rollup``)."""
+rollup kept as a table, ``_rollup``; 3: the scope recorded)."""
 
 STAMPED = STAMPED_TABLES
 """The tables read incrementally, by ``change_seq``."""
-WHOLE = ("execution_buffer_rows", VERSION_TABLE)
-"""The tables read whole at every sync (few rows: buffers of unfinished runs, one version)."""
+WHOLE = ("execution_buffer_rows", "forget_log", VERSION_TABLE)
+"""The tables read whole at every sync (few rows: buffers of unfinished runs, one row per
+forgetting, one version)."""
 TABLES = STAMPED + WHOLE
 ROW_GROUP_SIZE = 16_384
 """Rows per row group in the cache file (DuckDB's default is 122,880); see ``attach_cache``."""
@@ -74,6 +85,7 @@ class _Recorded:
     ledger_id: str
     revision: str
     mark: int
+    scope: Scope = WHOLE_LEDGER
 
 
 def attach_cache(connection: duckdb.DuckDBPyConnection, path: str) -> None:
@@ -110,26 +122,29 @@ def sync(
     *,
     postgres: bool,
     progress: Progress | None = None,
+    scope: Scope = WHOLE_LEDGER,
 ) -> SyncResult:
     """Bring the cache attached as ``ledger`` up to date with the ledger attached as
-    ``source``, in one transaction."""
+    ``source``, in one transaction, copying only the rows of ``scope``."""
     say = progress or (lambda _text: None)
     started = time.perf_counter()
     recorded = _recorded(connection)
     ledger_id, mark = _source_mark(connection, postgres=postgres)
-    reason = _why_rebuild(recorded, ledger_id, mark)
+    reason = _why_rebuild(recorded, ledger_id, mark, scope)
     if reason is not None:
         say(f"copying the ledger into the cache: {reason}")
+    if recorded is not None and recorded.scope != scope:
+        _start_afresh(connection)
     connection.execute("BEGIN TRANSACTION")
     try:
         _rollup.start(connection, CACHE)
         if recorded is not None and reason is None:
-            rows, deleted = _update(connection, recorded.mark, postgres=postgres)
+            rows, deleted = _update(connection, recorded.mark, scope, postgres=postgres)
         else:
-            rows, deleted = _copy_all(connection, say), {}
+            rows, deleted = _copy_all(connection, say, scope), {}
             say("  the run rollup ...")
         _rollup.refresh(connection, CACHE, full=reason is not None)
-        _record(connection, _Recorded(FORMAT, ledger_id, head(), mark))
+        _record(connection, _Recorded(FORMAT, ledger_id, head(), mark, scope))
         connection.execute("COMMIT")
     except BaseException:
         connection.execute("ROLLBACK")
@@ -149,12 +164,28 @@ def _recorded(connection: duckdb.DuckDBPyConnection) -> _Recorded | None:
     ).fetchone()
     if exists is None or not exists[0]:
         return None
-    row = connection.execute(
-        f"SELECT format, ledger_id, revision, mark FROM {CACHE}.{META}"
-    ).fetchone()
+    # the scope's columns where they exist: a cache of format 2 has none (it is rebuilt)
+    columns = [
+        c
+        for (c,) in connection.execute(
+            "SELECT column_name FROM duckdb_columns() WHERE database_name = ? AND table_name = ? "
+            "AND column_name IN ('tenant_id', 'owner_id')",
+            [CACHE, META],
+        ).fetchall()
+    ]
+    wanted = ["format", "ledger_id", "revision", "mark", *columns]
+    row = connection.execute(f"SELECT {', '.join(wanted)} FROM {CACHE}.{META}").fetchone()
     if row is None:
         return None
-    recorded = _Recorded(int(row[0]), str(row[1]), str(row[2]), int(row[3]))
+    found = dict(zip(wanted, row, strict=True))
+    scope = Scope(found.get("tenant_id"), found.get("owner_id"))
+    recorded = _Recorded(
+        int(found["format"]),
+        str(found["ledger_id"]),
+        str(found["revision"]),
+        int(found["mark"]),
+        scope,
+    )
     if recorded.format > FORMAT or _revision_number(recorded.revision) > _revision_number(head()):
         raise SchemaVersionError(
             f"the analytics cache holds a copy at schema revision {recorded.revision!r} "
@@ -190,7 +221,7 @@ def _source_mark(connection: duckdb.DuckDBPyConnection, *, postgres: bool) -> tu
     return str(row[0]), int(snapshot[0])
 
 
-def _why_rebuild(recorded: _Recorded | None, ledger_id: str, mark: int) -> str | None:
+def _why_rebuild(recorded: _Recorded | None, ledger_id: str, mark: int, scope: Scope) -> str | None:
     """Why the cache must be copied in full, or ``None`` when an update will do."""
     if recorded is None:
         return "a new cache"
@@ -206,34 +237,64 @@ def _why_rebuild(recorded: _Recorded | None, ledger_id: str, mark: int) -> str |
             f"the cache was made at schema revision {recorded.revision!r}, older than "
             f"{head()!r}; rebuilding it"
         )
+    if recorded.scope != scope:
+        return (
+            f"the cache held the rows of {describe(recorded.scope)}, not of {describe(scope)}; "
+            "rebuilding it"
+        )
     if mark < recorded.mark:
         return "the ledger is older than the cache (restored from a backup?); rebuilding it"
     return None
 
 
+def _start_afresh(connection: duckdb.DuckDBPyConnection) -> None:
+    """A new, empty file in place of the cache attached, for a copy in another scope: DuckDB
+    reuses the blocks of replaced tables without clearing them, and the rows of the other
+    scope must not linger in the file."""
+    found = connection.execute(
+        "SELECT path FROM duckdb_databases() WHERE database_name = ?", [CACHE]
+    ).fetchone()
+    assert found is not None and found[0], "the cache is a file"
+    path = Path(str(found[0]))
+    connection.execute(f"DETACH {CACHE}")
+    for stale in (path, path.with_name(f"{path.name}.wal")):
+        stale.unlink(missing_ok=True)
+    attach_cache(connection, str(path))
+
+
 def _record(connection: duckdb.DuckDBPyConnection, recorded: _Recorded) -> None:
     connection.execute(
         f"CREATE OR REPLACE TABLE {CACHE}.{META} (format INTEGER, ledger_id VARCHAR, "
-        "revision VARCHAR, mark BIGINT, synced_at TIMESTAMP WITH TIME ZONE)"
+        "revision VARCHAR, mark BIGINT, synced_at TIMESTAMP WITH TIME ZONE, "
+        "tenant_id VARCHAR, owner_id VARCHAR)"
     )
     connection.execute(
-        f"INSERT INTO {CACHE}.{META} VALUES (?, ?, ?, ?, now())",
-        [recorded.format, recorded.ledger_id, recorded.revision, recorded.mark],
+        f"INSERT INTO {CACHE}.{META} VALUES (?, ?, ?, ?, now(), ?, ?)",
+        [
+            recorded.format,
+            recorded.ledger_id,
+            recorded.revision,
+            recorded.mark,
+            recorded.scope.tenant_id,
+            recorded.scope.owner_id,
+        ],
     )
 
 
 # -- copying --------------------------------------------------------------------------------------
 
 
-def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress) -> dict[str, int]:
-    """Every table copied whole, through the scanner (fast, and typed as the direct attach
-    types it), in whatever order the scanner's threads read the rows (``attach_cache`` lets
-    them: a table's rows have no order of their own, and keeping the ledger's costs time)."""
+def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress, scope: Scope) -> dict[str, int]:
+    """Every table copied whole (the scope's rows of it), through the scanner (fast, and typed
+    as the direct attach types it), in whatever order the scanner's threads read the rows
+    (``attach_cache`` lets them: a table's rows have no order of their own, and keeping the
+    ledger's costs time)."""
     rows: dict[str, int] = {}
     for number, table in enumerate(TABLES, start=1):
         say(f"  [{number}/{len(TABLES)}] {table} ...")
         connection.execute(
-            f"CREATE OR REPLACE TABLE {CACHE}.{table} AS SELECT * FROM {_source(connection, table)}"
+            f"CREATE OR REPLACE TABLE {CACHE}.{table} AS "
+            f"SELECT * FROM {_source(connection, table)}{_scoped(connection, scope, table)}"
         )
         counted = connection.execute(f"SELECT count(*) FROM {CACHE}.{table}").fetchone()
         rows[table] = int(counted[0]) if counted else 0
@@ -242,18 +303,22 @@ def _copy_all(connection: duckdb.DuckDBPyConnection, say: Progress) -> dict[str,
 
 
 def _update(
-    connection: duckdb.DuckDBPyConnection, since: int, *, postgres: bool
+    connection: duckdb.DuckDBPyConnection, since: int, scope: Scope, *, postgres: bool
 ) -> tuple[dict[str, int], dict[str, int]]:
     """The rows stamped at or above ``since`` replaced or added, the rows deleted since
-    removed, and the whole tables read again."""
+    removed, and the whole tables read again (the rows of ``scope`` only)."""
     rows: dict[str, int] = {}
     for table in STAMPED:
-        rows[table] = _replace_changed(connection, table, since, postgres=postgres)
+        changed = f"change_seq >= {int(since)}"
+        if not scope.everything:
+            changed += f" AND {condition(scope, table, identifier)}"
+        rows[table] = _replace_changed(connection, table, changed, postgres=postgres)
     deleted = _apply_deletions(connection, since, postgres=postgres)
     for table in WHOLE:
         connection.execute(f"DELETE FROM {CACHE}.{table}")
         connection.execute(
-            f"INSERT INTO {CACHE}.{table} SELECT * FROM {_source(connection, table)}"
+            f"INSERT INTO {CACHE}.{table} "
+            f"SELECT * FROM {_source(connection, table)}{_scoped(connection, scope, table)}"
         )
         counted = connection.execute(f"SELECT count(*) FROM {CACHE}.{table}").fetchone()
         rows[table] = int(counted[0]) if counted else 0
@@ -261,11 +326,12 @@ def _update(
 
 
 def _replace_changed(
-    connection: duckdb.DuckDBPyConnection, table: str, since: int, *, postgres: bool
+    connection: duckdb.DuckDBPyConnection, table: str, changed: str, *, postgres: bool
 ) -> int:
-    """Stage the changed rows of ``table`` in the cache (read once), then replace them."""
+    """Stage the changed rows of ``table`` (those ``changed`` picks, a condition the ledger's
+    database runs) in the cache (read once), then replace them."""
     staged = f"{CACHE}._staged_{table}"
-    query = _changed_rows(connection, table, f"change_seq >= {int(since)}", postgres=postgres)
+    query = _changed_rows(connection, table, changed, postgres=postgres)
     connection.execute(f"CREATE OR REPLACE TABLE {staged} AS {query}")
     replaced = f"id IN (SELECT id FROM {staged})"
     _rollup.note(connection, CACHE, table, replaced)  # as they were, and below as they are
@@ -334,6 +400,14 @@ def _passthrough(query: str, *, postgres: bool) -> str:
     """``query`` run by the ledger's database itself, as a DuckDB table function."""
     function = "postgres_query" if postgres else "sqlite_query"
     return f"{function}({quoted(SOURCE)}, {quoted(query)})"
+
+
+def _scoped(connection: duckdb.DuckDBPyConnection, scope: Scope, table: str) -> str:
+    """`` WHERE ...`` keeping the rows of the ledger's ``table`` read through the scanner to
+    ``scope`` (nothing for the whole ledger)."""
+    if scope.everything:
+        return ""
+    return f" WHERE {condition(scope, table, lambda name: _source(connection, name))}"
 
 
 def _source(connection: duckdb.DuckDBPyConnection, table: str) -> str:

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import AgentLedgerError
-from ._app import cli, cli_errors, database, render
+from ._app import cli, cli_errors, database, render, scope
 from ._json import json_option, print_json_lines
 
 if TYPE_CHECKING:
@@ -36,16 +36,19 @@ cache_option = click.option(
 @contextlib.contextmanager
 def _analytics(ctx: click.Context, cache: Path | None = None) -> Iterator[Analytics]:
     """DuckDB over the --db ledger (or over its copy in ``cache``, synced first, progress on
-    stderr); library and DuckDB errors as CLI errors, DuckDB missing (it comes with the
-    analytics extra) among them."""
+    stderr), kept to the --tenant and --owner given; library and DuckDB errors as CLI errors,
+    DuckDB missing (it comes with the analytics extra) among them."""
     from ..analytics import Analytics, require_duckdb
 
     with cli_errors():
         require_duckdb()
     import duckdb
 
+    tenant, owner = scope(ctx)
     try:
-        with Analytics.open(database(ctx), cache=cache, progress=_progress) as opened:
+        with Analytics.open(
+            database(ctx), cache=cache, progress=_progress, tenant_id=tenant, owner_id=owner
+        ) as opened:
             yield opened
     except AgentLedgerError as exc:
         raise click.ClickException(str(exc)) from exc
@@ -139,14 +142,15 @@ def _write_html(built: Report, path: Path) -> Path:
 @analytics.command("sql")
 @click.pass_context
 def analytics_sql(ctx: click.Context) -> None:
-    """A script for the duckdb shell that attaches the ledger and defines every view:
+    """A script for the duckdb shell that attaches the ledger and defines every view (with
+    --tenant or --owner, views of that scope's rows only):
 
     agentledger analytics sql > views.sql && duckdb -init views.sql
     """
     from ..analytics import script
 
     with _analytics(ctx) as opened:
-        text = script(_absolute(opened.url))
+        text = script(_absolute(opened.url), tenant_id=opened.tenant_id, owner_id=opened.owner_id)
     click.echo(text)
 
 
@@ -171,7 +175,8 @@ def export() -> None:
 @click.pass_context
 def parquet(ctx: click.Context, directory: Path, cache: Path | None, as_json: bool) -> None:
     """Every table as Parquet under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD),
-    for Spark, DuckDB, Polars and other engines beyond one machine."""
+    for Spark, DuckDB, Polars and other engines beyond one machine. With --tenant or --owner,
+    that scope's rows only. Each table's folder from an earlier export is replaced whole."""
     from ..analytics import render_export, summarize_export
 
     with _analytics(ctx, cache) as opened:

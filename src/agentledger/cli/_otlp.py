@@ -11,7 +11,7 @@ from pathlib import Path
 import click
 
 from ._analytics import export
-from ._app import cli_errors, open_ledger
+from ._app import cli_errors, open_ledger, scope
 from ._json import json_option, print_json_lines
 
 _AGO = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
@@ -99,9 +99,11 @@ def otlp(
     """The ledger's recorded runs as OpenTelemetry traces, by the GenAI semantic conventions:
     one trace per run tree (invoke_agent, chat and execute_tool spans, timed by the ledger's
     rows), for any tracing backend. Span ids come from the rows' ids: exporting the same runs
-    again sends the same spans. Needs the otel extra: pip install 'agentledger[otel]'."""
+    again sends the same spans. With --tenant or --owner, only that scope's runs. Needs the
+    otel extra: pip install 'agentledger[otel]'."""
     if (endpoint is None) == (output is None):
         raise click.UsageError("give exactly one of --endpoint URL or --output FILE")
+    tenant, owner = scope(ctx)
     with cli_errors():
         from ..integrations.otel import export_otlp
 
@@ -115,6 +117,8 @@ def otlp(
                 service_name=service_name,
                 headers=_headers(headers),
                 progress=_progress,
+                tenant_id=tenant,
+                owner_id=owner,
             )
     if as_json:
         print_json_lines([dataclasses.asdict(exported)])

@@ -19,13 +19,14 @@ from ._engine import EngineSettings, normalize_url, sqlite_path
 from ._forget import Forgotten
 from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
 from ._run_tree import RunTree
-from ._scope import Scope
+from ._scope import TENANT_SETTING, Scope
 from ._search import SearchHit
 from ._writes import LedgerRecorder
 from .tables import AgentRun, Conversation, ConversationKind
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
+    "TENANT_SETTING",
     "AgentRun",
     "Conversation",
     "ConversationKind",

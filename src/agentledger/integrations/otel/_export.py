@@ -21,7 +21,7 @@ import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from ...errors import ExportError, UsageError
-from ...ledger import AgentRun, Ledger
+from ...ledger import AgentRun, Ledger, Scope
 from ...values import StepExecution
 from . import _otlp
 from ._attributes import capture_content_from_env
@@ -59,6 +59,8 @@ def export_otlp(
     timeout: float = 30.0,
     progress: Progress | None = None,
     transport: httpx.BaseTransport | None = None,
+    tenant_id: str | None = None,
+    owner_id: str | None = None,
 ) -> OtlpExport:
     """Export the run trees of ``ledger`` (a :class:`Ledger`, or its URL or path) whose root
     run started at or after ``since`` (a naive datetime is UTC) and has ended, as OTLP spans:
@@ -69,6 +71,10 @@ def export_otlp(
     Message contents (the model's output, tool arguments and results) are exported only when
     ``capture_content`` is set, or, when None, when
     ``OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT`` is ``true``.
+
+    With ``tenant_id`` or ``owner_id``, only the runs of that tenant and owner are exported
+    (a subagent run has its parent's); a blank one, or one holding a control character, raises
+    :class:`UsageError`.
 
     Raises :class:`UsageError` for a bad ``endpoint`` or ``since``, :class:`ExportError` when
     the collector cannot be reached or answers other than 2xx (what was sent before stays
@@ -81,22 +87,29 @@ def export_otlp(
     if since.tzinfo is None:
         since = since.replace(tzinfo=UTC)
     content = capture_content_from_env() if capture_content is None else capture_content
+    scope = Scope(tenant_id, owner_id)
     with _destination(endpoint, output, headers, timeout, transport) as destination:
         if isinstance(ledger, Ledger):
-            return _export(ledger, since, destination, content, service_name, progress)
+            return _export(ledger, since, scope, destination, content, service_name, progress)
         with Ledger.open(ledger, migrate=False, read_only=True) as opened:
-            return _export(opened, since, destination, content, service_name, progress)
+            return _export(opened, since, scope, destination, content, service_name, progress)
+
+
+def _in_scope(run: AgentRun, scope: Scope) -> bool:
+    """Whether ``run`` is of the tenant and the owner of ``scope`` (each, when it has one)."""
+    return scope.tenant_id in (None, run.tenant_id) and scope.owner_id in (None, run.owner_id)
 
 
 def _export(
     ledger: Ledger,
     since: datetime,
+    scope: Scope,
     destination: _Destination,
     content: bool,
     service_name: str,
     progress: Progress | None,
 ) -> OtlpExport:
-    found = trees(ledger.runs(since=since))
+    found = trees(run for run in ledger.runs(since=since) if _in_scope(run, scope))
     spans = requests = rejected = 0
     for start in range(0, len(found), TREES_PER_REQUEST):
         batch = [
