@@ -23,9 +23,10 @@ HEAVY = (
     "agents",
     "datasette",
     "opentelemetry",
+    "mcp",
 )
 """Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
-Datasette and OpenTelemetry are loaded only by their integrations)."""
+Datasette, OpenTelemetry and the MCP SDK are loaded only by their integrations)."""
 
 
 def loaded_by(statement: str) -> dict[str, bool]:
@@ -77,6 +78,12 @@ def test_a_heavy_name_loads_its_library_when_it_is_first_used(name, library):
 def test_the_agents_sdk_is_loaded_by_its_integration_only():
     assert not loaded_by("import agentledger.ledger, agentledger.integrations")["agents"]
     assert loaded_by("from agentledger.integrations.openai_agents import LedgerSession")["agents"]
+
+
+def test_the_mcp_sdk_is_loaded_by_the_mcp_server_only():
+    """The command line registers `agentledger mcp serve` without importing the SDK."""
+    assert not loaded_by("import agentledger.ledger, agentledger.cli")["mcp"]
+    assert loaded_by("from agentledger.integrations.mcp_server import serve")["mcp"]
 
 
 def test_duckdb_is_loaded_when_analytics_first_queries_not_when_it_is_imported(tmp_path):
