@@ -89,7 +89,9 @@ def _run(cursor: Any, sql: str, limits: QueryLimits, tenant_id: str | None) -> Q
 
     rows = RowCollector(limits)
     try:
-        cursor.execute(sql)  # no parameters: the text is sent as it is, '%' included
+        # Prepared, so that PostgreSQL refuses several statements (a COMMIT would end the
+        # read-only transaction); without parameters the text is sent as it is, '%' included.
+        cursor.execute(sql, prepare=True)
         columns = [d.name for d in cursor.description or ()]
         while cursor.description is not None and _fetch(cursor, rows):
             pass
@@ -97,6 +99,10 @@ def _run(cursor: Any, sql: str, limits: QueryLimits, tenant_id: str | None) -> Q
             _check_tenant_kept(cursor, tenant_id)
     except psycopg.errors.QueryCanceled:
         raise over_time(limits) from None
+    except psycopg.errors.SyntaxError as exc:
+        if "multiple commands" in str(exc):
+            raise UsageError("give one statement only; nothing was run") from None
+        raise UsageError(f"the query failed: {str(exc).strip()}; nothing was changed") from None
     except psycopg.Error as exc:
         raise UsageError(f"the query failed: {str(exc).strip()}; nothing was changed") from None
     return QueryResult(columns, rows.rows, rows.truncated)
