@@ -336,8 +336,8 @@ def test_query_refuses_every_write_and_the_ledger_file_is_unchanged(client, reco
     [
         (f"{INFINITE} SELECT count(*) FROM n", "time limit of 1 s"),
         (f"{INFINITE} SELECT count(*) FROM n AS a, n AS b", "time limit of 1 s"),
-        ("SELECT length(randomblob(1e9))", "larger than 1000000 bytes"),
-        ("SELECT zeroblob(2000000)", "larger than 1000000 bytes"),
+        ("SELECT length(randomblob(1e9))", "larger than 10000000 bytes"),
+        ("SELECT zeroblob(20000000)", "larger than 10000000 bytes"),
         ("SELECT load_extension('evil')", "not authorized to use function"),
     ],
 )
@@ -562,11 +562,20 @@ def test_on_postgresql_query_is_read_only_timed_and_kept_to_a_tenant(
     pg_server: PostgresServer, pg_url
 ):
     recorded = record_a_run(pg_url)
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE probe")
     with client_of("--db", pg_url) as c:
         assert c.answer("query", sql="SELECT count(*) FROM agent_runs")["rows"] == [[1]]
-        assert "read-only transaction" in c.error(
+        assert "read-only transaction" in c.error("query", sql="SELECT nextval('probe')")
+        assert "data-modifying" in c.error(
             "query", sql="WITH gone AS (DELETE FROM agent_runs RETURNING id) SELECT * FROM gone"
         )
+        assert "Seq Scan" in c.answer("query", sql="EXPLAIN SELECT * FROM agent_runs")["rows"][0][0]
+        assert "one statement only" in c.error(
+            "query", sql="EXPLAIN SELECT 1; DELETE FROM agent_runs"
+        )
+        endless = c.answer("query", sql=f"{INFINITE} SELECT x FROM n")
+        assert (len(endless["rows"]), endless["truncated"]) == (MAX_ROWS, True)
         assert "time limit of 1 s" in c.error("query", sql="SELECT pg_sleep(10)")
         for several in (
             "SELECT 1; DELETE FROM agent_runs",
@@ -576,6 +585,7 @@ def test_on_postgresql_query_is_read_only_timed_and_kept_to_a_tenant(
         assert c.answer("query", sql="SELECT 'a%' LIKE 'a%%';")["rows"] == [[True]]
     with psycopg.connect(pg_url) as conn:
         assert conn.execute("SELECT count(*) FROM agent_runs").fetchone() == (1,)
+        assert conn.execute("SELECT is_called FROM probe").fetchone() == (False,)
         conn.execute("UPDATE conversations SET tenant_id = 't1', checksum = NULL")
         conn.execute("UPDATE agent_runs SET tenant_id = 't1', checksum = NULL")
     with Ledger.open(pg_url, read_only=True) as ledger:

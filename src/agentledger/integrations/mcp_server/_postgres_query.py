@@ -1,5 +1,6 @@
 """The ``query`` tool on PostgreSQL: one statement in a ``READ ONLY`` transaction with a
-``statement_timeout``, rolled back, its rows fetched a batch at a time up to the limit.
+``statement_timeout``, rolled back, through a server-side cursor of which at most the row limit
+is fetched.
 
 In a tenant's scope the transaction holds the tenant in ``agentledger.tenant_id``, which the
 row-level security policies of revision 0010 compare every row with. Those policies bind only
@@ -25,7 +26,7 @@ SELECT r.rolsuper, r.rolbypassrls, pg_has_role(current_user, c.relowner, 'MEMBER
 FROM pg_roles r, pg_class c
 WHERE r.rolname = current_user AND c.oid = to_regclass('conversations')
 """
-_BATCH = 100
+_CURSOR = "agentledger_query"
 
 
 def postgres_query(
@@ -44,14 +45,53 @@ def postgres_query(
             "tenants only. Serve the ledger with --tenant alone for SQL, or use the other tools, "
             "which keep to the owner."
         )
+    import psycopg  # the postgresql extra, which a PostgreSQL ledger has
+
     with engine.connect() as connection:
         raw: Any = connection.connection.dbapi_connection
         try:
-            with raw.cursor() as cursor:
-                _begin(cursor, limits, tenant_id)
-                return _run(cursor, sql, limits, tenant_id)
+            return _in_transaction(raw, sql, limits, tenant_id)
+        except psycopg.errors.QueryCanceled:
+            raise over_time(limits) from None
+        except psycopg.Error as exc:
+            raise _refusal(exc) from None
         finally:
             raw.rollback()
+
+
+def _in_transaction(raw: Any, sql: str, limits: QueryLimits, tenant_id: str | None) -> QueryResult:
+    with raw.cursor() as cursor:
+        _begin(cursor, limits, tenant_id)
+    explain = sql[:7].lower() == "explain"
+    with raw.cursor() if explain else raw.cursor(name=_CURSOR) as cursor:
+        # A server-side cursor (DECLARE) takes one query and no data-modifying WITH, and sends
+        # only the rows fetched; EXPLAIN, which it does not take, is prepared, so that several
+        # statements are refused too (a COMMIT would end the read-only transaction). Without
+        # parameters the text is sent as it is, '%' included.
+        if explain:
+            cursor.execute(sql, prepare=True)
+        else:
+            cursor.execute(sql)
+        columns = [d.name for d in cursor.description or ()]
+        rows = RowCollector(limits)
+        for row in cursor.fetchmany(limits.max_rows + 1) if columns else ():
+            if not rows.take(tuple(row)):
+                break
+    if tenant_id is not None:
+        with raw.cursor() as cursor:
+            _check_tenant_kept(cursor, tenant_id)
+    return QueryResult(columns, rows.rows, rows.truncated)
+
+
+def _refusal(exc: Exception) -> UsageError:
+    text = str(exc).strip()
+    if "multiple commands" in text:
+        return UsageError("give one statement only; nothing was run")
+    if "data-modifying" in text or "read-only transaction" in text:
+        return UsageError(
+            f"the query was refused: {text}. The query tool only reads; nothing was changed."
+        )
+    return UsageError(f"the query failed: {text}; nothing was changed")
 
 
 def _begin(cursor: Any, limits: QueryLimits, tenant_id: str | None) -> None:
@@ -82,35 +122,6 @@ def _check_policies_bind(cursor: Any) -> None:
             "security does not apply to it and every tenant's rows would be read. Serve the "
             "ledger with a URL of the application role (`agentledger db app-role` prints it)."
         )
-
-
-def _run(cursor: Any, sql: str, limits: QueryLimits, tenant_id: str | None) -> QueryResult:
-    import psycopg
-
-    rows = RowCollector(limits)
-    try:
-        # Prepared, so that PostgreSQL refuses several statements (a COMMIT would end the
-        # read-only transaction); without parameters the text is sent as it is, '%' included.
-        cursor.execute(sql, prepare=True)
-        columns = [d.name for d in cursor.description or ()]
-        while cursor.description is not None and _fetch(cursor, rows):
-            pass
-        if tenant_id is not None:
-            _check_tenant_kept(cursor, tenant_id)
-    except psycopg.errors.QueryCanceled:
-        raise over_time(limits) from None
-    except psycopg.errors.SyntaxError as exc:
-        if "multiple commands" in str(exc):
-            raise UsageError("give one statement only; nothing was run") from None
-        raise UsageError(f"the query failed: {str(exc).strip()}; nothing was changed") from None
-    except psycopg.Error as exc:
-        raise UsageError(f"the query failed: {str(exc).strip()}; nothing was changed") from None
-    return QueryResult(columns, rows.rows, rows.truncated)
-
-
-def _fetch(cursor: Any, rows: RowCollector) -> bool:
-    batch = cursor.fetchmany(_BATCH)
-    return bool(batch) and all(rows.take(tuple(row)) for row in batch)
 
 
 def _check_tenant_kept(cursor: Any, tenant_id: str) -> None:

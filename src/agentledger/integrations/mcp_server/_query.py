@@ -32,7 +32,7 @@ class QueryLimits:
 
     max_rows: int = 1000
     seconds: float = 5.0
-    max_value_bytes: int = 1_000_000
+    max_value_bytes: int = 10_000_000
     max_result_bytes: int = 8_000_000
 
     def __post_init__(self) -> None:
