@@ -426,6 +426,8 @@ def test_a_scoped_query_reads_only_the_rows_of_its_scope(
         "SELECT content FROM conversation_messages_fts WHERE conversation_messages_fts MATCH 'a'",
         "SELECT * FROM conversation_messages_fts_content",
         "SELECT * FROM agentledger_deletions",
+        "SELECT * FROM sqlite_dbpage",
+        "SELECT * FROM dbstat",
         "SELECT * FROM pragma_database_list",
         "SELECT 1 FROM pragma_writable_schema",
         "SELECT id FROM main.conversations AS c JOIN temp.conversations AS t USING (id)",
@@ -483,6 +485,11 @@ def test_serving_a_missing_ledger_says_what_to_do(tmp_path):
 def test_without_the_mcp_sdk_the_command_says_which_extra_to_install(recorded):
     script = (
         "import sys; sys.modules['mcp'] = None\n"
+        "from agentledger import ConfigurationError\n"
+        "try:\n"
+        "    import agentledger.integrations.mcp_server\n"
+        "except ConfigurationError as exc:\n"
+        "    print(exc, file=sys.stderr)\n"
         "from agentledger.cli import main\n"
         f"sys.argv = ['agentledger', 'mcp', 'serve', '--db', {str(recorded.path)!r}]\n"
         "main()"
@@ -491,7 +498,10 @@ def test_without_the_mcp_sdk_the_command_says_which_extra_to_install(recorded):
         [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=False
     )
     assert done.returncode == 1
-    assert "pip install 'agentledger[mcp]'" in done.stderr
+    library, command = done.stderr.strip().splitlines()
+    assert "the MCP SDK is not installed" in library
+    assert "pip install 'agentledger[mcp]'" in library
+    assert "pip install 'agentledger[mcp]'" in command
     assert done.stdout == ""
 
 
@@ -599,10 +609,13 @@ def test_on_postgresql_query_is_read_only_timed_and_kept_to_a_tenant(
         with Ledger.open(app_url, migrate=False, read_only=True) as ledger:
             mine = read_only_query(ledger, "SELECT id FROM conversations", tenant_id="t1")
             theirs = read_only_query(ledger, "SELECT id FROM conversations", tenant_id="t2")
-            with pytest.raises(UsageError, match=r"changed agentledger\.tenant_id"):
-                read_only_query(
-                    ledger, "SELECT set_config('agentledger.tenant_id', 't2', true)", tenant_id="t1"
-                )
+            for changing in (
+                "SELECT set_config('agentledger.tenant_id', 't2', true)",
+                "SELECT query_to_xml('SELECT 1', true, true, '')",
+                "SELECT U&\"\\0073et_config\"('agentledger.tenant_id', 't2', true)",
+            ):
+                with pytest.raises(UsageError, match="could change the tenant"):
+                    read_only_query(ledger, changing, tenant_id="t1")
     finally:
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'DROP OWNED BY "{role}"')

@@ -7,7 +7,8 @@ row-level security policies of revision 0010 compare every row with. Those polic
 a role that neither owns the tables nor bypasses row-level security (a superuser, or a role
 with ``BYPASSRLS``): for such a role a scoped query is refused, saying why. An owner's scope is
 kept by the library alone (no policy compares owners), so the ``query`` tool refuses it on
-PostgreSQL. A statement that changes ``agentledger.tenant_id`` itself is refused too.
+PostgreSQL. A statement that names what could change ``agentledger.tenant_id`` is refused, and
+one whose transaction ends with another tenant than it began with returns nothing.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ FROM pg_roles r, pg_class c
 WHERE r.rolname = current_user AND c.oid = to_regclass('conversations')
 """
 _CURSOR = "agentledger_query"
+TENANT_CHANGERS = ("set_config", "query_to_xml", "u&")
+"""What a scoped query may not name: the function that changes a setting, the one that runs a
+query given as text (which could call it), and the escapes that could spell either."""
 
 
 def postgres_query(
@@ -47,6 +51,8 @@ def postgres_query(
         )
     import psycopg  # the postgresql extra, which a PostgreSQL ledger has
 
+    if tenant_id is not None:
+        _check_keeps_tenant(sql)
     with engine.connect() as connection:
         raw: Any = connection.connection.dbapi_connection
         try:
@@ -121,6 +127,17 @@ def _check_policies_bind(cursor: Any) -> None:
             f"the query tool cannot keep to a tenant as role {role!r}: it {why}, so row-level "
             "security does not apply to it and every tenant's rows would be read. Serve the "
             "ledger with a URL of the application role (`agentledger db app-role` prints it)."
+        )
+
+
+def _check_keeps_tenant(sql: str) -> None:
+    """Refuse a scoped query that names what could change ``agentledger.tenant_id`` (which
+    :func:`_check_tenant_kept` checks again once its rows are read)."""
+    named = [word for word in TENANT_CHANGERS if word in sql.lower()]
+    if named:
+        raise UsageError(
+            f"the query names {named[0]!r}, which could change the tenant its rows are kept to: "
+            "refused in a tenant's scope; nothing was run"
         )
 
 

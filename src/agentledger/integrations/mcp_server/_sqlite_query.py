@@ -88,7 +88,7 @@ def sqlite_query(
 
 @contextlib.contextmanager
 def _reader(path: Path) -> Iterator[sqlite3.Connection]:
-    connection = sqlite3.connect(read_only_uri(path), uri=True, check_same_thread=False)
+    connection = sqlite3.connect(read_only_uri(path), uri=True)
     try:
         connection.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)
         yield connection
