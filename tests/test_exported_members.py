@@ -76,6 +76,7 @@ def test_every_public_subpackage_is_covered():
         "agentledger.analytics",
         "agentledger.cli",
         "agentledger.integrations.otel",
+        "agentledger.integrations.mcp_server",
     }
 
 

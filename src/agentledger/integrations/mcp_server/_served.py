@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
 
 from ...errors import UsageError
 from ...ledger import Ledger
@@ -53,7 +52,7 @@ class ServedLedger:
     tenant_id: str | None = None
     owner_id: str | None = None
     limits: QueryLimits = field(default_factory=QueryLimits)
-    reader: Any = field(init=False)
+    reader: Ledger = field(init=False)
     """The handle the tools read through: the ledger, or its scoped handle in a scope."""
 
     def __post_init__(self) -> None:
