@@ -234,6 +234,7 @@ def test_list_runs_filters_by_conversation_status_and_time(client, recorded):
     assert len(client.answer("list_runs", limit=1)["runs"]) == 1
     assert "no run status 'done'" in client.error("list_runs", status="done")
     assert "not an ISO 8601" in client.error("list_runs", since="yesterday")
+    assert "at least 1" in client.error("list_runs", limit=0)
 
 
 def test_run_tree_sums_the_subagents_usage_into_the_inclusive_figures(client, recorded):
@@ -521,9 +522,14 @@ def wait_for_port(port: int, process: subprocess.Popen[str], timeout: float = 60
     raise AssertionError(f"nothing listens on port {port} after {timeout}s")
 
 
-def test_serving_over_streamable_http_on_loopback(recorded):
+def test_serving_over_streamable_http_on_loopback_read_only(recorded):
+    """--read-only: the ledger file is unchanged and no file is made beside it."""
+    path = recorded.path.parent / "served" / "ledger.db"
+    path.parent.mkdir()
+    shutil.copy(recorded.path, path)
+    before = file_state(path)
     port = free_port()
-    args = [str(CONSOLE_SCRIPT), *SERVE, "--db", str(recorded.path), "--read-only"]
+    args = [str(CONSOLE_SCRIPT), *SERVE, "--db", str(path), "--read-only"]
     process = subprocess.Popen(
         [*args, "--http", str(port)],
         stdin=subprocess.DEVNULL,
@@ -551,8 +557,9 @@ def test_serving_over_streamable_http_on_loopback(recorded):
         out, err = process.communicate(timeout=30)
     assert [m["content"] for m in conversation["messages"]] == [QUESTION, ANSWER]
     assert recorded.conversation_id in listed
-    assert f"serving {recorded.path} over http://127.0.0.1:{port}/mcp" in err
+    assert f"serving {path} over http://127.0.0.1:{port}/mcp" in err
     assert out == ""
+    assert file_state(path) == before
 
 
 # --- PostgreSQL ------------------------------------------------------------------------------
