@@ -10,7 +10,7 @@ from ._app import cli, cli_errors, database, read_only, require_file, scope
 
 @cli.group()
 def mcp() -> None:
-    """The ledger for MCP clients (the mcp extra: pip install 'agentledger[mcp]')."""
+    """The ledger as an MCP server. Needs the mcp extra: pip install 'agentledger[mcp]'."""
 
 
 @mcp.command()
