@@ -303,6 +303,19 @@ def test_query_answers_columns_and_rows(client, recorded):
     assert found["columns"] == ["agent_name", "depth"]
     assert sorted(found["rows"]) == [["agent", 0], ["researcher", 1], ["weather-bot", 0]]
     assert (found["row_count"], found["truncated"]) == (3, False)
+    assert client.answer("query", sql="VALUES (1, 'a%');")["rows"] == [[1, "a%"]]
+
+
+def test_query_reads_the_full_text_index_and_json(client, recorded):
+    matched = client.answer(
+        "query",
+        sql="SELECT m.conversation_id FROM conversation_messages_fts AS f"
+        " JOIN conversation_messages AS m ON m.id = f.message_id"
+        " WHERE conversation_messages_fts MATCH 'marmalade'",
+    )
+    assert matched["rows"] == [[recorded.conversation_id]]
+    cities = client.answer("query", sql="SELECT arguments ->> '$.city' FROM tool_executions")
+    assert ["Paris"] in cities["rows"]
 
 
 WRITES = [

@@ -28,10 +28,11 @@ from ._query import QueryLimits, QueryResult, RowCollector, over_time
 
 SCHEMA_PRAGMAS = frozenset(
     {"table_info", "table_xinfo", "table_list", "index_list", "index_info", "index_xinfo",
-     "foreign_key_list"}
+     "foreign_key_list", "data_version"}
 )  # fmt: skip
 """The PRAGMAs a query may use (as ``pragma_table_info('runs')`` and the like): they read the
-schema, which is the same for every tenant."""
+schema, which is the same for every tenant, or (``data_version``, which the full-text index
+asks for) a counter of the file's changes."""
 
 SCHEMA_TABLES = frozenset(
     {"sqlite_master", "sqlite_schema", *(f"pragma_{name}" for name in SCHEMA_PRAGMAS)}
