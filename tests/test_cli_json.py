@@ -56,6 +56,8 @@ PRINTS_NO_ROWS = {
     "analytics": "a group",
     "analytics sql": "a SQL script for the duckdb shell",
     "export": "a group",
+    "mcp": "a group",
+    "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
 }
 
 

@@ -77,6 +77,7 @@ def test_every_public_subpackage_is_covered():
         "agentledger.cli",
         "agentledger.integrations.otel",
         "agentledger.integrations.mcp",
+        "agentledger.integrations.mcp_server",
     }
 
 

@@ -82,13 +82,15 @@ def test_the_agents_sdk_is_loaded_by_its_integration_only():
     assert loaded_by("from agentledger.integrations.openai_agents import LedgerSession")["agents"]
 
 
-def test_the_mcp_sdk_is_loaded_by_its_integration_only():
-    """An agent built with MCP servers loads the SDK (its integration made the servers);
-    the builder, the loop and the other integrations do not."""
+def test_the_mcp_sdk_is_loaded_by_its_integrations_only():
+    """An agent built with MCP servers loads the SDK (its integration made the servers), and
+    so does serving a ledger over MCP; the builder, the loop, the command line (which registers
+    `agentledger mcp serve` without it) and the other integrations do not."""
     assert not loaded_by("import agentledger.ledger, agentledger.integrations, agentledger.cli")[
         "mcp"
     ]
     assert loaded_by("from agentledger.integrations.mcp import MCPServer")["mcp"]
+    assert loaded_by("from agentledger.integrations.mcp_server import serve")["mcp"]
 
 
 def test_duckdb_is_loaded_when_analytics_first_queries_not_when_it_is_imported(tmp_path):
