@@ -641,3 +641,46 @@ def test_on_postgresql_query_is_read_only_timed_and_kept_to_a_tenant(
             conn.execute(f'DROP ROLE "{role}"')
     assert mine.rows == [[recorded.conversation_id]]
     assert theirs.rows == []
+
+
+def test_an_agent_remembers_through_another_ledger_served_over_mcp(recorded, tmp_path):
+    """An agent of ours whose tool source is `agentledger mcp serve` over another ledger: it
+    searches that ledger's conversations, reads the one it found, and answers from it; its own
+    ledger records the calls as tools of the `memory` server, and the served ledger is unchanged."""
+    from agentledger.integrations.mcp import MCPServer
+
+    served = recorded.path.read_bytes()
+    memory = MCPServer.stdio(
+        sys.executable,
+        ["-m", "agentledger", "mcp", "serve", "--db", str(recorded.path), "--read-only"],
+        name="memory",
+    )
+    search_call = ToolCall(id="m1", name="search_conversations", arguments={"query": "weather"})
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(tool_calls=[search_call]),
+            InferenceResponse(
+                tool_calls=[
+                    ToolCall(
+                        id="m2", name="get_conversation", arguments={"id": recorded.conversation_id}
+                    )
+                ]
+            ),
+            InferenceResponse(content="Last time you asked about the weather."),
+        ]
+    )
+    with Ledger.open(tmp_path / "own.db") as own:
+        agent = AgentBuilder().with_llm(llm).with_ledger(own).with_mcp_servers([memory]).build()
+        with agent:
+            result = agent.run("What did I ask you before?")
+        found, read = own.tool_executions(result.run_id)
+    offered = {t.name for t in llm.requests[0].tools}
+    assert TOOLS <= offered
+    assert not found.is_error and recorded.conversation_id in found.result
+    assert not read.is_error and QUESTION in read.result and ANSWER in read.result
+    assert {(e.metadata["mcp_server"], e.metadata["mcp_tool"]) for e in (found, read)} == {
+        ("memory", "search_conversations"),
+        ("memory", "get_conversation"),
+    }
+    assert result.answer == "Last time you asked about the weather."
+    assert recorded.path.read_bytes() == served
