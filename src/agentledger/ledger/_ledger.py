@@ -22,6 +22,7 @@ from ..errors import (
     LedgerError,
     LedgerOpenError,
     SchemaVersionError,
+    UsageError,
 )
 from ..values import (
     AgentState,
@@ -38,6 +39,7 @@ from ..values import (
 )
 from . import migrate as migrations
 from ._access import ReadOnly, read_only_access
+from ._arguments import member, row_limit
 from ._engine import (
     Connections,
     Database,
@@ -50,7 +52,7 @@ from ._engine import (
     sqlite_path,
     with_retries,
 )
-from ._lookup import IdKind, id_by_prefix, shortest_prefixes
+from ._lookup import IdKind, check_id, id_by_prefix, shortest_prefixes
 from ._reads import counted_steps, load_steps
 from ._recovery import abandon, stale_query
 from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_of
@@ -218,11 +220,18 @@ class Ledger:
     ) -> Conversation:
         check_storable(title, "the conversation's title")
         check_storable(metadata, "the conversation's metadata")
+        check_storable(conversation_id, "the conversation's id")
+        check_storable(parent_run_id, "the parent run's id")
+        if conversation_id is not None and not conversation_id.strip():
+            raise UsageError(
+                f"conversation_id={conversation_id!r}: give an id with a visible character, or "
+                "None for a new time-ordered id"
+            )
         now = self.clock()
         created = conversation_id or new_id()
         row = {
             "id": created,
-            "kind": ConversationKind(kind).value,
+            "kind": member(ConversationKind, kind, "kind").value,
             "title": title,
             "parent_run_id": parent_run_id,
             "version": 0,
@@ -245,6 +254,8 @@ class Ledger:
         Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
         them) when the prefix begins several."""
 
+        check_id("conversation", conversation_id)
+
         def read(conn: Connection) -> Conversation:
             row = conn.execute(_conversation_row(conversation_id)).mappings().first()
             if row is None:
@@ -262,10 +273,13 @@ class Ledger:
             conversations.c.updated_at.desc(), conversations.c.id.desc()
         )
         if kind is not None:
-            query = query.where(conversations.c.kind == ConversationKind(kind).value)
+            query = query.where(
+                conversations.c.kind == member(ConversationKind, kind, "kind").value
+            )
+        query = query.limit(row_limit(limit))
         return self._read(
             "listing conversations",
-            lambda conn: [conversation_of(r) for r in conn.execute(query.limit(limit)).mappings()],
+            lambda conn: [conversation_of(r) for r in conn.execute(query).mappings()],
         )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
@@ -350,10 +364,11 @@ class Ledger:
         else:
             query = query.order_by(agent_runs.c.started_at.desc(), agent_runs.c.id.desc())
         if status is not None:
-            query = query.where(agent_runs.c.status == AgentStatus(status).value)
+            query = query.where(agent_runs.c.status == member(AgentStatus, status, "status").value)
+        query = query.limit(row_limit(limit))
         return self._read(
             "listing runs",
-            lambda conn: [run_of(r) for r in conn.execute(query.limit(limit)).mappings()],
+            lambda conn: [run_of(r) for r in conn.execute(query).mappings()],
         )
 
     def run_tree(self, run_id: str) -> RunTree:
@@ -405,6 +420,7 @@ class Ledger:
         """Conversation messages matching every word of ``query``, best matches first; with
         ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
         such conversation)."""
+        row_limit(limit)
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
         found = search_statement(self.dialect, query, conversation_id, limit)
