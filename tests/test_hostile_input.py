@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import html
 import json
+import random
 import re
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from agentledger import (
     tool,
 )
 from agentledger.ledger import Ledger
+from agentledger.ledger._search import MAX_SEARCH_WORDS
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support.cli import ANSWER, Recorded, console, invoke, record_a_run
 from support.databases import BACKENDS, fresh_database
@@ -313,6 +315,7 @@ SEARCHES = [
     *HTML,
     *RICH_MARKUP,
     "y" * (1 << 20),
+    f"{WORD} " * 100_000,
 ]
 """What a caller may search for, 1 MB queries among them."""
 
@@ -328,6 +331,13 @@ def test_a_search_finds_the_literal_words_of_any_text_or_nothing(recorded, uncha
         assert [(h.conversation_id, h.message.content) for h in hits] == [(conversation_id, ANSWER)]
     if not words:
         assert hits == []
+
+
+def test_a_search_of_more_different_words_than_it_takes_is_a_usage_error(recorded, unchanged):
+    query = " ".join(f"w{n}" for n in range(MAX_SEARCH_WORDS + 1))
+    with pytest.raises(UsageError, match=f"{MAX_SEARCH_WORDS + 1:,} different words"):
+        recorded.ledger.search(query)
+    assert recorded.ledger.search(" ".join([*query.split()[:MAX_SEARCH_WORDS]])) == []
 
 
 # --- the command line -----------------------------------------------------------------------------
@@ -482,6 +492,28 @@ def test_text_the_ledger_cannot_store_is_refused_before_anything_is_written(
             ledger.create_conversation(metadata={"k": [text]})
         else:
             ledger.create_conversation(metadata={text: 1})
+
+
+def varied_words(size: int) -> str:
+    """``size`` characters of different words (a pasted log or document, say)."""
+    digits = random.Random(22).randbytes(size // 2).hex()
+    return " ".join(digits[i : i + 9] for i in range(0, size, 10))[:size]
+
+
+def test_a_long_message_of_varied_words_is_stored_read_back_and_found(data_ledger):
+    """On PostgreSQL the full-text index covers the first 100,000 characters of a message:
+    over all of it, the tsvector of two megabytes of varied words was over PostgreSQL's limit,
+    and the user's message was refused with a driver error."""
+    text = f"{WORD} " + varied_words(2_000_000)
+    result = agent_on(data_ledger, answering(InferenceResponse(content="noted"))).run(text)
+
+    assert result.status == "completed"
+    (question, _) = data_ledger.history(result.conversation_id)
+    assert question.content == text
+    first_words = " ".join(text.split()[:3])
+    hits = data_ledger.search(first_words, conversation_id=result.conversation_id)
+    assert [h.message.id for h in hits] == [question.id]
+    assert data_ledger.verify() == []
 
 
 def test_a_ten_megabyte_tool_argument_is_stored_and_read_back_exactly(data_ledger):

@@ -142,9 +142,11 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
         ids = harness.record_representative_runs(
             ledger, compaction=len(cannot) < len(compactions.columns)
         )
+    # forget_log: nothing writes it yet (see harness.representative_source).
+    skip = {"forget_log": harness.ONLY_SINCE_0010["forget_log"], **ONLY_AT_HEAD}
     with Database(db_url) as database:
-        database.fill_empty_columns(skip=ONLY_AT_HEAD)
-        assert database.empty_columns() == ONLY_AT_HEAD
+        database.fill_empty_columns(skip=skip)
+        assert database.empty_columns() == skip
         columns = database.columns()
         before = database.snapshot(columns)
 
