@@ -39,9 +39,10 @@ from agentledger import (
 )
 from agentledger.ledger import Ledger
 from agentledger.ledger._search import MAX_SEARCH_WORDS
-from agentledger.llm import InferenceResponse, ScriptedLLM
+from agentledger.llm import InferenceResponse, OpenAIChat, ScriptedLLM
 from support.cli import ANSWER, Recorded, console, invoke, record_a_run
 from support.databases import BACKENDS, fresh_database
+from support.fake_provider import FakeProvider, Reply, openai_completion, openai_tool_call
 from support.migration_harness import Database
 
 # --- the values -----------------------------------------------------------------------------------
@@ -456,6 +457,26 @@ def test_tool_call_text_the_ledger_cannot_store_fails_the_run_with_a_clear_error
     ]
     assert data_ledger.conversation(result.conversation_id).lease_holder is None
     assert data_ledger.verify() == []
+
+
+def test_arguments_nested_deeper_than_json_parses_from_a_provider_are_a_tool_error(
+    data_ledger, fake_provider: FakeProvider
+):
+    """A real provider's client reads the arguments' JSON text itself: nested too deep for
+    Python's parser, they are text that is not a JSON object, as malformed JSON is."""
+    fake_provider.push(
+        Reply(openai_completion(tool_calls=[openai_tool_call("get_weather", DEEP_JSON, "c1")])),
+        Reply(openai_completion("sorry")),
+    )
+    with OpenAIChat("gpt-4o-mini", api_key="sk-test", base_url=fake_provider.openai_url) as llm:
+        result = agent_on(data_ledger, llm, get_weather).run("What is the weather?")
+
+    assert result.status == "completed", result.error
+    (execution,) = data_ledger.tool_executions(result.run_id)
+    assert execution.tool_call.raw_arguments == DEEP_JSON
+    assert "not a JSON object" in (execution.error or "")
+    sent_back = fake_provider.bodies()[1]["messages"][-1]
+    assert sent_back["role"] == "tool" and "not a JSON object" in sent_back["content"]
 
 
 # --- what a user writes: messages, titles, metadata -----------------------------------------------
