@@ -618,6 +618,21 @@ RENDERED_COMMANDS = [
 ]
 
 
+@pytest.mark.parametrize("command", RENDERED_COMMANDS, ids=" ".join)
+def test_the_terminal_shows_markup_in_data_literally_and_runs_no_escape_sequence(
+    rendered_ledger, command
+):
+    path, run_id = rendered_ledger
+    args = [run_id if a == "RUN" else a for a in command]
+    result = invoke("--db", str(path), *args, env={"COLUMNS": "400"})
+
+    assert result.exit_code == 0, result.output
+    assert RICH_MARKUP[0] in result.output  # printed, not applied
+    assert "\x1b" not in result.output
+    if command[0] in ("show", "search", "trace"):
+        assert "\\x1b[31m" in result.output  # the sequence, written out
+
+
 def test_an_html_report_escapes_every_text_from_the_ledger(rendered_ledger, tmp_path):
     path, _ = rendered_ledger
     page_path = tmp_path / "report.html"
