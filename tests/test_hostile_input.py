@@ -350,6 +350,9 @@ def cli_ledger(tmp_path_factory: pytest.TempPathFactory) -> Recorded:
     return record_a_run(str(directory / "ledger.db"))
 
 
+NOWHERE = ["--provider", "openai", "--model", "m", "--base-url", "http://127.0.0.1:1/v1"]
+"""A model no request reaches: the conversation is looked up first."""
+
 CLI_IDS = [*SQL_SYNTAX[:2], *LIKE_WILDCARDS[2:4], "a\x00b", "\ud800", "\x1b[31m", *RICH_MARKUP]
 
 
@@ -361,11 +364,13 @@ CLI_IDS = [*SQL_SYNTAX[:2], *LIKE_WILDCARDS[2:4], "a\x00b", "\ud800", "\x1b[31m"
         (["trace"], "run"),
         (["runs", "--conversation"], "conversation"),
         (["search", WORD, "--conversation"], "conversation"),
+        (["run", *NOWHERE, "Hello?", "--conversation"], "conversation"),
+        (["chat", *NOWHERE, "--conversation"], "conversation"),
     ],
-    ids=["show", "trace", "runs", "search"],
+    ids=["show", "trace", "runs", "search", "run", "chat"],
 )
 def test_a_hostile_id_on_the_command_line_is_an_error_naming_it(cli_ledger, command, kind, given):
-    result = invoke("--db", cli_ledger.url, *command, given)
+    result = invoke("--db", cli_ledger.url, *command, given, env={"OPENAI_API_KEY": "sk-test"})
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)
     assert f"Error: no {kind} {given!r} in this ledger" in result.output
