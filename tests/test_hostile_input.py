@@ -31,12 +31,14 @@ import pytest
 from agentledger import (
     AgentBuilder,
     AmbiguousIdError,
+    ConfigurationError,
     NotFoundError,
     ToolCall,
     UnstorableTextError,
     UsageError,
     tool,
 )
+from agentledger.analytics import Analytics
 from agentledger.ledger import Ledger
 from agentledger.ledger._search import MAX_SEARCH_WORDS
 from agentledger.llm import InferenceResponse, OpenAIChat, ScriptedLLM
@@ -97,7 +99,7 @@ CONTROL = [
 ]
 """Control characters the ledger can store, terminal escape sequences among them."""
 
-UNSTORABLE = ["a\x00b", "\x00", "\ud800", "a\udfffb"]
+UNSTORABLE = ["a\x00b", "\x00", "\ud800", "a\udfffb", "0abcdefg-\ud800"]
 """A NUL character (PostgreSQL refuses it) and lone surrogates (no UTF-8 holds one)."""
 
 UNICODE = ["ünïcødé-日本語-🎉", "\U0010ffff" * 9, "\u202eevil\u202c-rtl", "ﬁ-ligature-İ"]
@@ -339,6 +341,28 @@ def test_a_search_of_more_different_words_than_it_takes_is_a_usage_error(recorde
     with pytest.raises(UsageError, match=f"{MAX_SEARCH_WORDS + 1:,} different words"):
         recorded.ledger.search(query)
     assert recorded.ledger.search(" ".join([*query.split()[:MAX_SEARCH_WORDS]])) == []
+
+
+# --- analytics ------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def analytics(recorded: Shared) -> Iterator[Analytics]:
+    with Analytics.open(raw_url(recorded.ledger)) as opened:
+        yield opened
+
+
+@pytest.mark.parametrize("by", ["agent; SELECT 1", "model --", *SQL_SYNTAX[:2]], ids=value_id)
+def test_analytics_arguments_that_name_a_view_take_no_sql(analytics, by):
+    with pytest.raises(ConfigurationError, match="give agent, model or None"):
+        analytics.tool_stats(by=by)
+    with pytest.raises(ConfigurationError, match="give minute, hour"):
+        analytics.usage_over_time(by)
+
+
+@pytest.mark.parametrize("given", IDS, ids=value_id)
+def test_analytics_shortens_a_hostile_id_as_the_ledger_does(recorded, analytics, given):
+    assert analytics.short_ids([given], of="run") == recorded.ledger.short_ids([given], of="run")
 
 
 # --- the command line -----------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
-from ..values import SHORT_ID_LENGTH, short_ids
+from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from . import _cache, _extensions, _rollup
 from ._cache import Progress, SyncResult
 from ._duckdb import identifier, quoted, require_duckdb
@@ -185,6 +185,8 @@ class Analytics:
     def tool_stats(self, by: ToolGrouping | None = None) -> duckdb.DuckDBPyRelation:
         """Per tool (and per agent or model with ``by``): calls, errors, error rate and
         p50/p95/p99 duration."""
+        if by not in (None, "agent", "model"):  # it names a view: never SQL of the caller's
+            raise ConfigurationError(f"tool_stats(by={by!r}): give agent, model or None")
         return self._view("tool_stats" if by is None else f"tool_stats_by_{by}")
 
     def model_usage(self) -> duckdb.DuckDBPyRelation:
@@ -248,7 +250,14 @@ class Analytics:
         ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind in the ledger: what
         ``Ledger.short_ids`` gives, and what the command line takes for the id."""
         wanted = list(ids)
-        heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
+        heads = sorted(
+            {
+                i[:SHORT_ID_LENGTH]
+                for i in wanted
+                # No id holds a NUL or a lone surrogate (DuckDB cannot even take the latter).
+                if len(i) > SHORT_ID_LENGTH and find_unstorable(i) is None
+            }
+        )
         if not heads:
             return short_ids(wanted)
         table = "agent_runs" if of == "run" else "conversations"
