@@ -300,6 +300,21 @@ def test_an_argument_out_of_its_range_is_a_usage_error_saying_what_is_accepted(
     assert says in str(raised.value)
 
 
+STALE_AFTER = [-1, float("nan"), float("inf"), 1e20]
+"""Seconds no run can have been quiet for."""
+
+
+@pytest.mark.parametrize("stale_after", STALE_AFTER, ids=value_id)
+def test_a_stale_after_no_run_can_be_quiet_for_is_a_usage_error(recorded, unchanged, stale_after):
+    ledger = recorded.ledger
+    for call in (ledger.stale_runs, lambda s: ledger.recover(stale_after=s)):
+        with pytest.raises(UsageError, match=r"stale_after=.*: give a finite number of seconds"):
+            call(stale_after)
+    with pytest.raises(UsageError, match="give a finite number of seconds"):
+        agent_on(ledger, answering()).recover(stale_after=stale_after)
+    assert ledger.stale_runs(1e11) == []  # back past the year 1: no heartbeat is that old
+
+
 # --- search ---------------------------------------------------------------------------------------
 
 SEARCHES = [
@@ -398,6 +413,14 @@ def test_a_hostile_id_on_the_command_line_is_an_error_naming_it(cli_ledger, comm
     assert result.exit_code == 1, result.output
     assert isinstance(result.exception, SystemExit)
     assert f"Error: no {kind} {given!r} in this ledger" in result.output
+
+
+@pytest.mark.parametrize("stale_after", ["nan", "inf", "1e20"])
+def test_recover_refuses_a_stale_after_no_run_can_be_quiet_for(cli_ledger, stale_after):
+    result = invoke("--db", cli_ledger.url, "recover", "--dry-run", "--stale-after", stale_after)
+    assert result.exit_code == 1, result.output
+    assert isinstance(result.exception, SystemExit)
+    assert f"Error: stale_after={float(stale_after)!r}: give a finite number" in result.output
 
 
 @pytest.mark.parametrize("query", [*FTS_SYNTAX, *SQL_SYNTAX, "%", "\x00"], ids=value_id)
