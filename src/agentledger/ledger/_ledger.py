@@ -419,7 +419,12 @@ class Ledger:
     ) -> list[SearchHit]:
         """Conversation messages matching every word of ``query``, best matches first; with
         ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
-        such conversation)."""
+        such conversation).
+
+        Only the words count: quotes, operators and SQL in ``query`` separate words, and a
+        query of no word finds nothing. A query of more than ``MAX_SEARCH_WORDS`` (1,000)
+        different words is a :class:`UsageError`. On PostgreSQL the words are looked for in the
+        first 100,000 characters of each message."""
         row_limit(limit)
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
