@@ -675,7 +675,7 @@ def test_an_agent_remembers_through_another_ledger_served_over_mcp(recorded, tmp
             result = agent.run("What did I ask you before?")
         found, read = own.tool_executions(result.run_id)
     offered = {t.name for t in llm.requests[0].tools}
-    assert TOOLS <= offered
+    assert offered >= TOOLS
     assert not found.is_error and recorded.conversation_id in found.result
     assert not read.is_error and QUESTION in read.result and ANSWER in read.result
     assert {(e.metadata["mcp_server"], e.metadata["mcp_tool"]) for e in (found, read)} == {

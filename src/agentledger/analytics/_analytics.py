@@ -16,7 +16,7 @@ from sqlalchemy.engine import make_url
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import Scope, file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
-from ..values import SHORT_ID_LENGTH, short_ids
+from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from . import _cache, _extensions, _rollup, _scope
 from ._cache import Progress, SyncResult
 from ._duckdb import identifier, quoted, require_duckdb
@@ -250,7 +250,7 @@ class Analytics:
         p50/p95/p99 duration. ``by="server"``: the same per MCP server the tools came from
         (``server``, NULL for the agent's own tools), with how many of its ``tools`` were
         called."""
-        if by not in (None, "agent", "model", "server"):
+        if by not in (None, "agent", "model", "server"):  # it names a view: never SQL
             raise ConfigurationError(
                 f"tool_stats(by={by!r}): give agent, model or server (or nothing, per tool)"
             )
@@ -317,7 +317,14 @@ class Analytics:
         ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind in the ledger: what
         ``Ledger.short_ids`` gives, and what the command line takes for the id."""
         wanted = list(ids)
-        heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
+        heads = sorted(
+            {
+                i[:SHORT_ID_LENGTH]
+                for i in wanted
+                # No id holds a NUL or a lone surrogate (DuckDB cannot even take the latter).
+                if len(i) > SHORT_ID_LENGTH and find_unstorable(i) is None
+            }
+        )
         if not heads:
             return short_ids(wanted)
         table = "agent_runs" if of == "run" else "conversations"

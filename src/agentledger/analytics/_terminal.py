@@ -1,5 +1,5 @@
 """The report and the export summary drawn for the terminal (rich), every text from the ledger
-as plain text, never markup."""
+as plain text, never markup, its control characters written as escapes."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ from rich.console import Group, JustifyMethod, RenderableType
 from rich.table import Table
 from rich.text import Text
 
+from ..values import terminal_text
 from ._duckdb import require_duckdb
 from ._format import count, time_text
 from ._report import Column, Report, ReportTable
@@ -28,7 +29,7 @@ def render_terminal(report: Report) -> Group:
     style = "green" if report.completeness.complete else "bold yellow"
     parts: list[RenderableType] = [
         Text(f"agentledger report · {report.source} · {time_text(report.generated_at)} UTC"),
-        Text(report.completeness.summary(), style=style),
+        Text(terminal_text(report.completeness.summary()), style=style),
     ]
     for table in report.tables:
         parts += [Text(""), *rich_table(table)]
@@ -46,7 +47,7 @@ def rich_table(table: ReportTable) -> list[RenderableType]:
         else:
             drawn.add_column(column.name, justify=justify)
     for row in table.rows:
-        drawn.add_row(*(Text(cell) for cell in row))
+        drawn.add_row(*(Text(terminal_text(cell)) for cell in row))
     if not table.rows:
         drawn.add_row(Text("nothing recorded yet", style="dim"))
     return [drawn, Text(table.note, style="dim")] if table.note else [drawn]

@@ -11,7 +11,7 @@ from rich.table import Table
 
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import counted, id_column, preview, run_tree_view
+from ._render import counted, id_column, plain, preview, quoted, run_tree_view
 
 if TYPE_CHECKING:
     from ..ledger import AgentRun, Conversation, Ledger, SearchHit
@@ -84,7 +84,12 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
         table.add_column(header)
     for c, count in listed:
         table.add_row(
-            short[c.id], c.kind, c.title or "", str(c.version), str(count), time_text(c.updated_at)
+            plain(short[c.id]),
+            c.kind,
+            plain(c.title or ""),
+            str(c.version),
+            str(count),
+            time_text(c.updated_at),
         )
     return table
 
@@ -129,7 +134,7 @@ def show(
             for m in messages
         )
         return
-    console().rule(f"conversation {record.id} · version {record.version} · {heading}")
+    console().rule(plain(f"conversation {record.id} · version {record.version} · {heading}"))
     _print_messages(messages, summarized, section)
 
 
@@ -142,7 +147,7 @@ def _print_messages(messages: Messages, summarized: set[str], section: str | Non
         cut = " [bold yellow](interrupted)[/bold yellow]" if message.interrupted else ""
         when = time_text(message.created_at)
         out.print(f"[{style}]{message.role}[/{style}]{cut} [dim]{when}[/dim]{note}")
-        out.print(message.content, markup=False)
+        out.print(plain(message.content))
         out.print()
     if not messages:
         out.print(_empty(section), style="dim", markup=False)
@@ -221,9 +226,9 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
         table.add_column(header)
     for r in listed:
         table.add_row(
-            runs_shown[r.id],
-            conversations_shown[r.conversation_id],
-            r.agent_name,
+            plain(runs_shown[r.id]),
+            plain(conversations_shown[r.conversation_id]),
+            plain(r.agent_name),
             r.status,
             r.stop_reason or "",
             str(r.step_count),
@@ -258,16 +263,16 @@ def search(
 
 def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
-    table = Table(title=f"search: {text}")
+    table = Table(title=plain(f"search: {text}"))
     id_column(table, "conversation", short.values())
     for header in ("seq", "role", "content"):
         table.add_column(header)
     for hit in hits:
         table.add_row(
-            short[hit.conversation_id],
+            plain(short[hit.conversation_id]),
             str(hit.seq),
             hit.message.role,
-            preview(hit.message.content, 80),
+            plain(preview(hit.message.content, 80)),
         )
     return table
 
@@ -305,7 +310,8 @@ def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[s
         # What a streaming run had shown is kept (or, in a dry run, would be): say how much.
         kept = f", {counted(shown[r.id], 'character')} shown kept" if shown.get(r.id) else ""
         console().print(
-            f"{verb}: run {runs_shown[r.id]} of conversation "
-            f"{conversations_shown[r.conversation_id]} ({counted(r.step_count, 'step')}{kept})"
+            f"{verb}: run {quoted(runs_shown[r.id])} of conversation "
+            f"{quoted(conversations_shown[r.conversation_id])} "
+            f"({counted(r.step_count, 'step')}{kept})"
         )
     console().print(f"{counted(len(stale), 'run')} {verb}")

@@ -12,6 +12,19 @@ from rich.tree import Tree
 
 from ..core import MCP_SERVER_KEY, MCP_TOOL_KEY
 from ..loop import TRACEBACK_KEY
+from ..values import terminal_text
+
+
+def plain(text: str) -> Text:
+    """Text from the ledger as a terminal shows it: never read as markup (a title or a
+    message may hold ``[red]`` or ``[link=...]``), and its control characters written as
+    escapes (:func:`~agentledger.values.terminal_text`), so data cannot drive the terminal."""
+    return Text(terminal_text(text))
+
+
+def quoted(text: str) -> str:
+    """Text from the ledger to put inside markup: as :func:`plain` shows it."""
+    return escape(terminal_text(text))
 
 
 def id_column(table: Table, header: str, shown: Iterable[str]) -> None:
@@ -35,7 +48,7 @@ def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:
 def run_label(node: Any, short: dict[str, str]) -> str:
     record, own, total = node.run, node.exclusive, node.inclusive
     label = (
-        f"[bold]run {short[record.id]}[/bold] · {escape(record.agent_name)} · "
+        f"[bold]run {quoted(short[record.id])}[/bold] · {quoted(record.agent_name)} · "
         f"{status_text(record.status, record.stop_reason)} · {counted(own.steps, 'step')} · "
         f"{own.usage.input_tokens} in / {own.usage.output_tokens} out"
         f"{cost(own.cost_usd)} · {ms(record.duration_ms)}"
@@ -68,21 +81,21 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
     steps = ledger.steps(node.run.id)
     said = {e.step.error for e in steps}
     if node.run.error and node.run.error not in said:  # a run's error is its last step's
-        branch.add(f"[red]{escape(node.run.error)}[/red]")
+        branch.add(f"[red]{quoted(node.run.error)}[/red]")
     children = {child.run.id: child for child in node.children}
     for execution in steps:
         step = execution.step
         item = branch.add(
             f"step {execution.step_index} · {step.step_type} · {step.usage.input_tokens} in / "
-            f"{step.usage.output_tokens} out · {ms(step.duration_ms)}{escape(_decided(execution))}"
+            f"{step.usage.output_tokens} out · {ms(step.duration_ms)}{quoted(_decided(execution))}"
         )
         if step.error:
-            item.add(f"[red]{escape(step.error)}[/red]")
+            item.add(f"[red]{quoted(step.error)}[/red]")
         for tool in step.tool_executions:
             mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
-            name = escape(tool.tool_name + _server(tool))
+            name = quoted(tool.tool_name + _server(tool))
             leaf = item.add(
-                f"{mark} {name} · {ms(tool.duration_ms)} → {escape(preview(tool.result))}"
+                f"{mark} {name} · {ms(tool.duration_ms)} → {quoted(preview(tool.result))}"
             )
             if verbose and tool.is_error:
                 _add_failure(leaf, tool)
@@ -91,7 +104,7 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
                 _add_steps(leaf.add(run_label(child, short)), ledger, child, short, verbose)
         answer = step.final_response()
         if answer is not None:
-            item.add(f"[green]answer:[/green] {escape(preview(answer.content))}")
+            item.add(f"[green]answer:[/green] {quoted(preview(answer.content))}")
 
 
 def _server(tool: Any) -> str:
@@ -117,10 +130,10 @@ def _decided(execution: Any) -> str:
 def _add_failure(leaf: Tree, tool: Any) -> None:
     """What a failed tool call said in full and, when its tool raised, where: the kept end of
     the traceback, as plain text (a traceback is no markup)."""
-    leaf.add(Text(tool.error or tool.result, style="red"))
+    leaf.add(Text(terminal_text(tool.error or tool.result), style="red"))
     traceback = tool.metadata.get(TRACEBACK_KEY)
     if isinstance(traceback, str):
-        leaf.add(Text(traceback.rstrip("\n"), style="dim"))
+        leaf.add(Text(terminal_text(traceback.rstrip("\n")), style="dim"))
 
 
 def cost(value: float | None) -> str:

@@ -27,6 +27,7 @@ from ..values import (
     ToolCall,
     ToolCallFinished,
     ToolCallStarted,
+    terminal_text,
 )
 from ._render import preview
 
@@ -40,9 +41,12 @@ STOPPING_NOTICE_AFTER = 0.5
 
 def say(console: Console, text: str, style: str | None = None) -> None:
     """One line of plain text: no markup read in it (tool output may hold brackets), styled
-    only on a terminal (rich drops styles elsewhere), never hard-wrapped."""
+    only on a terminal (rich drops styles elsewhere), never hard-wrapped; its control
+    characters are written as escapes (model and tool output may hold terminal sequences)."""
     with console.capture() as line:
-        console.print(text, style=style, markup=False, highlight=False, soft_wrap=True)
+        console.print(
+            terminal_text(text), style=style, markup=False, highlight=False, soft_wrap=True
+        )
     write(console, line.get())
 
 
@@ -154,7 +158,7 @@ class StreamPrinter:
             self._open = (run_id, step_index)
             out = indent + out
         try:
-            write(self.console, out)
+            write(self.console, terminal_text(out))
         finally:  # handed to the terminal, even when Ctrl-C came as it went out
             printed[1].append(text)
 

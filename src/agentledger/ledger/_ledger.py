@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Engine, Select, func, insert, select
 
 from ..errors import (
     SchemaVersionError,
+    UsageError,
 )
 from ..values import (
     AgentState,
@@ -32,6 +33,7 @@ from ..values import (
     utc_now,
 )
 from ._access import ReadOnly, read_only_access
+from ._arguments import member, row_limit
 from ._engine import (
     Connections,
     Database,
@@ -52,7 +54,7 @@ from ._forget import (
     inactive_since,
     owner_conversations,
 )
-from ._lookup import IdKind, id_by_prefix, shortest_prefixes
+from ._lookup import IdKind, check_id, id_by_prefix, shortest_prefixes
 from ._opening import prepare
 from ._reads import counted_steps, load_steps
 from ._recovery import abandon, stale_query
@@ -260,11 +262,18 @@ class Ledger:
         owners = created_in(self.scope, tenant_id, owner_id)
         check_storable(title, "the conversation's title")
         check_storable(metadata, "the conversation's metadata")
+        check_storable(conversation_id, "the conversation's id")
+        check_storable(parent_run_id, "the parent run's id")
+        if conversation_id is not None and not conversation_id.strip():
+            raise UsageError(
+                f"conversation_id={conversation_id!r}: give an id with a visible character, or "
+                "None for a new time-ordered id"
+            )
         now = self.clock()
         created = conversation_id or new_id()
         row = {
             "id": created,
-            "kind": ConversationKind(kind).value,
+            "kind": member(ConversationKind, kind, "kind").value,
             "title": title,
             "parent_run_id": parent_run_id,
             "version": 0,
@@ -290,6 +299,7 @@ class Ledger:
         Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
         them) when the prefix begins several."""
 
+        check_id("conversation", conversation_id)
         scope = self.scope
 
         def read(conn: Connection) -> Conversation:
@@ -318,10 +328,13 @@ class Ledger:
         if metadata:
             query = query.where(metadata_matches(self.dialect, metadata))
         if kind is not None:
-            query = query.where(conversations.c.kind == ConversationKind(kind).value)
+            query = query.where(
+                conversations.c.kind == member(ConversationKind, kind, "kind").value
+            )
+        query = query.limit(row_limit(limit))
         return self._read(
             "listing conversations",
-            lambda conn: [conversation_of(r) for r in conn.execute(query.limit(limit)).mappings()],
+            lambda conn: [conversation_of(r) for r in conn.execute(query).mappings()],
         )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
@@ -407,10 +420,11 @@ class Ledger:
         else:
             query = query.order_by(agent_runs.c.started_at.desc(), agent_runs.c.id.desc())
         if status is not None:
-            query = query.where(agent_runs.c.status == AgentStatus(status).value)
+            query = query.where(agent_runs.c.status == member(AgentStatus, status, "status").value)
+        query = query.limit(row_limit(limit))
         return self._read(
             "listing runs",
-            lambda conn: [run_of(r) for r in conn.execute(query.limit(limit)).mappings()],
+            lambda conn: [run_of(r) for r in conn.execute(query).mappings()],
         )
 
     def run_tree(self, run_id: str) -> RunTree:
@@ -461,7 +475,13 @@ class Ledger:
     ) -> list[SearchHit]:
         """Conversation messages matching every word of ``query``, best matches first; with
         ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
-        such conversation)."""
+        such conversation).
+
+        Only the words count: quotes, operators and SQL in ``query`` separate words, and a
+        query of no word finds nothing. A query of more than ``MAX_SEARCH_WORDS`` (1,000)
+        different words is a :class:`UsageError`. On PostgreSQL the words are looked for in the
+        first 100,000 characters of each message."""
+        row_limit(limit)
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
         found = search_statement(self.dialect, query, conversation_id, limit, self.scope)

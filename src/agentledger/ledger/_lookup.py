@@ -17,7 +17,7 @@ from typing import Literal
 from sqlalchemy import Column, ColumnElement, Connection, Table, and_, func, or_, select
 
 from ..errors import AmbiguousIdError, NotFoundError
-from ..values import SHORT_ID_LENGTH, short_ids
+from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from ._scope import EVERYTHING, Scope
 from ._scoped import within
 from .tables import agent_runs, conversations
@@ -41,6 +41,15 @@ def not_found(kind: IdKind, given: str) -> NotFoundError:
         else f"a prefix needs at least {SHORT_ID_LENGTH} characters"
     )
     return NotFoundError(f"no {kind} {given!r} in this ledger ({prefix}; see `{_LISTINGS[kind]}`)")
+
+
+def check_id(kind: IdKind, given: str) -> None:
+    """Not found, before any statement, when ``given`` holds a NUL character or a lone
+    surrogate: no id holds one (the ledger refuses to store them), and neither backend can even
+    compare one (PostgreSQL refuses a NUL in text, no lone surrogate encodes as UTF-8), so
+    asking the database would end in a driver error, not in the answer "no such id"."""
+    if find_unstorable(given) is not None:
+        raise not_found(kind, given)
 
 
 def id_by_prefix(conn: Connection, kind: IdKind, given: str, scope: Scope = EVERYTHING) -> str:
@@ -84,7 +93,13 @@ def shortest_prefixes(
     """Each of ``ids`` by its shortest unique prefix among every ``kind`` id in ``scope`` (a
     prefix that only another scope's ids share is no longer than one they do not)."""
     wanted = list(dict.fromkeys(ids))
-    heads = sorted({i[:SHORT_ID_LENGTH] for i in wanted if len(i) > SHORT_ID_LENGTH})
+    heads = sorted(
+        {
+            i[:SHORT_ID_LENGTH]
+            for i in wanted
+            if len(i) > SHORT_ID_LENGTH and find_unstorable(i) is None  # see check_id
+        }
+    )
     if not heads:
         return short_ids(wanted)
     table = _TABLES[kind]

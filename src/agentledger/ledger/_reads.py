@@ -28,6 +28,7 @@ from ..values import (
     new_id,
 )
 from ._engine import Database
+from ._lookup import check_id
 from ._rows import DAMAGED, in_sequence, message_of, step_execution_of
 from ._statements import run_on_cursor, statements_for
 from ._stored_messages import stored_messages
@@ -228,6 +229,7 @@ class ConversationLoader:
         run (a new conversation when ``conversation_id`` is None)."""
         if conversation_id is None:
             return AgentState.empty(conversation_id=new_id())
+        check_id("conversation", conversation_id)
         what = f"loading conversation {conversation_id}"
         loaded = self.database.read(what, lambda conn: self._read(conn, conversation_id))
         self._keep(conversation_id, loaded)

@@ -13,7 +13,7 @@ cancel would, flagged ``interrupted``.
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from sqlalchemy import Connection, Select, and_, delete, false, or_, select, update
@@ -21,6 +21,7 @@ from sqlalchemy import Connection, Select, and_, delete, false, or_, select, upd
 from ..errors import ConversationBusyError, UsageError
 from ..recording import interrupted_answer
 from ..values import AgentStatus
+from ._arguments import quiet_since
 from ._engine import Database
 from ._interrupts import append_interrupted_answer, count_new_version
 from ._runs import end_run, recorded_totals, run_row
@@ -32,7 +33,7 @@ ABANDONED = "abandoned by recover(): its process stopped before the run ended"
 def stale_condition(now: datetime, stale_after: float | None) -> Any:
     """SQL: a running run whose process is gone."""
     quiet = (
-        agent_runs.c.heartbeat_at <= now - timedelta(seconds=stale_after)
+        agent_runs.c.heartbeat_at <= quiet_since(now, stale_after)
         if stale_after is not None
         else false()
     )
@@ -74,7 +75,7 @@ def check_claimable(run: Any, conversation: Any, now: datetime, stale_after: flo
         )
     expired = conversation["lease_expires_at"] is None or conversation["lease_expires_at"] <= now
     taken_over = conversation["lease_run_id"] != run["id"]
-    quiet = stale_after is not None and run["heartbeat_at"] <= now - timedelta(seconds=stale_after)
+    quiet = stale_after is not None and run["heartbeat_at"] <= quiet_since(now, stale_after)
     if not (expired or taken_over or quiet):
         raise ConversationBusyError(
             f"run {run['id']} is still running: its lease on conversation "

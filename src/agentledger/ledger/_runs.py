@@ -12,7 +12,7 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from ..values import AgentState, AgentStatus, printable
-from ._lookup import id_by_prefix, not_found
+from ._lookup import check_id, id_by_prefix, not_found
 from ._reads import load_steps
 from ._rows import run_columns_at_end
 from ._scope import EVERYTHING, Scope
@@ -29,6 +29,7 @@ _END_RUN_IF_RUNNING = _END_RUN.where(agent_runs.c.status == AgentStatus.RUNNING.
 
 def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
     """The row of run ``run_id``; :class:`NotFoundError` when there is none."""
+    check_id("run", run_id)
     rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": run_id})
     if not rows:
         raise not_found("run", run_id)
@@ -40,6 +41,7 @@ def run_row_by_id_or_prefix(
 ) -> dict[str, Any]:
     """The row of the run in ``scope`` that ``given`` stands for: its id, or a prefix of it
     that begins no other run's id (:mod:`._lookup`). A run outside the scope is not found."""
+    check_id("run", given)
     rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": given})
     if rows and holds(scope, rows[0]):
         return rows[0]

@@ -2,7 +2,8 @@
 
 SQLite: the FTS5 table ``conversation_messages_fts`` holds its own copy of each message's text,
 keyed by message id and kept in step by triggers (revision 0002 says why it is not an
-external-content table keyed by rowid). PostgreSQL: a GIN index over the text's tsvector.
+external-content table keyed by rowid). PostgreSQL: a GIN index over the tsvector of the
+first 100,000 characters of the text (revision 0011 says why).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from pydantic import BaseModel, ConfigDict
 from sqlalchemy import text
 from sqlalchemy.sql.expression import TextualSelect
 
+from ..errors import UsageError
 from ..values import Message
 from ._rows import message_of
 from ._scope import EVERYTHING, Scope
@@ -34,6 +36,17 @@ class SearchHit(BaseModel):
 
 _COLUMNS = ", ".join(f"m.{c.name}" for c in conversation_messages.columns)
 
+POSTGRESQL_SEARCHED_CHARACTERS = 100_000
+"""How much of each message PostgreSQL's full-text index covers (revision 0011 says why)."""
+_INDEXED = f"to_tsvector('simple', left(m.content, {POSTGRESQL_SEARCHED_CHARACTERS}))"
+"""The expression of the GIN index ``conversation_messages_fts``: the same, so it is used."""
+
+MAX_SEARCH_WORDS = 1_000
+"""The most different words one search takes. A message must hold every word, each a term of
+the full-text query: SQLite's FTS5 slows down with each term a message holds (a query of a
+megabyte of words it holds takes minutes) and PostgreSQL refuses a tsquery past its size
+limit. Repeated words count once."""
+
 
 def search_statement(
     dialect: str, query: str, conversation_id: str | None, limit: int, scope: Scope = EVERYTHING
@@ -41,7 +54,7 @@ def search_statement(
     """The statement finding the messages that match every word of ``query``, best matches
     first, in the conversations of ``scope``, and its parameters; ``None`` when ``query`` holds
     no word."""
-    words = re.findall(r"\w+", query)
+    words = search_words(query)
     if not words:
         return None
     within = "AND m.conversation_id = :conversation_id " if conversation_id is not None else ""
@@ -58,8 +71,8 @@ def search_statement(
     else:
         sql = (
             f"SELECT {_COLUMNS} FROM conversation_messages m {joined}"
-            "WHERE to_tsvector('simple', m.content) @@ plainto_tsquery('simple', :match) "
-            f"{within}ORDER BY ts_rank(to_tsvector('simple', m.content), "
+            f"WHERE {_INDEXED} @@ plainto_tsquery('simple', :match) "
+            f"{within}ORDER BY ts_rank({_INDEXED}, "
             "plainto_tsquery('simple', :match)) DESC, m.seq LIMIT :limit"
         )
         match = " ".join(words)
@@ -72,6 +85,19 @@ def _in_scope(scope: Scope) -> str:
     """The conditions that keep a search to the conversations (``c``) of ``scope``."""
     tenant = "AND c.tenant_id = :tenant " if scope.tenant_id is not None else ""
     return tenant + ("AND c.owner_id = :owner " if scope.owner_id is not None else "")
+
+
+def search_words(query: str) -> list[str]:
+    """The words of ``query``, each once, in order: every other character (FTS5's and
+    tsquery's operators, quotes, SQL, NUL) only separates words, so no query is syntax."""
+    words = list(dict.fromkeys(re.findall(r"\w+", query)))
+    if len(words) > MAX_SEARCH_WORDS:
+        raise UsageError(
+            f"the search holds {len(words):,} different words, more than the "
+            f"{MAX_SEARCH_WORDS:,} one search takes: search for the few that matter (a "
+            "message must hold every one)"
+        )
+    return words
 
 
 def hit_of(row: Any) -> SearchHit:

@@ -196,7 +196,7 @@ def _secrets(key: str | None, headers: Mapping[str, str]) -> tuple[str, ...]:
 def _json_or_none(response: httpx.Response) -> object:
     try:
         return response.json()
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
         return None
 
 

@@ -272,7 +272,7 @@ class HttpProvider:
     def _parse(self, body: Mapping[str, Any]) -> InferenceResponse:
         try:
             return self.parse(body)
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, RecursionError) as exc:
             raise self._failures.unreadable("answered with a response", exc) from None
 
     # -- the call, streamed -------------------------------------------------------------------
@@ -386,7 +386,7 @@ class HttpProvider:
             return []
         try:
             return assembler.feed(event)
-        except (AttributeError, KeyError, IndexError, TypeError, ValueError) as exc:
+        except (AttributeError, KeyError, IndexError, TypeError, ValueError, RecursionError) as exc:
             raise self._failures.unreadable("streamed an event", exc, event.data) from None
 
     def _raise_if_shown(

@@ -299,7 +299,7 @@ def _arguments(value: object) -> tuple[dict[str, JsonValue], str | None]:
     text = value if isinstance(value, str) else json.dumps(value)
     try:
         parsed = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
         return {}, text
     return (parsed, None) if isinstance(parsed, dict) else ({}, text)
 

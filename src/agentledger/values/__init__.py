@@ -67,6 +67,7 @@ from ._text import (
     check_storable,
     find_unstorable,
     printable,
+    terminal_text,
 )
 from ._usage import Spend, Usage
 
@@ -130,5 +131,6 @@ __all__ = [
     "printable",
     "short_ids",
     "split_output",
+    "terminal_text",
     "utc_now",
 ]

@@ -137,3 +137,22 @@ def printable(text: str) -> str:
     if _UNSTORABLE.search(text) is None:
         return text
     return _UNSTORABLE.sub(_escaped, text)
+
+
+_TERMINAL_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+"""Control characters other than newline and tab: ESC starts the sequences a terminal obeys
+(colours, cursor moves, clearing the screen, its title, hyperlinks), CR and backspace
+overwrite what was printed, and the C1 range holds single-byte forms of the same."""
+
+
+def _escaped_control(match: re.Match[str]) -> str:
+    return f"\\x{ord(match.group()):02x}"
+
+
+def terminal_text(text: str) -> str:
+    """``text`` with every control character a terminal would act on (all but newline and
+    tab) written as a backslash escape (``\\x1b``): what a terminal shows of data, which
+    must not recolour, move, clear or retitle it."""
+    if _TERMINAL_CONTROL.search(text) is None:
+        return text
+    return _TERMINAL_CONTROL.sub(_escaped_control, text)

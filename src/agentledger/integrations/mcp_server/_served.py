@@ -58,9 +58,7 @@ class ServedLedger:
     def __post_init__(self) -> None:
         self.reader = self.ledger
         if self.tenant_id is not None or self.owner_id is not None:
-            self.reader = self.ledger.scoped(
-                tenant_id=self.tenant_id, owner_id=self.owner_id
-            )
+            self.reader = self.ledger.scoped(tenant_id=self.tenant_id, owner_id=self.owner_id)
 
     def search_conversations(self, query: str, limit: int = 20) -> Answer:
         hits = self.reader.search(query, limit=_bounded(limit, MAX_SEARCH_HITS))
