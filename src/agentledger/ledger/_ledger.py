@@ -13,12 +13,9 @@ from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, func, insert, select
+from sqlalchemy import Connection, Engine, Select, insert, select
 
-from ..errors import (
-    SchemaVersionError,
-    UsageError,
-)
+from ..errors import SchemaVersionError, UsageError
 from ..values import (
     AgentState,
     AgentStatus,
@@ -32,6 +29,7 @@ from ..values import (
     new_id,
     utc_now,
 )
+from . import _forget
 from ._access import ReadOnly, read_only_access
 from ._arguments import member, row_limit
 from ._engine import (
@@ -44,16 +42,7 @@ from ._engine import (
     sqlite_path,
     with_retries,
 )
-from ._forget import (
-    Choose,
-    Forgotten,
-    conversation_ids,
-    forget_chosen,
-    given_conversations,
-    inactive_conversations,
-    inactive_since,
-    owner_conversations,
-)
+from ._forget import Choose, Forgotten
 from ._lookup import IdKind, check_id, id_by_prefix, shortest_prefixes
 from ._opening import prepare
 from ._reads import counted_steps, load_steps
@@ -64,9 +53,9 @@ from ._runs import run_row_by_id_or_prefix
 from ._scope import Scope
 from ._scoped import check_id_free, created_in, metadata_matches, refuse_in_scope, within
 from ._search import SearchHit, hit_of, search_statement
-from ._verification import find_damage
+from ._verification import count_rows, find_damage
 from ._writes import LedgerRecorder
-from .checksums import COVERED, sealed
+from .checksums import sealed
 from .tables import (
     AgentRun,
     Conversation,
@@ -76,7 +65,6 @@ from .tables import (
     conversation_messages,
     conversations,
     execution_buffer_rows,
-    metadata,
 )
 
 DEFAULT_LEASE_SECONDS = 60.0
@@ -542,26 +530,28 @@ class Ledger:
         :class:`UsageError` for a subagent's (it goes with its main one),
         :class:`ConversationBusyError` while a run holds any of them (nothing is deleted),
         :class:`LedgerReadOnlyError` on a read-only handle (a dry run only reads)."""
-        given = conversation_ids(conversation_id)
-        return self._forget(given_conversations(given), "conversation", None, dry_run)
+        given = _forget.given_conversations(_forget.conversation_ids(conversation_id))
+        return self._forget(given, "conversation", None, dry_run)
 
     def forget_owner(self, owner_id: str, *, dry_run: bool = False) -> Forgotten:
         """Delete every conversation of ``owner_id`` in this handle's scope, as :meth:`forget`
         does, in one transaction. An owner with no conversation is logged too (zero counts):
         the ``forget_log`` row shows the request was handled."""
-        return self._forget(owner_conversations(owner_id), "owner", owner_id, dry_run)
+        return self._forget(_forget.owner_conversations(owner_id), "owner", owner_id, dry_run)
 
     def forget_inactive(self, older_than: timedelta, *, dry_run: bool = False) -> Forgotten:
         """Delete, as :meth:`forget` does, every main conversation in this handle's scope with
         no activity for ``older_than`` (no message, run or update since): retention. A
         subagent's conversation is never chosen by itself; it goes with the run that spawned
         it. Logged even when nothing was that old."""
-        cutoff = inactive_since(older_than, self.clock())
+        cutoff = _forget.inactive_since(older_than, self.clock())
         reason = f"inactive since {cutoff.isoformat()}"
-        return self._forget(inactive_conversations(cutoff), reason, None, dry_run)
+        return self._forget(_forget.inactive_conversations(cutoff), reason, None, dry_run)
 
     def _forget(self, choose: Choose, reason: str, owner: str | None, dry: bool) -> Forgotten:
-        return forget_chosen(self._database, choose, reason=reason, owner_id=owner, dry_run=dry)
+        return _forget.forget_chosen(
+            self._database, choose, reason=reason, owner_id=owner, dry_run=dry
+        )
 
     # --- checking -------------------------------------------------------------------------------
 
@@ -584,18 +574,7 @@ class Ledger:
         checks), by table name. Of the whole ledger: a scoped handle refuses, as for
         :meth:`verify`."""
         refuse_in_scope(self.scope, "Ledger.row_counts")
-
-        def count(conn: Connection) -> dict[str, tuple[int, int]]:
-            counted: dict[str, tuple[int, int]] = {}
-            for name in COVERED:
-                table = metadata.tables[name]
-                rows, sealed_rows = conn.execute(
-                    select(func.count(), func.count(table.c.checksum))
-                ).one()
-                counted[name] = (rows, sealed_rows)
-            return counted
-
-        return self._read("counting the ledger's rows", count)
+        return self._read("counting the ledger's rows", count_rows)
 
     def _read(self, what: str, read: Callable[[Connection], T]) -> T:
         return self._database.read(what, read)

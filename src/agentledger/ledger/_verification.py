@@ -19,7 +19,7 @@ from sqlalchemy import Connection, Engine, func, or_, select, true
 from sqlalchemy.exc import DatabaseError
 
 from ..values import AgentStatus, Role
-from .checksums import damaged_rows
+from .checksums import COVERED, damaged_rows
 from .tables import (
     agent_runs,
     conversation_messages,
@@ -202,3 +202,13 @@ def _misplaced_interrupted_answers(conn: Connection) -> list[str]:
         for run, n in doubled
     ]
     return problems
+
+
+def count_rows(conn: Connection) -> dict[str, tuple[int, int]]:
+    """Each table's rows, and how many of them carry a checksum, by table name."""
+    counted: dict[str, tuple[int, int]] = {}
+    for name in COVERED:
+        table = metadata.tables[name]
+        rows, sealed_rows = conn.execute(select(func.count(), func.count(table.c.checksum))).one()
+        counted[name] = (rows, sealed_rows)
+    return counted
