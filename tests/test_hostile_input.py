@@ -443,6 +443,45 @@ def test_hostile_arguments_of_the_installed_command_are_data(cli_ledger):
         assert len(ledger.conversations()) == 1
 
 
+# --- tenant and owner ids, metadata filters -------------------------------------------------------
+
+SCOPE_IDS = [*SQL_SYNTAX, *LIKE_WILDCARDS, *UNICODE, *HTML, *PATHS, *RICH_MARKUP]
+"""Tenant and owner ids that are plain data: a scope of one sees only its own conversations."""
+
+
+@pytest.mark.parametrize("given", SCOPE_IDS, ids=value_id)
+def test_a_hostile_tenant_or_owner_is_a_scope_like_any_other(data_ledger, given):
+    scoped = data_ledger.scoped(tenant_id=given, owner_id=given)
+    created = scoped.create_conversation(title="mine")
+    assert [c.id for c in scoped.conversations()] == [created.id]
+    assert data_ledger.conversation(created.id).tenant_id == given
+    other = data_ledger.scoped(tenant_id=given + "-other")
+    with pytest.raises(NotFoundError):
+        other.conversation(created.id)
+    assert other.conversations() == []
+
+
+@pytest.mark.parametrize("given", [*BLANK, *CONTROL, *UNSTORABLE], ids=value_id)
+def test_a_tenant_or_owner_that_cannot_be_one_is_a_usage_error(recorded, unchanged, given):
+    for scope in ({"tenant_id": given}, {"owner_id": given}):
+        with pytest.raises(UsageError):
+            recorded.ledger.scoped(**scope)
+    result = invoke("--db", raw_url(recorded.ledger), "--tenant", given, "conversations")
+    assert result.exit_code != 0 and "tenant_id" in result.output
+
+
+METADATA_KEYS = ['a"b', "a.b", "$", "$.a", "[0]", "a'b", *SQL_SYNTAX[:2], "", "ünï"]
+
+
+@pytest.mark.parametrize("key", METADATA_KEYS, ids=value_id)
+def test_a_metadata_filter_takes_any_key_and_value_as_data(data_ledger, key):
+    value = f"{key}-{SQL_SYNTAX[0]}"
+    kept = data_ledger.create_conversation(metadata={key: value, "n": 1})
+    found = data_ledger.conversations(metadata={key: value})
+    assert [c.id for c in found] == [kept.id]
+    assert data_ledger.conversations(metadata={key: SQL_SYNTAX[0]}) == []
+
+
 # --- what a model sends: tool names and arguments -------------------------------------------------
 
 

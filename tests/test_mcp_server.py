@@ -512,7 +512,7 @@ def test_without_the_mcp_sdk_the_command_says_which_extra_to_install(recorded):
     )
     assert done.returncode == 1
     library, command = done.stderr.strip().splitlines()
-    assert "the MCP SDK is not installed" in library
+    assert "The MCP SDK is not installed" in library
     assert "pip install 'agentledger[mcp]'" in library
     assert "pip install 'agentledger[mcp]'" in command
     assert done.stdout == ""

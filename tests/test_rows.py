@@ -14,6 +14,7 @@ from agentledger import (
     StopReason,
     ToolCall,
     Usage,
+    UsageError,
     tool,
 )
 from agentledger.ledger import AgentRun, Conversation, ConversationKind
@@ -108,7 +109,7 @@ def test_runs_filter_by_a_status_given_as_an_enum_or_its_text(db_url):
         for status in (AgentStatus.COMPLETED, "completed"):
             assert [r.id for r in ledger.runs(status=status)] == [result.run_id]
         assert ledger.runs(status="failed") == []
-        with pytest.raises(ValueError, match="'finished' is not a valid AgentStatus"):
+        with pytest.raises(UsageError, match="status='finished' is not one of 'ready', 'running'"):
             ledger.runs(status="finished")
 
 

@@ -389,7 +389,7 @@ def test_a_scoped_handle_shares_its_ledger_narrows_and_closes_nothing(world: Wor
     assert alice.recorder.leases is world.ledger.recorder.leases
     assert (alice.scope.tenant_id, alice.scope.owner_id) == ("acme", "alice")
     assert repr(alice) == f"Ledger({world.ledger.url!r}, tenant_id='acme', owner_id='alice')"
-    with pytest.raises(UsageError, match="scoped to tenant 'acme'"):
+    with pytest.raises(UsageError, match="scoped to tenant_id 'acme'"):
         acme.scoped("globex")
     with pytest.raises(UsageError, match="control character"):
         world.ledger.scoped("ac\x00me")

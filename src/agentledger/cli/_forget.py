@@ -4,7 +4,6 @@ by age (retention), with everything that came from them; a thin shell over ``Led
 
 from __future__ import annotations
 
-import re
 import sys
 from datetime import timedelta
 from typing import TYPE_CHECKING
@@ -12,18 +11,16 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
+from ..values import time_ago
 from ._app import cli, open_ledger, refuse_read_only, render, scope
 from ._json import json_option, print_json_lines
 
 if TYPE_CHECKING:
     from ..ledger import Forgotten
 
-_AGE = re.compile(r"\s*(\d+)\s*([hdw])\s*", re.IGNORECASE)
-_UNITS = {"h": "hours", "d": "days", "w": "weeks"}
-
 
 class Age(click.ParamType[timedelta]):
-    """A duration as ``90d``, ``12h`` or ``2w``: a whole, positive number and a unit."""
+    """A duration as ``90d``, ``12h``, ``2w`` or ``30m``: a whole, positive number and a unit."""
 
     name = "age"
 
@@ -32,15 +29,12 @@ class Age(click.ParamType[timedelta]):
     ) -> timedelta:
         if isinstance(value, timedelta):
             return value
-        match = _AGE.fullmatch(str(value))
-        try:
-            if match is not None and int(match[1]) > 0:
-                return timedelta(**{_UNITS[match[2].lower()]: int(match[1])})
-        except OverflowError:
-            pass
+        age = time_ago(str(value))
+        if age is not None and age > timedelta(0):
+            return age
         self.fail(
-            f"{value!r} is not an age: give a whole number above 0 and a unit, h (hours), "
-            "d (days) or w (weeks), such as 90d",
+            f"{value!r} is not an age: give a whole number above 0 and a unit, m (minutes), "
+            "h (hours), d (days) or w (weeks), such as 90d",
             param,
             ctx,
         )

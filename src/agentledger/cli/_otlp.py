@@ -4,35 +4,30 @@ extra), POSTed to an OTLP/HTTP collector or written as OTLP JSON."""
 from __future__ import annotations
 
 import dataclasses
-import re
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
 
+from ..values import moment, time_ago
 from ._analytics import export
 from ._app import cli_errors, open_ledger, scope
 from ._json import json_option, print_json_lines
-
-_AGO = re.compile(r"^\s*(\d+)\s*([mhdw])\s*$")
-_UNITS = {"m": "minutes", "h": "hours", "d": "days", "w": "weeks"}
 
 
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: an ISO 8601 date or time (UTC unless it says otherwise), or a time ago
     (``30m``, ``12h``, ``7d``, ``2w``). :class:`ValueError` saying what is accepted."""
-    found = _AGO.match(text)
-    if found is not None:
-        ago = timedelta(**{_UNITS[found.group(2)]: int(found.group(1))})
+    ago = time_ago(text)
+    if ago is not None:
         return (now or datetime.now(UTC)) - ago
     try:
-        moment = datetime.fromisoformat(text.strip())
+        return moment(text)
     except ValueError:
         raise ValueError(
             f"{text!r} is neither a date or time (2026-11-01, 2026-11-01T08:00:00Z) nor a "
             "time ago (30m, 12h, 7d, 2w)"
         ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
 
 
 class Since(click.ParamType[datetime]):

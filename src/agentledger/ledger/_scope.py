@@ -16,6 +16,7 @@ from sqlalchemy import ColumnElement, Connection, Table, and_, true
 from sqlalchemy import text as sql_text
 
 from ..errors import UsageError
+from ..values import check_storable
 
 TENANT_SETTING = "agentledger.tenant_id"
 """The PostgreSQL setting a scoped transaction holds its tenant in."""
@@ -42,6 +43,7 @@ class Scope:
                 )
             if any(ord(c) < 32 or c == "\x7f" for c in value):
                 raise UsageError(f"{name} {value!r} holds a control character: choose another")
+            check_storable(value, f"the scope's {name}")
 
     @property
     def everything(self) -> bool:
@@ -51,15 +53,23 @@ class Scope:
     def narrowed(self, tenant_id: str | None, owner_id: str | None) -> Scope:
         """This scope further limited to ``tenant_id`` and ``owner_id``. A handle scoped to one
         tenant (or owner) cannot be widened or moved to another: that is a :class:`UsageError`."""
-        for name, mine, theirs in (
-            ("tenant", self.tenant_id, tenant_id),
-            ("owner", self.owner_id, owner_id),
+        return self.within(
+            tenant_id,
+            owner_id,
+            "this handle is scoped to {name} {mine!r}: it cannot be scoped to {name} "
+            "{given!r}. Scope the unscoped ledger instead.",
+        )
+
+    def within(self, tenant_id: str | None, owner_id: str | None, refusal: str) -> Scope:
+        """This scope with ``tenant_id`` and ``owner_id`` where it has none; a value that
+        contradicts its own is a :class:`UsageError` saying ``refusal`` (formatted with the
+        column's ``name``, the scope's value ``mine`` and the ``given`` one)."""
+        for name, mine, given in (
+            ("tenant_id", self.tenant_id, tenant_id),
+            ("owner_id", self.owner_id, owner_id),
         ):
-            if mine is not None and theirs is not None and mine != theirs:
-                raise UsageError(
-                    f"this handle is scoped to {name} {mine!r}: it cannot be scoped to "
-                    f"{name} {theirs!r}. Scope the unscoped ledger instead."
-                )
+            if mine is not None and given is not None and mine != given:
+                raise UsageError(refusal.format(name=name, mine=mine, given=given))
         return Scope(
             tenant_id if tenant_id is not None else self.tenant_id,
             owner_id if owner_id is not None else self.owner_id,

@@ -50,19 +50,12 @@ def created_in(scope: Scope, tenant_id: str | None, owner_id: str | None) -> dic
     """The tenant and owner of a conversation created in ``scope``, given ``tenant_id`` and
     ``owner_id`` (each defaults to the scope's; one that contradicts it is a
     :class:`UsageError`, and nothing is written)."""
-    for name, mine, given in (
-        ("tenant_id", scope.tenant_id, tenant_id),
-        ("owner_id", scope.owner_id, owner_id),
-    ):
-        if mine is not None and given is not None and given != mine:
-            raise UsageError(
-                f"this handle is scoped to {name} {mine!r}: it cannot create a conversation "
-                f"with {name} {given!r}. Create it through a handle of that scope (or the "
-                "unscoped ledger); nothing was written"
-            )
-    chosen = Scope(
-        tenant_id if tenant_id is not None else scope.tenant_id,
-        owner_id if owner_id is not None else scope.owner_id,
+    chosen = scope.within(
+        tenant_id,
+        owner_id,
+        "this handle is scoped to {name} {mine!r}: it cannot create a conversation with "
+        "{name} {given!r}. Create it through a handle of that scope (or the unscoped ledger); "
+        "nothing was written",
     )
     return chosen.columns()
 

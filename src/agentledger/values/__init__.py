@@ -69,6 +69,7 @@ from ._text import (
     printable,
     terminal_text,
 )
+from ._times import moment, time_ago
 from ._usage import Spend, Usage
 
 __all__ = [
@@ -126,11 +127,13 @@ __all__ = [
     "Verdict",
     "check_storable",
     "find_unstorable",
+    "moment",
     "new_id",
     "output_error",
     "printable",
     "short_ids",
     "split_output",
     "terminal_text",
+    "time_ago",
     "utc_now",
 ]

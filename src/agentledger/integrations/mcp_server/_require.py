@@ -1,14 +1,12 @@
-"""The MCP SDK comes with the ``mcp`` extra: importing this package without it raises
-:class:`ConfigurationError` naming the extra, not a bare ``ImportError``."""
+"""The MCP SDK comes with the ``mcp`` extra (see :mod:`.._extra`)."""
 
 from __future__ import annotations
 
-from ...errors import ConfigurationError
+from .._extra import require
 
-try:
-    import mcp.server.mcpserver  # noqa: F401
-except ImportError:
-    raise ConfigurationError(
-        "the MCP SDK is not installed: the ledger's MCP server (`agentledger mcp serve`) comes "
-        "with the mcp extra. Install it: pip install 'agentledger[mcp]'"
-    ) from None
+require(
+    ("mcp.server.mcpserver",),
+    library="The MCP SDK",
+    what="The ledger's MCP server (`agentledger mcp serve`)",
+    extra="mcp",
+)

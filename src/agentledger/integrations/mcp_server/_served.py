@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from ...errors import UsageError
 from ...ledger import Ledger
-from ...values import AgentStatus
+from ...values import AgentStatus, moment
 from ._query import QueryLimits
 from ._results import (
     Record,
@@ -138,10 +138,6 @@ def _moment(since: str | None) -> datetime | None:
     if not since:
         return None
     try:
-        moment = datetime.fromisoformat(since.strip())
-    except ValueError:
-        raise UsageError(
-            f"since {since!r} is not an ISO 8601 date or time: give one like 2026-11-01 or "
-            "2026-11-01T08:00:00Z"
-        ) from None
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment
+        return moment(since)
+    except ValueError as exc:
+        raise UsageError(f"since: {exc}") from None

@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-from ...errors import ConfigurationError
-
-INSTALL = "pip install 'agentledger[openai-agents]'"
+from .._extra import require
 
 
 def require_sdk() -> None:
     """Raise :class:`ConfigurationError` naming the extra when the SDK cannot be imported."""
-    try:
-        import agents  # noqa: F401
-    except ImportError as exc:
-        raise ConfigurationError(
-            "agentledger.integrations.openai_agents needs the OpenAI Agents SDK, which comes "
-            f"with the openai-agents extra. Install it: {INSTALL}"
-        ) from exc
+    require(
+        ("agents",),
+        library="The OpenAI Agents SDK",
+        what="agentledger.integrations.openai_agents",
+        extra="openai-agents",
+    )

@@ -1,16 +1,12 @@
-"""OpenTelemetry comes with the ``otel`` extra: importing this package without it raises
-:class:`ConfigurationError` naming the extra, not a bare ``ImportError``."""
+"""OpenTelemetry comes with the ``otel`` extra (see :mod:`.._extra`)."""
 
 from __future__ import annotations
 
-from ...errors import ConfigurationError
+from .._extra import require
 
-try:
-    import opentelemetry.proto
-    import opentelemetry.trace  # noqa: F401
-except ImportError:
-    raise ConfigurationError(
-        "OpenTelemetry is not installed: agentledger's tracing (OpenTelemetryTracer, "
-        "export_otlp, `agentledger export otlp`) comes with the otel extra. Install it: "
-        "pip install 'agentledger[otel]'"
-    ) from None
+require(
+    ("opentelemetry.proto", "opentelemetry.trace"),
+    library="OpenTelemetry",
+    what="agentledger's tracing (OpenTelemetryTracer, export_otlp, `agentledger export otlp`)",
+    extra="otel",
+)
