@@ -191,7 +191,7 @@ def edit(url: str, picked: list[tuple[str, int, int]]) -> None:
 
 
 @settings(
-    max_examples=8,
+    max_examples=5,
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture],

@@ -777,7 +777,7 @@ def spend_of(node: Node) -> Spend:
 
 
 # Each example takes a fresh database: shrinking a failure would take minutes, so it is left out.
-@settings(max_examples=25, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
+@settings(max_examples=12, deadline=None, phases=[Phase.explicit, Phase.reuse, Phase.generate])
 @given(tree=trees())
 def test_inclusive_usage_is_the_sum_of_exclusive_usage_over_every_subtree(
     fresh_database: Callable[[], contextlib.AbstractContextManager[str]], tree: Node
