@@ -52,11 +52,12 @@ lint: $(VENV)/.installed-dev
 typecheck: $(VENV)/.installed-dev
 	$(BIN)/mypy --strict src examples
 
-# pytest in two parts: every test but the timing-sensitive ones on xdist workers (one per core;
-# each with its own PostgreSQL server and temporary directories), then those (marked serial)
+# pytest in two parts: every test but the timing-sensitive ones on xdist workers (one more than
+# the cores, as many tests wait on fsync, PostgreSQL or a subprocess; each worker with its own
+# PostgreSQL server and temporary directories), then those (marked serial)
 # alone, collected only from the files that mark some. A plain `pytest` runs them all, one
 # after the other.
-WORKERS ?= auto
+WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
 
 test: lint typecheck $(SDK_PINNED)/.installed
