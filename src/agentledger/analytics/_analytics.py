@@ -84,18 +84,12 @@ def script(
         f"LOAD {quoted(str(_extensions.extension_path(extension)))};",
         f"{attach};",
         "SET TimeZone = 'UTC';",
-        *(f"{statement};" for statement in _scoped_ledger(scope, normalized)),
+        *(
+            f"{statement};"
+            for statement in _scope.scoped_ledger(scope, LEDGER, postgres=_is_postgres(normalized))
+        ),
     ]
     return "\n".join([*header, *(sql for _, sql in view_files())])
-
-
-def _scoped_ledger(scope: Scope, url: str) -> list[str]:
-    """The statements that make ``ledger`` the views of ``scope``'s rows of the ledger
-    attached as ``scoped_source`` (none for the whole ledger, attached as ``ledger``)."""
-    if scope.everything:
-        return []
-    into = [f"ATTACH ':memory:' AS {LEDGER}"]
-    return into + _scope.view_statements(scope, postgres=_is_postgres(url), into=LEDGER)
 
 
 class Analytics:
@@ -494,7 +488,7 @@ def _connect(
         _check_revision(connection, url, name=name)
         connection.execute("SET TimeZone = 'UTC'")
         if cache is None:
-            for statement in _scoped_ledger(scope, url):
+            for statement in _scope.scoped_ledger(scope, LEDGER, postgres=_is_postgres(url)):
                 connection.execute(statement)
             _define_views(connection)
         else:

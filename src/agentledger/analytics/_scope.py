@@ -83,6 +83,15 @@ def _owner_condition(scope: Scope, table: str, name: Namer) -> str:
     return f"{key} IN (SELECT id FROM {name(parent)} WHERE {condition(scope, parent, name)})"
 
 
+def scoped_ledger(scope: Scope, name: str, *, postgres: bool) -> list[str]:
+    """The statements that make ``name`` an in-memory database of the views of ``scope``'s rows
+    of the ledger attached as :data:`SOURCE` (none for the whole ledger, attached as ``name``
+    itself)."""
+    if scope.everything:
+        return []
+    return [f"ATTACH ':memory:' AS {name}", *view_statements(scope, postgres=postgres, into=name)]
+
+
 def view_statements(scope: Scope, *, postgres: bool, into: str) -> list[str]:
     """The statements that make the database ``into`` (attached already) hold, for each of
     :data:`TABLES`, a view of the scope's rows of the ledger attached as :data:`SOURCE`."""

@@ -6,12 +6,8 @@ code over values; asking the model and running tools happen in the driver.
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import logging
-import threading
-import time
-import weakref
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -23,25 +19,18 @@ from ..core import (
     Criterion,
     StateProcessor,
     Summarizer,
-    ToolConnection,
     ToolContext,
     ToolSet,
     ToolSource,
-    combined_tools,
     decide,
-    estimate_tokens,
     pending_outcome,
-    plan_summary,
     run_chain,
-    summary_message,
 )
 from ..errors import (
     CompactionError,
     ConversationBusyError,
     LeaseLostError,
-    LedgerError,
     ProcessorError,
-    ToolDefinitionError,
     UsageError,
 )
 from ..recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
@@ -50,10 +39,7 @@ from ..values import (
     AgentStatus,
     Clock,
     Compaction,
-    CompactionKind,
-    CompactionStatus,
     ExecutionBudget,
-    InferenceResponse,
     Message,
     Role,
     RunFinished,
@@ -69,7 +55,9 @@ from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
 from ._partials import Interruption, PartialFlush, RunWatch, watching
 from ._runtime import cancels, emit, failure_text
+from ._sources import ToolSources, close_at_exit
 from ._streams import AsyncRunStream, RunStream
+from ._summaries import summarized
 from ._tracing import Tracer, traced
 
 logger = logging.getLogger(__name__)
@@ -134,12 +122,9 @@ class Agent:
         # A final-response step offers no tools; any call the model still makes gets an
         # "unknown tool" result instead of running.
         self._no_tools = ToolExecutor(EMPTY_TOOLS, clock=config.clock, tracer=tracer)
-        self._connections: tuple[ToolConnection, ...] = tuple(
-            source.connect() for source in config.tool_sources
-        )
-        self._listing = threading.Lock()
-        if self._connections:
-            _open_agents.add(self)
+        self._sources = ToolSources(config.tools, config.tool_sources)
+        if self._sources:
+            close_at_exit(self)
 
     def _tool_executor(self, tools: ToolSet) -> ToolExecutor:
         config = self.config
@@ -151,33 +136,13 @@ class Agent:
         """The tools the next step offers: the agent's own and its sources' as listed now
         (each source connected, or reconnected, when it needs to be). Every run starts with
         this; a run of this agent already going on sees the new list from its next step."""
-        if not self._connections:
-            return self._executor.tools
-        with self._listing:
-            listed = [
-                (source.name, tuple(connection.tools()))
-                for source, connection in zip(
-                    self.config.tool_sources, self._connections, strict=True
-                )
-            ]
-            try:
-                tools = combined_tools(self.config.tools, listed)
-            except ToolDefinitionError as exc:  # a prefixed name is one of the agent's own
-                logger.warning("%s; the tools of %s are left out", exc, self.config.tool_sources)
-                tools = self.config.tools
-            if _signature(tools) != _signature(self._executor.tools):
-                self._executor = self._tool_executor(tools)
-            return self._executor.tools
+        self._executor = self._sources.refreshed(self._executor, self._tool_executor)
+        return self._executor.tools
 
     def close(self) -> None:
         """Let the agent's tool sources go (their processes stopped, their sessions ended) and
         those of the subagents it ran. The agent can run again: its next run reconnects."""
-        for connection in self._connections:
-            connection.close()
-        for item in self.config.tools:
-            closing = getattr(item, "close", None)
-            if callable(closing):
-                closing()
+        self._sources.close()
 
     def __enter__(self) -> Agent:
         return self
@@ -283,68 +248,22 @@ class Agent:
     ) -> Flow[tuple[AgentState, Compaction | None]]:
         """Summarize ``state``'s conversation if :func:`plan_summary` says so; the state to go
         on with, and what was recorded."""
-        budget, summarizer = self.config.context_budget, self.config.summarizer
-        assert budget is not None and summarizer is not None
-        fixed = [Message.system(self.config.system_prompt)] if self.config.system_prompt else []
+        config = self.config
+        assert config.context_budget is not None and config.summarizer is not None
+        fixed = [Message.system(config.system_prompt)] if config.system_prompt else []
         if incoming is not None:
             fixed.append(incoming)
-        plan = plan_summary(state, budget, fixed=fixed, force=force)
-        if plan is None:
-            return state, None
-        recorder, started = self.config.recorder, time.perf_counter()
-        attempt = Compaction(
-            conversation_id=state.conversation_id,
-            kind=CompactionKind.SUMMARY,
-            messages=plan.replaced,
-            tokens_before=plan.tokens_before,
-            tokens_after=plan.tokens_before,
-            model=summarizer.model,
-            created_at=self.config.clock(),
-        )
-        response = None
-        try:
-            response = yield Call(
-                partial(
-                    summarizer.summarize,
-                    plan.previous.append_messages(plan.moved),
-                    budget.summary_limit,
-                )
-            )
-            if not response.content.strip():
-                raise CompactionError("the model returned an empty summary")
-            check_storable(response.content, "the summary")
-        except Exception as exc:
-            failed = attempt.model_copy(
-                update={
-                    "status": CompactionStatus.FAILED,
-                    "error": f"{type(exc).__name__}: {exc}",
-                    "duration_ms": (time.perf_counter() - started) * 1000,
-                    **(_spent(response) if response is not None else {}),
-                }
-            )
-            with contextlib.suppress(LedgerError):  # the model's error is the one to report
-                yield Call(
-                    partial(recorder.record_compaction, state, failed, summary=None, moved=())
-                )
-            raise CompactionError(
-                f"summarizing conversation {state.conversation_id} failed ({failed.error}); "
-                "the conversation is unchanged"
-            ) from exc
-        summary = summary_message(response.content, plan, attempt.id)
-        compaction = attempt.model_copy(
-            update={
-                "tokens_after": estimate_tokens((summary, *plan.kept)) + plan.fixed_tokens,
-                "summary_id": summary.id,
-                "duration_ms": (time.perf_counter() - started) * 1000,
-                **_spent(response),
-            }
-        )
-        yield Call(
-            partial(
-                recorder.record_compaction, state, compaction, summary=summary, moved=plan.moved
+        return (
+            yield from summarized(
+                state,
+                fixed,
+                force=force,
+                budget=config.context_budget,
+                summarizer=config.summarizer,
+                recorder=config.recorder,
+                clock=config.clock,
             )
         )
-        return (yield Call(partial(recorder.load_conversation, state.conversation_id))), compaction
 
     def run_subagent(self, task: str, *, parent: ToolContext, budget: ExecutionBudget) -> RunResult:
         """Run as the subagent of the run ``parent`` belongs to: a new conversation of its own
@@ -409,7 +328,7 @@ class Agent:
         recording each as it ends, then commit the run (or record it failed). Every exit of
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
-        if self._connections:
+        if self._sources:
             yield Call(self.refresh_tools)
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
             run = self._begin_and_step(state, user_message, watch)
@@ -619,30 +538,6 @@ class Agent:
 
     def __repr__(self) -> str:
         return f"Agent(name={self.name!r}, tools={self.tools!r})"
-
-
-def _signature(tools: ToolSet) -> tuple[tuple[str, int], ...]:
-    """What tells one listing of tools from another: each name and the tool behind it."""
-    return tuple((item.name, id(getattr(item, "tool", item))) for item in tools)
-
-
-_open_agents: weakref.WeakSet[Agent] = weakref.WeakSet()
-"""Agents holding tool-source connections: closed when the interpreter exits."""
-
-
-@atexit.register
-def _close_open_agents() -> None:
-    for agent in list(_open_agents):
-        with contextlib.suppress(Exception):
-            agent.close()
-
-
-def _spent(response: InferenceResponse) -> dict[str, object]:
-    """What a summarization call spent, as :class:`Compaction` fields."""
-    spent: dict[str, object] = {"usage": response.usage, "cost_usd": response.cost_usd}
-    if response.model:
-        spent["model"] = response.model
-    return spent
 
 
 def _takes_a_step(state: AgentState) -> bool:
