@@ -51,6 +51,7 @@ from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
 from .tables import (
+    LEDGER_TABLES,
     ConversationKind,
     agent_runs,
     context_compactions,
@@ -62,16 +63,9 @@ from .tables import (
     tool_executions,
 )
 
-FORGOTTEN_TABLES = (
-    "conversations",
-    "conversation_messages",
-    "agent_runs",
-    "step_executions",
-    "tool_executions",
-    "execution_buffer_rows",
-    "context_compactions",
-)
-"""The tables a forgetting deletes from, as ``Forgotten.counts`` lists them."""
+FORGOTTEN_TABLES = tuple(table.name for table in LEDGER_TABLES)
+"""The tables a forgetting deletes from (every table of a conversation's rows), as
+``Forgotten.counts`` lists them."""
 
 _CHUNK = 500
 """Ids bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
