@@ -293,9 +293,7 @@ CREATE INDEX ix_context_compactions_change_seq ON context_compactions (change_se
 CREATE FUNCTION agentledger_stamp_change() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     NEW.change_seq := pg_current_xact_id()::text::bigint;
-
-RETURN NEW;
-
+    RETURN NEW;
 END
 $$;
 
@@ -303,9 +301,7 @@ CREATE FUNCTION agentledger_log_deletion() RETURNS trigger LANGUAGE plpgsql AS $
 BEGIN
     INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES (TG_TABLE_NAME, OLD.id, pg_current_xact_id()::text::bigint);
-
-RETURN OLD;
-
+    RETURN OLD;
 END
 $$;
 
@@ -410,7 +406,6 @@ DO $$
 BEGIN
     EXECUTE 'ALTER FUNCTION agentledger_log_deletion() SECURITY DEFINER SET search_path = '
         || quote_ident(current_schema()) || ', pg_temp';
-
 END
 $$;
 

@@ -183,20 +183,17 @@ CREATE TRIGGER conversation_messages_fts_insert AFTER INSERT ON conversation_mes
 BEGIN
     INSERT INTO conversation_messages_fts (content, message_id, conversation_id)
     VALUES (new.content, new.id, new.conversation_id);
-
 END;
 
 CREATE TRIGGER conversation_messages_fts_delete AFTER DELETE ON conversation_messages
 BEGIN
     DELETE FROM conversation_messages_fts WHERE message_id = old.id;
-
 END;
 
 CREATE TRIGGER conversation_messages_fts_update
 AFTER UPDATE OF content ON conversation_messages
 BEGIN
     UPDATE conversation_messages_fts SET content = new.content WHERE message_id = old.id;
-
 END;
 
 INSERT INTO conversation_messages_fts (content, message_id, conversation_id) SELECT content, id, conversation_id FROM conversation_messages ORDER BY rowid;
@@ -317,157 +314,121 @@ CREATE INDEX ix_context_compactions_change_seq ON context_compactions (change_se
 CREATE TRIGGER conversations_change_insert AFTER INSERT ON conversations
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER conversations_change_update AFTER UPDATE ON conversations
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER conversations_change_delete AFTER DELETE ON conversations
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('conversations', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 CREATE TRIGGER conversation_messages_change_insert AFTER INSERT ON conversation_messages
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER conversation_messages_change_update AFTER UPDATE ON conversation_messages
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER conversation_messages_change_delete AFTER DELETE ON conversation_messages
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('conversation_messages', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 CREATE TRIGGER agent_runs_change_insert AFTER INSERT ON agent_runs
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER agent_runs_change_update AFTER UPDATE ON agent_runs
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER agent_runs_change_delete AFTER DELETE ON agent_runs
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('agent_runs', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 CREATE TRIGGER step_executions_change_insert AFTER INSERT ON step_executions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER step_executions_change_update AFTER UPDATE ON step_executions
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER step_executions_change_delete AFTER DELETE ON step_executions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('step_executions', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 CREATE TRIGGER tool_executions_change_insert AFTER INSERT ON tool_executions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER tool_executions_change_update AFTER UPDATE ON tool_executions
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER tool_executions_change_delete AFTER DELETE ON tool_executions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('tool_executions', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 CREATE TRIGGER context_compactions_change_insert AFTER INSERT ON context_compactions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER context_compactions_change_update AFTER UPDATE ON context_compactions
 WHEN new.change_seq IS old.change_seq
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
-
+    UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes) WHERE rowid = new.rowid;
 END;
 
 CREATE TRIGGER context_compactions_change_delete AFTER DELETE ON context_compactions
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
+    INSERT INTO agentledger_deletions (table_name, row_id, change_seq)
     VALUES ('context_compactions', old.id, (SELECT change_seq FROM agentledger_changes));
-
 END;
 
 DROP TRIGGER conversations_change_insert;
@@ -476,10 +437,8 @@ CREATE TRIGGER conversations_change_insert AFTER INSERT ON conversations
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE conversations SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 DROP TRIGGER conversation_messages_change_insert;
@@ -488,10 +447,8 @@ CREATE TRIGGER conversation_messages_change_insert AFTER INSERT ON conversation_
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE conversation_messages SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 DROP TRIGGER agent_runs_change_insert;
@@ -500,10 +457,8 @@ CREATE TRIGGER agent_runs_change_insert AFTER INSERT ON agent_runs
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE agent_runs SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 DROP TRIGGER step_executions_change_insert;
@@ -512,10 +467,8 @@ CREATE TRIGGER step_executions_change_insert AFTER INSERT ON step_executions
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE step_executions SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 DROP TRIGGER tool_executions_change_insert;
@@ -524,10 +477,8 @@ CREATE TRIGGER tool_executions_change_insert AFTER INSERT ON tool_executions
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE tool_executions SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 DROP TRIGGER context_compactions_change_insert;
@@ -536,10 +487,8 @@ CREATE TRIGGER context_compactions_change_insert AFTER INSERT ON context_compact
 WHEN new.change_seq IS NULL
 BEGIN
     UPDATE agentledger_changes SET change_seq = change_seq + 1;
-
-UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes)
+    UPDATE context_compactions SET change_seq = (SELECT change_seq FROM agentledger_changes)
     WHERE rowid = new.rowid;
-
 END;
 
 ALTER TABLE conversations ADD COLUMN tenant_id VARCHAR;

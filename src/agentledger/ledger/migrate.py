@@ -25,13 +25,14 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, text
+from sqlalchemy import Connection, Engine, inspect, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import MigrationError, SchemaVersionError, UsageError
 from ._access import read_only_access
 from ._engine import WRITE, is_refused, make_engine, normalize_url, sqlite_path
+from ._schema_files import ddl_revision, ddl_statements, schema_file
 
 __all__ = [
     "VERSION_TABLE",
@@ -72,13 +73,43 @@ def upgrade(database: Target, revision: str = "head") -> str | None:
     """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at.
     At that revision already, it changes nothing and needs no privilege beyond reading the
     version table (an application role opens a ledger at head); a role that may not change the
-    schema raises :class:`~agentledger.MigrationError`."""
+    schema raises :class:`~agentledger.MigrationError`.
+
+    An empty database asked for ``head`` gets the newest schema at once, from the DDL the
+    migrations generate (``schema/``, shipped in the package), in the same one transaction:
+    the same tables, indexes, triggers and policies as running every migration in turn, in a
+    fraction of the time. Any other upgrade, and an upgrade to a revision named by its id, runs
+    the migrations one by one."""
     with locked(database) as conn, _known(revision):
         at = _current(conn)
         check_not_newer(at)
         with _permitted(conn, at, revision):
+            if revision == "head" and at is None and _created_at_head(conn):
+                return head()
             command.upgrade(alembic_config(conn), revision)
         return _current(conn)
+
+
+def _created_at_head(conn: Connection) -> bool:
+    """Create the newest schema in an empty database from its DDL, and say so; ``False``
+    (nothing done) when the database holds a table of the ledger already, or the DDL the
+    package holds is not of the newest revision (a checkout whose ``schema/`` is out of date:
+    ``make schema``), so the migrations run instead."""
+    script = schema_file(f"{conn.dialect.name}.sql")
+    if ddl_revision(script) != head() or _holds_ledger_tables(conn):
+        return False
+    for statement in ddl_statements(script, conn.dialect.name):
+        conn.exec_driver_sql(statement)
+    conn.execute(
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
+        {"revision": head()},
+    )
+    return True
+
+
+def _holds_ledger_tables(conn: Connection) -> bool:
+    present = set(inspect(conn).get_table_names())
+    return bool(present & {VERSION_TABLE, "conversations", "conversation_messages"})
 
 
 def downgrade(database: Target, revision: str) -> str | None:

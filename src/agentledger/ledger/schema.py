@@ -13,14 +13,12 @@ from __future__ import annotations
 import io
 import re
 from collections.abc import Mapping
-from importlib import resources
-from pathlib import Path
 from typing import Literal, NamedTuple
 
 from alembic import command
 from pydantic import BaseModel, ConfigDict
 
-from ..errors import ConfigurationError
+from ._schema_files import schema_file
 from .migrate import alembic_config, head
 
 __all__ = ["Dialect", "TableDoc", "ddl", "documentation"]
@@ -37,7 +35,9 @@ def ddl(dialect: Dialect) -> str:
     config.output_buffer = buffer
     config.attributes["url"] = _OFFLINE_URLS[dialect]
     command.upgrade(config, "head", sql=True)
-    statements = [s.strip() for s in buffer.getvalue().split(";\n") if s.strip()]
+    # Alembic ends each statement with ";" and a blank line; a trigger's or a function's body
+    # holds lines ending in ";" of its own.
+    statements = [s.strip() for s in buffer.getvalue().split(";\n\n") if s.strip()]
     kept = [_tidy(s) for s in statements if not _DROPPED.match(_tidy(s)) and _tidy(s)]
     header = (
         f"-- agentledger schema for {dialect}, at revision {head()}.\n"
@@ -56,9 +56,6 @@ def _tidy(statement: str) -> str:
 
 # --- the documentation ---------------------------------------------------------------------------
 
-SCHEMA_DOC = "schema.md"
-"""``schema/README.md`` as the wheel ships it, beside this module."""
-
 
 class TableDoc(BaseModel):
     """What ``schema/README.md`` says of one table: its description (the text above its
@@ -74,7 +71,7 @@ class TableDoc(BaseModel):
 def documentation() -> dict[str, TableDoc]:
     """Every table ``schema/README.md`` documents in a section of its own, by name, in the
     order of the document."""
-    text = _schema_readme()
+    text = schema_file("README.md")
     conventions = _conventions(text)
     tables: dict[str, TableDoc] = {}
     for name, section in _sections(text):
@@ -88,21 +85,6 @@ class _Context(NamedTuple):
 
     documented: Mapping[str, TableDoc]
     conventions: list[str]
-
-
-def _schema_readme() -> str:
-    """``schema/README.md``: shipped in the wheel beside this module, or read from the source
-    tree when agentledger runs from a checkout (an editable install)."""
-    shipped = resources.files(__package__).joinpath(SCHEMA_DOC)
-    if shipped.is_file():
-        return shipped.read_text(encoding="utf-8")
-    checkout = Path(__file__).resolve().parents[3] / "schema" / "README.md"
-    if checkout.is_file():
-        return checkout.read_text(encoding="utf-8")
-    raise ConfigurationError(
-        f"the schema's documentation is missing: neither {SCHEMA_DOC} beside "
-        f"{Path(__file__).name} nor schema/README.md in a source tree; reinstall agentledger"
-    )
 
 
 def _sections(text: str) -> list[tuple[str, str]]:
