@@ -30,16 +30,25 @@ _REVISION = re.compile(r"^-- agentledger schema for \w+, at revision (\w+)\.$", 
 def schema_file(name: str) -> str:
     """The text of ``schema/<name>``: shipped in the wheel beside this module, or read from
     the source tree when agentledger runs from a checkout."""
+    found = find_schema_file(name)
+    if found is None:
+        raise ConfigurationError(
+            f"the schema file {name} is missing: neither {SHIPPED[name]} beside "
+            f"{Path(__file__).name} nor schema/{name} in a source tree; reinstall agentledger"
+        )
+    return found
+
+
+def find_schema_file(name: str) -> str | None:
+    """The text of ``schema/<name>``, or ``None`` where neither the wheel nor a source tree
+    holds it (a copy of the package alone)."""
     shipped = resources.files(__package__).joinpath(SHIPPED[name])
     if shipped.is_file():
         return shipped.read_text(encoding="utf-8")
     checkout = Path(__file__).resolve().parents[3] / "schema" / name
     if checkout.is_file():
         return checkout.read_text(encoding="utf-8")
-    raise ConfigurationError(
-        f"the schema file {name} is missing: neither {SHIPPED[name]} beside "
-        f"{Path(__file__).name} nor schema/{name} in a source tree; reinstall agentledger"
-    )
+    return None
 
 
 def ddl_revision(script: str) -> str | None:

@@ -32,7 +32,7 @@ from sqlalchemy.exc import DBAPIError
 from ..errors import MigrationError, SchemaVersionError, UsageError
 from ._access import read_only_access
 from ._engine import WRITE, is_refused, make_engine, normalize_url, sqlite_path
-from ._schema_files import ddl_revision, ddl_statements, schema_file
+from ._schema_files import ddl_revision, ddl_statements, find_schema_file
 
 __all__ = [
     "VERSION_TABLE",
@@ -92,11 +92,11 @@ def upgrade(database: Target, revision: str = "head") -> str | None:
 
 def _created_at_head(conn: Connection) -> bool:
     """Create the newest schema in an empty database from its DDL, and say so; ``False``
-    (nothing done) when the database holds a table of the ledger already, or the DDL the
-    package holds is not of the newest revision (a checkout whose ``schema/`` is out of date:
-    ``make schema``), so the migrations run instead."""
-    script = schema_file(f"{conn.dialect.name}.sql")
-    if ddl_revision(script) != head() or _holds_ledger_tables(conn):
+    (nothing done) when the database holds a table of the ledger already, or the package holds
+    no DDL of the newest revision (a checkout whose ``schema/`` is out of date, ``make
+    schema``; a copy of the package without it), so the migrations run instead."""
+    script = find_schema_file(f"{conn.dialect.name}.sql")
+    if script is None or ddl_revision(script) != head() or _holds_ledger_tables(conn):
         return False
     for statement in ddl_statements(script, conn.dialect.name):
         conn.exec_driver_sql(statement)
