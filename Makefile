@@ -2,20 +2,25 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip install --quiet --disable-pip-version-check
+# uv installs into the virtual environment (it resolves and downloads in parallel: the dev extra
+# in a fraction of pip's time on a fresh machine); pip installs uv itself.
+PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
 .PHONY: demo chat-app test soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+$(BIN)/uv: | $(BIN)/python
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
+
 # One stamp per extra: re-installed whenever pyproject.toml changes.
 # The demo ends with DuckDB metrics: it installs the analytics extra.
-$(VENV)/.installed-run: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-run: pyproject.toml | $(BIN)/uv
 	$(PIP) -e '.[analytics]'
 	touch $@
 
-$(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-dev: pyproject.toml | $(BIN)/uv
 	$(PIP) -e '.[dev]'
 	touch $@
 
@@ -26,7 +31,7 @@ $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 SDK_PINNED := $(VENV)/sdk-pinned
 SDK_PINNED_VERSIONS := openai==2.8.0 anthropic==0.75.0
 
-$(SDK_PINNED)/.installed: Makefile | $(BIN)/python
+$(SDK_PINNED)/.installed: Makefile | $(BIN)/uv
 	rm -rf $(SDK_PINNED)
 	$(PIP) --no-deps --target $(SDK_PINNED) $(SDK_PINNED_VERSIONS)
 	touch $@
@@ -34,7 +39,7 @@ $(SDK_PINNED)/.installed: Makefile | $(BIN)/python
 demo: $(VENV)/.installed-run
 	$(BIN)/agentledger demo
 
-$(VENV)/.installed-examples: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-examples: pyproject.toml | $(BIN)/uv
 	$(PIP) -e '.[examples]'
 	touch $@
 
@@ -74,7 +79,7 @@ soak: $(VENV)/.installed-dev
 extras: $(VENV)/.installed-dev
 	AGENTLEDGER_EXTRAS=1 $(BIN)/pytest tests/test_install_extras.py $(EXTRAS_ARGS)
 
-$(VENV)/.installed-bench: pyproject.toml | $(BIN)/python
+$(VENV)/.installed-bench: pyproject.toml | $(BIN)/uv
 	$(PIP) -e '.[dev,bench]'
 	touch $@
 
