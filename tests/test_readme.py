@@ -11,10 +11,19 @@ fails here.
 """
 
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from support.fake_provider import (
+    FakeProvider,
+    Received,
+    Reply,
+    openai_completion,
+    openai_tool_call,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
@@ -54,6 +63,24 @@ def examples_of(document: Path) -> list[Example]:
 EXAMPLES = [example for document in DOCUMENTS for example in examples_of(document)]
 
 
+README_LINES = 500
+"""The most lines the README may have: it is a user's first hour, and depth goes in docs/."""
+
+
+def test_the_readme_is_at_most_500_lines_and_opens_with_what_a_user_needs_first():
+    text = README.read_text(encoding="utf-8")
+    lines = text.count("\n")
+    assert lines <= README_LINES, (
+        f"README.md has {lines} lines, more than {README_LINES}: move the depth to a docs/ page "
+        "and link it"
+    )
+    headings = _HEADING.findall(_ANY_BLOCK.sub("", text))
+    assert headings[:3] == ["agentledger", "Quick start", "Two commands"], headings
+    quick_start = text.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    assert "agent.run(" in quick_start and "print(" in quick_start
+    assert "with_separated_tool_trace" not in text  # the default needs no call
+
+
 def test_the_readme_and_the_docs_have_python_examples():
     assert len(examples_of(README)) >= 5
     assert len(DOCUMENTS) > 5, "the docs/ pages are missing"
@@ -68,9 +95,36 @@ def run_all(examples: list[Example], which: str) -> None:
             raise
 
 
+def a_small_model(received: Received) -> Reply:
+    """A model on loopback, as the examples that talk to a real one (the README's quick start)
+    meet it: it calls the first tool it is offered once, with every required argument the name
+    of a city, then answers with what the tool returned."""
+    messages, tools = received.body["messages"], received.body.get("tools") or []
+    if messages[-1]["role"] == "tool":
+        return Reply(openai_completion(f"The tool says: {messages[-1]['content']}."))
+    if not tools:
+        return Reply(openai_completion("Hello."))
+    function = tools[0]["function"]
+    arguments = dict.fromkeys(function["parameters"].get("required", []), "Paris")
+    return Reply(openai_completion(tool_calls=[openai_tool_call(function["name"], arguments)]))
+
+
+@pytest.fixture
+def model_on_loopback(monkeypatch: pytest.MonkeyPatch) -> Iterator[FakeProvider]:
+    """What a reader's environment gives the examples that talk to a real model: a key and a
+    base URL (here a server on loopback that answers as Chat Completions does)."""
+    provider = FakeProvider(responder=a_small_model)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-readme")
+    monkeypatch.setenv("OPENAI_BASE_URL", provider.openai_url)
+    yield provider
+    provider.close()
+
+
 # One test, not one per example: xdist would spread parametrized cases over its workers, and
 # the point is that the examples share one folder, in order.
-def test_every_example_runs_in_order_in_one_folder_and_again_last_first(tmp_path, monkeypatch):
+def test_every_example_runs_in_order_in_one_folder_and_again_last_first(
+    tmp_path, monkeypatch, model_on_loopback
+):
     monkeypatch.chdir(tmp_path)
     monkeypatch.syspath_prepend(str(tmp_path))  # as `python` run in that folder would import
     run_all(EXAMPLES, "first (document order)")

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 from collections import deque
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -56,7 +56,9 @@ class Received:
 class FakeProvider:
     """``url`` is the base URL to give a client (``/v1`` is in the OpenAI paths already)."""
 
-    def __init__(self) -> None:
+    def __init__(self, responder: Callable[[Received], Reply] | None = None) -> None:
+        self.responder = responder
+        """What answers a request once the script is used up (by default, a 500 saying so)."""
         self.requests: list[Received] = []
         self.disconnects: list[float] = []
         """When (``time.monotonic()``) a client closed a stream before its end."""
@@ -96,6 +98,8 @@ class FakeProvider:
             self.requests.append(received)
             if self._script:
                 return self._script.popleft()
+        if self.responder is not None:
+            return self.responder(received)
         return Reply({"error": {"message": "the fake provider's script is exhausted"}}, 500)
 
     def close(self) -> None:
