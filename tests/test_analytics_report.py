@@ -589,7 +589,28 @@ def test_export_writes_a_partition_per_day_with_every_row(priced, tmp_path, tabl
     assert read == (rows, 3)
     listed = {row[0]: row for row in table_rows(output, "Parquet files by table")}
     assert listed[table][1:] == ["3", "3", str(rows)]
-    assert "read_parquet(" in output and "hive_partitioning = true" in output
+
+
+def test_the_pattern_the_export_prints_reads_back_every_table_it_wrote(demo, tmp_path):
+    target = tmp_path / "exported"
+
+    output = ok("--db", str(demo), "export", "parquet", str(target))
+
+    (pattern,) = (line.split(" FROM ", 1)[1] for line in output.splitlines() if " FROM " in line)
+    assert pattern == f"read_parquet('{target.as_posix()}/<table>/**/*.parquet')"
+    bookkeeping = {"agentledger_changes", "agentledger_deletions"}  # named as left out
+    assert all(name in flat(output) for name in bookkeeping)
+    tables = {
+        name
+        for (name,) in sql(demo, "SELECT name FROM sqlite_master WHERE type = 'table'")
+        if not name.startswith("conversation_messages_fts")
+    } - bookkeeping
+    assert {folder.name for folder in target.iterdir()} == tables
+    with duckdb.connect() as db:
+        for table in sorted(tables):
+            ((rows,),) = sql(demo, f"SELECT count(*) FROM {table}")
+            read = db.sql(f"SELECT count(*) FROM {pattern.replace('<table>', table)}")
+            assert read.fetchone() == (rows,), table
 
 
 @pytest.mark.parametrize("table", ["context_compactions", "execution_buffer_rows"])

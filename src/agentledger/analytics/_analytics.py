@@ -42,6 +42,17 @@ _SKIPPED_TABLES = (
 )
 """Not exported: full-text search, the ledger's and the cache's change bookkeeping, and the
 rollup the cache keeps (the views give it). ``forget_log`` is (ids and counts, no content)."""
+LEFT_OUT = "the full-text index and the change log (agentledger_changes, agentledger_deletions)"
+"""What :meth:`Analytics.export_parquet` leaves out, in words: they serve the ledger itself
+(search, and copies kept in step), and an export is a copy made whole each time."""
+
+
+def read_back(directory: str | os.PathLike[str], table: str) -> str:
+    """The ``read_parquet`` call that reads ``table`` of an export under ``directory`` back in
+    DuckDB, whatever its layout: day partitions (their ``day`` column from the folders' names),
+    one file of no rows, or one file for a table with no time column. The one pattern for
+    every table: ``directory/<table>/**/*.parquet``."""
+    return f"read_parquet({quoted(f'{Path(directory).as_posix()}/{table}/**/*.parquet')})"
 
 
 def view_files() -> list[tuple[str, str]]:
@@ -342,11 +353,12 @@ class Analytics:
         """Every ledger table as Parquet under ``directory/<table>/``, partitioned by day
         (``day=YYYY-MM-DD/``) on its start or creation time (``forget_log``: when it
         forgot); the files written. A table with no rows is one file of no rows, with its
-        columns, under ``directory/<table>/empty/``, so that ``<table>/*/*.parquet`` always
-        finds a file. A table's folder from an earlier
-        export is replaced whole: none of its days is left beside this export's, so no row of
-        an earlier export in another scope survives. In a scope, the files hold the scope's
-        rows only."""
+        columns, under ``directory/<table>/empty/``; a table with no time column (the schema
+        version) is one file. ``read_parquet('<directory>/<table>/**/*.parquet')`` reads any
+        of them (:func:`read_back`). Left out: :data:`LEFT_OUT`. A table's folder from an
+        earlier export is replaced whole: none of its days is left beside this export's, so no
+        row of an earlier export in another scope survives. In a scope, the files hold the
+        scope's rows only."""
         target = Path(directory)
         target.mkdir(parents=True, exist_ok=True)
         written: list[Path] = []
@@ -389,7 +401,7 @@ class Analytics:
 
     def _copy_empty(self, table: _Table, target: Path, day: str) -> None:
         """A table with no rows as one file of no rows under ``target/empty/``: a partitioned
-        COPY of no rows writes no file, and reading ``<table>/*/*.parquet`` would fail with "No
+        COPY of no rows writes no file, and reading ``<table>/**/*.parquet`` would fail with "No
         files found". The file holds the ``day`` column itself (a ``DATE``, as the day
         folders give it) and its folder is no partition, so DuckDB, Polars and pyarrow read
         it with the same columns as a table that has rows."""

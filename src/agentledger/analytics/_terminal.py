@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..values import terminal_text
+from ._analytics import LEFT_OUT, read_back
 from ._duckdb import require_duckdb
 from ._format import count, time_text
 from ._report import Column, Report, ReportTable
@@ -107,13 +108,15 @@ def render_export(directory: str | os.PathLike[str], tables: Sequence[ExportedTa
     cells = tuple((t.table, count(t.days), count(t.files), count(t.rows)) for t in tables)
     files, rows = sum(t.files for t in tables), sum(t.rows for t in tables)
     where = Path(directory).as_posix()
-    hint = (
-        f"Read it back with DuckDB (or Spark, Polars, ...): SELECT * FROM read_parquet("
-        f"'{where}/step_executions/*/*.parquet', hive_partitioning = true)"
-    )
     table = ReportTable("Parquet files by table", columns, cells)
     return Group(
         *rich_table(table),
         Text(f"wrote {files:,} files ({rows:,} rows of {len(tables)} tables) under {where}"),
-        Text(hint),
+        Text(f"Left out: {LEFT_OUT}, which serve the ledger itself."),
+        Text("Read any table back with DuckDB (Polars: the same path, hive_partitioning=True):"),
+        Text(f"  SELECT * FROM {read_back(directory, TABLE_PLACEHOLDER)}"),
     )
+
+
+TABLE_PLACEHOLDER = "<table>"
+"""Where the table's name goes in the read-back pattern the export summary prints."""
