@@ -26,7 +26,6 @@ from click.testing import CliRunner, Result
 import support.migration_harness as harness
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage, tool
 from agentledger.analytics import Analytics, build_report, figures
-from agentledger.analytics._format import cost_text
 from agentledger.analytics._report import bucket_unit
 from agentledger.cli import cli
 from agentledger.cli.demo import build_agent, converse_recorded
@@ -395,21 +394,6 @@ def test_an_empty_ledger_gives_a_report_with_nothing_recorded(tmp_path):
 def test_buckets_are_hours_up_to_two_days_of_data_and_days_beyond(span, unit):
     last = None if span is None else START + span
     assert bucket_unit(START if span is not None else None, last) == unit
-
-
-@pytest.mark.parametrize(
-    ("cost", "unpriced", "shown"),
-    [
-        (None, 3, "unpriced"),
-        (None, 0, "–"),
-        (0.0, 0, "$0.0000"),
-        (0.042, 0, "$0.0420"),
-        (0.00001, 0, "$0.000010"),
-        (0.042, 2, "$0.0420 + 2 unpriced"),
-    ],
-)
-def test_a_cost_nobody_knows_is_never_shown_as_zero(cost, unpriced, shown):
-    assert cost_text(cost, unpriced) == shown
 
 
 def test_build_report_gives_the_same_numbers_as_the_views(priced):

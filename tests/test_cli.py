@@ -235,7 +235,8 @@ def test_trace_says_a_runs_status_once_and_counts_its_steps_in_good_english(shar
     finished = flat(ok("--db", shared.url, "trace", shared.run_id))
     assert " · weather-bot · completed · 2 steps · " in finished
     assert "completed (completed)" not in finished
-    assert "tool_calls: 1 tool call " in finished and "tool call(s)" not in finished
+    assert "went on: 1 tool call " in finished and "tool call(s)" not in finished
+    assert "stopped: the model answered" in finished and "tool_calls:" not in finished
     stale = flat(ok("--db", shared.url, "trace", shared.stale_run_id or ""))
     assert " · stale-planner · running · 1 step · " in stale
 
@@ -258,6 +259,7 @@ def test_trace_says_a_runs_status_once_and_counts_its_steps_in_good_english(shar
         run_id = agent.run("Weather?").run_id
     stopped = flat(ok("--db", url, "trace", run_id))
     assert " · stopped (steps_limit) · 2 steps · " in stopped
+    assert "stopped: 1 of 1 steps (step limit)" in stopped
 
 
 @pytest.mark.parametrize("section", ["summary", "buffer", "no-such-section"])

@@ -17,6 +17,7 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger.cli import cli
+from agentledger.values import money
 from support.cli import Interactive, console
 from support.fake_provider import (
     FakeProvider,
@@ -227,15 +228,15 @@ def conversation_id(output: str) -> str:
     [
         # gpt-4o-mini: $0.15 in, $0.075 cached in, $0.60 out per million tokens.
         # (1000 x 0.15 + 50 x 0.60) + (1000 x 0.15 + 200 x 0.075 + 30 x 0.60) = 363 / 1e6
-        pytest.param(OPENAI, "2200 in / 80 out tokens · 200 cache read", "$0.000363", id="openai"),
+        pytest.param(OPENAI, "2200 in / 80 out tokens · 200 cache read", 0.000363, id="openai"),
         pytest.param(
             RESPONSES,
             "2200 in / 80 out tokens · 200 cache read",
-            "$0.000363",
+            0.000363,
             id="openai-responses",
         ),
         # claude-sonnet-4-5: $3 in, $15 out: (1000 x 3 + 50 x 15) + (1200 x 3 + 30 x 15) = 7800
-        pytest.param(ANTHROPIC, "2200 in / 80 out tokens", "$0.007800", id="anthropic"),
+        pytest.param(ANTHROPIC, "2200 in / 80 out tokens", 0.0078, id="anthropic"),
     ],
 )
 def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_records_it(
@@ -261,7 +262,9 @@ def test_run_prints_the_tool_call_its_result_the_answer_tokens_and_cost_and_reco
     assert "  ← 22C and sunny in Paris" in lines
     assert lines.index('  → get_weather(city="Paris")') < lines.index(ANSWER)
     status = next(line for line in lines if line.startswith("run "))
-    assert f"· 2 steps · {tokens} · {cost}" in status
+    assert f"· 2 steps · {tokens} · {money(cost)}" in status
+    ((recorded,),) = query(db, "SELECT sum(cost_usd) FROM step_executions")
+    assert recorded == pytest.approx(cost)
     cid = conversation_id(result.output.split(ANSWER)[1])
     assert f"--conversation {cid}" in result.output
 
@@ -293,12 +296,13 @@ def test_a_failing_tool_is_printed_as_an_error_and_the_run_goes_on(fake_provider
 
 
 @pytest.mark.parametrize("wire", WIRES)
-def test_a_model_with_no_price_prints_cost_unknown_and_how_to_give_one(wire, fake_provider, db):
+def test_a_model_with_no_price_prints_unpriced_and_how_to_give_one(wire, fake_provider, db):
     fake_provider.push(streamed({**wire.answer("Hi."), "model": "local-model"}))
     result = invoke(db, "run", "Hello", *model_options(wire, fake_provider, model="local-model"))
 
     assert result.exit_code == 0, result.output
-    assert "cost unknown (no price for local-model; pass --prices FILE)" in result.output
+    assert "· unpriced (no price for local-model; pass --prices FILE)" in result.output
+    assert "$0" not in result.output
 
 
 def test_prices_from_a_file_price_a_local_model(fake_provider, db, tmp_path):

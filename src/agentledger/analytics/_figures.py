@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
+from ..values import cost_text
 from . import _charts
-from ._format import compact, cost_text, count, money_axis, ms_text, percent, plural, time_text
+from ._format import compact, count, money_axis, ms_text, percent, plural, time_text
 from ._report import BucketUnit, Report, RunCost, ToolStat, Totals, UsagePoint
 
 TREE_RUNS = 5
@@ -151,7 +152,7 @@ def _tree_row(run: RunCost, depth: int, by_cost: bool) -> _charts.Row:
 
     def shown(totals: Totals) -> str:
         if by_cost:
-            return cost_text(totals.cost_usd, totals.unpriced_steps)
+            return cost_text(totals.cost_usd, fully_priced=not totals.unpriced_steps)
         return count(totals.tokens)
 
     excl, incl = shown(run.exclusive), shown(run.inclusive)

@@ -14,11 +14,6 @@ def number(value: float | None) -> str:
     return "–" if value is None else f"{value:,.2f}".rstrip("0").rstrip(".")
 
 
-def money(value: float) -> str:
-    """US dollars to the hundredth of a cent; smaller amounts to the millionth of a dollar."""
-    return f"${value:,.4f}" if abs(value) >= 0.0001 or value == 0 else f"${value:.6f}"
-
-
 def money_axis(value: float) -> str:
     """An axis label in US dollars: $0.02, $1.5, $1,200."""
     return f"${value:,.4g}"
@@ -26,16 +21,6 @@ def money_axis(value: float) -> str:
 
 def plural(amount: int, word: str) -> str:
     return f"{amount:,} {word}{'' if amount == 1 else 's'}"
-
-
-def cost_text(cost: float | None, unpriced_steps: int) -> str:
-    """A cost as it is known: "unpriced" when no step had a price, the known part and how many
-    steps it leaves out when some had none, a dash when nothing called a model."""
-    if cost is None:
-        return "unpriced" if unpriced_steps else "–"
-    if unpriced_steps:
-        return f"{money(cost)} + {unpriced_steps:,} unpriced"
-    return money(cost)
 
 
 def ms_text(value: float | None) -> str:

@@ -15,8 +15,9 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
 
+from ..values import cost_text
 from ._analytics import Analytics
-from ._format import cost_text, count, ms_text, number, percent, plural, time_text
+from ._format import count, ms_text, number, percent, plural, time_text
 
 if TYPE_CHECKING:
     import duckdb
@@ -348,7 +349,7 @@ def _token_cells(r: Record) -> tuple[str, ...]:
         count(r["output_tokens"]),
         count(r["cache_read_tokens"]),
         count(r["cache_write_tokens"]),
-        cost_text(r["cost_usd"], r["unpriced_steps"]),
+        cost_text(r["cost_usd"], fully_priced=not r["unpriced_steps"]),
     )
 
 
@@ -418,8 +419,8 @@ def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
             count(run.runs),
             count(run.exclusive.tokens),
             count(run.inclusive.tokens),
-            cost_text(run.exclusive.cost_usd, run.exclusive.unpriced_steps),
-            cost_text(run.inclusive.cost_usd, run.inclusive.unpriced_steps),
+            cost_text(run.exclusive.cost_usd, fully_priced=not run.exclusive.unpriced_steps),
+            cost_text(run.inclusive.cost_usd, fully_priced=not run.inclusive.unpriced_steps),
             count(run.inclusive.tool_errors),
         )
         for run in runs

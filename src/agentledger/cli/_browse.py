@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 from rich.table import Table
 
+from ..values import cost_text
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._json import json_option, print_json_lines, run_records, table_row
 from ._render import counted, id_column, plain, preview, quoted, run_tree_view
@@ -31,14 +32,16 @@ _LIMIT_HELP = "List at most this many."
 @click.pass_context
 def demo(ctx: click.Context, db_file: Path | None) -> None:
     """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger: the
-    file --db names, else a new temporary file."""
+    file --db names, else agentledger-demo.db here. An earlier demo's file is started afresh;
+    any other file is left as it is."""
     from .demo import run_demo
 
-    run_demo(db_path=_demo_file(ctx, db_file))
+    with cli_errors():
+        run_demo(db_path=_demo_file(ctx, db_file))
 
 
 def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
-    """The SQLite file --db names (or --db-file, its old name), None for a temporary one."""
+    """The SQLite file --db names (or --db-file, its old name), None for the default."""
     from ..ledger import normalize_url, sqlite_path
 
     if db_file is not None:
@@ -55,7 +58,7 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
     if path is None:
         raise click.UsageError(
             "the demo records into a SQLite file: give --db (or AGENTLEDGER_DB) a file path, "
-            "or leave it out for a temporary file"
+            "or leave it out for agentledger-demo.db here"
         )
     return path
 
@@ -233,7 +236,7 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
             r.stop_reason or "",
             str(r.step_count),
             str(r.usage.total_tokens),
-            "" if r.cost_usd is None else f"${r.cost_usd:.4f}",
+            cost_text(r.cost_usd, fully_priced=r.fully_priced),
             time_text(r.started_at),
         )
     return table

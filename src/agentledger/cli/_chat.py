@@ -41,7 +41,7 @@ from ..llm import (
 )
 from ..loop import Agent, RunStream
 from ..recording import RunResult
-from ..values import AgentStatus, new_id
+from ..values import AgentStatus, cost_text, new_id
 from ._app import in_scope
 from ._render import counted, preview, status_text
 from ._streaming import StreamPrinter, say, stop
@@ -464,18 +464,21 @@ def status_line(result: RunResult, model: str) -> str:
     parts.append(f"{usage.input_tokens} in / {usage.output_tokens} out tokens")
     if usage.cache_read_tokens:
         parts.append(f"{usage.cache_read_tokens} cache read")
-    parts.append(cost_text(result, model))
+    parts.append(spend_text(result, model))
     return " · ".join(parts)
 
 
-def cost_text(result: RunResult, model: str) -> str:
-    """``$0.000123``, or why the cost is unknown: a step whose model has no price."""
+def spend_text(result: RunResult, model: str) -> str:
+    """What the run cost (``$0.0012``), and when some step's model has no price, that the
+    cost is unknown or partial and how to give a price: ``unpriced (no price for local-model;
+    pass --prices FILE)``."""
     spend = result.spend
+    shown = cost_text(spend.cost_usd, fully_priced=spend.fully_priced)
     if spend.fully_priced:
-        return f"${spend.cost_usd or 0.0:.6f}"
+        return shown
     unpriced = {
         e.step.model or model
         for e in result.state.step_executions
         if e.step.called_model and e.step.cost_usd is None
     }
-    return f"cost unknown (no price for {', '.join(sorted(unpriced)) or model}; pass --prices FILE)"
+    return f"{shown} (no price for {', '.join(sorted(unpriced)) or model}; pass --prices FILE)"

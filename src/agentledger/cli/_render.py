@@ -12,7 +12,7 @@ from rich.tree import Tree
 
 from ..core import MCP_SERVER_KEY, MCP_TOOL_KEY
 from ..loop import TRACEBACK_KEY
-from ..values import terminal_text
+from ..values import Spend, cost_text, terminal_text
 
 
 def plain(text: str) -> Text:
@@ -51,12 +51,12 @@ def run_label(node: Any, short: dict[str, str]) -> str:
         f"[bold]run {quoted(short[record.id])}[/bold] · {quoted(record.agent_name)} · "
         f"{status_text(record.status, record.stop_reason)} · {counted(own.steps, 'step')} · "
         f"{own.usage.input_tokens} in / {own.usage.output_tokens} out"
-        f"{cost(own.cost_usd)} · {ms(record.duration_ms)}"
+        f"{cost(own)} · {ms(record.duration_ms)}"
     )
     if node.children:
         label += (
             f" · with subagents: {counted(total.steps, 'step')}, {total.usage.input_tokens} in / "
-            f"{total.usage.output_tokens} out{cost(total.cost_usd)}"
+            f"{total.usage.output_tokens} out{cost(total)}"
         )
     return label
 
@@ -94,9 +94,8 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
         for tool in step.tool_executions:
             mark = "[red]✗[/red]" if tool.is_error else "[green]✓[/green]"
             name = quoted(tool.tool_name + _server(tool))
-            leaf = item.add(
-                f"{mark} {name} · {ms(tool.duration_ms)} → {quoted(preview(tool.result))}"
-            )
+            result = error_text(tool.result) if tool.is_error else tool.result
+            leaf = item.add(f"{mark} {name} · {ms(tool.duration_ms)} → {quoted(preview(result))}")
             if verbose and tool.is_error:
                 _add_failure(leaf, tool)
             child = children.get(tool.child_run_id or "")
@@ -118,13 +117,46 @@ def _server(tool: Any) -> str:
 
 
 def _decided(execution: Any) -> str:
-    """`` · criterion: why`` the run went on or stopped after the step; the step's error is
-    printed under it, not here again (older ledgers copied it into the outcome)."""
+    """`` · went on: 1 tool call`` or `` · stopped: the model answered``: what the run did
+    after the step, and why; the step's error is printed under it, not here again (older
+    ledgers copied it into the outcome)."""
     outcome = execution.outcome
     if outcome is None or not outcome.decided_by:
         return ""
     detail = outcome.detail if outcome.detail != execution.step.error else ""
-    return f" · {outcome.decided_by}: {detail}" if detail else f" · {outcome.decided_by}"
+    went = "went on" if outcome.should_continue else "stopped"
+    return f" · {went}: {because(outcome.decided_by, detail)}"
+
+
+def because(decided_by: str, detail: str) -> str:
+    """Why a run went on or stopped, in words: the criterion's own ``detail`` (``1 tool
+    call``, ``10 of 10 steps``), with the limit or the user's criterion that decided when the
+    detail does not say it (``10 of 10 steps (step limit)``)."""
+    named = _CRITERIA.get(decided_by, decided_by)
+    if not detail:
+        return named or decided_by.replace("_", " ")
+    return f"{detail} ({named})" if named else detail
+
+
+_CRITERIA = {
+    "tool_calls": "",
+    "error": "",
+    "deadline": "",
+    "steps_limit": "step limit",
+    "token_limit": "token limit",
+    "cost_limit": "cost limit",
+    "time_limit": "time limit",
+    "finish_reason": "the model's finish reason",
+}
+"""The built-in criteria (:mod:`agentledger.core`) in words; empty for those whose detail
+says it all (``the model answered``, ``1 tool call``). A criterion of the user's is shown by
+its name."""
+
+
+def error_text(result: str) -> str:
+    """A failed tool call's result without the ``Error: `` the model is shown before it: where
+    it is printed, the call is already marked as failed."""
+    return result.removeprefix("Error: ")
 
 
 def _add_failure(leaf: Tree, tool: Any) -> None:
@@ -136,8 +168,12 @@ def _add_failure(leaf: Tree, tool: Any) -> None:
         leaf.add(Text(terminal_text(traceback.rstrip("\n")), style="dim"))
 
 
-def cost(value: float | None) -> str:
-    return "" if value is None else f" · ${value:.4f}"
+def cost(spend: Spend) -> str:
+    """`` · $0.0012``, `` · unpriced``, `` · $0.0012 + unpriced`` (:func:`cost_text`); nothing
+    when no step called a model."""
+    if spend.cost_usd is None and spend.fully_priced:
+        return ""
+    return f" · {cost_text(spend.cost_usd, fully_priced=spend.fully_priced)}"
 
 
 def ms(value: float | None) -> str:

@@ -29,7 +29,7 @@ from ..values import (
     ToolCallStarted,
     terminal_text,
 )
-from ._render import preview
+from ._render import error_text, preview
 
 LINE = 100
 """How much of a tool call or a tool result is printed: one line."""
@@ -71,8 +71,8 @@ def call_line(call: ToolCall) -> str:
 
 def result_line(result: str, *, is_error: bool) -> str:
     """``  ← result`` on one line, marked when the tool failed."""
-    mark = "error: " if is_error else ""
-    return f"  ← {mark}{preview(result, LINE)}"
+    shown = f"error: {error_text(result)}" if is_error else result
+    return f"  ← {preview(shown, LINE)}"
 
 
 class StreamPrinter:

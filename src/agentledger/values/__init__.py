@@ -70,7 +70,7 @@ from ._text import (
     terminal_text,
 )
 from ._times import moment, time_ago
-from ._usage import Spend, Usage
+from ._usage import UNPRICED, Spend, Usage, cost_text, money
 
 __all__ = [
     "EMPTY_MESSAGES",
@@ -79,6 +79,7 @@ __all__ = [
     "SHORT_ID_LENGTH",
     "STORABLE_TEXT_RULE",
     "TOOL_ERROR_KEY",
+    "UNPRICED",
     "AgentState",
     "AgentStatus",
     "AgentStep",
@@ -126,8 +127,10 @@ __all__ = [
     "Usage",
     "Verdict",
     "check_storable",
+    "cost_text",
     "find_unstorable",
     "moment",
+    "money",
     "new_id",
     "output_error",
     "printable",

@@ -81,3 +81,26 @@ class Spend(BaseModel):
             steps=self.steps + other.steps,
             fully_priced=self.fully_priced and other.fully_priced,
         )
+
+
+UNPRICED = "unpriced"
+"""What every view says for a cost nobody knows: the ledger stores NULL for it, never zero."""
+
+
+def money(value: float) -> str:
+    """US dollars to the hundredth of a cent; smaller amounts to the millionth of a dollar."""
+    return f"${value:,.4f}" if abs(value) >= 0.0001 or value == 0 else f"${value:.6f}"
+
+
+def cost_text(cost_usd: float | None, *, fully_priced: bool) -> str:
+    """A cost as it is known, in the one wording the command line, the demo and the report
+    share: ``$0.0012``; ``unpriced`` when no step that called a model had a price;
+    ``$0.0012 + unpriced`` when some had one and some had none (the known part is a floor,
+    never the whole); a dash when no model was called at all.
+
+    ``cost_usd`` is what the priced steps cost (``None``: none was priced), ``fully_priced``
+    whether every step that called a model was priced (``Spend.fully_priced``, the column
+    ``agent_runs.fully_priced``, or no ``unpriced_steps`` in the analytics)."""
+    if cost_usd is None:
+        return "–" if fully_priced else UNPRICED
+    return money(cost_usd) if fully_priced else f"{money(cost_usd)} + {UNPRICED}"

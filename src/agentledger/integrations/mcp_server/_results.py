@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from ...ledger import AgentRun, Conversation, RunTree, SearchHit
-from ...values import Message, Messages, Spend, StepExecution, ToolExecution
+from ...values import Message, Messages, Spend, StepExecution, ToolExecution, cost_text
 
 Record = dict[str, Any]
 
@@ -174,7 +174,7 @@ def tree_text(tree: RunTree, depth: int = 0) -> str:
     line = (
         f"{'  ' * depth}{tree.run.id} {tree.run.agent_name} {tree.run.status}: "
         f"{tree.exclusive.usage.total_tokens} tokens own, {spend.usage.total_tokens} with "
-        f"its subagents" + ("" if spend.cost_usd is None else f", ${spend.cost_usd:.6f}")
+        f"its subagents, {cost_text(spend.cost_usd, fully_priced=spend.fully_priced)}"
     )
     return "\n".join([line, *(tree_text(child, depth + 1) for child in tree.children)])
 
