@@ -25,6 +25,7 @@ from ..builder import AgentBuilder
 from ..ledger import Ledger
 from ..llm import AnthropicMessages
 from ..recording import RunResult
+from ._demo_file import demo_conversation
 from ._demo_script import convert_currency, get_weather, search_hotels
 
 MINIMUM_CACHEABLE_TOKENS = 1024
@@ -231,7 +232,7 @@ def cached_turns(ledger: Ledger, cache: Literal["5m", "1h"] | None) -> list[RunR
             .with_tools([get_weather, search_hotels, convert_currency])
             .build()
         )
+        conversation_id = demo_conversation(ledger, f"Prompt caching {'on' if cache else 'off'}")
         for question in QUESTIONS:
-            conversation_id = results[-1].conversation_id if results else None
             results.append(agent.run(question, conversation_id))
     return results

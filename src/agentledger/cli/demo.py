@@ -12,10 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
 import sqlite3
-import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -30,8 +27,15 @@ from ..ledger import Ledger
 from ..llm import PriceTable, ScriptedLLM
 from ..loop import Agent
 from ..recording import RunResult
-from ..values import AgentState, InferenceRequest, Messages, Role, StepExecution
+from ..values import AgentState, InferenceRequest, Messages, Role, StepExecution, cost_text, money
 from ._demo_cache import cached_turns
+from ._demo_file import (
+    DEMO_FILE,
+    demo_conversation,
+    look_around,
+    not_on_the_path,
+    start_afresh,
+)
 from ._demo_script import (
     CHUNK_DELAY,
     DEMO_PRICES,
@@ -44,7 +48,7 @@ from ._demo_script import (
     team,
     travel_script,
 )
-from ._render import counted, run_tree_view
+from ._render import because, counted, error_text, run_tree_view
 from ._streaming import StreamPrinter, say
 
 TEAM_TURN = "Put the whole trip together for three nights, and have someone check it before I book."
@@ -90,12 +94,14 @@ def converse(agent: Agent) -> list[AgentState]:
     return states
 
 
-def converse_recorded(agent: Agent, printer: StreamPrinter | None = None) -> list[RunResult]:
-    """The three turns as recorded runs of one conversation; streamed through ``printer``
-    (each turn's question first) when given."""
+def converse_recorded(
+    agent: Agent, printer: StreamPrinter | None = None, conversation_id: str | None = None
+) -> list[RunResult]:
+    """The three turns as recorded runs of one conversation (``conversation_id``, else a new
+    one); streamed through ``printer`` (each turn's question first) when given."""
     results: list[RunResult] = []
     for text in (*TURNS, TEAM_TURN):
-        conversation_id = results[-1].conversation_id if results else None
+        conversation_id = results[-1].conversation_id if results else conversation_id
         if printer is None:
             results.append(agent.run(text, conversation_id))
             continue
@@ -111,27 +117,34 @@ def run_demo(
     db_path: Path | None = None,
     chunk_delay: float | None = None,
 ) -> list[AgentState]:
-    """Run the three turns, recorded in a SQLite ledger, and print them as they stream (the
-    models' text in chunks ``chunk_delay`` seconds apart: by default :data:`CHUNK_DELAY` on a
+    """Run the three turns, recorded in the SQLite ledger ``db_path`` (by default
+    :data:`DEMO_FILE`, in the current directory), and print them as they stream (the models'
+    text in chunks ``chunk_delay`` seconds apart: by default :data:`CHUNK_DELAY` on a
     terminal, where someone watches them come, and none when the output goes elsewhere), then
     what they left: the state after each.
+
+    An earlier demo's ledger at ``db_path`` is started afresh; any other file there raises
+    :class:`~agentledger.errors.UsageError` and is left as it is.
 
     Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
     tools of its own) and a reviewer, and the run tree is shown with its usage."""
     console = console or Console(width=None if Console().is_terminal else 120)
     if chunk_delay is None:
         chunk_delay = CHUNK_DELAY if console.is_terminal else 0.0
-    if db_path is None:
-        db_path = Path(tempfile.mkdtemp(prefix="agentledger-demo-")) / "demo.db"
+    db_path = DEMO_FILE if db_path is None else db_path
+    afresh = start_afresh(db_path)
     console.rule("[bold]agentledger demo: a travel assistant and its subagents, offline[/bold]")
     console.print(
         "The conversation keeps what the user said and what the agent answered; every tool call, "
         "tool result and bit of reasoning stays in the execution trace.\n"
     )
+    if afresh is not None:
+        console.print(afresh, style="dim", markup=False)
     with Ledger.open(db_path) as ledger:
         agent, llm = build_agent(ledger=ledger, chunk_delay=chunk_delay)
         console.rule("[bold]The three turns, as they stream[/bold]")
-        results = converse_recorded(agent, StreamPrinter(console))
+        trip = demo_conversation(ledger, "A trip to Lisbon")
+        results = converse_recorded(agent, StreamPrinter(console), trip)
         states = [r.state for r in results]
         ends = [sum(s.step_count for s in states[: i + 1]) for i in range(len(states))]
         for number, state in enumerate(states[:2], start=1):
@@ -152,7 +165,8 @@ def run_demo(
     _print_sql(console, db_path)
     with Ledger.open(db_path) as ledger:
         _print_cache(console, ledger)
-    _print_look_around(console, db_path)
+        shown = ledger.short_ids([results[-1].run_id], of="run")[results[-1].run_id]
+    _print_look_around(console, db_path, shown)
     return states
 
 
@@ -165,8 +179,8 @@ def _print_turn(console: Console, number: int, state: AgentState, last: Inferenc
     outcome = state.continuation_outcome
     assert outcome is not None
     console.print(
-        f"  run {state.run_id} · [bold]{state.status}[/bold]: {outcome.detail} "
-        f"(judged by {outcome.decided_by}) · {counted(state.step_count, 'step')} · "
+        f"  run {state.run_id} · [bold]{state.status}[/bold]: "
+        f"{because(outcome.decided_by, outcome.detail)} · {counted(state.step_count, 'step')} · "
         f"{state.usage.input_tokens} in / {state.usage.output_tokens} out tokens · the model's "
         f"last request held {len(last.messages)} messages, "
         f"{sum(1 for m in last.messages if m.is_tool_trace())} of them trace\n"
@@ -195,7 +209,10 @@ def _step(execution: StepExecution) -> Panel:
     for ex in step.tool_executions:
         args = json.dumps(ex.tool_call.arguments, ensure_ascii=False)
         body.append(f"→ {ex.tool_name}({args})\n", style="yellow")
-        body.append(f"  ← {_shorten(ex.result)}\n", style="red" if ex.is_error else "default")
+        if ex.is_error:
+            body.append(f"  ← error: {_shorten(error_text(ex.result))}\n", style="red")
+        else:
+            body.append(f"  ← {_shorten(ex.result)}\n")
     if step.response_messages:
         body.append("answer filed in the conversation\n", style="green")
     u = step.usage
@@ -265,20 +282,20 @@ def _print_cache(console: Console, ledger: Ledger) -> None:
     for cache in ("5m", None):
         for turn, result in enumerate(cached_turns(ledger, cache), start=1):
             u = result.usage
-            costs.setdefault(cache, []).append(result.cost_usd or 0.0)
+            costs.setdefault(cache, []).append(result.cost_usd or 0.0)  # priced: Sonnet 4.5
             table.add_row(
                 cache or "off",
                 str(turn),
                 f"{u.input_tokens:,}",
                 f"{u.cache_read_tokens:,}",
                 f"{u.cache_write_tokens:,}",
-                f"${result.cost_usd or 0:.6f}",
+                cost_text(result.cost_usd, fully_priced=result.spend.fully_priced),
             )
     console.print(table)
     cached, uncached = costs["5m"][1], costs[None][1]
     console.print(
-        f"Turn 2 read the first turn's prompt from the cache: ${cached:.6f} instead of "
-        f"${uncached:.6f}, {1 - cached / uncached:.0%} less (cache reads cost a tenth of the "
+        f"Turn 2 read the first turn's prompt from the cache: {money(cached)} instead of "
+        f"{money(uncached)}, {1 - cached / uncached:.0%} less (cache reads cost a tenth of the "
         "input price; the first turn's writes a quarter more).\n"
     )
 
@@ -308,8 +325,8 @@ _ROLLUP = """
 SELECT agent_path AS run, exclusive_steps AS own_steps,
        exclusive_input_tokens + exclusive_output_tokens AS own_tokens,
        inclusive_input_tokens + inclusive_output_tokens AS tree_tokens,
-       printf('$%.6f', exclusive_cost_usd) AS own_cost,
-       printf('$%.6f', inclusive_cost_usd) AS tree_cost
+       exclusive_cost_usd AS own_cost, exclusive_unpriced_steps,
+       inclusive_cost_usd AS tree_cost, inclusive_unpriced_steps
 FROM run_rollup ORDER BY path
 """
 _TOOLS = """
@@ -326,16 +343,38 @@ def _print_metrics(console: Console, db_path: Path) -> None:
         console.print(f"Metrics skipped: {exc}\n", markup=False)
         return
     with opened as analytics:
-        for title, query in (
-            ("run_rollup: own and whole-tree usage", _ROLLUP),
-            ("tool_stats", _TOOLS),
-        ):
-            relation = analytics.sql(query)
-            table = Table(*relation.columns, title=title, title_justify="left")
-            for row in relation.fetchall():
-                table.add_row(*(str(v) for v in row))
-            console.print(table)
-    console.print(f"More: {_command()} --db {db_path} analytics report --html report.html\n")
+        console.print(_rollup_table(analytics))
+        relation = analytics.sql(_TOOLS)
+        table = Table(*relation.columns, title="tool_stats", title_justify="left")
+        for row in relation.fetchall():
+            table.add_row(*(str(v) for v in row))
+        console.print(table)
+
+
+def _rollup_table(analytics: Analytics) -> Table:
+    """Each run's own and whole-tree usage, its costs as every view writes them."""
+    table = Table(
+        "run",
+        "own_steps",
+        "own_tokens",
+        "tree_tokens",
+        "own_cost",
+        "tree_cost",
+        title="run_rollup: own and whole-tree usage",
+        title_justify="left",
+    )
+    for run, steps, own, tree, own_cost, own_unpriced, tree_cost, tree_unpriced in analytics.sql(
+        _ROLLUP
+    ).fetchall():
+        table.add_row(
+            run,
+            str(steps),
+            str(own),
+            str(tree),
+            cost_text(own_cost, fully_priced=not own_unpriced),
+            cost_text(tree_cost, fully_priced=not tree_unpriced),
+        )
+    return table
 
 
 _QUERIES = (
@@ -374,20 +413,10 @@ def _print_sql(console: Console, db_path: Path) -> None:
             console.print(table)
 
 
-def _print_look_around(console: Console, db_path: Path) -> None:
-    command = _command()
-    console.print(
-        f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:\n"
-        f"  {command} --db {db_path} conversations\n"
-        f"  {command} --db {db_path} runs\n"
-        f"  sqlite3 {db_path} 'SELECT role, content FROM conversation_messages ORDER BY seq'"
-    )
-
-
-def _command() -> str:
-    """How to call the ``agentledger`` command from here: by name when it is on the PATH,
-    else by its path beside this interpreter (a virtual environment that is not activated)."""
-    if shutil.which("agentledger"):
-        return "agentledger"
-    beside = Path(sys.executable).parent / "agentledger"
-    return str(beside) if beside.exists() else f"{sys.executable} -m agentledger"
+def _print_look_around(console: Console, db_path: Path, run: str) -> None:
+    console.print(f"The ledger is the SQLite file [bold]{db_path}[/bold]. Look around:")
+    for line in look_around(db_path, run):
+        console.print(f"  {line}", markup=False, highlight=False)
+    hint = not_on_the_path()
+    if hint is not None:
+        console.print(hint, markup=False, highlight=False)
