@@ -421,8 +421,9 @@ def test_the_html_page_is_self_contained(priced_html):
     structure = parsed(priced_html)
 
     for tag, attrs in structure.tags:
-        for name in ("src", "href", "xlink:href", "action", "data"):
+        for name in ("src", "xlink:href", "action", "data"):
             assert attrs.get(name) is None, f"<{tag} {name}=...> would fetch something"
+        assert (attrs.get("href") or "#").startswith("#"), "a link out of the page"
         assert tag not in {"script", "link", "iframe", "img", "object", "embed"}, tag
     # No address but the SVG namespace, which names the XML vocabulary and is never fetched.
     assert not re.search(r"https?://(?!www\.w3\.org/2000/svg\")", priced_html)
@@ -463,6 +464,136 @@ def test_every_bar_has_a_tooltip(priced_html):
         inner.startswith("<title>") and len(inner) > len("<title></title>") for inner in rects
     )
     assert "2030-01-01 · planner: 407" in priced_html  # a bucket's bar for one agent
+
+
+class Charts(HTMLParser):
+    """Per chart of a page, its rects as (fill, tooltip) and its labels as (shown text, the
+    whole text its tooltip gives, or the shown text when it has none)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.rects: list[list[tuple[str, str]]] = []
+        self.labels: list[list[tuple[str, str]]] = []
+        self._element: tuple[str, str] | None = None  # the rect or text being read, its fill
+        self._shown: list[str] = []
+        self._tooltip: list[str] | None = None
+        self._in_title = False
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "svg":
+            self.rects.append([])
+            self.labels.append([])
+        elif tag in ("rect", "text"):
+            self._element = (tag, dict(attrs).get("fill") or "")
+            self._shown, self._tooltip = [], None
+        elif tag == "title" and self._element is not None:
+            self._tooltip, self._in_title = [], True
+
+    def handle_data(self, data: str) -> None:
+        if self._in_title and self._tooltip is not None:
+            self._tooltip.append(data)
+        elif self._element is not None:
+            self._shown.append(data)
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "title":
+            self._in_title = False
+        elif tag in ("rect", "text") and self._element is not None:
+            kind, fill = self._element
+            shown = "".join(self._shown)
+            tooltip = None if self._tooltip is None else "".join(self._tooltip)
+            if kind == "rect":
+                self.rects[-1].append((fill, tooltip or ""))
+            else:
+                self.labels[-1].append((shown, shown if tooltip is None else tooltip))
+            self._element = None
+
+
+def charts_of(page: str) -> Charts:
+    charts = Charts()
+    charts.feed(page)
+    charts.close()
+    return charts
+
+
+def colours_by_name(charts: Charts, names: set[str]) -> dict[str, set[str]]:
+    """The colours each of ``names`` is drawn in, over every chart: its legend swatches (whose
+    tooltip is the name) and its stacked bars (whose tooltip ends in `` · name: value``)."""
+    found: dict[str, set[str]] = {}
+    for rects in charts.rects:
+        for fill, tip in rects:
+            for name in names:
+                if tip == name or re.search(rf" · {re.escape(name)}: [^·]*$", tip):
+                    found.setdefault(name, set()).add(fill)
+    return found
+
+
+@pytest.fixture(scope="module")
+def crossed(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
+    """A ledger whose agents and models rank one way by tokens and the other way by cost (a
+    chart colouring by rank would swap their colours), and its report's page."""
+    path = tmp_path_factory.mktemp("crossed") / "ledger.db"
+    with Ledger.open(path) as ledger:
+        for agent, model, tokens, cost in (
+            ("wordy", "cheap-model", (900, 100), 0.001),
+            ("pricey", "dear-model", (90, 10), 0.05),
+        ):
+            llm = ScriptedLLM([respond("ok", tokens=tokens, cost=cost)], model=model)
+            AgentBuilder().with_llm(llm).with_name(agent).with_ledger(ledger).build().run("Hi")
+    target = path.with_suffix(".html")
+    ok("--db", str(path), "analytics", "report", "--html", str(target))
+    return path, target.read_text(encoding="utf-8")
+
+
+@pytest.mark.parametrize("which", ["priced", "crossed"])
+def test_each_agent_and_each_model_has_one_colour_in_every_chart(
+    which, priced, priced_html, crossed
+):
+    path, page = (priced, priced_html) if which == "priced" else crossed
+    agents = {name for (name,) in sql(path, "SELECT DISTINCT agent_name FROM agent_runs")}
+    models = {name for (name,) in sql(path, "SELECT DISTINCT model FROM step_executions")}
+    charts = charts_of(page)
+
+    for names in (agents, models):
+        colours = colours_by_name(charts, names)
+        assert set(colours) == names
+        assert all(len(found) == 1 for found in colours.values()), colours
+        assert len({next(iter(found)) for found in colours.values()}) == len(names)
+    # The cost tree draws each run's own steps in its agent's colour.
+    tree = [(fill, tip) for rects in charts.rects for fill, tip in rects if " · run " in tip]
+    for agent, (colour,) in colours_by_name(charts, agents).items():
+        fills = {fill for fill, tip in tree if tip.startswith(f"{agent} · run ")}
+        assert colour in fills, (agent, colour, fills)
+
+
+def test_the_chart_labels_are_shown_whole(priced_html):
+    labels = [label for chart in charts_of(priced_html).labels for label in chart]
+
+    assert any(EVIL in whole for _, whole in labels)
+    for shown, whole in labels:
+        assert shown == whole, f"cut: {shown!r} for {whole!r}"
+
+
+def test_every_run_of_the_page_leads_to_its_tree(priced, priced_html):
+    structure = parsed(priced_html)
+    anchors = {attrs["id"] for _, attrs in structure.tags if attrs.get("id")}
+    links = [attrs["href"] or "" for tag, attrs in structure.tags if tag == "a"]
+
+    assert links and all(link.startswith("#") and link[1:] in anchors for link in links)
+    runs = {run_id for (run_id,) in sql(priced, "SELECT id FROM agent_runs")}
+    assert {f"run-{run_id}" for run_id in runs} <= anchors  # every run of the top trees
+    table = priced_html.split("<caption>The most expensive runs</caption>")[1].split("</table>")[0]
+    top = re.findall(r'<tr><td><a href="#run-([^"]+)">([^<]+)</a></td>', table)
+    assert len(top) == 3 and all(run_id.startswith(shown) for run_id, shown in top)
+    # Each run's row of the cost tree leads there too.
+    assert {link for link in links if link[5:] in runs} == {f"#run-{run_id}" for run_id in runs}
+
+
+def test_ids_in_the_tables_keep_to_one_line(priced_html):
+    assert "td { white-space: nowrap; }" in priced_html
+    ids = re.findall(r"<td( class=\"[^\"]*\")?>(?:<a [^>]*>)?[0-9a-f]{8}-[0-9a-f]", priced_html)
+    assert len(ids) >= 5  # conversations and runs
+    assert all("prose" not in classes for classes in ids)
 
 
 def test_the_html_page_escapes_names_from_the_ledger(priced_html):

@@ -3,7 +3,8 @@
 Two kinds: :func:`stacked_bars` (vertical bars over time buckets, stacked by series, one or
 more panels side by side) and :func:`horizontal_bars` (a labelled row per item, with grouped or
 overlaid bars). Every text is escaped, and every bar carries a ``<title>``, which browsers show
-as a tooltip.
+as a tooltip. Colours are given by the caller (:func:`colours` gives each name one, so that the
+same agent is the same colour in every chart), and labels are given the room they need.
 """
 
 from __future__ import annotations
@@ -23,33 +24,42 @@ PALETTE = (
     "#b07aa1",
     "#ff9da7",
     "#9c755f",
-    "#bab0ac",
 )
-"""Series colours, in order (Tableau 10: distinguishable, and kind to most colour blindness)."""
+"""Colours of named things (agents, models), in order: Tableau 10 without its grey, which
+:data:`OTHER` keeps (distinguishable, and kind to most colour blindness)."""
+OTHER = "#bab0ac"
+"""The colour of the series that sums the smallest ones ("3 others")."""
 
 WIDTH = 960
 MARGIN = 16
 CHAR_WIDTH = 6.6
 """About how wide a character of the 12px sans-serif text is: for truncating labels."""
 
+SMALL_CHAR_WIDTH = 6.1
+"""The same for the 11px text of notes, legends and axes."""
+
 _TITLE_HEIGHT = 28
 _PLOT_HEIGHT = 220
 _AXIS_HEIGHT = 40
 _LEGEND_ROW = 18
-_LABEL_WIDTH = 250
-_NOTE_WIDTH = 200
+_LABEL_WIDTH = (120, 400)
+"""The narrowest and widest room for the labels before the bars: as wide as the longest label
+needs, within these bounds."""
+_NOTE_WIDTH = (60, 330)
+"""Likewise for the notes after the bars."""
+_INDENT = 14
 _MAX_SERIES = 8
-_LEGEND_LABEL = 220
 
 Format = Callable[[float], str]
 
 
 @dataclass(frozen=True)
 class Series:
-    """One colour of a stacked bar chart: its name and a value per category."""
+    """One colour of a stacked bar chart: its name, a value per category and its colour."""
 
     name: str
     values: tuple[float, ...]
+    colour: str
 
 
 @dataclass(frozen=True)
@@ -62,22 +72,35 @@ class Panel:
 
 @dataclass(frozen=True)
 class Bar:
-    """A horizontal bar: its value, its legend entry (``key``, which gives the colour) and the
-    tooltip it shows."""
+    """A horizontal bar: its value, its colour and the tooltip it shows."""
 
     value: float
-    key: int
+    colour: str
     tooltip: str
 
 
 @dataclass(frozen=True)
 class Row:
-    """A row of a horizontal bar chart: a label indented by ``depth``, bars, a note after them."""
+    """A row of a horizontal bar chart: a label indented by ``depth``, bars, a note after them;
+    ``link``, an anchor of the page the label leads to (``""``: none)."""
 
     label: str
     bars: tuple[Bar, ...]
     note: str = ""
     depth: int = 0
+    link: str = ""
+
+
+def colours(names: Iterable[str]) -> dict[str, str]:
+    """A colour for each of ``names``, in the order given (the palette again after nine): one
+    mapping for every chart, so that a name is the same colour wherever it is drawn."""
+    return {name: PALETTE[i % len(PALETTE)] for i, name in enumerate(dict.fromkeys(names))}
+
+
+def tint(colour: str, amount: float = 0.55) -> str:
+    """``colour`` (``#rrggbb``) mixed with white by ``amount``: its lighter shade."""
+    channels = (int(colour[i : i + 2], 16) for i in (1, 3, 5))
+    return "#" + "".join(f"{round(c + (255 - c) * amount):02x}" for c in channels)
 
 
 # -- stacked bars ------------------------------------------------------------------------------
@@ -112,7 +135,7 @@ def top_series(series: Sequence[Series], limit: int = _MAX_SERIES) -> tuple[Seri
         return tuple(ranked)
     kept, rest = ranked[: limit - 1], ranked[limit - 1 :]
     summed = tuple(sum(values) for values in zip(*(s.values for s in rest), strict=True))
-    return (*kept, Series(f"{len(rest)} others", summed))
+    return (*kept, Series(f"{len(rest)} others", summed, OTHER))
 
 
 def _stacked_panel(
@@ -141,7 +164,7 @@ def _stacked_panel(
 
 
 def _entries(panel: Panel) -> list[tuple[str, str]]:
-    return [(s.name, PALETTE[i % len(PALETTE)]) for i, s in enumerate(panel.series)]
+    return [(s.name, s.colour) for s in panel.series]
 
 
 def _stacks(
@@ -159,14 +182,14 @@ def _stacks(
     for index, category in enumerate(categories):
         x = plot_left + index * slot + (slot - bar_width) / 2
         base = plot_top + _PLOT_HEIGHT
-        for number, one in enumerate(series):
+        for one in series:
             value = one.values[index]
             if value <= 0:
                 continue
             height = value * scale
             base -= height
             tip = f"{category} · {one.name}: {fmt(value)}"
-            parts.append(_rect(x, base, bar_width, height, PALETTE[number % len(PALETTE)], tip))
+            parts.append(_rect(x, base, bar_width, height, one.colour, tip))
     return parts
 
 
@@ -202,48 +225,57 @@ def horizontal_bars(
     title: str,
     rows: Sequence[Row],
     *,
-    legend: Sequence[tuple[str, int]],
+    legend: Sequence[tuple[str, str]],
     x_label: str,
     fmt: Format,
     overlay: bool = False,
     maximum: float | None = None,
 ) -> str:
     """A row per item: its label, its bars (one under the other, or ``overlay``: drawn over
-    each other, widest first) and a note. ``legend`` names each bar ``key``. With ``maximum``
-    the scale is fixed and every row gets a light track to it (for rates)."""
+    each other, widest first) and a note. ``legend`` names the colours. With ``maximum``
+    the scale is fixed and every row gets a light track to it (for rates). The labels and
+    the notes get the room their longest needs (within bounds), the bars the rest."""
     bars_per_row = 1 if overlay else max((len(r.bars) for r in rows), default=1)
     row_height = 6 + 8 * bars_per_row if bars_per_row > 1 else 22
-    entries = _colours(legend, overlay)
-    top = _TITLE_HEIGHT + _legend_height(entries, WIDTH - 2 * MARGIN) + 10
+    top = _TITLE_HEIGHT + _legend_height(legend, WIDTH - 2 * MARGIN) + 10
     height = top + row_height * len(rows) + _AXIS_HEIGHT + MARGIN
-    plot_left = MARGIN + _LABEL_WIDTH
-    plot_width = WIDTH - plot_left - _NOTE_WIDTH - MARGIN
+    label_width = _room((_INDENT * r.depth + len(r.label) * CHAR_WIDTH for r in rows), _LABEL_WIDTH)
+    note_width = _room((len(r.note) * SMALL_CHAR_WIDTH for r in rows), _NOTE_WIDTH)
+    plot_left = MARGIN + label_width
+    plot_width = WIDTH - plot_left - note_width - MARGIN
     largest = max((b.value for r in rows for b in r.bars), default=0.0)
     ticks = nice_ticks(maximum if maximum is not None else largest)
     scale = plot_width / ticks[-1]
     parts = [_chart_title(title)]
-    parts += _legend(entries, MARGIN, _TITLE_HEIGHT + 4, WIDTH - 2 * MARGIN)
+    parts += _legend(legend, MARGIN, _TITLE_HEIGHT + 4, WIDTH - 2 * MARGIN)
     for index, row in enumerate(rows):
         y = top + index * row_height
-        parts += _bar_row(row, y, row_height, plot_left, plot_width, scale, maximum, overlay)
+        place = (y, row_height, plot_left, plot_width, label_width, note_width)
+        parts += _bar_row(row, place, scale, maximum, overlay)
     bottom = top + row_height * len(rows)
     parts += _x_axis(plot_left, bottom, plot_width, ticks, scale, fmt)
     parts.append(_text(plot_left + plot_width / 2, bottom + 34, x_label, anchor="middle"))
     return _svg(title, height, parts)
 
 
+def _room(widths: Iterable[float], bounds: tuple[int, int]) -> float:
+    """The room the widest of ``widths`` needs, with a gap after it, within ``bounds``."""
+    narrowest, widest = bounds
+    return min(max(max(widths, default=0.0) + 12, narrowest), widest)
+
+
+_Place = tuple[float, float, float, float, float, float]
+"""Where a row goes: its top, height, the bars' left and width, the labels' and notes' room."""
+
+
 def _bar_row(
-    row: Row,
-    y: float,
-    height: float,
-    plot_left: float,
-    plot_width: float,
-    scale: float,
-    maximum: float | None,
-    overlay: bool,
+    row: Row, place: _Place, scale: float, maximum: float | None, overlay: bool
 ) -> list[str]:
-    indent = 14 * row.depth
-    parts = [_label(MARGIN + indent, y + height / 2 + 4, row.label, _LABEL_WIDTH - indent - 8)]
+    y, height, plot_left, plot_width, label_width, note_width = place
+    indent = _INDENT * row.depth
+    middle = y + height / 2 + 4
+    label = _label(MARGIN + indent, middle, row.label, label_width - indent - 8)
+    parts = [_linked(label, row.link)]
     if maximum is not None:
         tip = row.bars[0].tooltip if row.bars else row.label
         parts.append(_rect(plot_left, y + 3, plot_width, height - 6, "#eeeeee", tip))
@@ -252,12 +284,15 @@ def _bar_row(
         bar_y = y + 3 + (0 if overlay else index * thickness)
         width = min(bar.value * scale, plot_width)
         if width > 0:
-            colour = _colour(bar.key, overlay)
-            parts.append(_rect(plot_left, bar_y, width, thickness, colour, bar.tooltip))
-    parts.append(
-        _label(plot_left + plot_width + 8, y + height / 2 + 4, row.note, _NOTE_WIDTH - 8, size=11)
-    )
+            parts.append(_rect(plot_left, bar_y, width, thickness, bar.colour, bar.tooltip))
+    note = _label(plot_left + plot_width + 8, middle, row.note, note_width - 8, size=11)
+    parts.append(note)
     return parts
+
+
+def _linked(element: str, link: str) -> str:
+    """``element`` inside a link to the page's anchor ``link`` (none when it is empty)."""
+    return f'<a href="#{escape(link)}">{element}</a>' if link else element
 
 
 def _x_axis(
@@ -269,17 +304,6 @@ def _x_axis(
         parts.append(_line(x, bottom, x, bottom + 4, "#888"))
         parts.append(_text(x, bottom + 16, fmt(tick), anchor="middle", size=11))
     return parts
-
-
-def _colours(legend: Sequence[tuple[str, int]], overlay: bool) -> list[tuple[str, str]]:
-    return [(name, _colour(key, overlay)) for name, key in legend]
-
-
-def _colour(key: int, overlay: bool) -> str:
-    """Overlaid bars: a light shade of the first colour behind, the full colour in front."""
-    if overlay:
-        return ("#a9c1dc", PALETTE[0], PALETTE[1])[key % 3]
-    return PALETTE[key % len(PALETTE)]
 
 
 # -- scale -------------------------------------------------------------------------------------
@@ -322,7 +346,7 @@ def _legend(entries: Sequence[tuple[str, str]], left: float, top: float, width: 
     parts = []
     for (name, colour), (x, y) in zip(entries, _legend_places(entries, width), strict=True):
         parts.append(_rect(left + x, top + y, 10, 10, colour, name))
-        parts.append(_label(left + x + 14, top + y + 9, name, _LEGEND_LABEL, size=11))
+        parts.append(_label(left + x + 14, top + y + 9, name, width - x - 14, size=11))
     return parts
 
 
@@ -331,7 +355,7 @@ def _legend_places(entries: Sequence[tuple[str, str]], width: float) -> list[tup
     places: list[tuple[float, int]] = []
     x, y = 0.0, 0
     for name, _ in entries:
-        size = 14 + min(len(name) * CHAR_WIDTH, _LEGEND_LABEL) + 18
+        size = 14 + min(len(name) * SMALL_CHAR_WIDTH, width - 14) + 18
         if x > 0 and x + size > width:
             x, y = 0.0, y + _LEGEND_ROW
         places.append((x, y))
@@ -374,8 +398,9 @@ def _text(
 
 
 def _label(x: float, y: float, text: str, width: float, *, size: int = 12) -> str:
-    """A label cut to ``width`` (an ellipsis says so), its whole text in a tooltip."""
-    limit = max(int(width / CHAR_WIDTH), 4)
+    """A label cut to ``width`` (an ellipsis says so; the charts give their labels the room
+    they need, so only a label longer than any room is), its whole text in a tooltip."""
+    limit = max(int(width / (CHAR_WIDTH if size >= 12 else SMALL_CHAR_WIDTH)), 4)
     shown = text if len(text) <= limit else text[: limit - 1] + "…"
     return (
         f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}"><title>{escape(text)}</title>'

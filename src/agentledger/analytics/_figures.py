@@ -2,7 +2,9 @@
 agent and by model, the cost tree of the most expensive runs, tool latency and error rates.
 
 The HTML page draws them (:func:`render_html`), and a notebook shows them inline
-(``IPython.display.SVG(figure.svg)``): :func:`figures` gives each one by name.
+(``IPython.display.SVG(figure.svg)``): :func:`figures` gives each one by name. Each agent and
+each model has one colour in every chart (:class:`Palette`), and each run of the cost tree
+leads to its tree on the page (:func:`run_anchor`).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from typing import Literal
 from ..values import cost_text
 from . import _charts
 from ._format import compact, count, money_axis, ms_text, percent, plural, time_text
-from ._report import BucketUnit, Report, RunCost, ToolStat, Totals, UsagePoint
+from ._report import BucketUnit, Report, RunCost, ToolStat, Totals, UsagePoint, run_anchor
 
 TREE_RUNS = 5
 """How many of the most expensive runs the cost tree draws."""
@@ -23,6 +25,33 @@ TREE_ROWS = 15
 """The most rows one run's tree takes in the cost tree; the rest are counted."""
 CHART_TOOLS = 20
 """The most tools the latency and error charts draw (those called most)."""
+PERCENTILE_COLOURS = ("#c3ccd6", "#7f8fa3", "#3d4a5c")
+"""p50, p95, p99: shades of one grey-blue, apart from the colours of agents and models."""
+ERROR_COLOUR = "#b8312f"
+OWN_STEPS = "#555555"
+"""The legend of the cost tree: each run is drawn in its agent's colour, full for its own
+steps and a lighter shade for its subtree."""
+
+
+@dataclass(frozen=True)
+class Palette:
+    """The colour of each agent and of each model, the same in every chart: the busiest (most
+    tokens) first, from :data:`_charts.PALETTE`."""
+
+    agents: dict[str, str]
+    models: dict[str, str]
+
+    @classmethod
+    def of(cls, report: Report) -> Palette:
+        def busiest(key: Callable[[UsagePoint], str]) -> list[str]:
+            tokens: dict[str, int] = {}
+            for point in report.usage:
+                tokens[key(point)] = tokens.get(key(point), 0) + point.tokens
+            return sorted(tokens, key=lambda name: (-tokens[name], name))
+
+        in_trees = (run.agent_name for root in report.runs for run in root.walk())
+        agents = _charts.colours([*busiest(lambda p: p.agent_name), *sorted(in_trees)])
+        return cls(agents, _charts.colours(busiest(lambda p: p.model)))
 
 
 @dataclass(frozen=True)
@@ -41,11 +70,13 @@ def figures(report: Report) -> dict[str, Figure]:
     ``cost`` (per time bucket, stacked by agent and by model), ``cost_tree`` (the most
     expensive runs and their subagent runs, inclusive and exclusive), ``tool_latency`` (p50,
     p95 and p99 per tool) and ``tool_errors`` (the share of calls that returned an error)."""
+    palette = Palette.of(report)
     return {
-        "tokens": Figure("Tokens over time", *_usage_chart(report, "tokens")),
-        "cost": Figure("Cost over time", *_usage_chart(report, "cost")),
+        "tokens": Figure("Tokens over time", *_usage_chart(report, "tokens", palette)),
+        "cost": Figure("Cost over time", *_usage_chart(report, "cost", palette)),
         "cost_tree": Figure(
-            "Cost tree of the most expensive runs", *_tree_chart(report.runs[:TREE_RUNS])
+            "Cost tree of the most expensive runs",
+            *_tree_chart(report.runs[:TREE_RUNS], palette.agents),
         ),
         "tool_latency": Figure("Tool latency", *_latency_chart(report.tools)),
         "tool_errors": Figure("Tool error rates", *_error_chart(report.tools)),
@@ -56,7 +87,7 @@ Chart = tuple[str, str]
 """An SVG chart (or "" when there is nothing to draw) and the note under it."""
 
 
-def _usage_chart(report: Report, metric: Literal["tokens", "cost"]) -> Chart:
+def _usage_chart(report: Report, metric: Literal["tokens", "cost"], palette: Palette) -> Chart:
     if not report.usage:
         return "", "No steps recorded yet."
     priced = [p for p in report.usage if p.cost_usd is not None]
@@ -69,8 +100,8 @@ def _usage_chart(report: Report, metric: Literal["tokens", "cost"]) -> Chart:
         )
     labels = [_bucket_label(b, report.unit) for b in report.buckets]
     panels = (
-        _charts.Panel("by agent", _series(report, lambda p: p.agent_name, metric)),
-        _charts.Panel("by model", _series(report, lambda p: p.model, metric)),
+        _charts.Panel("by agent", _series(report, lambda p: p.agent_name, metric, palette.agents)),
+        _charts.Panel("by model", _series(report, lambda p: p.model, metric, palette.models)),
     )
     title = f"{'Tokens (input + output)' if metric == 'tokens' else 'Cost (USD)'} per {report.unit}"
     chart = _charts.stacked_bars(
@@ -91,7 +122,10 @@ def _usage_chart(report: Report, metric: Literal["tokens", "cost"]) -> Chart:
 
 
 def _series(
-    report: Report, key: Callable[[UsagePoint], str], metric: Literal["tokens", "cost"]
+    report: Report,
+    key: Callable[[UsagePoint], str],
+    metric: Literal["tokens", "cost"],
+    colours: dict[str, str],
 ) -> tuple[_charts.Series, ...]:
     index = {bucket: i for i, bucket in enumerate(report.buckets)}
     values: dict[str, list[float]] = {}
@@ -99,23 +133,28 @@ def _series(
         row = values.setdefault(key(point), [0.0] * len(report.buckets))
         amount = point.tokens if metric == "tokens" else (point.cost_usd or 0.0)
         row[index[point.bucket]] += amount
-    return tuple(_charts.Series(name, tuple(v)) for name, v in sorted(values.items()))
+    return tuple(
+        _charts.Series(name, tuple(v), colours[name]) for name, v in sorted(values.items())
+    )
 
 
 def _bucket_label(bucket: datetime, unit: BucketUnit) -> str:
     return bucket.strftime("%m-%d %H:00" if unit == "hour" else "%Y-%m-%d")
 
 
-def _tree_chart(runs: Sequence[RunCost]) -> Chart:
+def _tree_chart(runs: Sequence[RunCost], colours: dict[str, str]) -> Chart:
     if not runs:
         return "", "No runs recorded yet."
     by_cost = all(r.inclusive.cost_usd is not None and not r.inclusive.unpriced_steps for r in runs)
-    rows = [row for run in runs for row in _tree_rows(run, by_cost)]
+    rows = [row for run in runs for row in _tree_rows(run, by_cost, colours)]
     what = "cost" if by_cost else "tokens (input + output)"
     chart = _charts.horizontal_bars(
         f"The {len(runs)} most expensive runs and their subagent runs, by {what}",
         rows,
-        legend=(("incl. (with subagent runs)", 0), ("excl. (own steps)", 1)),
+        legend=(
+            ("excl. (own steps), in the agent's colour", OWN_STEPS),
+            ("incl. (with subagent runs), a lighter shade", _charts.tint(OWN_STEPS)),
+        ),
         x_label="US dollars" if by_cost else "tokens",
         fmt=money_axis if by_cost else compact,
         overlay=True,
@@ -129,13 +168,13 @@ def _tree_chart(runs: Sequence[RunCost]) -> Chart:
     return chart, note
 
 
-def _tree_rows(root: RunCost, by_cost: bool) -> list[_charts.Row]:
+def _tree_rows(root: RunCost, by_cost: bool, colours: dict[str, str]) -> list[_charts.Row]:
     rows: list[_charts.Row] = []
 
     def visit(run: RunCost, depth: int) -> None:
         if len(rows) >= TREE_ROWS:
             return
-        rows.append(_tree_row(run, depth, by_cost))
+        rows.append(_tree_row(run, depth, by_cost, colours[run.agent_name]))
         for child in run.children:
             visit(child, depth + 1)
 
@@ -146,7 +185,7 @@ def _tree_rows(root: RunCost, by_cost: bool) -> list[_charts.Row]:
     return rows
 
 
-def _tree_row(run: RunCost, depth: int, by_cost: bool) -> _charts.Row:
+def _tree_row(run: RunCost, depth: int, by_cost: bool, colour: str) -> _charts.Row:
     def value(totals: Totals) -> float:
         return (totals.cost_usd or 0.0) if by_cost else float(totals.tokens)
 
@@ -164,10 +203,11 @@ def _tree_row(run: RunCost, depth: int, by_cost: bool) -> _charts.Row:
     started = "" if run.started_at is None else run.started_at.strftime(" · %m-%d %H:%M")
     label = run.agent_name if depth else f"{run.agent_name}{started}"
     bars = (
-        _charts.Bar(value(run.inclusive), 0, tip),
-        _charts.Bar(value(run.exclusive), 1, tip),
+        _charts.Bar(value(run.inclusive), _charts.tint(colour), tip),
+        _charts.Bar(value(run.exclusive), colour, tip),
     )
-    return _charts.Row(label, bars, f"excl. {excl} · incl. {incl}", depth)
+    note = f"excl. {excl} · incl. {incl}"
+    return _charts.Row(label, bars, note, depth, run_anchor(run.run_id))
 
 
 def _latency_chart(tools: Sequence[ToolStat]) -> Chart:
@@ -176,7 +216,7 @@ def _latency_chart(tools: Sequence[ToolStat]) -> Chart:
     chart = _charts.horizontal_bars(
         "Tool call duration percentiles",
         [_latency_row(t) for t in tools[:CHART_TOOLS]],
-        legend=(("p50", 0), ("p95", 1), ("p99", 2)),
+        legend=tuple(zip(("p50", "p95", "p99"), PERCENTILE_COLOURS, strict=True)),
         x_label="milliseconds",
         fmt=compact,
     )
@@ -186,8 +226,8 @@ def _latency_chart(tools: Sequence[ToolStat]) -> Chart:
 def _latency_row(t: ToolStat) -> _charts.Row:
     percentiles = (("p50", t.p50_ms), ("p95", t.p95_ms), ("p99", t.p99_ms))
     bars = tuple(
-        _charts.Bar(value, key, f"{t.tool_name} · {name}: {ms_text(value)} ms")
-        for key, (name, value) in enumerate(percentiles)
+        _charts.Bar(value, colour, f"{t.tool_name} · {name}: {ms_text(value)} ms")
+        for colour, (name, value) in zip(PERCENTILE_COLOURS, percentiles, strict=True)
         if value is not None
     )
     note = f"{plural(t.calls, 'call')} · p50 {ms_text(t.p50_ms)} · p99 {ms_text(t.p99_ms)} ms"
@@ -200,7 +240,7 @@ def _error_chart(tools: Sequence[ToolStat]) -> Chart:
     chart = _charts.horizontal_bars(
         "Tool calls that returned an error",
         [_error_row(t) for t in tools[:CHART_TOOLS]],
-        legend=(("error rate", 3),),
+        legend=(("error rate", ERROR_COLOUR),),
         x_label="share of calls",
         fmt=lambda v: f"{v:.0%}",
         maximum=1.0,
@@ -210,7 +250,7 @@ def _error_chart(tools: Sequence[ToolStat]) -> Chart:
 
 def _error_row(t: ToolStat) -> _charts.Row:
     share = f"{t.errors:,} of {plural(t.calls, 'call')} ({percent(t.error_rate)})"
-    bar = _charts.Bar(t.error_rate, 3, f"{t.tool_name}: errors in {share}")
+    bar = _charts.Bar(t.error_rate, ERROR_COLOUR, f"{t.tool_name}: errors in {share}")
     note = f"{percent(t.error_rate)} · {t.errors:,} of {plural(t.calls, 'call')}"
     return _charts.Row(t.tool_name, (bar,), note)
 

@@ -1,6 +1,7 @@
 """The analytics report as one self-contained HTML page: inline CSS, the report's charts as
-inline SVG (:mod:`._figures`), its tables; no script, no link, nothing fetched. Every text from
-the ledger is escaped."""
+inline SVG (:mod:`._figures`), its tables, and the tree of each of the most expensive runs,
+which the runs' ids in the tables and the cost tree lead to; no script, nothing fetched (the
+only links are to the page's own anchors). Every text from the ledger is escaped."""
 
 from __future__ import annotations
 
@@ -8,9 +9,10 @@ import os
 from html import escape
 from pathlib import Path
 
-from ._figures import Figure, figures
-from ._format import time_text
-from ._report import Column, Report, ReportTable
+from ..values import cost_text
+from ._figures import Figure, Palette, figures
+from ._format import plural, time_text
+from ._report import Column, Report, ReportTable, RunCost, Totals, run_anchor
 
 _STYLE = """
 body { font-family: system-ui, -apple-system, "Segoe UI", Roboto, sans-serif; margin: 2rem auto;
@@ -26,9 +28,19 @@ svg.chart { font-family: inherit; background: #fff; }
 table { border-collapse: collapse; margin: .5rem 0 .3rem; font-size: .85rem; }
 th, td { border-bottom: 1px solid #e3e3e3; padding: .25rem .6rem; text-align: left; }
 th { background: #f6f6f6; }
+td { white-space: nowrap; }
+td.prose { white-space: normal; }
 td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }
 caption { text-align: left; font-weight: bold; padding: .3rem 0; }
 .scroll { overflow-x: auto; }
+a { color: inherit; }
+code { font-size: .85rem; }
+ul.tree { list-style: none; padding-left: 1.4rem; margin: .2rem 0; font-size: .85rem; }
+div.trees > ul.tree { padding-left: 0; }
+ul.tree li { margin: .2rem 0; }
+ul.tree li:target > span { background: #fff5db; }
+.swatch { display: inline-block; width: .7rem; height: .7rem; margin-right: .3rem;
+          vertical-align: baseline; }
 """
 
 
@@ -43,6 +55,7 @@ def render_html(report: Report) -> str:
         *(_figure(figure) for figure in figures(report).values()),
         "<h2>Tables</h2>",
         *(html_table(table) for table in report.tables),
+        *_run_trees(report),
     ]
     body = "\n".join(sections)
     return (
@@ -61,18 +74,23 @@ def write_html(report: Report, path: str | os.PathLike[str]) -> Path:
 
 
 def html_table(table: ReportTable) -> str:
+    """The table; each row's first cell a link to the anchor ``table.links`` gives it."""
+
     def cls(column: Column) -> str:
-        return ' class="num"' if column.numeric else ""
+        names = [name for name, on in (("num", column.numeric), ("prose", column.prose)) if on]
+        return f' class="{" ".join(names)}"' if names else ""
+
+    def cells(row: tuple[str, ...], link: str) -> str:
+        shown = [escape(cell) for cell in row]
+        if link and shown:
+            shown[0] = f'<a href="#{escape(link)}">{shown[0]}</a>'
+        return "".join(
+            f"<td{cls(c)}>{cell}</td>" for c, cell in zip(table.columns, shown, strict=True)
+        )
 
     head = "".join(f"<th{cls(c)}>{escape(c.name)}</th>" for c in table.columns)
-    rows = [
-        "<tr>"
-        + "".join(
-            f"<td{cls(c)}>{escape(cell)}</td>" for c, cell in zip(table.columns, row, strict=True)
-        )
-        + "</tr>"
-        for row in table.rows
-    ]
+    links = table.links or ("",) * len(table.rows)
+    rows = [f"<tr>{cells(row, link)}</tr>" for row, link in zip(table.rows, links, strict=True)]
     if not rows:
         rows = [f'<tr><td colspan="{len(table.columns)}">nothing recorded yet</td></tr>']
     note = f'<p class="note">{escape(table.note)}</p>' if table.note else ""
@@ -80,6 +98,41 @@ def html_table(table: ReportTable) -> str:
         f'<div class="scroll"><table><caption>{escape(table.title)}</caption>'
         f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>{note}"
     )
+
+
+def _run_trees(report: Report) -> list[str]:
+    """The most expensive runs, each with the subagent runs below it: what their ids in the
+    tables and their rows in the cost tree lead to."""
+    if not report.runs:
+        return []
+    palette = Palette.of(report)
+    trees = "".join(_tree(run, palette) for run in report.runs)
+    return [
+        "<h2>Run trees</h2>",
+        '<p class="note">The most expensive runs, each with its subagent runs; '
+        "`agentledger trace RUN` prints one with its steps and tool calls.</p>",
+        f'<div class="trees"><ul class="tree">{trees}</ul></div>',
+    ]
+
+
+def _tree(run: RunCost, palette: Palette) -> str:
+    colour = palette.agents.get(run.agent_name, "#bab0ac")
+    line = (
+        f"<span><code>{escape(run.shown_id or run.run_id)}</code> · "
+        f'<span class="swatch" style="background: {colour}"></span>{escape(run.agent_name)} · '
+        f"{escape(run.status)} · {escape(time_text(run.started_at))} · "
+        f"own: {_totals(run.exclusive)}"
+    )
+    if run.children:
+        line += f" · with subagent runs: {_totals(run.inclusive)}"
+    below = "".join(_tree(child, palette) for child in run.children)
+    children = f'<ul class="tree">{below}</ul>' if below else ""
+    return f'<li id="{escape(run_anchor(run.run_id))}">{line}</span>{children}</li>'
+
+
+def _totals(totals: Totals) -> str:
+    cost = cost_text(totals.cost_usd, fully_priced=not totals.unpriced_steps)
+    return escape(f"{plural(totals.steps, 'step')}, {plural(totals.tokens, 'token')}, {cost}")
 
 
 def _figure(figure: Figure) -> str:

@@ -109,6 +109,9 @@ class RunCost:
     exclusive: Totals
     inclusive: Totals
     children: tuple[RunCost, ...] = ()
+    shown_id: str = ""
+    """The run's id as the command line shows it: its shortest unique prefix
+    (``Analytics.short_ids``)."""
 
     def walk(self) -> Iterable[RunCost]:
         yield self
@@ -146,6 +149,8 @@ class Column:
     numeric: bool = False
     identifier: bool = False
     """A column of short ids (``Analytics.short_ids``): never wrapped nor cut in a terminal."""
+    prose: bool = False
+    """Free text (a title, a sentence) that the page may wrap; other cells keep to one line."""
 
 
 @dataclass(frozen=True)
@@ -161,6 +166,14 @@ class ReportTable:
     note: str = ""
     name: str = ""
     records: tuple[Record, ...] = ()
+    links: tuple[str, ...] = ()
+    """Per row, the anchor of the page its first cell leads to (:func:`run_anchor`), when the
+    table has any."""
+
+
+def run_anchor(run_id: str) -> str:
+    """The id of the element of the HTML page that shows the run ``run_id`` in its tree."""
+    return f"run-{run_id}"
 
 
 @dataclass(frozen=True)
@@ -194,7 +207,7 @@ def build_report(
         _conversation_table(analytics, top),
         _usage_table("agents", "Usage by agent", "agent", analytics.agent_usage(), "agent_name"),
         _usage_table("models", "Usage by model", "model", analytics.model_usage(), "model"),
-        _runs_table(runs, analytics.short_ids((r.run_id for r in runs), of="run")),
+        _runs_table(runs),
         _tools_table(tools),
         _tree_shape_table(analytics),
         _completeness_table(completeness),
@@ -285,11 +298,12 @@ def _top_runs(analytics: Analytics, top: int) -> tuple[RunCost, ...]:
     children: dict[str, list[Record]] = {}
     for record in below:
         children.setdefault(record["parent_run_id"], []).append(record)
-    return tuple(_run_cost(root, children) for root in roots)
+    shown = analytics.short_ids((r["run_id"] for r in (*roots, *below)), of="run")
+    return tuple(_run_cost(root, children, shown) for root in roots)
 
 
-def _run_cost(record: Record, children: dict[str, list[Record]]) -> RunCost:
-    below = [_run_cost(child, children) for child in children.get(record["run_id"], [])]
+def _run_cost(record: Record, children: dict[str, list[Record]], shown: dict[str, str]) -> RunCost:
+    below = [_run_cost(child, children, shown) for child in children.get(record["run_id"], [])]
     below.sort(key=lambda c: (-(c.inclusive.cost_usd or 0.0), -c.inclusive.tokens))
     return RunCost(
         run_id=record["run_id"],
@@ -300,6 +314,7 @@ def _run_cost(record: Record, children: dict[str, list[Record]]) -> RunCost:
         exclusive=_totals(record, "exclusive"),
         inclusive=_totals(record, "inclusive"),
         children=tuple(below),
+        shown_id=shown[record["run_id"]],
     )
 
 
@@ -360,7 +375,7 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
     )
     columns = (
         Column("conversation", identifier=True),
-        Column("title"),
+        Column("title", prose=True),
         Column("runs", True),
         Column("subagent runs", True),
         Column("steps", True),
@@ -396,8 +411,9 @@ def _usage_table(
     return ReportTable(title, columns, cells, name=name, records=tuple(rows))
 
 
-def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
-    """The costliest top-level runs, each by its short id (``Analytics.short_ids``)."""
+def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
+    """The costliest top-level runs, each by its short id (``Analytics.short_ids``), leading
+    to its tree on the page."""
     columns = (
         Column("run", identifier=True),
         Column("agent"),
@@ -412,7 +428,7 @@ def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
     )
     cells = tuple(
         (
-            short[run.run_id],
+            run.shown_id,
             run.agent_name,
             run.status,
             time_text(run.started_at),
@@ -441,7 +457,9 @@ def _runs_table(runs: Sequence[RunCost], short: dict[str, str]) -> ReportTable:
         }
         for run in runs
     )
-    return ReportTable("The most expensive runs", columns, cells, note, "runs", records)
+    links = tuple(run_anchor(run.run_id) for run in runs)
+    title = "The most expensive runs"
+    return ReportTable(title, columns, cells, note, "runs", records, links)
 
 
 def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
@@ -490,7 +508,7 @@ def _tree_shape_table(analytics: Analytics) -> ReportTable:
             f"{number(s.get('p95_fan_out'))} / {count(s.get('max_fan_out'))}",
         ),
     )
-    columns = (Column("measure"), Column("value", True))
+    columns = (Column("measure", prose=True), Column("value", True))
     records = (s,) if s else ()
     return ReportTable("Run tree shape", columns, pairs, name="tree_shape", records=records)
 
@@ -504,7 +522,7 @@ def _completeness_table(c: Completeness) -> ReportTable:
         ("steps without a price", count(c.unpriced_steps)),
         ("models without a price", ", ".join(c.unpriced_models) or "–"),
     )
-    columns = (Column("measure"), Column("value", True))
+    columns = (Column("measure", prose=True), Column("value", True, prose=True))
     return ReportTable("Completeness", columns, pairs, c.summary(), "completeness", (asdict(c),))
 
 
