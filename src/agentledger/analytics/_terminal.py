@@ -14,9 +14,9 @@ from rich.table import Table
 from rich.text import Text
 
 from ..values import terminal_text
-from ._analytics import LEFT_OUT, read_back
 from ._duckdb import require_duckdb
 from ._format import count, time_text
+from ._parquet import LEFT_OUT, read_back
 from ._report import Column, Report, ReportTable
 
 if TYPE_CHECKING:
