@@ -277,6 +277,98 @@ def test_an_id_made_of_sql_is_an_id_that_matches_nothing(served, ledger_file, na
     assert ledger_file.read_bytes() == before
 
 
+# --- ids as the command line prints them, links between the queries, what is out of the way ----
+
+ID_QUERIES = [("conversation", "conversation_id"), ("run_trace", "run_id"), ("run_tree", "run_id")]
+
+
+def ids_for(name: str, ledger: Ledger) -> list[str]:
+    if name == "conversation":
+        return [c.id for c in ledger.conversations()]
+    return [r.id for r in ledger.runs()]
+
+
+@pytest.mark.parametrize(("name", "param"), ID_QUERIES)
+def test_an_id_query_takes_the_short_id_the_command_line_prints(served, ledger, name, param):
+    kind = "conversation" if name == "conversation" else "run"
+    ids = ids_for(name, ledger)
+    shown = ledger.short_ids(ids, of=kind)
+    assert any(len(short) < len(full) for full, short in shown.items())
+    for full, short in shown.items():
+        assert query(served, name, **{param: short}) == query(served, name, **{param: full})
+    assert any(query(served, name, **{param: short}) for short in shown.values())
+
+
+@pytest.mark.parametrize(("name", "param"), ID_QUERIES)
+def test_a_prefix_that_begins_several_ids_finds_nothing_and_the_ids_query_lists_them(
+    served, ledger, name, param
+):
+    ids = ids_for(name, ledger)
+    prefix = ids[0][:8]
+    begun = sorted(i for i in ids if i.startswith(prefix))
+    assert len(begun) > 1  # the demo's ids, made in the same second, share their first 8
+
+    assert query(served, name, **{param: prefix}) == []
+    assert query(served, name, **{param: ids[0][:7]}) == []  # shorter than the CLI takes
+    listed = query(served, "ids", prefix=prefix)
+    kind = "conversation" if name == "conversation" else "run"
+    assert sorted(r["id"] for r in listed if r["kind"] == kind) == begun
+
+
+def test_each_id_links_to_the_trace_and_the_tree_and_each_link_leads_there(served, ledger):
+    rows = query(served, "expensive_runs")
+    followed = 0
+    for row in rows:
+        for column, name, param, key in (
+            ("trace", "run_trace", "run_id", "run_id"),
+            ("tree", "run_tree", "run_id", "run_id"),
+            ("messages", "conversation", "conversation_id", "conversation_id"),
+        ):
+            link = row[column]
+            assert link == f"http://localhost/ledger/{name}?{param}={row[key]}"
+            page = get(served, link.removeprefix("http://localhost"))
+            assert page.status_code == 200
+            followed += 1
+        tree = query(served, "run_tree", run_id=row["run_id"])
+        assert tree[0]["run_id"] == row["run_id"]
+        assert all(r["trace"].endswith(f"run_id={r['run_id']}") for r in tree)
+    assert followed == 3 * len(rows)
+    # In the page, the link is an anchor.
+    html = get(served, "/ledger/expensive_runs").text
+    assert f'<a href="{rows[0]["trace"]}">' in html
+    # A spawning tool call leads to its subagent's trace.
+    team = next(r for r in ledger.runs() if r.parent_run_id is not None)
+    spawns = [r for r in query(served, "run_trace", run_id=team.parent_run_id) if r["child_run_id"]]
+    assert spawns and all(r["subagent_trace"].endswith(r["child_run_id"]) for r in spawns)
+
+
+def test_a_link_leads_where_the_request_came_from(served, ledger):
+    proxied = asyncio.run(
+        served.client.get(
+            "/ledger/expensive_runs.json",
+            params={"_shape": "array"},
+            headers={"host": "ledger.example", "x-forwarded-proto": "https"},
+        )
+    ).json()
+    assert proxied[0]["trace"].startswith("https://ledger.example/ledger/run_trace?run_id=")
+
+
+def test_the_canned_queries_hide_their_sql_until_asked(served, metadata):
+    queries = metadata["databases"]["ledger"]["queries"]
+    assert all(q["hide_sql"] is True for q in queries.values())
+    page = get(served, "/ledger/run_tree", run_id="x").text.split("<body", 1)[1]
+    assert "WITH RECURSIVE" not in page and "_show_sql=1" in page
+    shown = get(served, "/ledger/run_tree", run_id="x", _show_sql="1").text.split("<body", 1)[1]
+    assert "WITH RECURSIVE" in shown
+
+
+def test_the_ledger_s_bookkeeping_and_search_index_tables_are_hidden(served):
+    listed = {t["name"]: t["hidden"] for t in get(served, "/ledger.json").json()["tables"]}
+    bookkeeping = {"agentledger_changes", "agentledger_deletions", "agentledger_version"}
+    index = {name for name in listed if name.startswith("conversation_messages_fts")}
+    assert index and {name for name, hidden in listed.items() if hidden} == bookkeeping | index
+
+
 # --- every table and column is described, as the schema's documentation describes it -----------
 
 

@@ -22,7 +22,9 @@ from ._app import cli, cli_errors, database, require_file
 def datasette_metadata(ctx: click.Context, output: Path | None) -> None:
     """Datasette metadata for the ledger --db names: a description of every table and column
     (from the schema's documentation) and canned queries (a conversation, a run's trace, a run
-    tree with its usage, the most expensive runs, the slowest tools, search).
+    tree with its usage, the most expensive runs, the slowest tools, search, the ids a prefix
+    begins), which take the short ids the other commands print and link each id to its trace
+    and its tree.
 
         agentledger datasette-metadata --db ledger.db --output metadata.json
         datasette ledger.db -m metadata.json

@@ -4,10 +4,23 @@
 -- tool_calls), then the tools' results, step by step; as Ledger.trace_messages(run_id) rebuilds
 -- it from the step and tool rows, so it is there after the run's execution buffer was flushed.
 -- A step whose output the driver rejected (ReAct) is trace too. Durations are milliseconds.
-WITH traced AS (
+-- A tool that spawned a subagent names its run (child_run_id). run_id: the id, or a prefix of 8
+-- characters or more that begins no other run's id, as agentledger runs prints it (a prefix
+-- that begins several finds nothing: the ids query lists them).
+WITH chosen AS (
+    SELECT coalesce(
+        (SELECT id FROM agent_runs WHERE id = :run_id),
+        (
+            SELECT min(id) FROM agent_runs  -- the ids that begin with it, if only one does
+            WHERE length(:run_id) >= 8 AND id >= :run_id AND id < :run_id || char(1114111)
+            HAVING count(*) = 1
+        )
+    ) AS id
+),
+traced AS (
     SELECT *
     FROM step_executions
-    WHERE run_id = :run_id
+    WHERE run_id = (SELECT id FROM chosen)
         AND message_id IS NOT NULL
         AND (tool_call_count > 0 OR json_type(metadata, '$.react.error') = 'text')
 )
@@ -30,6 +43,7 @@ SELECT
     s.reasoning,
     NULL AS is_error,
     s.duration_ms,
+    NULL AS child_run_id,
     s.message_id AS id
 FROM traced AS s
 UNION ALL
@@ -44,6 +58,7 @@ SELECT
     NULL AS reasoning,
     t.is_error,
     t.duration_ms,
+    t.child_run_id,
     t.id
 FROM tool_executions AS t
 JOIN traced AS s ON s.id = t.step_id

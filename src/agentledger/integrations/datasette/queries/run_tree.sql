@@ -5,11 +5,23 @@
 -- run's own steps (exclusive); inclusive_* adds every run below it. Both are summed from the
 -- step rows, where usage is recorded once, so nothing is counted twice; as Ledger.run_tree
 -- gives them. A NULL cost is unknown, never free; fully_priced is 0 when some step that called
--- a model has no known cost.
-WITH RECURSIVE tree (id, level, path) AS (
+-- a model has no known cost. run_id: the id, or a prefix of 8 characters or more that begins
+-- no other run's id, as agentledger runs prints it (a prefix that begins several finds
+-- nothing: the ids query lists them).
+WITH RECURSIVE chosen AS (
+    SELECT coalesce(
+        (SELECT id FROM agent_runs WHERE id = :run_id),
+        (
+            SELECT min(id) FROM agent_runs  -- the ids that begin with it, if only one does
+            WHERE length(:run_id) >= 8 AND id >= :run_id AND id < :run_id || char(1114111)
+            HAVING count(*) = 1
+        )
+    ) AS id
+),
+tree (id, level, path) AS (
     SELECT id, 0, started_at || ' ' || id
     FROM agent_runs
-    WHERE id = :run_id
+    WHERE id = (SELECT id FROM chosen)
     UNION ALL
     SELECT r.id, t.level + 1, t.path || ' / ' || r.started_at || ' ' || r.id
     FROM agent_runs AS r
