@@ -713,7 +713,7 @@ def test_the_pattern_the_export_prints_reads_back_every_table_it_wrote(demo, tmp
 
     (pattern,) = (line.split(" FROM ", 1)[1] for line in output.splitlines() if " FROM " in line)
     assert pattern == f"read_parquet('{target.as_posix()}/<table>/**/*.parquet')"
-    bookkeeping = {"agentledger_changes", "agentledger_deletions"}  # named as left out
+    bookkeeping = {"agentledger_changes"}  # named as left out
     assert all(name in flat(output) for name in bookkeeping)
     tables = {
         name

@@ -479,7 +479,9 @@ def test_export_parquet_with_a_tenant_writes_only_its_rows_over_an_earlier_expor
     conversations, runs = shared.ids("acme", None)
     reader = duckdb.connect()
     folders = {p.name for p in target.iterdir()}
-    assert folders == set(TABLES)
+    assert folders == {*TABLES, "agentledger_deletions"}
+    deletions = (target / "agentledger_deletions" / "**" / "*.parquet").as_posix()
+    assert reader.sql(f"SELECT count(*) FROM read_parquet('{deletions}')").fetchall() == [(0,)]
     assert {p.name for p in (target / "agent_runs").glob("day=*")} == {
         "day=2030-01-01",
         "day=2030-01-02",

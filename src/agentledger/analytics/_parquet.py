@@ -22,15 +22,27 @@ EMPTY_FOLDER = "empty"
 _SKIPPED_TABLES = (
     "conversation_messages_fts",
     "agentledger_changes",
-    "agentledger_deletions",
     _cache.META,
     _rollup.TABLE,
 )
-"""Not exported: full-text search, the ledger's and the cache's change bookkeeping, and the
-rollup the cache keeps (the views give it). ``forget_log`` is (ids and counts, no content)."""
-LEFT_OUT = "the full-text index and the change log (agentledger_changes, agentledger_deletions)"
-"""What :meth:`Analytics.export_parquet` leaves out, in words: they serve the ledger itself
-(search, and copies kept in step), and an export is a copy made whole each time."""
+"""Not exported: full-text search, the ledger's change counter and the cache's bookkeeping,
+and the rollup the cache keeps (the views give it). ``forget_log`` is (ids and counts, no
+content), and so is the log of deleted rows."""
+DELETIONS = "agentledger_deletions"
+_DELETIONS_COLUMNS = (
+    ("id", "BIGINT"),
+    ("table_name", "VARCHAR"),
+    ("row_id", "VARCHAR"),
+    ("change_seq", "BIGINT"),
+)
+"""The log of deleted rows (revision 0008), as its export holds it where there is no log to
+read: in a scope (its rows name no tenant, so it cannot be told whose they are) and from a
+cache (which applies the deletions rather than keeping them)."""
+LEFT_OUT = (
+    "the full-text index and the change counter (agentledger_changes); in a scope or from a "
+    "cache, the deletion log (agentledger_deletions) holds no rows"
+)
+"""What :meth:`Analytics.export_parquet` leaves out, in words."""
 
 
 def read_back(directory: str | os.PathLike[str], table: str) -> str:
@@ -49,13 +61,31 @@ def write_parquet(
     target = Path(directory)
     target.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []
-    for table in _tables(connection, database):
-        folder = target / table.name
-        if folder.exists():  # a previous export's days would mix with this one's
-            shutil.rmtree(folder)
-        _copy(connection, table, folder)
-        written.extend(sorted(folder.rglob("*.parquet")))
-    return written
+    tables = list(_tables(connection, database))
+    for table in tables:
+        _fresh_folder(target / table.name)
+        _copy(connection, table, target / table.name)
+        written.extend(sorted((target / table.name).rglob("*.parquet")))
+    if DELETIONS not in {table.name for table in tables}:
+        written.append(_no_deletions(connection, target / DELETIONS))
+    return sorted(written, key=lambda path: path.relative_to(target).parts[0])
+
+
+def _fresh_folder(folder: Path) -> None:
+    """A previous export's days would mix with this one's."""
+    if folder.exists():
+        shutil.rmtree(folder)
+    folder.mkdir(parents=True)
+
+
+def _no_deletions(connection: duckdb.DuckDBPyConnection, folder: Path) -> Path:
+    """The deletion log with its columns and no rows, so that every export holds every table
+    the one pattern reads."""
+    _fresh_folder(folder)
+    file = folder / "data.parquet"
+    columns = ", ".join(f"CAST(NULL AS {kind}) AS {name}" for name, kind in _DELETIONS_COLUMNS)
+    connection.execute(f"COPY (SELECT {columns} LIMIT 0) TO {quoted(str(file))} (FORMAT parquet)")
+    return file
 
 
 def _tables(connection: duckdb.DuckDBPyConnection, database: str) -> Iterator[_Table]:
