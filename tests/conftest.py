@@ -60,6 +60,13 @@ def _no_provider_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(name, raising=False)
 
 
+@pytest.fixture(autouse=True)
+def _no_terminal_width(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The width of the terminal the suite runs in never reaches a test: output is as wide
+    as a pipe's unless a test gives COLUMNS."""
+    monkeypatch.delenv("COLUMNS", raising=False)
+
+
 @pytest.fixture
 def make_clock() -> type[FakeClock]:
     """For tests that need more than one fresh clock."""

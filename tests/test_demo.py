@@ -88,8 +88,15 @@ def test_the_demo_leaves_a_ledger_that_sql_can_read(tmp_path):
 def test_the_cli_runs_the_demo_streaming_its_answers_and_reports_its_version(tmp_path):
     runner = CliRunner()
     db = tmp_path / "demo.db"
-    result = runner.invoke(cli, ["demo", "--db", str(db)])
+    result = runner.invoke(cli, ["demo", "--db", str(db)], env={"COLUMNS": "80"})
     assert result.exit_code == 0, result.output
+    # Piped, at the width COLUMNS gives: its rules span it, its tables and its tool lines fit
+    # in it (the streamed answers are left for the terminal to wrap).
+    drawn = [line for line in result.output.splitlines() if line[:1] in set("─┏┃┡│└")]
+    assert {len(line) for line in drawn if line.startswith("─")} == {80}
+    assert max(len(line) for line in drawn) <= 80
+    tool_lines = [line for line in result.output.splitlines() if line.lstrip()[:1] in "→←"]
+    assert tool_lines and max(len(line) for line in tool_lines) <= 80
     assert "The three turns, as they stream" in result.output
     assert "Turn 2" in result.output
     with contextlib.closing(sqlite3.connect(db)) as conn:

@@ -17,21 +17,19 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from .. import __version__
+from .._width import fitted_console
 from ..errors import AgentLedgerError
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
 DEFAULT_DB = "./agentledger.db"
-WIDE = 240
-"""Width of the output when it is not a terminal (a pipe, a file): wide enough that tables
-are seldom wrapped (scripts read `--json` instead)."""
 
 
 def console() -> Console:
-    """A console on the current standard output (which tests and pipes replace)."""
-    terminal = Console()
-    return terminal if terminal.is_terminal else Console(width=WIDE)
+    """A console on the current standard output (which tests and pipes replace), as wide as
+    ``COLUMNS`` or the terminal says (:func:`~agentledger._width.fitted_console`)."""
+    return fitted_console()
 
 
 def render(renderable: Any) -> None:

@@ -23,6 +23,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .._width import fitted_console
 from ..analytics import Analytics
 from ..builder import AgentBuilder
 from ..errors import ConfigurationError
@@ -118,7 +119,7 @@ def run_demo(
 
     Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
     tools of its own) and a reviewer, and the run tree is shown with its usage."""
-    console = console or Console(width=None if Console().is_terminal else 120)
+    console = console or fitted_console()
     if chunk_delay is None:
         chunk_delay = CHUNK_DELAY if console.is_terminal else 0.0
     if db_path is None:
