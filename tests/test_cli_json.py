@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -20,6 +19,7 @@ from support.cli import (
     ANSWER,
     QUESTION,
     Recorded,
+    command_paths,
     console,
     invoke,
     record_a_run_and_a_stale_one,
@@ -59,13 +59,6 @@ PRINTS_NO_ROWS = {
     "mcp": "a group",
     "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
 }
-
-
-def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
-    for name, command in sorted(group.commands.items()):
-        yield " ".join((*prefix, name))
-        if isinstance(command, click.Group):
-            yield from command_paths(command, (*prefix, name))
 
 
 def lines(*args: str) -> list[dict[str, Any]]:

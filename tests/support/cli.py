@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 from click.testing import CliRunner, Result
 
 import support.migration_harness as harness
@@ -79,6 +80,14 @@ def record_a_run_and_a_stale_one(url: str) -> Recorded:
     with Ledger.open(url) as ledger:
         conversation_id, run_id = harness.begin_stale_run(ledger)
     return Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
+
+
+def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
+    """Every command and group below ``group``, by its path: ``runs``, ``db``, ``db upgrade``."""
+    for name, command in sorted(group.commands.items()):
+        yield " ".join((*prefix, name))
+        if isinstance(command, click.Group):
+            yield from command_paths(command, (*prefix, name))
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -7,11 +7,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
+from .._width import FittedColumn, FittedTable
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import counted, id_column, plain, preview, quoted, run_tree_view
+from ._render import counted, plain, preview, quoted, run_tree_view
 
 if TYPE_CHECKING:
     from ..ledger import AgentRun, Conversation, Ledger, SearchHit
@@ -76,14 +76,20 @@ def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
             render(_conversations_table(ledger, listed))
 
 
-def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> Table:
+_CONVERSATION_COLUMNS = (
+    FittedColumn("id"),
+    FittedColumn("kind", 2),
+    FittedColumn("title", 1, min_width=16),
+    FittedColumn("version", 3, justify="right"),
+    FittedColumn("messages", 2, justify="right"),
+    FittedColumn("updated", 1),
+)
+
+
+def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> FittedTable:
     short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
-    table = Table(title="conversations")
-    id_column(table, "id", short.values())
-    for header in ("kind", "title", "version", "messages", "updated"):
-        table.add_column(header)
-    for c, count in listed:
-        table.add_row(
+    rows = [
+        (
             plain(short[c.id]),
             c.kind,
             plain(c.title or ""),
@@ -91,7 +97,9 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
             str(count),
             time_text(c.updated_at),
         )
-    return table
+        for c, count in listed
+    ]
+    return FittedTable(_CONVERSATION_COLUMNS, rows, title="conversations")
 
 
 @cli.command()
@@ -216,16 +224,24 @@ def runs(
             render(_runs_table(ledger, listed))
 
 
-def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
+_RUN_COLUMNS = (
+    FittedColumn("id"),
+    FittedColumn("conversation", 1),
+    FittedColumn("agent", 1, min_width=12),
+    FittedColumn("status", 1),
+    FittedColumn("stop", 3),
+    FittedColumn("steps", 3, justify="right"),
+    FittedColumn("tokens", 2, justify="right"),
+    FittedColumn("cost", 1, justify="right"),
+    FittedColumn("started", 2),
+)
+
+
+def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
     runs_shown = ledger.short_ids((r.id for r in listed), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
-    table = Table(title="runs")
-    id_column(table, "id", runs_shown.values())
-    id_column(table, "conversation", conversations_shown.values())
-    for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
-        table.add_column(header)
-    for r in listed:
-        table.add_row(
+    rows = [
+        (
             plain(runs_shown[r.id]),
             plain(conversations_shown[r.conversation_id]),
             plain(r.agent_name),
@@ -236,7 +252,9 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
             "" if r.cost_usd is None else f"${r.cost_usd:.4f}",
             time_text(r.started_at),
         )
-    return table
+        for r in listed
+    ]
+    return FittedTable(_RUN_COLUMNS, rows, title="runs")
 
 
 @cli.command()
@@ -261,20 +279,26 @@ def search(
             render(_search_table(ledger, text, hits))
 
 
-def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
+_SEARCH_COLUMNS = (
+    FittedColumn("conversation"),
+    FittedColumn("seq", 2, justify="right"),
+    FittedColumn("role", 1),
+    FittedColumn("content", 1, min_width=20),
+)
+
+
+def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> FittedTable:
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
-    table = Table(title=plain(f"search: {text}"))
-    id_column(table, "conversation", short.values())
-    for header in ("seq", "role", "content"):
-        table.add_column(header)
-    for hit in hits:
-        table.add_row(
+    rows = [
+        (
             plain(short[hit.conversation_id]),
             str(hit.seq),
             hit.message.role,
             plain(preview(hit.message.content, 80)),
         )
-    return table
+        for hit in hits
+    ]
+    return FittedTable(_SEARCH_COLUMNS, rows, title=plain(f"search: {text}"))
 
 
 @cli.command()
@@ -304,6 +328,9 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_jso
 
 
 def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[str, int]) -> None:
+    if not stale:
+        console().print("no stale runs: nothing to recover")
+        return
     runs_shown = ledger.short_ids((r.id for r in stale), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
     for r in stale:

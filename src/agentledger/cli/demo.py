@@ -16,6 +16,7 @@ import shutil
 import sqlite3
 import sys
 import tempfile
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -23,7 +24,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-from .._width import fitted_console
+from .._width import FittedColumn, FittedTable, fitted_console
 from ..analytics import Analytics
 from ..builder import AgentBuilder
 from ..errors import ConfigurationError
@@ -306,11 +307,11 @@ def _print_ledger(console: Console, ledger: Ledger, results: list[RunResult]) ->
 
 
 _ROLLUP = """
-SELECT agent_path AS run, exclusive_steps AS own_steps,
-       exclusive_input_tokens + exclusive_output_tokens AS own_tokens,
-       inclusive_input_tokens + inclusive_output_tokens AS tree_tokens,
-       printf('$%.6f', exclusive_cost_usd) AS own_cost,
-       printf('$%.6f', inclusive_cost_usd) AS tree_cost
+SELECT agent_path AS run, exclusive_steps AS "own steps",
+       exclusive_input_tokens + exclusive_output_tokens AS "own tokens",
+       inclusive_input_tokens + inclusive_output_tokens AS "tree tokens",
+       printf('$%.6f', exclusive_cost_usd) AS "own cost",
+       printf('$%.6f', inclusive_cost_usd) AS "tree cost"
 FROM run_rollup ORDER BY path
 """
 _TOOLS = """
@@ -332,10 +333,7 @@ def _print_metrics(console: Console, db_path: Path) -> None:
             ("tool_stats", _TOOLS),
         ):
             relation = analytics.sql(query)
-            table = Table(*relation.columns, title=title, title_justify="left")
-            for row in relation.fetchall():
-                table.add_row(*(str(v) for v in row))
-            console.print(table)
+            console.print(_sql_table(title, relation.columns, relation.fetchall()))
     console.print(f"More: {_command()} --db {db_path} analytics report --html report.html\n")
 
 
@@ -369,10 +367,14 @@ def _print_sql(console: Console, db_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         for title, query in _QUERIES:
             cursor = conn.execute(query)
-            table = Table(*(d[0] for d in cursor.description), title=title, title_justify="left")
-            for row in cursor:
-                table.add_row(*(str(v) for v in row))
-            console.print(table)
+            console.print(_sql_table(title, [d[0] for d in cursor.description], cursor))
+
+
+def _sql_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> FittedTable:
+    """A query's result: its first column (what each row is) wrapped if need be, the others
+    whole, as many as fit."""
+    fitted = [FittedColumn(columns[0], 1, min_width=16), *(FittedColumn(c, 1) for c in columns[1:])]
+    return FittedTable(fitted, [[str(v) for v in row] for row in rows], title=title)
 
 
 def _print_look_around(console: Console, db_path: Path) -> None:
