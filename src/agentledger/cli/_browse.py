@@ -30,8 +30,15 @@ _LIMIT_HELP = "List at most this many."
 )
 @click.pass_context
 def demo(ctx: click.Context, db_file: Path | None) -> None:
-    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger: the
-    file --db names, else a new temporary file."""
+    """Run the offline demo, a scripted travel assistant.
+
+    Its runs are recorded in a SQLite ledger: the file --db names, else a new temporary file.
+
+    \b
+    Examples:
+      agentledger demo
+      agentledger demo --db demo.db
+    """
     from .demo import run_demo
 
     run_demo(db_path=_demo_file(ctx, db_file))
@@ -67,7 +74,13 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 @json_option
 @click.pass_context
 def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Conversations, most recently updated first."""
+    """Conversations, most recently updated first.
+
+    \b
+    Examples:
+      agentledger conversations --db trips.db
+      agentledger conversations --limit 5 --json
+    """
     with open_ledger(ctx) as ledger:
         listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
         if as_json:
@@ -124,9 +137,17 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
 def show(
     ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
 ) -> None:
-    """The conversation: what the user said and what the agent answered; with --as model,
-    what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
-    (as `agentledger conversations` shows it)."""
+    """A conversation, as the user saw it.
+
+    What the user said and what the agent answered; with --as model, what the model sees of
+    it now. CONVERSATION is its id, or a prefix of it that is unique (as `agentledger
+    conversations` shows it).
+
+    \b
+    Examples:
+      agentledger show 01a2b3c4
+      agentledger show 01a2b3c4 --as model
+    """
     with open_ledger(ctx) as ledger:
         record = ledger.conversation(conversation)  # by its id or a unique prefix of it
         if section is not None:
@@ -181,12 +202,20 @@ def _empty(section: str | None) -> str:
 @json_option
 @click.pass_context
 def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
-    """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
+    """A run's steps, tool calls and subagent runs.
+
+    Each step and tool call with its tokens and timings, and the subagent runs it started,
     each with its own (exclusive) and its subtree's (inclusive) usage. RUN is its id, or a
     prefix of it that is unique (as `agentledger runs` shows it).
 
     With --json, one object per run of the tree (the run itself first, then its subagent runs
-    depth first), each with its usage and its steps."""
+    depth first), each with its usage and its steps.
+
+    \b
+    Examples:
+      agentledger trace 01a2b3c4
+      agentledger trace 01a2b3c4 --verbose
+    """
     with open_ledger(ctx) as ledger:
         tree = ledger.run_tree(run)
         if as_json:
@@ -215,7 +244,13 @@ _STATUSES = ["running", "completed", "stopped", "failed", "interrupted"]
 def runs(
     ctx: click.Context, conversation: str | None, status: str | None, limit: int, as_json: bool
 ) -> None:
-    """Runs, newest first (a conversation's, oldest first)."""
+    """Runs, newest first (a conversation's, oldest first).
+
+    \b
+    Examples:
+      agentledger runs --status failed
+      agentledger runs --conversation 01a2b3c4 --json
+    """
     with open_ledger(ctx) as ledger:
         listed = ledger.runs(conversation, status=status, limit=limit)
         if as_json:
@@ -270,7 +305,15 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
 def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
-    """Conversation messages that contain every word of TEXT, best matches first."""
+    """Find the messages that hold every word of TEXT.
+
+    Conversation messages, best matches first.
+
+    \b
+    Examples:
+      agentledger search "Lisbon hotel"
+      agentledger search invoice --conversation 01a2b3c4
+    """
     with open_ledger(ctx) as ledger:
         hits = ledger.search(text, conversation_id=conversation, limit=limit)
         if as_json:
@@ -312,10 +355,16 @@ def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> FittedTab
 @json_option
 @click.pass_context
 def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_json: bool) -> None:
-    """Abandon stale runs: mark them interrupted, keep what a streaming one had shown as its
-    answer (flagged interrupted), and free their conversations.
+    """Abandon stale runs, freeing their conversations.
 
-    To resume them instead, call Agent.recover() from code that has the agent's model and tools.
+    A stale run is marked interrupted, and what a streaming one had shown is kept as its
+    answer (flagged interrupted). To resume them instead, call Agent.recover() from code that
+    has the agent's model and tools.
+
+    \b
+    Examples:
+      agentledger recover --dry-run
+      agentledger recover --stale-after 600
     """
     with open_ledger(ctx) as ledger:
         found = ledger.stale_runs(stale_after)

@@ -62,13 +62,20 @@ def forget(
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Delete conversations with everything that came from them (messages, runs, steps, tool
-    executions, subagents, search entries), in one transaction logged in forget_log (ids and
-    counts, no content).
+    """Delete conversations and all that came from them.
+
+    Their messages, runs, steps, tool executions, subagents and search entries go, in one
+    transaction logged in forget_log (ids and counts, no content).
 
     Give CONVERSATION_IDS (or unique prefixes); or no id and the group's --owner to forget all
     of that owner's conversations; or --older-than AGE to forget those inactive that long.
     Asks for confirmation when run at a terminal, unless --yes.
+
+    \b
+    Examples:
+      agentledger forget 01a2b3c4 --dry-run
+      agentledger forget --owner ann --yes
+      agentledger forget --older-than 90d
     """
     _, owner = scope(ctx)
     if conversation_ids and older_than is not None:
