@@ -17,6 +17,7 @@ from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from support.cli import (
     ANSWER,
+    PRINTS_NO_ROWS,
     QUESTION,
     Recorded,
     command_paths,
@@ -40,24 +41,6 @@ PRINTS_ROWS = {
     "export parquet",
     "export otlp",
     "forget",
-}
-PRINTS_NO_ROWS = {
-    "demo": "a guided tour, in prose and tables made for reading",
-    "chat": "a conversation with a model",
-    "run": "one answer of a model",
-    "db": "a group",
-    "db upgrade": "one line: the revision reached",
-    "db downgrade": "one line: the revision reached",
-    "db current": "one value: the revision",
-    "db check": "its answer is the exit code",
-    "db schema": "SQL text (DDL)",
-    "db app-role": "SQL text (CREATE ROLE and its grants)",
-    "datasette-metadata": "one JSON document, Datasette's metadata",
-    "analytics": "a group",
-    "analytics sql": "a SQL script for the duckdb shell",
-    "export": "a group",
-    "mcp": "a group",
-    "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
 }
 
 

@@ -16,7 +16,7 @@ import support.migration_harness as harness
 from agentledger.cli import cli
 from agentledger.cli.demo import build_agent, converse_recorded
 from agentledger.ledger import Ledger
-from support.cli import command_paths, invoke
+from support.cli import PRINTS_NO_ROWS, command_paths, invoke
 
 WIDTHS = (80, 120)
 
@@ -33,26 +33,13 @@ LISTINGS = {
     "export parquet": ("{tmp}/parquet",),
 }
 NOT_LISTINGS = {
-    "demo": "its own consoles, tried at 80 columns in test_demo",
-    "chat": "a conversation with a model",
-    "run": "one answer of a model",
-    "db": "a group",
-    "db upgrade": "one line: the revision reached",
-    "db downgrade": "one line: the revision reached",
-    "db current": "one value: the revision",
-    "db check": "one line; its answer is the exit code",
+    **PRINTS_NO_ROWS,
     "db verify": "a sentence per problem, each kept on one line for grep",
-    "db schema": "SQL text (DDL), for programs",
-    "db app-role": "SQL text, for psql",
-    "datasette-metadata": "one JSON document, for Datasette",
-    "analytics": "a group",
-    "analytics sql": "a SQL script, for the duckdb shell",
     "analytics sync": "one line: what the sync read",
-    "export": "a group",
     "export otlp": "one line: what was sent",
-    "mcp": "a group",
-    "mcp serve": "an MCP server: the protocol itself on standard output",
 }
+"""The commands whose output is no listing: those that print no rows, and those whose rows
+come as lines of prose (their --json has the rows)."""
 
 STUB = re.compile(r"^\S{0,5}…$")
 """A cell cut to almost nothing: ``t…``, ``$0.…``, ``2,4…``."""

@@ -82,6 +82,28 @@ def record_a_run_and_a_stale_one(url: str) -> Recorded:
     return Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
 
 
+PRINTS_NO_ROWS = {
+    "demo": "a guided tour, in prose and tables made for reading",
+    "chat": "a conversation with a model",
+    "run": "one answer of a model",
+    "db": "a group",
+    "db upgrade": "one line: the revision reached",
+    "db downgrade": "one line: the revision reached",
+    "db current": "one value: the revision",
+    "db check": "its answer is the exit code",
+    "db schema": "SQL text (DDL)",
+    "db app-role": "SQL text (CREATE ROLE and its grants)",
+    "datasette-metadata": "one JSON document, Datasette's metadata",
+    "analytics": "a group",
+    "analytics sql": "a SQL script for the duckdb shell",
+    "export": "a group",
+    "mcp": "a group",
+    "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
+}
+"""The commands that print no rows, and what they print instead (every other command takes
+``--json``)."""
+
+
 def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
     """Every command and group below ``group``, by its path: ``runs``, ``db``, ``db upgrade``."""
     for name, command in sorted(group.commands.items()):
