@@ -12,11 +12,13 @@ import os
 import shutil
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import IO, Literal
+from typing import IO, TYPE_CHECKING, Literal
 
 from rich.console import Console, ConsoleOptions, RenderResult
-from rich.table import Table
 from rich.text import Text
+
+if TYPE_CHECKING:
+    from rich.table import Table
 
 WIDE = 240
 """Width of the output when it is neither a terminal nor given by ``COLUMNS`` (a pipe, a
@@ -100,6 +102,8 @@ class FittedTable:
 
     def table(self, width: int) -> Table:
         """The table as drawn ``width`` characters wide."""
+        from rich.table import Table  # when a table is drawn: `agentledger --help` draws none
+
         widths = fit_columns(self.columns, self.rows, width)
         table = Table(title=self.title, title_justify="left")
         for at, column_width in widths.items():
