@@ -3,6 +3,7 @@ databases to store a ledger in (SQLite, and PostgreSQL from a server the suite s
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -70,6 +71,10 @@ def make_clock() -> type[FakeClock]:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # The width of the terminal the suite runs in never reaches a test: output is as wide as a
+    # pipe's unless a test gives COLUMNS. (Importing readline puts COLUMNS in the process's
+    # environment, and pytest-xdist's workers inherit it from the process that starts them.)
+    os.environ.pop("COLUMNS", None)
     config.addinivalue_line(
         "markers", "postgresql: needs a PostgreSQL server (started by the suite)"
     )

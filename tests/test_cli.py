@@ -334,15 +334,15 @@ def test_recover_lists_a_stale_run_on_a_dry_run_and_then_abandons_it(recorded):
         assert ledger.conversation(conversation_id).lease_run_id is None
         assert ledger.run(recorded.run_id).status == "completed"
 
-    again = flat(ok("--db", recorded.url, "recover", "--stale-after", "0"))
-    assert "0 runs abandoned" in again
+    again = ok("--db", recorded.url, "recover", "--stale-after", "0")
+    assert again == "no stale runs: nothing to recover\n"
 
 
 def test_recover_leaves_a_run_with_a_live_lease_alone(recorded):
     with Ledger.open(recorded.url) as ledger:
         _conversation_id, run_id = harness.begin_stale_run(ledger)
-    assert "0 runs stale" in ok("--db", recorded.url, "recover", "--dry-run")
-    assert "0 runs abandoned" in ok("--db", recorded.url, "recover")
+    assert "no stale runs: nothing to recover" in ok("--db", recorded.url, "recover", "--dry-run")
+    assert "no stale runs: nothing to recover" in ok("--db", recorded.url, "recover")
     with Ledger.open(recorded.url) as ledger:
         assert ledger.run(run_id).status == "running"
 
@@ -453,7 +453,7 @@ def test_db_upgrade_creates_an_empty_ledger_that_the_other_commands_read(tmp_pat
     path = tmp_path / "new.db"
     assert f"at revision {HEAD}" in ok("--db", str(path), "db", "upgrade")
     assert "conversations" in ok("--db", str(path), "conversations")
-    assert "0 runs stale" in ok("--db", str(path), "recover", "--dry-run")
+    assert "no stale runs" in ok("--db", str(path), "recover", "--dry-run")
 
 
 def test_version_prints_the_package_version():

@@ -9,7 +9,6 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
-import click
 import pytest
 from click.testing import CliRunner
 
@@ -18,8 +17,10 @@ from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from support.cli import (
     ANSWER,
+    PRINTS_NO_ROWS,
     QUESTION,
     Recorded,
+    command_paths,
     console,
     invoke,
     record_a_run_and_a_stale_one,
@@ -41,31 +42,6 @@ PRINTS_ROWS = {
     "export otlp",
     "forget",
 }
-PRINTS_NO_ROWS = {
-    "demo": "a guided tour, in prose and tables made for reading",
-    "chat": "a conversation with a model",
-    "run": "one answer of a model",
-    "db": "a group",
-    "db upgrade": "one line: the revision reached",
-    "db downgrade": "one line: the revision reached",
-    "db current": "one value: the revision",
-    "db check": "its answer is the exit code",
-    "db schema": "SQL text (DDL)",
-    "db app-role": "SQL text (CREATE ROLE and its grants)",
-    "datasette-metadata": "one JSON document, Datasette's metadata",
-    "analytics": "a group",
-    "analytics sql": "a SQL script for the duckdb shell",
-    "export": "a group",
-    "mcp": "a group",
-    "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
-}
-
-
-def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
-    for name, command in sorted(group.commands.items()):
-        yield " ".join((*prefix, name))
-        if isinstance(command, click.Group):
-            yield from command_paths(command, (*prefix, name))
 
 
 def lines(*args: str) -> list[dict[str, Any]]:

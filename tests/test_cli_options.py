@@ -46,10 +46,13 @@ def ledger_file(tmp_path: Path) -> str:
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
-def test_every_command_takes_db_after_its_name(command):
+def test_every_command_takes_db_after_its_name_and_its_help_says_so_in_a_line(command):
     help_text = ok(*command, "--help")
-    assert "--db TEXT" in help_text, f"`agentledger {' '.join(command)} --help` has no --db"
+    said = "Also --db, --read-only, --tenant, --owner: see `agentledger --help`."
+    lines = [line.strip() for line in help_text.splitlines()]
+    assert said in lines, f"`agentledger {' '.join(command)} --help`:\n{help_text}"
     assert "agentledger --db" not in help_text
+    assert ok(*command, "--db", "x.db", "--help") == help_text
 
 
 @pytest.mark.parametrize(
@@ -158,6 +161,47 @@ def test_every_option_has_help_text_and_help_shows_no_markup(command):
     help_text = ok(*command, "--help")
     for markup in ("``", ":class:", ":func:", ":meth:", "::"):
         assert markup not in help_text, f"{markup} in `agentledger {' '.join(command)} --help`"
+
+
+HELP_AT_80 = {"COLUMNS": "80"}
+
+
+def helps() -> Iterator[tuple[tuple[str, ...], str]]:
+    """Every command's help (the group's first), as an 80-column terminal shows it."""
+    for command in [(), *COMMANDS]:
+        yield command, ok(*command, "--help", env=HELP_AT_80)
+
+
+@pytest.mark.parametrize("command", [(), *COMMANDS], ids=lambda c: " ".join(c) or "agentledger")
+def test_every_command_s_help_ends_its_text_with_an_example_of_it(command):
+    help_text = ok(*command, "--help", env=HELP_AT_80)
+    text = help_text.split("\nOptions:\n")[0]
+    examples = text.split("\n  Examples:\n")[-1].splitlines()
+    assert "\n  Examples:\n" in text, f"`agentledger {' '.join(command)} --help`:\n{help_text}"
+    assert any(line.startswith(f"    {' '.join(('agentledger', *command))}") for line in examples)
+    assert max(len(line) for line in help_text.splitlines()) <= 80
+
+
+def test_every_command_summary_is_a_whole_sentence_that_fits_the_list():
+    summaries = [
+        line.split(maxsplit=1)[1]
+        for _, help_text in helps()
+        if "\nCommands:\n" in help_text
+        for line in help_text.split("\nCommands:\n")[1].splitlines()
+        if line.strip()
+    ]
+    assert len(summaries) == len(COMMANDS)
+    cut = [summary for summary in summaries if summary.endswith("...")]
+    assert cut == []
+    assert all(summary.endswith(".") for summary in summaries), summaries
+
+
+def test_the_group_options_are_described_once_in_the_group_s_help():
+    described = {" ".join(str(option.help).split()) for option in cli.params if option.help}
+    told = [" ".join(help_text.split()) for _, help_text in helps()]
+    for description in described:
+        assert sum(text.count(description) for text in told) == 1, description
+    assert "before or after its name" in told[0]
 
 
 @pytest.mark.parametrize(

@@ -19,6 +19,8 @@ from agentledger.llm import InferenceResponse
 from agentledger.values import money
 
 DEMO_FILE = "agentledger-demo.db"
+WIDTH = 80
+"""The width the demo is run at here, through ``COLUMNS`` (its output is piped)."""
 
 
 @dataclass(frozen=True)
@@ -44,7 +46,7 @@ def run_demo_in(folder: Path, *args: str) -> Result:
     scratch.mkdir(exist_ok=True)
     with contextlib.chdir(folder), pytest.MonkeyPatch.context() as patch:
         patch.setattr(tempfile, "tempdir", str(scratch))
-        result = CliRunner().invoke(cli, ["demo", *args])
+        result = CliRunner().invoke(cli, ["demo", *args], env={"COLUMNS": str(WIDTH)})
     assert list(scratch.iterdir()) == [], "the demo left files in the temporary directory"
     scratch.rmdir()
     return result
@@ -167,6 +169,22 @@ def test_a_second_demo_starts_the_earlier_demo_s_ledger_afresh(demo, tmp_path):
     assert result.exit_code == 0, result.output
     assert f"{DEMO_FILE} held an earlier demo's ledger: the demo starts it afresh." in result.output
     assert Demo(tmp_path, result.output).query(count) == once  # one demo's rows, not two
+
+
+def test_the_demo_fits_the_width_columns_gives(demo):
+    # Piped, at the width COLUMNS gives (80 here): its rules span it, its tables and its tool
+    # lines fit in it (the streamed answers are left for the terminal to wrap).
+    lines = demo.output.splitlines()
+    drawn = [line for line in lines if line[:1] in set("─┏┃┡│└")]
+    assert {len(line) for line in drawn if line.startswith("─")} == {WIDTH}
+    assert max(len(line) for line in drawn) <= WIDTH
+    tool_lines = [line for line in lines if line.lstrip()[:1] in "→←"]
+    assert tool_lines and max(len(line) for line in tool_lines) <= WIDTH
+
+
+def test_the_cli_reports_its_version():
+    version = CliRunner().invoke(cli, ["--version"])
+    assert version.exit_code == 0 and "agentledger" in version.output
 
 
 def record_a_run_of_its_own(path: Path) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import pty
+import re
 import sqlite3
 import subprocess
 from collections.abc import Iterator
@@ -519,6 +520,21 @@ def test_agentledger_forget_refuses_nothing_to_forget_and_mixed_choices(tmp_path
     assert read_only.exit_code == 1 and "--read-only" in read_only.output
     missing = invoke(url, "forget", "0123456789ab")
     assert missing.exit_code == 1 and "no conversation '0123456789ab'" in missing.output
+
+
+def test_agentledger_forget_that_finds_nothing_says_so_in_a_line(tmp_path: Path) -> None:
+    url = str(tmp_path / "ledger.db")
+    Ledger.open(url).close()
+    aged = invoke(url, "forget", "--older-than", "1d", "--dry-run")
+    assert aged.exit_code == 0, aged.output
+    assert re.fullmatch(
+        r"nothing to forget: no conversation has been inactive since "
+        r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d UTC\n",
+        aged.output,
+    )
+    owned = invoke(url, "--owner", "ann", "forget", "--dry-run")
+    assert owned.exit_code == 0, owned.output
+    assert owned.output == "nothing to forget: the owner has no conversation\n"
 
 
 def test_agentledger_forget_asks_at_a_terminal_and_a_no_forgets_nothing(tmp_path: Path) -> None:

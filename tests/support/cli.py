@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 from click.testing import CliRunner, Result
 
 import support.migration_harness as harness
@@ -79,6 +80,36 @@ def record_a_run_and_a_stale_one(url: str) -> Recorded:
     with Ledger.open(url) as ledger:
         conversation_id, run_id = harness.begin_stale_run(ledger)
     return Recorded(url, finished.conversation_id, finished.run_id, conversation_id, run_id)
+
+
+PRINTS_NO_ROWS = {
+    "demo": "a guided tour, in prose and tables made for reading",
+    "chat": "a conversation with a model",
+    "run": "one answer of a model",
+    "db": "a group",
+    "db upgrade": "one line: the revision reached",
+    "db downgrade": "one line: the revision reached",
+    "db current": "one value: the revision",
+    "db check": "its answer is the exit code",
+    "db schema": "SQL text (DDL)",
+    "db app-role": "SQL text (CREATE ROLE and its grants)",
+    "datasette-metadata": "one JSON document, Datasette's metadata",
+    "analytics": "a group",
+    "analytics sql": "a SQL script for the duckdb shell",
+    "export": "a group",
+    "mcp": "a group",
+    "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
+}
+"""The commands that print no rows, and what they print instead (every other command takes
+``--json``)."""
+
+
+def command_paths(group: click.Group, prefix: tuple[str, ...] = ()) -> Iterator[str]:
+    """Every command and group below ``group``, by its path: ``runs``, ``db``, ``db upgrade``."""
+    for name, command in sorted(group.commands.items()):
+        yield " ".join((*prefix, name))
+        if isinstance(command, click.Group):
+            yield from command_paths(command, (*prefix, name))
 
 
 def invoke(*args: str, env: dict[str, str] | None = None) -> Result:

@@ -148,9 +148,19 @@ class Column:
     name: str
     numeric: bool = False
     identifier: bool = False
-    """A column of short ids (``Analytics.short_ids``): never wrapped nor cut in a terminal."""
-    prose: bool = False
-    """Free text (a title, a sentence) that the page may wrap; other cells keep to one line."""
+    """A column of short ids (``Analytics.short_ids``): always shown in a terminal, never
+    wrapped nor cut."""
+    priority: int = 1
+    """Which columns a narrow terminal shows: 1 first, then 2, 3, ... while they fit."""
+    min_width: int | None = None
+    """``None``: each cell is shown whole on one line, in a terminal and on the page (numbers,
+    dates, names, ids); a width: free text (a title, a sentence) that wraps, in a terminal
+    never narrower than this."""
+
+    @property
+    def prose(self) -> bool:
+        """Free text, which wraps (other cells keep to one line)."""
+        return self.min_width is not None
 
 
 @dataclass(frozen=True)
@@ -350,10 +360,10 @@ def _tool_stats(analytics: Analytics) -> tuple[ToolStat, ...]:
 # -- tables ------------------------------------------------------------------------------------
 
 _TOKEN_COLUMNS = (
-    Column("input tokens", True),
-    Column("output tokens", True),
-    Column("cache read", True),
-    Column("cache write", True),
+    Column("input tokens", True, priority=2),
+    Column("output tokens", True, priority=2),
+    Column("cache read", True, priority=3),
+    Column("cache write", True, priority=3),
     Column("cost", True),
 )
 
@@ -375,12 +385,12 @@ def _conversation_table(analytics: Analytics, top: int) -> ReportTable:
     )
     columns = (
         Column("conversation", identifier=True),
-        Column("title", prose=True),
+        Column("title", priority=3, min_width=16),
         Column("runs", True),
-        Column("subagent runs", True),
-        Column("steps", True),
+        Column("subagent runs", True, priority=3),
+        Column("steps", True, priority=3),
         *_TOKEN_COLUMNS,
-        Column("last run"),
+        Column("last run", priority=2),
     )
     short = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")
     cells = tuple(
@@ -404,7 +414,12 @@ def _usage_table(
     name: str, title: str, label: str, relation: duckdb.DuckDBPyRelation, key: str
 ) -> ReportTable:
     rows = _records(relation.order(f"{_BY_COST}, {key}"))
-    columns = (Column(label), Column("runs", True), Column("steps", True), *_TOKEN_COLUMNS)
+    columns = (
+        Column(label, priority=0),
+        Column("runs", True),
+        Column("steps", True, priority=2),
+        *_TOKEN_COLUMNS,
+    )
     cells = tuple(
         (r[key] or "(unknown)", count(r["runs"]), count(r["steps"]), *_token_cells(r)) for r in rows
     )
@@ -416,15 +431,15 @@ def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
     to its tree on the page."""
     columns = (
         Column("run", identifier=True),
-        Column("agent"),
+        Column("agent", min_width=12),
         Column("status"),
-        Column("started"),
-        Column("runs", True),
-        Column("tokens excl.", True),
-        Column("tokens incl.", True),
-        Column("cost excl.", True),
+        Column("started", priority=2),
+        Column("runs", True, priority=3),
+        Column("tokens excl.", True, priority=3),
+        Column("tokens incl.", True, priority=2),
+        Column("cost excl.", True, priority=3),
         Column("cost incl.", True),
-        Column("tool errors incl.", True),
+        Column("tool errors incl.", True, priority=2),
     )
     cells = tuple(
         (
@@ -464,14 +479,14 @@ def _runs_table(runs: Sequence[RunCost]) -> ReportTable:
 
 def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
     columns = (
-        Column("tool"),
+        Column("tool", priority=0),
         Column("calls", True),
         Column("errors", True),
-        Column("error rate", True),
-        Column("p50 ms", True),
-        Column("p95 ms", True),
-        Column("p99 ms", True),
-        Column("max ms", True),
+        Column("error rate", True, priority=2),
+        Column("p50 ms", True, priority=2),
+        Column("p95 ms", True, priority=2),
+        Column("p99 ms", True, priority=3),
+        Column("max ms", True, priority=3),
     )
     cells = tuple(
         (
@@ -488,6 +503,10 @@ def _tools_table(tools: Sequence[ToolStat]) -> ReportTable:
     )
     records = tuple(asdict(t) for t in tools)
     return ReportTable("Tools", columns, cells, name="tools", records=records)
+
+
+_MEASURES = (Column("measure", priority=0, min_width=16), Column("value", True, priority=0))
+"""The columns of a table of measures, one a row."""
 
 
 def _tree_shape_table(analytics: Analytics) -> ReportTable:
@@ -508,9 +527,8 @@ def _tree_shape_table(analytics: Analytics) -> ReportTable:
             f"{number(s.get('p95_fan_out'))} / {count(s.get('max_fan_out'))}",
         ),
     )
-    columns = (Column("measure", prose=True), Column("value", True))
     records = (s,) if s else ()
-    return ReportTable("Run tree shape", columns, pairs, name="tree_shape", records=records)
+    return ReportTable("Run tree shape", _MEASURES, pairs, name="tree_shape", records=records)
 
 
 def _completeness_table(c: Completeness) -> ReportTable:
@@ -522,7 +540,7 @@ def _completeness_table(c: Completeness) -> ReportTable:
         ("steps without a price", count(c.unpriced_steps)),
         ("models without a price", ", ".join(c.unpriced_models) or "–"),
     )
-    columns = (Column("measure", prose=True), Column("value", True, prose=True))
+    columns = (_MEASURES[0], Column("value", True, priority=0, min_width=12))  # models: a list
     return ReportTable("Completeness", columns, pairs, c.summary(), "completeness", (asdict(c),))
 
 
@@ -533,10 +551,10 @@ def _running_table(analytics: Analytics, top: int) -> tuple[ReportTable, ...]:
     columns = (
         Column("run", identifier=True),
         Column("conversation", identifier=True),
-        Column("agent"),
-        Column("depth", True),
-        Column("started"),
-        Column("last heartbeat"),
+        Column("agent", min_width=12),
+        Column("depth", True, priority=3),
+        Column("started", priority=2),
+        Column("last heartbeat", priority=2),
     )
     runs = analytics.short_ids((r["run_id"] for r in rows), of="run")
     conversations = analytics.short_ids((r["conversation_id"] for r in rows), of="conversation")

@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rich.console import Group, JustifyMethod, RenderableType
-from rich.table import Table
+from rich.console import Group, RenderableType
 from rich.text import Text
 
+from .._width import FittedColumn, FittedTable
 from ..values import terminal_text
 from ._duckdb import require_duckdb
 from ._format import count, time_text
@@ -29,7 +29,8 @@ def render_terminal(report: Report) -> Group:
     Every text from the ledger goes in as plain ``Text``, never as markup."""
     style = "green" if report.completeness.complete else "bold yellow"
     parts: list[RenderableType] = [
-        Text(f"agentledger report · {report.source} · {time_text(report.generated_at)} UTC"),
+        # The time before the source, whose length is anyone's: a date never wraps.
+        Text(f"agentledger report · {time_text(report.generated_at)} UTC · {report.source}"),
         Text(terminal_text(report.completeness.summary()), style=style),
     ]
     for table in report.tables:
@@ -38,19 +39,20 @@ def render_terminal(report: Report) -> Group:
 
 
 def rich_table(table: ReportTable) -> list[RenderableType]:
-    """The table, and its note under it when it has one."""
-    drawn = Table(title=table.title, title_justify="left")
-    for at, column in enumerate(table.columns):
-        justify: JustifyMethod = "right" if column.numeric else "left"
-        if column.identifier:  # what a person types to trace or show it: never cut
-            width = max((len(column.name), *(len(row[at]) for row in table.rows)))
-            drawn.add_column(column.name, justify=justify, no_wrap=True, min_width=width)
-        else:
-            drawn.add_column(column.name, justify=justify)
-    for row in table.rows:
-        drawn.add_row(*(Text(terminal_text(cell)) for cell in row))
-    if not table.rows:
-        drawn.add_row(Text("nothing recorded yet", style="dim"))
+    """The table, showing the columns that fit the terminal (:class:`FittedTable`), and its
+    note under it when it has one; with no rows, a line that says so."""
+    columns = [
+        FittedColumn(
+            column.name,
+            priority=0 if column.identifier else column.priority,
+            min_width=None if column.identifier else column.min_width,
+            justify="right" if column.numeric else "left",
+        )
+        for column in table.columns
+    ]
+    rows = [[Text(terminal_text(cell)) for cell in row] for row in table.rows]
+    empty = f"{table.title}: nothing recorded yet"
+    drawn = FittedTable(columns, rows, title=Text(table.title), empty=empty)
     return [drawn, Text(table.note, style="dim")] if table.note else [drawn]
 
 

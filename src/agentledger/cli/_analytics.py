@@ -19,9 +19,17 @@ if TYPE_CHECKING:
 
 @cli.group()
 def analytics() -> None:
-    """DuckDB analytics over the ledger (attached read-only, or copied into a DuckDB file with
-    --cache, kept in step by `analytics sync`): a report, and the views for the duckdb shell.
-    DuckDB comes with the analytics extra: pip install 'agentledger[analytics]'."""
+    """Reports and SQL views over the ledger, in DuckDB.
+
+    The ledger is attached read-only, or copied into a DuckDB file with --cache and kept in
+    step by `analytics sync`. DuckDB comes with the analytics extra: pip install
+    'agentledger[analytics]'.
+
+    \b
+    Examples:
+      agentledger analytics report --html report.html
+      agentledger analytics sql > views.sql && duckdb -init views.sql
+    """
 
 
 cache_option = click.option(
@@ -65,8 +73,16 @@ def _progress(line: str) -> None:
 @json_option
 @click.pass_context
 def sync(ctx: click.Context, cache: Path | None, as_json: bool) -> None:
-    """Bring the analytics cache (--cache, default ledger.duckdb) up to date with the ledger:
-    only what changed since its last sync is read; the first sync copies everything."""
+    """Bring the analytics cache up to date.
+
+    The cache is the DuckDB file --cache names (default ledger.duckdb): only what changed in
+    the ledger since its last sync is read; the first sync copies everything.
+
+    \b
+    Examples:
+      agentledger analytics sync
+      agentledger analytics sync --cache trips.duckdb
+    """
     target = cache or Path("ledger.duckdb")
     with _analytics(ctx, target) as opened:
         result = opened.last_sync
@@ -109,11 +125,21 @@ def sync(ctx: click.Context, cache: Path | None, as_json: bool) -> None:
 def report(
     ctx: click.Context, cache: Path | None, html_file: Path | None, top: int, as_json: bool
 ) -> None:
-    """Usage by conversation, agent and model, the most expensive runs, tools, the shape of
-    the run trees, and what the totals do not cover yet (running runs, unpriced steps).
+    """A report of usage, cost, tools and run trees.
+
+    Usage by conversation, agent and model, the most expensive runs, tools, the shape of the
+    run trees, and what the totals do not cover yet (running runs, unpriced steps). A narrow
+    terminal shows the columns that fit, the most telling first.
 
     With --json, one object per row of every table, its "table" naming the table:
-    conversations, agents, models, runs, tools, tree_shape, completeness, running_runs."""
+    conversations, agents, models, runs, tools, tree_shape, completeness, running_runs.
+
+    \b
+    Examples:
+      agentledger analytics report
+      agentledger analytics report --html report.html --top 20
+      agentledger analytics report --json | jq 'select(.table == "tools")'
+    """
     from ..analytics import build_report, render_terminal
 
     with _analytics(ctx, cache) as opened:
@@ -142,10 +168,14 @@ def _write_html(built: Report, path: Path) -> Path:
 @analytics.command("sql")
 @click.pass_context
 def analytics_sql(ctx: click.Context) -> None:
-    """A script for the duckdb shell that attaches the ledger and defines every view (with
-    --tenant or --owner, views of that scope's rows only):
+    """A script for the duckdb shell with every view.
 
-    agentledger analytics sql > views.sql && duckdb -init views.sql
+    It attaches the ledger and defines every view (with --tenant or --owner, views of that
+    scope's rows only).
+
+    \b
+    Examples:
+      agentledger analytics sql > views.sql && duckdb -init views.sql
     """
     from ..analytics import script
 
@@ -164,8 +194,16 @@ def _absolute(url: str) -> str:
 
 @cli.group()
 def export() -> None:
-    """Copy the ledger out for other engines: its tables as Parquet, through DuckDB (the
-    analytics extra), or its runs as OpenTelemetry traces (the otel extra)."""
+    """Copy the ledger out, as Parquet or OpenTelemetry.
+
+    Its tables as Parquet, through DuckDB (the analytics extra), or its runs as OpenTelemetry
+    traces (the otel extra), for other engines.
+
+    \b
+    Examples:
+      agentledger export parquet exported/
+      agentledger export otlp --endpoint http://localhost:4318
+    """
 
 
 @export.command()
@@ -174,9 +212,17 @@ def export() -> None:
 @json_option
 @click.pass_context
 def parquet(ctx: click.Context, directory: Path, cache: Path | None, as_json: bool) -> None:
-    """Every table as Parquet under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD),
-    for Spark, DuckDB, Polars and other engines beyond one machine. With --tenant or --owner,
-    that scope's rows only. Each table's folder from an earlier export is replaced whole."""
+    """Every table as Parquet files, by day.
+
+    Under DIRECTORY/<table>/, partitioned by day (day=YYYY-MM-DD), for Spark, DuckDB, Polars
+    and other engines beyond one machine. With --tenant or --owner, that scope's rows only.
+    Each table's folder from an earlier export is replaced whole.
+
+    \b
+    Examples:
+      agentledger export parquet exported/
+      agentledger export parquet exported/ --tenant acme --cache ledger.duckdb
+    """
     from ..analytics import render_export, summarize_export
 
     with _analytics(ctx, cache) as opened:

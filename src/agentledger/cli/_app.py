@@ -17,21 +17,19 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from .. import __version__
+from .._width import fitted_console
 from ..errors import AgentLedgerError
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
 DEFAULT_DB = "./agentledger.db"
-WIDE = 240
-"""Width of the output when it is not a terminal (a pipe, a file): wide enough that tables
-are seldom wrapped (scripts read `--json` instead)."""
 
 
 def console() -> Console:
-    """A console on the current standard output (which tests and pipes replace)."""
-    terminal = Console()
-    return terminal if terminal.is_terminal else Console(width=WIDE)
+    """A console on the current standard output (which tests and pipes replace), as wide as
+    ``COLUMNS`` or the terminal says (:func:`~agentledger._width.fitted_console`)."""
+    return fitted_console()
 
 
 def render(renderable: Any) -> None:
@@ -62,7 +60,8 @@ class _TakesGroupOptions(click.Command):
     Every option of the top group is carried, whatever it is: adding one to ``cli`` (and its
     field to :class:`Options`) is all a new group option needs. Given after the command, an
     option overrides the one given before it; the environment and the default are read once,
-    by the top group."""
+    by the top group. The command's help names them in one line: ``agentledger --help``
+    describes them, once."""
 
     def get_params(self, ctx: click.Context) -> list[click.Parameter]:
         params = super().get_params(ctx)
@@ -80,6 +79,21 @@ class _TakesGroupOptions(click.Command):
         own = len(self.params)
         return [*params[:own], *carried, *params[own:]]  # before --help
 
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The command's own options, then the group's named in one line."""
+        params = self.get_params(ctx)
+        records = [
+            record
+            for param in params
+            if isinstance(param, click.Option) and (record := param.get_help_record(ctx))
+        ]
+        carried = [param.opts[0] for param in params if _carried(param)]
+        with formatter.section("Options"):
+            formatter.write_dl(records)
+            if carried:
+                formatter.write_paragraph()
+                formatter.write_text(f"Also {', '.join(carried)}: see `agentledger --help`.")
+
 
 class LedgerCommand(_TakesGroupOptions):
     """A command of ``agentledger``."""
@@ -92,11 +106,16 @@ class LedgerGroup(_TakesGroupOptions, click.Group):
     command_class = LedgerCommand
     group_class = type  # a group made by a group is of its class
 
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        super().format_options(ctx, formatter)
+        self.format_commands(ctx, formatter)
+
 
 @functools.cache
 def _after_the_command(option: click.Option) -> click.Option:
     """``option`` of the top group, as a command takes it after its name: no default and no
-    environment variable of its own, so that only a value given there overrides the group's."""
+    environment variable of its own, so that only a value given there overrides the group's;
+    left out of the command's help, which names it with the others in one line."""
     carried = copy.copy(option)
     carried.default = None
     carried.envvar = None
@@ -104,8 +123,14 @@ def _after_the_command(option: click.Option) -> click.Option:
     carried.show_envvar = False
     carried.required = False
     carried.expose_value = False
+    carried.hidden = True
     carried.callback = _override_the_group
     return carried
+
+
+def _carried(param: click.Parameter) -> bool:
+    """Whether ``param`` is an option of the top group that a command carries."""
+    return param.callback is _override_the_group
 
 
 def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
@@ -126,8 +151,7 @@ def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) 
     envvar="AGENTLEDGER_DB",
     default=DEFAULT_DB,
     show_default=True,
-    help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB). "
-    "Before or after the command's name.",
+    help="The ledger: a SQLite path or URL, or a postgresql:// URL (or set AGENTLEDGER_DB).",
 )
 @click.option(
     "--read-only",
@@ -141,18 +165,28 @@ def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) 
     envvar="AGENTLEDGER_TENANT",
     default=None,
     help="Keep to this tenant's conversations: every read, write and export sees only them "
-    "(or set AGENTLEDGER_TENANT). Before or after the command's name.",
+    "(or set AGENTLEDGER_TENANT).",
 )
 @click.option(
     "--owner",
     envvar="AGENTLEDGER_OWNER",
     default=None,
-    help="Keep to this owner's conversations (or set AGENTLEDGER_OWNER). Before or after the "
-    "command's name.",
+    help="Keep to this owner's conversations (or set AGENTLEDGER_OWNER).",
 )
 @click.pass_context
 def cli(ctx: click.Context, /, **options: Any) -> None:
-    """agentledger: an LLM agent loop whose memory is a relational ledger."""
+    """agentledger: an LLM agent loop whose memory is a relational ledger.
+
+    The options below name the ledger and whose conversations a command sees. Every command
+    takes them, before or after its name: agentledger --db trips.db runs, or agentledger runs
+    --db trips.db.
+
+    \b
+    Examples:
+      agentledger demo
+      agentledger --db trips.db runs --status failed
+      agentledger --db trips.db trace 01a2b3c4
+    """
     defaults = (ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
     given = {name for name in options if ctx.get_parameter_source(name) not in defaults}
     ctx.obj = Options(**options, given=given)

@@ -7,12 +7,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
+from .._width import FittedColumn, FittedTable
 from ..values import cost_text
 from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
 from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import counted, id_column, plain, preview, quoted, run_tree_view
+from ._render import counted, plain, preview, quoted, run_tree_view
 
 if TYPE_CHECKING:
     from ..ledger import AgentRun, Conversation, Ledger, SearchHit
@@ -31,9 +31,16 @@ _LIMIT_HELP = "List at most this many."
 )
 @click.pass_context
 def demo(ctx: click.Context, db_file: Path | None) -> None:
-    """Run the offline demo: a scripted travel assistant, recorded in a SQLite ledger: the
-    file --db names, else agentledger-demo.db here. An earlier demo's file is started afresh;
-    any other file is left as it is."""
+    """Run the offline demo, a scripted travel assistant.
+
+    Its runs are recorded in a SQLite ledger: the file --db names, else agentledger-demo.db
+    here. An earlier demo's file is started afresh; any other file is left as it is.
+
+    \b
+    Examples:
+      agentledger demo
+      agentledger demo --db demo.db
+    """
     from .demo import run_demo
 
     with cli_errors():
@@ -70,7 +77,13 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 @json_option
 @click.pass_context
 def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Conversations, most recently updated first."""
+    """Conversations, most recently updated first.
+
+    \b
+    Examples:
+      agentledger conversations --db trips.db
+      agentledger conversations --limit 5 --json
+    """
     with open_ledger(ctx) as ledger:
         listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
         if as_json:
@@ -79,14 +92,20 @@ def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
             render(_conversations_table(ledger, listed))
 
 
-def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> Table:
+_CONVERSATION_COLUMNS = (
+    FittedColumn("id"),
+    FittedColumn("kind", 2),
+    FittedColumn("title", 1, min_width=16),
+    FittedColumn("version", 3, justify="right"),
+    FittedColumn("messages", 2, justify="right"),
+    FittedColumn("updated", 1),
+)
+
+
+def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> FittedTable:
     short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
-    table = Table(title="conversations")
-    id_column(table, "id", short.values())
-    for header in ("kind", "title", "version", "messages", "updated"):
-        table.add_column(header)
-    for c, count in listed:
-        table.add_row(
+    rows = [
+        (
             plain(short[c.id]),
             c.kind,
             plain(c.title or ""),
@@ -94,7 +113,9 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
             str(count),
             time_text(c.updated_at),
         )
-    return table
+        for c, count in listed
+    ]
+    return FittedTable(_CONVERSATION_COLUMNS, rows, title="conversations")
 
 
 @cli.command()
@@ -119,9 +140,17 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
 def show(
     ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
 ) -> None:
-    """The conversation: what the user said and what the agent answered; with --as model,
-    what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
-    (as `agentledger conversations` shows it)."""
+    """A conversation, as the user saw it.
+
+    What the user said and what the agent answered; with --as model, what the model sees of
+    it now. CONVERSATION is its id, or a prefix of it that is unique (as `agentledger
+    conversations` shows it).
+
+    \b
+    Examples:
+      agentledger show 01a2b3c4
+      agentledger show 01a2b3c4 --as model
+    """
     with open_ledger(ctx) as ledger:
         record = ledger.conversation(conversation)  # by its id or a unique prefix of it
         if section is not None:
@@ -176,12 +205,20 @@ def _empty(section: str | None) -> str:
 @json_option
 @click.pass_context
 def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
-    """A run's steps and tool calls with tokens and timings, and the subagent runs it started,
+    """A run's steps, tool calls and subagent runs.
+
+    Each step and tool call with its tokens and timings, and the subagent runs it started,
     each with its own (exclusive) and its subtree's (inclusive) usage. RUN is its id, or a
     prefix of it that is unique (as `agentledger runs` shows it).
 
     With --json, one object per run of the tree (the run itself first, then its subagent runs
-    depth first), each with its usage and its steps."""
+    depth first), each with its usage and its steps.
+
+    \b
+    Examples:
+      agentledger trace 01a2b3c4
+      agentledger trace 01a2b3c4 --verbose
+    """
     with open_ledger(ctx) as ledger:
         tree = ledger.run_tree(run)
         if as_json:
@@ -210,7 +247,13 @@ _STATUSES = ["running", "completed", "stopped", "failed", "interrupted"]
 def runs(
     ctx: click.Context, conversation: str | None, status: str | None, limit: int, as_json: bool
 ) -> None:
-    """Runs, newest first (a conversation's, oldest first)."""
+    """Runs, newest first (a conversation's, oldest first).
+
+    \b
+    Examples:
+      agentledger runs --status failed
+      agentledger runs --conversation 01a2b3c4 --json
+    """
     with open_ledger(ctx) as ledger:
         listed = ledger.runs(conversation, status=status, limit=limit)
         if as_json:
@@ -219,16 +262,24 @@ def runs(
             render(_runs_table(ledger, listed))
 
 
-def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
+_RUN_COLUMNS = (
+    FittedColumn("id"),
+    FittedColumn("conversation", 1),
+    FittedColumn("agent", 1, min_width=12),
+    FittedColumn("status", 1),
+    FittedColumn("stop", 3),
+    FittedColumn("steps", 3, justify="right"),
+    FittedColumn("tokens", 2, justify="right"),
+    FittedColumn("cost", 1, justify="right"),
+    FittedColumn("started", 2),
+)
+
+
+def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
     runs_shown = ledger.short_ids((r.id for r in listed), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
-    table = Table(title="runs")
-    id_column(table, "id", runs_shown.values())
-    id_column(table, "conversation", conversations_shown.values())
-    for header in ("agent", "status", "stop", "steps", "tokens", "cost", "started"):
-        table.add_column(header)
-    for r in listed:
-        table.add_row(
+    rows = [
+        (
             plain(runs_shown[r.id]),
             plain(conversations_shown[r.conversation_id]),
             plain(r.agent_name),
@@ -239,7 +290,9 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
             cost_text(r.cost_usd, fully_priced=r.fully_priced),
             time_text(r.started_at),
         )
-    return table
+        for r in listed
+    ]
+    return FittedTable(_RUN_COLUMNS, rows, title="runs")
 
 
 @cli.command()
@@ -255,7 +308,15 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
 def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
-    """Conversation messages that contain every word of TEXT, best matches first."""
+    """Find the messages that hold every word of TEXT.
+
+    Conversation messages, best matches first.
+
+    \b
+    Examples:
+      agentledger search "Lisbon hotel"
+      agentledger search invoice --conversation 01a2b3c4
+    """
     with open_ledger(ctx) as ledger:
         hits = ledger.search(text, conversation_id=conversation, limit=limit)
         if as_json:
@@ -264,20 +325,26 @@ def search(
             render(_search_table(ledger, text, hits))
 
 
-def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
+_SEARCH_COLUMNS = (
+    FittedColumn("conversation"),
+    FittedColumn("seq", 2, justify="right"),
+    FittedColumn("role", 1),
+    FittedColumn("content", 1, min_width=20),
+)
+
+
+def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> FittedTable:
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
-    table = Table(title=plain(f"search: {text}"))
-    id_column(table, "conversation", short.values())
-    for header in ("seq", "role", "content"):
-        table.add_column(header)
-    for hit in hits:
-        table.add_row(
+    rows = [
+        (
             plain(short[hit.conversation_id]),
             str(hit.seq),
             hit.message.role,
             plain(preview(hit.message.content, 80)),
         )
-    return table
+        for hit in hits
+    ]
+    return FittedTable(_SEARCH_COLUMNS, rows, title=plain(f"search: {text}"))
 
 
 @cli.command()
@@ -291,10 +358,16 @@ def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
 @json_option
 @click.pass_context
 def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_json: bool) -> None:
-    """Abandon stale runs: mark them interrupted, keep what a streaming one had shown as its
-    answer (flagged interrupted), and free their conversations.
+    """Abandon stale runs, freeing their conversations.
 
-    To resume them instead, call Agent.recover() from code that has the agent's model and tools.
+    A stale run is marked interrupted, and what a streaming one had shown is kept as its
+    answer (flagged interrupted). To resume them instead, call Agent.recover() from code that
+    has the agent's model and tools.
+
+    \b
+    Examples:
+      agentledger recover --dry-run
+      agentledger recover --stale-after 600
     """
     with open_ledger(ctx) as ledger:
         found = ledger.stale_runs(stale_after)
@@ -307,6 +380,9 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_jso
 
 
 def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[str, int]) -> None:
+    if not stale:
+        console().print("no stale runs: nothing to recover")
+        return
     runs_shown = ledger.short_ids((r.id for r in stale), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
     for r in stale:

@@ -20,18 +20,22 @@ from ._app import cli, cli_errors, database, require_file
 )
 @click.pass_context
 def datasette_metadata(ctx: click.Context, output: Path | None) -> None:
-    """Datasette metadata for the ledger --db names: a description of every table and column
-    (from the schema's documentation) and canned queries (a conversation, a run's trace, a run
-    tree with its usage, the most expensive runs, the slowest tools, search, the ids a prefix
-    begins), which take the short ids the other commands print and link each id to its trace
-    and its tree.
+    """Datasette's metadata for the ledger.
 
-        agentledger datasette-metadata --db ledger.db --output metadata.json
-        datasette ledger.db -m metadata.json
+    For the ledger --db names: a description of every table and column (from the schema's
+    documentation) and canned queries (a conversation, a run's trace, a run tree with its
+    usage, the most expensive runs, the slowest tools, search, the ids a prefix begins), which
+    take the short ids the other commands print and link each id to its trace and its tree.
 
     Datasette names a database by its file's stem (ledger for ledger.db), and so does the
     metadata: serve the file --db named. The ledger must be at the newest schema revision
-    (`agentledger db upgrade`); it is only read."""
+    (`agentledger db upgrade`); it is only read.
+
+    \b
+    Examples:
+      agentledger datasette-metadata --db ledger.db --output metadata.json
+      datasette ledger.db -m metadata.json
+    """
     from ..integrations.datasette import datasette_metadata as metadata
 
     path = _served_file(ctx)

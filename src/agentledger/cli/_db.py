@@ -18,14 +18,28 @@ _CREATE = "`agentledger db upgrade` creates one"
 
 @cli.group()
 def db() -> None:
-    """Schema migrations of the ledger (Alembic), verification, and the schema's DDL."""
+    """Migrate, verify and describe the ledger's schema.
+
+    Schema migrations (Alembic), verification, and the schema's DDL.
+
+    \b
+    Examples:
+      agentledger db upgrade --db ledger.db
+      agentledger db verify --db ledger.db
+    """
 
 
 @db.command()
 @click.argument("revision", default="head")
 @click.pass_context
 def upgrade(ctx: click.Context, revision: str) -> None:
-    """Migrate the ledger up to REVISION (default: the newest)."""
+    """Migrate the ledger up to REVISION (default: the newest).
+
+    \b
+    Examples:
+      agentledger db upgrade --db ledger.db
+      agentledger db upgrade --db postgresql://app@db.example/ledger
+    """
     from ..ledger import migrate
 
     refuse_read_only(ctx, "db upgrade")
@@ -37,7 +51,13 @@ def upgrade(ctx: click.Context, revision: str) -> None:
 @click.argument("revision")
 @click.pass_context
 def downgrade(ctx: click.Context, revision: str) -> None:
-    """Migrate the ledger down to REVISION (base removes every table)."""
+    """Migrate the ledger down to REVISION (base removes every table).
+
+    \b
+    Examples:
+      agentledger db downgrade 0010 --db ledger.db
+      agentledger db downgrade base --db scratch.db
+    """
     from ..ledger import migrate
 
     refuse_read_only(ctx, "db downgrade")
@@ -49,7 +69,12 @@ def downgrade(ctx: click.Context, revision: str) -> None:
 @db.command()
 @click.pass_context
 def current(ctx: click.Context) -> None:
-    """The ledger's schema revision."""
+    """The ledger's schema revision.
+
+    \b
+    Examples:
+      agentledger db current --db ledger.db
+    """
     from ..ledger import migrate
 
     require_file(ctx, _CREATE)
@@ -62,7 +87,12 @@ def current(ctx: click.Context) -> None:
 @db.command()
 @json_option
 def history(as_json: bool) -> None:
-    """The migrations this agentledger ships, newest first."""
+    """The migrations this agentledger ships, newest first.
+
+    \b
+    Examples:
+      agentledger db history
+    """
     from ..ledger import migrate
 
     revisions = [
@@ -82,7 +112,14 @@ def history(as_json: bool) -> None:
 @db.command()
 @click.pass_context
 def check(ctx: click.Context) -> None:
-    """Exit 0 when the ledger is at the newest schema, 1 when it needs `db upgrade`."""
+    """Exit 0 if the ledger's schema is the newest, else 1.
+
+    Exit 1 means it needs `agentledger db upgrade`.
+
+    \b
+    Examples:
+      agentledger db check --db ledger.db || agentledger db upgrade --db ledger.db
+    """
     from ..ledger import migrate
 
     require_file(ctx, _CREATE)
@@ -97,13 +134,21 @@ def check(ctx: click.Context) -> None:
 @json_option
 @click.pass_context
 def verify_command(ctx: click.Context, as_json: bool) -> None:
-    """Check the whole ledger for damage: every row against its checksum, the positions of
-    every conversation, buffer, run and step, each run's and each step's counts and, on SQLite,
-    every page and index (integrity_check), every foreign key and the full-text index. Exit 1,
-    listing what is wrong, on damage.
+    """Check every row, position and count for damage.
+
+    Every row against its checksum, the positions of every conversation, buffer, run and
+    step, each run's and each step's counts and, on SQLite, every page and index
+    (integrity_check), every foreign key and the full-text index. Exit 1, listing what is
+    wrong, on damage.
 
     With --json, one object per problem ({"problem": ...}), or when there is none, one per
-    table with the rows it holds and how many of them carry a checksum."""
+    table with the rows it holds and how many of them carry a checksum.
+
+    \b
+    Examples:
+      agentledger db verify --db ledger.db
+      agentledger db verify --db ledger.db --json
+    """
     with open_ledger(ctx) as ledger:
         try:
             problems = ledger.verify()
@@ -165,7 +210,12 @@ def _verified(counts: dict[str, tuple[int, int]], *, sqlite: bool) -> str:
     help="Write the DDL to this file instead of standard output.",
 )
 def schema(dialect: str, output: Path | None) -> None:
-    """The schema's DDL, from the migrations (what schema/*.sql hold)."""
+    """The schema's DDL, from the migrations (what schema/*.sql hold).
+
+    \b
+    Examples:
+      agentledger db schema --dialect postgresql --output schema.sql
+    """
     from ..ledger.schema import ddl
 
     text = ddl("postgresql" if dialect == "postgresql" else "sqlite")
@@ -192,13 +242,19 @@ def schema(dialect: str, output: Path | None) -> None:
     "command line). Without it the role gets no password: set one with ALTER ROLE.",
 )
 def app_role(name: str, schema_name: str, password_env: str | None) -> None:
-    """Print the SQL that creates NAME, the PostgreSQL role an application connects as: it may
-    read and write the ledger's rows, only within the tenant each transaction sets (row-level
-    security), and nothing more (no DDL, no TRUNCATE). Run the SQL as a superuser, or as the role
-    that owns the ledger's tables if it may create roles, e.g. `agentledger db app-role app |
-    psql "$OWNER_URL"`.
+    """Print the SQL that creates an application's role.
+
+    NAME is the PostgreSQL role an application connects as: it may read and write the
+    ledger's rows, only within the tenant each transaction sets (row-level security), and
+    nothing more (no DDL, no TRUNCATE). Run the SQL as a superuser, or as the role that owns
+    the ledger's tables if it may create roles.
 
     It only prints SQL: it connects to no database, so neither --db nor a server is needed.
+
+    \b
+    Examples:
+      agentledger db app-role app | psql "$OWNER_URL"
+      agentledger db app-role app --password-env APP_PASSWORD | psql "$OWNER_URL"
     """
     from ..ledger.roles import application_role_sql
 

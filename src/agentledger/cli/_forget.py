@@ -5,14 +5,15 @@ by age (retention), with everything that came from them; a thin shell over ``Led
 from __future__ import annotations
 
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
+from rich.text import Text
 
+from .._width import FittedColumn, FittedTable
 from ..values import time_ago
-from ._app import cli, open_ledger, refuse_read_only, render, scope
+from ._app import cli, open_ledger, refuse_read_only, render, scope, time_text
 from ._json import json_option, print_json_lines
 
 if TYPE_CHECKING:
@@ -61,13 +62,20 @@ def forget(
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Delete conversations with everything that came from them (messages, runs, steps, tool
-    executions, subagents, search entries), in one transaction logged in forget_log (ids and
-    counts, no content).
+    """Delete conversations and all that came from them.
+
+    Their messages, runs, steps, tool executions, subagents and search entries go, in one
+    transaction logged in forget_log (ids and counts, no content).
 
     Give CONVERSATION_IDS (or unique prefixes); or no id and the group's --owner to forget all
     of that owner's conversations; or --older-than AGE to forget those inactive that long.
     Asks for confirmation when run at a terminal, unless --yes.
+
+    \b
+    Examples:
+      agentledger forget 01a2b3c4 --dry-run
+      agentledger forget --owner ann --yes
+      agentledger forget --older-than 90d
     """
     _, owner = scope(ctx)
     if conversation_ids and older_than is not None:
@@ -95,7 +103,10 @@ def forget(
 
 
 def _confirm(preview: Forgotten) -> None:
-    """Show what would go and ask; stop, having deleted nothing, unless the answer is yes."""
+    """Show what would go and ask; stop, having deleted nothing, unless the answer is yes.
+    Nothing to go: nothing to ask."""
+    if not preview.conversation_ids:
+        return
     _show(preview)
     if not click.confirm(f"Forget these {preview.rows} rows for good?", default=False):
         raise click.ClickException("nothing was forgotten")
@@ -117,15 +128,28 @@ def _report(forgotten: Forgotten, as_json: bool) -> None:
 
 def _show(forgotten: Forgotten) -> None:
     """The conversations' ids in full (what a record of the deletion quotes; they no longer
-    begin any id of the ledger), then the rows by table."""
+    begin any id of the ledger), then the rows by table; or one line when there were none."""
+    if not forgotten.conversation_ids:
+        render(Text(f"nothing to forget: {_none_found(forgotten.reason)}"))
+        return
     verb = "would be forgotten (dry run: nothing deleted)" if forgotten.dry_run else "forgotten"
-    ids = ", ".join(forgotten.conversation_ids) or "none"
+    ids = ", ".join(forgotten.conversation_ids)
     count = len(forgotten.conversation_ids)
-    click.echo(f"{count} conversation{'' if count == 1 else 's'} {verb}: {ids}")
-    table = Table()
-    table.add_column("table")
-    table.add_column("rows", justify="right")
-    for name, rows in forgotten.counts.items():
-        table.add_row(name, str(rows))
-    table.add_row("total", str(forgotten.rows), style="bold")
-    render(table)
+    render(Text(f"{count} conversation{'' if count == 1 else 's'} {verb}: {ids}"))
+    rows = [(name, str(rows)) for name, rows in forgotten.counts.items()]
+    total = (Text("total", style="bold"), Text(str(forgotten.rows), style="bold"))
+    render(FittedTable(_COUNT_COLUMNS, [*rows, total]))
+
+
+_COUNT_COLUMNS = (FittedColumn("table"), FittedColumn("rows", justify="right"))
+
+
+def _none_found(reason: str) -> str:
+    """Why a forgetting found no conversation, from its ``reason`` (as ``forget_log`` holds
+    it: ``owner``, or ``inactive since`` and an ISO time); within --tenant and --owner."""
+    if reason == "owner":
+        return "the owner has no conversation"
+    since = reason.removeprefix("inactive since ")
+    if since == reason:
+        return "no conversation"
+    return f"no conversation has been inactive since {time_text(datetime.fromisoformat(since))} UTC"

@@ -10,7 +10,15 @@ from ._app import cli, cli_errors, database, read_only, require_file, scope
 
 @cli.group()
 def mcp() -> None:
-    """The ledger as an MCP server. Needs the mcp extra: pip install 'agentledger[mcp]'."""
+    """The ledger as an MCP server.
+
+    Needs the mcp extra: pip install 'agentledger[mcp]'.
+
+    \b
+    Examples:
+      agentledger mcp serve --db ledger.db
+      agentledger mcp serve --db ledger.db --http 8765
+    """
 
 
 @mcp.command()
@@ -39,18 +47,23 @@ def mcp() -> None:
 )
 @click.pass_context
 def serve(ctx: click.Context, http_port: int | None, max_rows: int, query_timeout: float) -> None:
-    """Serve the ledger --db names to MCP clients: over stdio (an MCP client starts this
-    command), or over streamable HTTP on the loopback interface with --http PORT.
+    """Serve the ledger to MCP clients.
+
+    The ledger --db names, over stdio (an MCP client starts this command), or over
+    streamable HTTP on the loopback interface with --http PORT.
 
     Tools: search_conversations(query, limit), get_conversation(id), get_trace(run_id),
     list_runs(conversation_id, status, since, limit), run_tree(run_id) and query(sql), one
     read-only SQL statement bounded by --max-rows and --query-timeout. Resources: every
     conversation at agentledger://conversations/{id}. With --tenant or --owner every tool keeps
     to that scope. The server never writes; --read-only also opens the ledger read-only.
+    Messages go to standard error: standard output is the stdio transport.
 
-        agentledger mcp serve --db ledger.db
-
-    Messages go to standard error: standard output is the stdio transport."""
+    \b
+    Examples:
+      agentledger mcp serve --db ledger.db
+      agentledger mcp serve --db ledger.db --http 8765 --max-rows 500
+    """
     require_file(ctx, "record runs in it first, or give --db the ledger to serve")
     tenant, owner = scope(ctx)
     with cli_errors():

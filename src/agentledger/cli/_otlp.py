@@ -91,11 +91,18 @@ def otlp(
     service_name: str,
     as_json: bool,
 ) -> None:
-    """The ledger's recorded runs as OpenTelemetry traces, by the GenAI semantic conventions:
-    one trace per run tree (invoke_agent, chat and execute_tool spans, timed by the ledger's
-    rows), for any tracing backend. Span ids come from the rows' ids: exporting the same runs
-    again sends the same spans. With --tenant or --owner, only that scope's runs. Needs the
-    otel extra: pip install 'agentledger[otel]'."""
+    """The runs as OpenTelemetry traces.
+
+    By the GenAI semantic conventions: one trace per run tree (invoke_agent, chat and
+    execute_tool spans, timed by the ledger's rows), for any tracing backend. Span ids come
+    from the rows' ids: exporting the same runs again sends the same spans. With --tenant or
+    --owner, only that scope's runs. Needs the otel extra: pip install 'agentledger[otel]'.
+
+    \b
+    Examples:
+      agentledger export otlp --endpoint http://localhost:4318 --since 7d
+      agentledger export otlp --output spans.jsonl --capture-content
+    """
     if (endpoint is None) == (output is None):
         raise click.UsageError("give exactly one of --endpoint URL or --output FILE")
     tenant, owner = scope(ctx)

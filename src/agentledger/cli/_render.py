@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from typing import Any
 
 from rich.markup import escape
-from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
@@ -25,13 +23,6 @@ def plain(text: str) -> Text:
 def quoted(text: str) -> str:
     """Text from the ledger to put inside markup: as :func:`plain` shows it."""
     return escape(terminal_text(text))
-
-
-def id_column(table: Table, header: str, shown: Iterable[str]) -> None:
-    """A column of ids as ``Ledger.short_ids`` shows them (what a person can type for each):
-    never wrapped nor cut, however narrow the terminal."""
-    width = max((len(header), *(len(s) for s in shown)))
-    table.add_column(header, no_wrap=True, min_width=width)
 
 
 def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:

@@ -32,7 +32,10 @@ from ..values import (
 from ._render import error_text, preview
 
 LINE = 100
-"""How much of a tool call or a tool result is printed: one line."""
+"""How much of a tool call or a tool result is printed at most: one line, shorter when the
+console is narrower."""
+LEAD = len("  → ")
+"""What comes before a tool call or a tool result on its line."""
 INDENT = "  "
 """What a subagent's run is indented by, per level of depth."""
 STOPPING_NOTICE_AFTER = 0.5
@@ -57,8 +60,8 @@ def write(console: Console, text: str) -> None:
     console.file.flush()
 
 
-def call_line(call: ToolCall) -> str:
-    """``  → name(arguments)`` on one line."""
+def call_line(call: ToolCall, limit: int = LINE) -> str:
+    """``  → name(arguments)`` on one line, cut to ``limit`` characters after the arrow."""
     if call.raw_arguments is not None:
         arguments = call.raw_arguments
     else:
@@ -66,13 +69,14 @@ def call_line(call: ToolCall) -> str:
             f"{name}={json.dumps(value, ensure_ascii=False)}"
             for name, value in call.arguments.items()
         )
-    return f"  → {preview(f'{call.name}({arguments})', LINE)}"
+    return f"  → {preview(f'{call.name}({arguments})', limit)}"
 
 
-def result_line(result: str, *, is_error: bool) -> str:
-    """``  ← result`` on one line, marked when the tool failed."""
+def result_line(result: str, *, is_error: bool, limit: int = LINE) -> str:
+    """``  ← result`` on one line, marked when the tool failed, cut to ``limit`` characters
+    after the arrow."""
     shown = f"error: {error_text(result)}" if is_error else result
-    return f"  ← {preview(shown, LINE)}"
+    return f"  ← {preview(shown, limit)}"
 
 
 class StreamPrinter:
@@ -91,9 +95,10 @@ class StreamPrinter:
         if isinstance(event, TextDelta):
             self._text(event.run_id, event.step_index, event.text)
         elif isinstance(event, ToolCallStarted):
-            self._line(event.run_id, call_line(event.call), "dim")
+            self._line(event.run_id, call_line(event.call, self._room(event.run_id)), "dim")
         elif isinstance(event, ToolCallFinished):
-            line = result_line(event.result, is_error=event.is_error)
+            limit = self._room(event.run_id)
+            line = result_line(event.result, is_error=event.is_error, limit=limit)
             self._line(event.run_id, line, "red" if event.is_error else "dim")
         elif isinstance(event, RunStarted):
             self._started(event)
@@ -144,6 +149,11 @@ class StreamPrinter:
 
     def _indent(self, run_id: str | None) -> str:
         return INDENT * self._depths.get(run_id or "", 0)
+
+    def _room(self, run_id: str) -> int:
+        """How much of a tool call or result fits on a line of the console after its arrow
+        (a narrow console cuts the line sooner, down to a few words)."""
+        return max(20, min(LINE, self.console.width - len(self._indent(run_id)) - LEAD))
 
     def _text(self, run_id: str, step_index: int, text: str) -> None:
         if not text:

@@ -166,12 +166,17 @@ def _session(ctx: click.Context, setup: Setup) -> Iterator[Session]:
 @click.pass_context
 @_agent_options
 def chat(ctx: click.Context, setup: Setup) -> None:
-    """Talk to a model: a conversation kept in the ledger, a run per line you type.
+    """Talk to a model, a run per line you type.
 
-    The answer streams as it comes, with each tool call as it starts and ends, then the run's
-    tokens and cost. Ctrl-C while an answer streams stops it and keeps what was shown (type
-    "go on" to have it continued); Ctrl-C again quits. Leave with /exit, /quit or Ctrl-D;
-    continue later with --conversation ID.
+    The conversation is kept in the ledger. The answer streams as it comes, with each tool call
+    as it starts and ends, then the run's tokens and cost. Ctrl-C while an answer streams stops
+    it and keeps what was shown (type "go on" to have it continued); Ctrl-C again quits. Leave
+    with /exit, /quit or Ctrl-D; continue later with --conversation ID.
+
+    \b
+    Examples:
+      agentledger chat --provider anthropic --model claude-sonnet-4-5
+      agentledger chat --provider openai --model gpt-4o --conversation 01a2b3c4
     """
     from ._chat import chat_loop, read_prompt
 
@@ -185,11 +190,17 @@ def chat(ctx: click.Context, setup: Setup) -> None:
 @click.pass_context
 @_agent_options
 def run(ctx: click.Context, question: str, setup: Setup) -> None:
-    """Ask a model one QUESTION: one run, recorded in the ledger; exits 1 if the run failed.
+    """Ask a model one QUESTION, recorded as one run.
 
     The answer streams as it comes, with each tool call as it starts and ends, then the run's
-    tokens and cost, and how to continue the conversation. Ctrl-C stops the answer, keeps what
-    was shown and exits 130.
+    tokens and cost, and how to continue the conversation. Exits 1 if the run failed; Ctrl-C
+    stops the answer, keeps what was shown and exits 130.
+
+    \b
+    Examples:
+      agentledger run --provider openai --model gpt-4o-mini "What time is it?"
+      agentledger run --provider openai --model llama3.2 \\
+          --base-url http://localhost:11434/v1 --tool tools:search "Find it"
     """
     from ._chat import run_once
 

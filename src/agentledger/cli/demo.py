@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from rich.console import Console, Group
@@ -20,6 +21,7 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .._width import FittedColumn, FittedTable, fitted_console
 from ..analytics import Analytics
 from ..builder import AgentBuilder
 from ..errors import ConfigurationError
@@ -128,7 +130,7 @@ def run_demo(
 
     Turns 1 and 2: the assistant uses its tools. Turn 3: it delegates to a researcher (with
     tools of its own) and a reviewer, and the run tree is shown with its usage."""
-    console = console or Console(width=None if Console().is_terminal else 120)
+    console = console or fitted_console()
     if chunk_delay is None:
         chunk_delay = CHUNK_DELAY if console.is_terminal else 0.0
     db_path = DEMO_FILE if db_path is None else db_path
@@ -345,36 +347,21 @@ def _print_metrics(console: Console, db_path: Path) -> None:
     with opened as analytics:
         console.print(_rollup_table(analytics))
         relation = analytics.sql(_TOOLS)
-        table = Table(*relation.columns, title="tool_stats", title_justify="left")
-        for row in relation.fetchall():
-            table.add_row(*(str(v) for v in row))
-        console.print(table)
+        console.print(_sql_table("tool_stats", relation.columns, relation.fetchall()))
 
 
-def _rollup_table(analytics: Analytics) -> Table:
+def _rollup_table(analytics: Analytics) -> FittedTable:
     """Each run's own and whole-tree usage, its costs as every view writes them."""
-    table = Table(
-        "run",
-        "own_steps",
-        "own_tokens",
-        "tree_tokens",
-        "own_cost",
-        "tree_cost",
-        title="run_rollup: own and whole-tree usage",
-        title_justify="left",
-    )
-    for run, steps, own, tree, own_cost, own_unpriced, tree_cost, tree_unpriced in analytics.sql(
-        _ROLLUP
-    ).fetchall():
-        table.add_row(
-            run,
-            str(steps),
-            str(own),
-            str(tree),
-            cost_text(own_cost, fully_priced=not own_unpriced),
-            cost_text(tree_cost, fully_priced=not tree_unpriced),
+    rows = [
+        (
+            *counts,
+            cost_text(own, fully_priced=not own_unpriced),
+            cost_text(tree, fully_priced=not tree_unpriced),
         )
-    return table
+        for *counts, own, own_unpriced, tree, tree_unpriced in analytics.sql(_ROLLUP).fetchall()
+    ]
+    headers = ("run", "own steps", "own tokens", "tree tokens", "own cost", "tree cost")
+    return _sql_table("run_rollup: own and whole-tree usage", headers, rows)
 
 
 _QUERIES = (
@@ -407,10 +394,14 @@ def _print_sql(console: Console, db_path: Path) -> None:
     with contextlib.closing(sqlite3.connect(db_path)) as conn:
         for title, query in _QUERIES:
             cursor = conn.execute(query)
-            table = Table(*(d[0] for d in cursor.description), title=title, title_justify="left")
-            for row in cursor:
-                table.add_row(*(str(v) for v in row))
-            console.print(table)
+            console.print(_sql_table(title, [d[0] for d in cursor.description], cursor))
+
+
+def _sql_table(title: str, columns: Sequence[str], rows: Iterable[Sequence[object]]) -> FittedTable:
+    """A query's result: its first column (what each row is) wrapped if need be, the others
+    whole, as many as fit."""
+    fitted = [FittedColumn(columns[0], 1, min_width=16), *(FittedColumn(c, 1) for c in columns[1:])]
+    return FittedTable(fitted, [[str(v) for v in row] for row in rows], title=title)
 
 
 def _print_look_around(console: Console, db_path: Path, run: str) -> None:
