@@ -210,6 +210,7 @@ class Agent:
 
     def _run(self, user_text: str, conversation_id: str | None) -> Flow[RunResult]:
         recorder = self.config.recorder
+        yield from self._listed_tools()
         state = yield Call(partial(recorder.load_conversation, conversation_id))
         if conversation_id is not None and self.config.summarizer is not None:
             check_storable(user_text, "the user message")
@@ -279,7 +280,17 @@ class Agent:
                 "metadata": {SPAWNED_BY: parent.idempotency_key},
             }
         )
-        return run_flow(self._start(state, task))
+        return run_flow(self._listed_then_started(state, task))
+
+    def _listed_then_started(self, state: AgentState, user_text: str) -> Flow[RunResult]:
+        yield from self._listed_tools()
+        return (yield from self._start(state, user_text))
+
+    def _listed_tools(self) -> Flow[None]:
+        """List the tool sources' tools (starting or reconnecting them), before a run begins
+        or is claimed: a source that never started raises here, with nothing written."""
+        if self._sources:
+            yield Call(self.refresh_tools)
 
     def _start(self, state: AgentState, user_text: str) -> Flow[RunResult]:
         """Begin a run on ``state`` with the user's message, record it, and drive it. Text the
@@ -301,6 +312,7 @@ class Agent:
 
     def _resume(self, run_id: str, *, stale_after: float | None) -> Flow[RunResult]:
         recorder = self.config.recorder
+        yield from self._listed_tools()
         state = yield Call(partial(recorder.claim_run, run_id, stale_after=stale_after))
         return (yield from self._drive(state))
 
@@ -328,8 +340,6 @@ class Agent:
         recording each as it ends, then commit the run (or record it failed). Every exit of
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
-        if self._sources:
-            yield Call(self.refresh_tools)
         with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
             run = self._begin_and_step(state, user_message, watch)
             return (yield from traced(run, self.config.tracer, state, self.name))
