@@ -340,7 +340,8 @@ class Agent:
         recording each as it ends, then commit the run (or record it failed). Every exit of
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
-        with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
+        config = self.config
+        with watching(state.run_id, config.recorder, config.partial_flush, config.clock) as watch:
             run = self._begin_and_step(state, user_message, watch)
             return (yield from traced(run, self.config.tracer, state, self.name))
 
@@ -451,14 +452,15 @@ class Agent:
         otherwise its lease expires). The original error is the one to report.
 
         This is the one place a cancellation is caught."""
-        kept: Interruption = yield Call(watch.interrupted)  # may wait for a flush: not on a loop
         cancelled = cancels(exc)
+        error = None if cancelled else failure_text(exc)
+        # May wait for a flush: not on an event loop.
+        kept: Interruption = yield Call(partial(watch.interrupted, error))
         with contextlib.suppress(Exception):
             if cancelled or kept.text:
-                error = None if cancelled else failure_text(exc)
                 yield from self._interrupt(watch, kept, error=error)
-            else:
-                yield Call(partial(self.config.recorder.fail_run, state, failure_text(exc)))
+            else:  # the step in flight is redone when the run is resumed: not recorded
+                yield Call(partial(self.config.recorder.fail_run, state, error))
 
     def _interrupt(
         self, watch: RunWatch, kept: Interruption, *, error: str | None
@@ -468,8 +470,7 @@ class Agent:
                 self.config.recorder.interrupt_run,
                 watch.run_id,
                 partial_text=kept.text,
-                pending_tool_calls=kept.tool_calls,
-                tool_results=kept.tool_results,
+                step=kept.step,
                 error=error,
             )
         )
