@@ -10,6 +10,7 @@ import json
 import threading
 import time
 from collections.abc import Coroutine, Iterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -26,12 +27,14 @@ from agentledger import (
     ScriptedLLM,
     SubagentSpec,
     ToolCall,
+    Usage,
     tool,
 )
 from agentledger.events import TextDelta, ToolCallStarted
 from agentledger.ledger import Ledger
 from agentledger.loop import AsyncRunStream
-from agentledger.recording import INTERRUPTED_RESULT, INTERRUPTED_TOOL_CALLS, LATE_TOOL_RESULTS
+from agentledger.recording import INTERRUPTED_RESULT
+from support.cli import flat, ok
 from support.invariants import violations
 from support.ledger import Database
 
@@ -76,9 +79,14 @@ def conversation(db: Database, conversation_id: str) -> list[tuple[str, str, boo
     ]
 
 
-def as_json(value: Any) -> Any:
-    """A JSON column's value: text on SQLite, decoded already on PostgreSQL."""
-    return json.loads(value) if isinstance(value, str) else value
+def tool_rows(db: Database, run_id: str) -> list[dict[str, Any]]:
+    """The run's tool executions in call order, ``is_error`` as a bool on every backend."""
+    rows = db.rows(
+        "SELECT tool_call_id, tool_name, is_error, error, result FROM tool_executions "
+        "WHERE run_id = :r ORDER BY step_index, position",
+        r=run_id,
+    )
+    return [{**r, "is_error": bool(r["is_error"])} for r in rows]
 
 
 def the_run(db: Database, run_id: str) -> dict[str, Any]:
@@ -129,6 +137,20 @@ def test_closing_a_stream_commits_exactly_the_text_it_handed_over(
         ("user", QUESTION, False),
         ("assistant", shown, True),
     ]
+    # the step it was streaming is in the trace tables, flagged, holding what was shown
+    step = db.row(
+        "SELECT step_index, step_type, interrupted, content, stop_reason FROM step_executions "
+        "WHERE run_id = :r",
+        r=result.run_id,
+    )
+    assert {**step, "interrupted": bool(step["interrupted"])} == {
+        "step_index": 0,
+        "step_type": "response",
+        "interrupted": True,
+        "content": shown,
+        "stop_reason": "cancelled",
+    }
+    assert db.scalar("SELECT step_count FROM agent_runs") == 1
     assert violations(db_url) == []
 
 
@@ -193,21 +215,15 @@ def test_keyboard_interrupt_in_a_plain_run_ends_it_interrupted(
     with pytest.raises(KeyboardInterrupt):
         agent.run(QUESTION)
 
-    run = db.row("SELECT status, stop_reason, conversation_id FROM agent_runs")
+    run = db.row("SELECT id, status, stop_reason, conversation_id FROM agent_runs")
     assert (run["status"], run["stop_reason"]) == ("interrupted", "cancelled")
-    # nobody was shown the text (no stream), but the call the model made gets its answer
-    [(role, content, flag)] = conversation(db, run["conversation_id"])[1:]
-    assert (role, content, flag) == ("assistant", "", True)
-    metadata = as_json(
-        db.scalar(
-            "SELECT metadata FROM conversation_messages WHERE role = 'assistant' AND "
-            "conversation_id = :c",
-            c=run["conversation_id"],
-        )
-    )
-    assert [(c["id"], c["result"]) for c in metadata[INTERRUPTED_TOOL_CALLS]] == [
-        ("call_0", INTERRUPTED_RESULT)
-    ]
+    # nobody was shown the text (no stream): the conversation holds the question alone
+    assert conversation(db, run["conversation_id"]) == [("user", QUESTION, False)]
+    # and the call the model made is in the trace, answered "interrupted"
+    (call,) = db.rows("SELECT tool_call_id, is_error, error, result FROM tool_executions")
+    assert (call["tool_call_id"], bool(call["is_error"])) == ("call_0", True)
+    assert call["error"] == call["result"] == INTERRUPTED_RESULT
+    assert db.scalar("SELECT content FROM step_executions") == "Let me look."
     assert violations(db_url) == []
 
 
@@ -347,29 +363,132 @@ def test_cancelling_during_tools_cancels_async_tools_and_answers_every_call(
     assert took < 1 and cancelled.wait(2)
     assert shown == "Checking three sources." == result.answer
     message = db.row(
-        "SELECT content, interrupted, tool_calls, metadata FROM conversation_messages "
+        "SELECT content, interrupted, tool_calls FROM conversation_messages "
         "WHERE conversation_id = :c AND role = 'assistant'",
         c=result.conversation_id,
     )
     assert message["content"] == shown and message["interrupted"]
     assert message["tool_calls"] in (None, "[]", [])  # a model is sent a plain answer
-    metadata = as_json(message["metadata"])
-    results = {c["name"]: c["result"] for c in metadata[INTERRUPTED_TOOL_CALLS]}
-    assert results == {
-        "quick": "quick Lisbon",
-        "slow_async": INTERRUPTED_RESULT,
-        "slow_sync": INTERRUPTED_RESULT,
-    }
-    # the sync tool finished in its thread: its result is recorded, and nothing acted on it
+    rows = {r["tool_name"]: r for r in tool_rows(db, result.run_id)}
+    assert (rows["quick"]["result"], rows["quick"]["is_error"]) == ("quick Lisbon", False)
+    assert (rows["slow_async"]["result"], rows["slow_async"]["is_error"]) == (
+        INTERRUPTED_RESULT,
+        True,
+    )
+    assert rows["slow_sync"]["is_error"] and rows["slow_sync"]["error"].startswith("interrupted:")
+    # the sync tool finished in its thread: its result is added to its row, still flagged an
+    # error (nothing acted on it)
     assert sync_done.wait(2)
     deadline, late = time.monotonic() + 5, None
-    while late is None and time.monotonic() < deadline:
-        metadata = as_json(db.scalar("SELECT metadata FROM agent_runs")) or {}
-        late = metadata.get(LATE_TOOL_RESULTS)
+    while time.monotonic() < deadline:
+        late = {r["tool_name"]: r for r in tool_rows(db, result.run_id)}["slow_sync"]
+        if late["result"] != INTERRUPTED_RESULT:
+            break
         time.sleep(0.02)
-    assert late == {"call_2": "done late"}
+    assert late is not None and late["result"] == "done late" and late["is_error"]
+    assert "returned after the run had ended" in late["error"]
     assert db.scalar("SELECT count(*) FROM agent_runs") == 1
     assert db.scalar("SELECT status FROM agent_runs") == "interrupted"
+    assert violations(db_url) == []
+
+
+def test_a_tool_call_cut_by_a_cancel_is_in_the_trace_tables_and_everything_reading_them(
+    ledger: Ledger, db: Database, db_url: str, tmp_path: Any
+) -> None:
+    @tool
+    async def lookup(city: str) -> str:
+        """Looks a city up, for ever."""
+        await asyncio.Event().wait()
+        return "never"
+
+    three = [("weather", "Lisbon"), ("lookup", "Lisbon"), ("weather", "Porto")]
+    step = InferenceResponse(
+        content="Let me check.",
+        tool_calls=[
+            ToolCall(id=f"call_{n}", name=name, arguments={"city": city})
+            for n, (name, city) in enumerate(three)
+        ],
+        usage=Usage(input_tokens=120, output_tokens=30),
+        cost_usd=0.002,
+        model="scripted-model",
+        finish_reason="tool_calls",
+    )
+    llm = ScriptedLLM([step, answer("never reached")], chunk_size=8)
+    builder = AgentBuilder().with_llm(llm).with_ledger(ledger).with_tools([weather, lookup])
+    agent = builder.build()  # one call after another: the third never starts
+
+    async def main() -> tuple[str, Any]:
+        stream = agent.astream(QUESTION)
+        shown = ""
+        async for event in stream:
+            if isinstance(event, TextDelta):
+                shown += event.text
+            if isinstance(event, ToolCallStarted) and event.call.name == "lookup":
+                break
+        await stream.aclose()
+        return shown, stream.result
+
+    shown, result = asyncio.run(main())
+    assert shown == "Let me check." == result.answer
+    run_id = result.run_id
+    row = db.row(
+        "SELECT step_index, step_type, interrupted, content, tool_call_count, input_tokens, "
+        "output_tokens, cost_usd, stop_reason FROM step_executions WHERE run_id = :r",
+        r=run_id,
+    )
+    assert {**row, "interrupted": bool(row["interrupted"])} == {
+        "step_index": 0,
+        "step_type": "tool_use",
+        "interrupted": True,
+        "content": "Let me check.",
+        "tool_call_count": 3,
+        "input_tokens": 120,
+        "output_tokens": 30,
+        "cost_usd": 0.002,
+        "stop_reason": "cancelled",
+    }
+    done, cut, never = tool_rows(db, run_id)
+    assert (done["tool_name"], done["is_error"], done["result"]) == (
+        "weather",
+        False,
+        "22C and sunny in Lisbon",
+    )
+    assert (cut["tool_name"], cut["is_error"]) == ("lookup", True)
+    assert cut["error"].startswith("interrupted:") and "it had started" in cut["error"]
+    assert (never["tool_name"], never["is_error"]) == ("weather", True)
+    assert never["error"].startswith("interrupted:") and "it had not started" in never["error"]
+    run = db.row(
+        "SELECT status, step_count, input_tokens, cost_usd FROM agent_runs WHERE id = :r", r=run_id
+    )
+    assert run == {"status": "interrupted", "step_count": 1, "input_tokens": 120, "cost_usd": 0.002}
+    # a model can be sent the trace: each call is followed by its result
+    trace = ledger.trace_messages(run_id)
+    assert [m.role for m in trace] == [Role.ASSISTANT, Role.TOOL, Role.TOOL, Role.TOOL]
+    assert [c.id for c in trace[0].tool_calls] == [m.tool_call_id for m in trace[1:]]
+    assert trace[2].content == cut["result"]
+    # the trace command shows the step, its calls and the answer the user was shown
+    shown_trace = flat(ok("--db", db_url, "trace", run_id))
+    assert "step 0 · tool_use · 120 in / 30 out" in shown_trace
+    assert "interrupted" in shown_trace and "✗ lookup" in shown_trace
+    assert "interrupted answer: Let me check." in shown_trace
+    # the analytics and the OpenTelemetry export see the calls
+    pytest.importorskip("duckdb")
+    from agentledger.analytics import Analytics
+    from agentledger.integrations.otel import export_otlp
+
+    with Analytics.open(db_url) as analytics:
+        relation = analytics.tool_stats()
+        stats = {r[0]: dict(zip(relation.columns, r, strict=True)) for r in relation.fetchall()}
+    assert (stats["lookup"]["calls"], stats["lookup"]["errors"]) == (1, 1)
+    assert (stats["weather"]["calls"], stats["weather"]["errors"]) == (2, 1)
+    output = tmp_path / "spans.jsonl"
+    export_otlp(ledger, since=datetime(2000, 1, 1, tzinfo=UTC), output=output)
+    spans = json.loads(output.read_text())["resourceSpans"][0]["scopeSpans"][0]["spans"]
+    assert sorted(s["name"] for s in spans if s["name"].startswith("execute_tool")) == [
+        "execute_tool lookup",
+        "execute_tool weather",
+        "execute_tool weather",
+    ]
     assert violations(db_url) == []
 
 
@@ -481,7 +600,8 @@ def test_a_stream_closed_after_each_of_its_events_keeps_exactly_what_was_shown(
         if result.status is AgentStatus.INTERRUPTED:
             step = max(shown, default=None)
             recorded = db.scalar(
-                "SELECT count(*) FROM step_executions WHERE run_id = :r", r=result.run_id
+                "SELECT count(*) FROM step_executions WHERE run_id = :r AND NOT interrupted",
+                r=result.run_id,
             )
             expected = shown.get(step, "") if step is not None and step >= recorded else ""
             assert (result.answer or "") == expected, f"closed after event {n}"

@@ -10,16 +10,26 @@ from typing import Any
 import pytest
 from sqlalchemy import text
 
-from agentledger import AgentStatus, InferenceResponse, ScriptedLLM, StopReason, ToolCall
+from agentledger import (
+    AgentStatus,
+    AgentStep,
+    InferenceResponse,
+    Message,
+    Role,
+    ScriptedLLM,
+    StepType,
+    StopReason,
+    ToolCall,
+)
 from agentledger.errors import LeaseLostError, NotFoundError, UnstorableTextError, UsageError
 from agentledger.ledger import Ledger
 from agentledger.ledger.migrate import head
 from agentledger.recording import (
-    INTERRUPTED_RESULT,
-    INTERRUPTED_TOOL_CALLS,
     InMemoryRecorder,
     Recorder,
     RunResult,
+    interrupted_step,
+    interruption_notice,
 )
 from support import forked
 from support.cli import flat, invoke, ok
@@ -78,13 +88,21 @@ def lease_holder(url: str, conversation_id: str) -> str | None:
 
 
 def streamed_then_cancelled(recorder: Recorder) -> tuple[str, RunResult]:
-    """A run that recorded a tool step, streamed part of its answer, and was cancelled with a
-    tool call of the step in progress unanswered: (its conversation, its result)."""
+    """A run that recorded a tool step, streamed part of its answer, and was cancelled before
+    the tool call its model then made had started: (its conversation, its result)."""
     agent = agent_on(recorder, tool_step_then_answer())
     state = step(agent, recorder, begin(agent, recorder))
     stream_shown(recorder, state)
     assert state.run_id is not None
-    result = recorder.interrupt_run(state.run_id, partial_text=SHOWN[-1], pending_tool_calls=[LATE])
+    at = state.step_executions[-1].finished_at
+    message = Message(role=Role.ASSISTANT, content=SHOWN[-1], tool_calls=(LATE,), created_at=at)
+    answered = AgentStep(
+        step_type=StepType.TOOL_USE, assistant_message=message, started_at=at, finished_at=at
+    )
+    in_flight = interrupted_step(
+        1, answered=answered, shown=SHOWN[-1], began=at, started={}, returned={}, at=at
+    )
+    result = recorder.interrupt_run(state.run_id, partial_text=SHOWN[-1], step=in_flight)
     return state.conversation_id, result
 
 
@@ -130,16 +148,21 @@ def test_a_cancelled_run_commits_exactly_what_was_shown_as_its_one_interrupted_a
         "stop_reason": "cancelled",
         "partial_output": None,
         "partial_step_index": None,
-        "step_count": 1,
+        "step_count": 2,
     }
     assert buffer_rows(db_url, result.run_id) == 0
     assert lease_holder(db_url, conversation_id) is None
-    # The unanswered call is kept with the answer, answered "interrupted", and never sent to a
-    # model as a call: the answer carries no tool_calls.
+    # The answer is a plain answer (a model is sent no call in it); the call of the step in
+    # flight is in the trace, the step flagged interrupted, the call answered "interrupted".
     assert answer.interrupted and answer.tool_calls == ()
-    assert answer.metadata[INTERRUPTED_TOOL_CALLS] == [
-        {**LATE.model_dump(mode="json", exclude_none=True), "result": INTERRUPTED_RESULT}
-    ]
+    with Ledger.open(db_url) as ledger:
+        cut = ledger.steps(result.run_id)[-1]
+        trace = ledger.trace_messages(result.run_id)
+    assert (cut.step_index, cut.step.interrupted) == (1, True)
+    (call,) = cut.step.tool_executions
+    assert (call.tool_call, call.is_error) == (LATE, True)
+    assert call.result == interruption_notice(started=False)
+    assert [m.tool_call_id for m in trace if m.role is Role.TOOL][-1] == LATE.id
     assert violations(db_url) == []
 
 
@@ -330,6 +353,27 @@ def test_verify_finds_a_second_answer_beside_an_interrupted_one_and_a_stray_flag
     assert any(f"of run {done.run_id} (completed)" in p for p in problems), problems
 
 
+def test_verify_finds_an_interrupted_step_that_is_not_its_interrupted_runs_last(db_url):
+    with Ledger.open(db_url) as ledger:
+        conversation_id, _ = streamed_then_cancelled(ledger.recorder)
+        assert ledger.verify() == []
+        done = agent_on(ledger, [InferenceResponse(content="Done.")]).run("again", conversation_id)
+        with connect(db_url) as conn, conn.begin():
+            conn.execute(  # a flag the ledger never writes, on a row left unsealed
+                text(
+                    "UPDATE step_executions SET interrupted = :yes, checksum = NULL "
+                    "WHERE run_id = :r"
+                ),
+                {"yes": True, "r": done.run_id},
+            )
+        problems = ledger.verify()
+
+    assert problems == [
+        f"step 0 of run {done.run_id} (completed, 1 steps) is flagged interrupted: only the "
+        "last step of an interrupted run is"
+    ]
+
+
 # --- the in-memory recorder -----------------------------------------------------------------------
 
 
@@ -338,6 +382,14 @@ def outcome(recorder: Recorder, conversation_id: str, result: RunResult) -> Any:
     return (
         [(m.role, m.content, m.interrupted, m.metadata) for m in messages],
         (result.status, result.stop_reason, result.answer, result.usage, result.state.step_count),
+        [
+            (
+                e.step_index,
+                e.step.interrupted,
+                [(t.tool_call, t.result) for t in e.step.tool_executions],
+            )
+            for e in result.state.step_executions
+        ],
         recorder.run_result(result.run_id).answer,
     )
 

@@ -857,8 +857,9 @@ def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_with_the_
     db, open_ledger
 ):
     """Ctrl-C (a KeyboardInterrupt) inside a step cancels the run: it ends ``interrupted``,
-    keeping its recorded steps and committing what it had shown (nothing, without a stream),
-    and the conversation is free for the next run at once."""
+    keeping its recorded steps and the step it was in (flagged, its call answered), committing
+    what it had shown (nothing, without a stream), and the conversation is free for the next
+    run at once."""
     ledger = open_ledger()
     interrupted: list[str] = []
 
@@ -876,24 +877,28 @@ def test_an_interrupt_in_the_middle_of_a_step_ends_the_run_interrupted_with_the_
 
     run = db.row("SELECT * FROM agent_runs")
     assert (run["status"], run["stop_reason"], run["error"]) == ("interrupted", "cancelled", None)
-    assert db.step_indexes(run["id"]) == [0]
-    assert db.column("SELECT tool_call_id FROM tool_executions") == ["call_1"]
+    assert db.step_indexes(run["id"]) == [0, 1]
+    flags = db.column("SELECT interrupted FROM step_executions ORDER BY step_index")
+    assert [bool(f) for f in flags] == [False, True]
+    calls = db.rows("SELECT tool_call_id, is_error, error FROM tool_executions ORDER BY step_index")
+    assert [(c["tool_call_id"], bool(c["is_error"])) for c in calls] == [
+        ("call_1", False),
+        ("call_2", True),
+    ]
+    assert "it had started" in calls[1]["error"]
     assert db.count("execution_buffer_rows") == 0
     assert db.scalar("SELECT lease_holder FROM conversations") is None
     cid = run["conversation_id"]
-    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [("user", QUESTION), ("assistant", "")]
+    assert [(r[2], r[3]) for r in message_rows(db, cid)] == [("user", QUESTION)]
 
     again = build_agent(ScriptedLLM([answer()]), ledger, tools=[get_weather]).run("Go on.", cid)
 
     assert again.status is AgentStatus.COMPLETED, again.error
     assert [(r[2], r[3]) for r in message_rows(db, cid)] == [
         ("user", QUESTION),
-        ("assistant", ""),
         ("user", "Go on."),
         ("assistant", ANSWER),
     ]
-    flags = db.column("SELECT interrupted FROM conversation_messages ORDER BY seq")
-    assert [bool(f) for f in flags] == [False, True, False, False]
 
 
 # --- 8. a crashed process -----------------------------------------------------------------------

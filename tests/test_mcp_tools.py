@@ -22,7 +22,7 @@ import pytest
 pytest.importorskip("mcp")
 
 from agentledger import AgentBuilder, ScriptedLLM, SubagentSpec, tool
-from agentledger.errors import ConfigurationError
+from agentledger.errors import ConfigurationError, ToolServerError
 from agentledger.integrations.mcp import MCPServer
 from agentledger.ledger import Ledger
 from support.cli import flat, ok
@@ -426,15 +426,95 @@ def test_tool_stats_by_server_counts_each_servers_calls(db_url, ours_url, tmp_pa
         analytics.tool_stats(by="tool")  # type: ignore[arg-type]
 
 
-def test_a_server_that_cannot_start_leaves_its_tools_out_and_says_why(ledger_path, caplog):
-    server = MCPServer.stdio(sys.executable, ["-c", "import sys; sys.exit(3)"], name="broken")
-    agent = builder(ledger_path, call("anything"), answer("no tools")).with_mcp_servers([server])
-    with caplog.at_level(logging.WARNING, "agentledger.mcp"), agent.build() as built:
-        result = built.run("Try.")
-    assert result.answer == "no tools"
-    assert "MCP server 'broken' could not be reached" in caplog.text
-    (row,) = tool_rows(ledger_path, result.run_id)
-    assert row["is_error"] and "unknown tool 'anything'" in row["result"]
+NEVER_STARTS = {
+    "a module not installed": (["-m", "mcp_server_nonexistent"], "No module named"),
+    "a command that exits at once": (
+        ["-c", "import sys; sys.stderr.write('boom: no config'); sys.exit(3)"],
+        "boom: no config",
+    ),
+}
+
+
+async def streamed_async(agent: Any, text: str, conversation_id: str) -> None:
+    async for _ in agent.astream(text, conversation_id):
+        pass
+
+
+RUN_SHELLS = {
+    "run": lambda agent, text, cid: agent.run(text, cid),
+    "arun": lambda agent, text, cid: asyncio.run(agent.arun(text, cid)),
+    "stream": lambda agent, text, cid: list(agent.stream(text, cid)),
+    "astream": lambda agent, text, cid: asyncio.run(streamed_async(agent, text, cid)),
+}
+
+
+@pytest.mark.parametrize(
+    ("shell", "never"),
+    [
+        ("run", "a module not installed"),
+        ("arun", "a command that exits at once"),
+        ("stream", "a module not installed"),
+        ("astream", "a command that exits at once"),
+    ],
+)
+def test_a_server_that_never_starts_is_an_error_at_the_runs_start_and_nothing_is_written(
+    ledger_path, shell, never
+):
+    args, said = NEVER_STARTS[never]
+    with Ledger.open(ledger_path) as ledger:
+        conversation_id = ledger.create_conversation(title="Time").id
+    llm = ScriptedLLM([answer("never asked")])
+    server = MCPServer.stdio(sys.executable, args, name="clock")
+    agent = AgentBuilder().with_llm(llm).with_ledger(Ledger.open(ledger_path))
+    with agent.with_mcp_servers([server]).build() as built:
+        with pytest.raises(ToolServerError) as raised:
+            RUN_SHELLS[shell](built, "What time is it?", conversation_id)
+        assert "MCP server 'clock' could not be started" in str(raised.value)
+        assert said in str(raised.value)  # the end of its stderr
+        assert "with_mcp_servers" in str(raised.value)  # what to do
+        assert (raised.value.server, said in (raised.value.stderr or "")) == ("clock", True)
+        assert llm.requests == []  # the model was never asked
+    with sqlite3.connect(ledger_path) as conn:
+        # The run never began: no run row, the user's message not written (the caller still
+        # holds it, and a retry must not store it twice), the conversation free and unchanged.
+        assert conn.execute("SELECT COUNT(*) FROM agent_runs").fetchone() == (0,)
+        assert conn.execute("SELECT COUNT(*) FROM conversation_messages").fetchone() == (0,)
+        assert conn.execute(
+            "SELECT lease_holder, lease_run_id, version FROM conversations"
+        ).fetchall() == [(None, None, 0)]
+
+
+def test_a_server_listed_before_that_cannot_come_back_fails_its_calls_as_tool_errors(
+    ledger_path, tmp_path
+):
+    once = tmp_path / "started"
+    starts_once = (
+        "import os, runpy, sys\n"
+        "if os.path.exists(sys.argv[1]): sys.exit('started once already')\n"
+        "open(sys.argv[1], 'w').close()\n"
+        "sys.argv = [sys.argv[2], 'stdio']\n"
+        "runpy.run_path(sys.argv[0], run_name='__main__')\n"
+    )
+    args = ["-c", starts_once, str(once), str(OUR_SERVER)]
+    server = MCPServer.stdio(sys.executable, args, name="local")
+    agent = (
+        builder(
+            ledger_path,
+            call("die"),
+            answer("It died."),
+            call("add", a=2, b=3),
+            answer("The server is gone."),
+        )
+        .with_mcp_servers([server])
+        .build()
+    )
+    with agent:
+        first = agent.run("Die.")
+        second = agent.run("Add.", first.conversation_id)  # its server cannot start again
+    assert (first.status.value, second.status.value) == ("completed", "completed")
+    (added,) = tool_rows(ledger_path, second.run_id)
+    assert added["is_error"] and "MCP server 'local' is not running" in added["result"]
+    assert "started once already" in added["result"] and "the call was not made" in added["result"]
 
 
 @pytest.mark.parametrize(

@@ -20,7 +20,7 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
 import support.migration_harness as harness
-from agentledger import AgentBuilder, SchemaVersionError
+from agentledger import AgentBuilder, SchemaVersionError, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
@@ -213,6 +213,33 @@ def test_search_finds_messages_written_after_a_downgrade_and_upgrade(db_url):
             "Quinces ripen in autumn.",
         }
         assert {h.conversation_id for h in hits} == {result.conversation_id}
+
+
+def test_an_interrupted_step_is_kept_by_a_downgrade_to_0011_and_flagged_again_after(db_url):
+    @tool
+    def press_ctrl_c(city: str) -> str:
+        """Stands for the user pressing Ctrl-C while a tool runs."""
+        raise KeyboardInterrupt
+
+    calls = [ToolCall(id="call_c", name="press_ctrl_c", arguments={"city": "Lisbon"})]
+    llm = ScriptedLLM([InferenceResponse(content="Let me look.", tool_calls=calls)])
+    with Ledger.open(db_url) as ledger:
+        agent = AgentBuilder().with_llm(llm).with_ledger(ledger).with_tools([press_ctrl_c])
+        with pytest.raises(KeyboardInterrupt):
+            agent.build().run("Weather in Lisbon?")
+    step_of = "SELECT decided_by, content, checksum FROM step_executions"
+
+    harness.migrate(db_url, "0011", direction="downgrade")
+    with Database(db_url) as database, database.engine.connect() as conn:
+        (kept,) = conn.exec_driver_sql(step_of).all()
+    assert (kept.decided_by, kept.content, kept.checksum) == ("interrupted", "Let me look.", None)
+
+    harness.migrate(db_url, "head")
+    with Ledger.open(db_url, migrate=False) as ledger:
+        (run,) = ledger.runs()
+        (step,) = ledger.steps(run.id)
+        assert step.step.interrupted and step.step.tool_executions[0].is_error
+        assert ledger.verify() == []
 
 
 # --- refusing what this code cannot handle ------------------------------------------------------

@@ -50,6 +50,7 @@ from .errors import (
     SchemaVersionError,
     ScriptExhaustedError,
     ToolDefinitionError,
+    ToolServerError,
     UnstorableTextError,
     UsageError,
 )
@@ -287,6 +288,7 @@ __all__ = [
     "ToolExecutor",
     "ToolOutput",
     "ToolSchema",
+    "ToolServerError",
     "ToolSet",
     "UnstorableTextError",
     "Usage",

@@ -22,7 +22,8 @@
     │   │       ├── ProviderRequestError         another 4xx: the request was refused
     │   │       └── ProviderResponseError        the answer could not be understood
     │   ├── ProcessorError            a state processor broke the step contract
-    │   └── CompactionError           a summary of the conversation could not be made
+    │   ├── CompactionError           a summary of the conversation could not be made
+    │   └── ToolServerError           a tool server (MCP) never started: no run began
     ├── LedgerError                   the ledger could not do what was asked
     │   ├── ConversationBusyError     another run holds the conversation's lease
     │   ├── LeaseLostError            another process took this run's conversation over
@@ -160,6 +161,23 @@ class ProcessorError(RunError):
 class CompactionError(RunError):
     """Summarizing a conversation failed (the model call, or an empty summary). The
     conversation is exactly as it was: nothing left the model's context."""
+
+
+class ToolServerError(RunError):
+    """A tool server the agent was given (an MCP server) could not be started or reached when
+    a run was to begin, and it never listed its tools to this agent. The run did not begin:
+    nothing was written (the user's message neither: the caller still holds it), and the model
+    was not asked. ``server`` is the server's name; ``stderr`` the end of what it wrote to its
+    standard error (a stdio server), or None. The message says what to do.
+
+    A server that listed its tools before and went away later does not raise this: calling its
+    tools fails as tool errors the model sees, and the next run tries to reconnect.
+    """
+
+    def __init__(self, message: str, *, server: str, stderr: str | None = None) -> None:
+        super().__init__(message)
+        self.server = server
+        self.stderr = stderr
 
 
 class NotFoundError(UsageError):

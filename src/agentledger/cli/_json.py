@@ -78,6 +78,7 @@ def step_record(execution: StepExecution) -> dict[str, Any]:
         "usage": step.usage,
         "cost_usd": step.cost_usd,
         "error": step.error,
+        "interrupted": step.interrupted,
         "should_continue": None if outcome is None else outcome.should_continue,
         "stop_reason": None if outcome is None else outcome.stop_reason,
         "decided_by": None if outcome is None else outcome.decided_by,

@@ -93,7 +93,11 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
             if child is not None:
                 _add_steps(leaf.add(run_label(child, short)), ledger, child, short, verbose)
         answer = step.final_response()
-        if answer is not None:
+        if step.interrupted:  # the run ended during it: what the user was shown of it
+            shown = ledger.recorder.run_result(node.run.id).answer
+            if shown:
+                item.add(f"[yellow]interrupted answer:[/yellow] {quoted(preview(shown))}")
+        elif answer is not None:
             item.add(f"[green]answer:[/green] {quoted(preview(answer.content))}")
 
 

@@ -327,8 +327,10 @@ class ToolConnection(Protocol):
 
     def tools(self) -> Sequence[Tool]:
         """The source's tools under the names it gives them, listed (or reconnected) when the
-        source is new, gone or says its list changed; never raises: a source that cannot be
-        reached offers what it last listed, and says why in the log."""
+        source is new, gone or says its list changed. A source that never listed its tools
+        and cannot be reached raises :class:`~agentledger.ToolServerError` (the run does not
+        begin); one that listed them before offers what it last listed, and says why in the
+        log."""
         ...
 
     def close(self) -> None:

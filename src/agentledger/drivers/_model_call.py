@@ -9,8 +9,9 @@ from datetime import datetime
 from typing import cast
 
 from ..errors import UnstorableTextError
-from ..loop import StepRequest, emit, event_loop, listening, note_told, note_tool_calls, wait_for
+from ..loop import StepRequest, emit, event_loop, listening, note_told, note_tool_step, wait_for
 from ..values import (
+    EMPTY_MESSAGES,
     LLM,
     AgentState,
     AgentStep,
@@ -98,11 +99,14 @@ def _printable_or_none(text: str | None) -> str | None:
 
 
 def execute_tools(
-    response: InferenceResponse, state: AgentState, request: StepRequest
+    response: InferenceResponse, state: AgentState, request: StepRequest, started_at: datetime
 ) -> tuple[ToolExecution, ...]:
-    """Run the tool calls of ``response`` with the request's executor."""
+    """Run the tool calls of ``response`` with the request's executor, the step as the model
+    answered it (begun ``started_at``) noted first: a cancel while they run records it."""
     spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
-    note_tool_calls(state.run_id, request.step_index, response.tool_calls)
+    if response.tool_calls:
+        answered = step_from_response(response, (), EMPTY_MESSAGES, request, started_at, started_at)
+        note_tool_step(state.run_id, request.step_index, answered)
     return request.executor.execute(response.tool_calls, state, request.step_index, in_flight=spent)
 
 

@@ -296,7 +296,7 @@ class ReActDriver:
             checked_response(decided)
         except UnstorableTextError as exc:
             return failed_step(exc, messages, request, started_at)
-        executions = execute_tools(decided, state, request)
+        executions = execute_tools(decided, state, request, started_at)
         return step_from_response(
             decided, executions, messages, request, started_at, request.clock()
         )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..loop import StepRequest
+from ..loop import StepRequest, note_step_began
 from ..values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
 from ._model_call import (
     ask_model,
@@ -31,6 +31,7 @@ class ToolCallingDriver:
 
     def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep:
         started_at = request.clock()
+        note_step_began(state.run_id, request.step_index, started_at)  # for a cancel mid-text
         messages = inference_messages(state, request)
         inference = InferenceRequest(
             messages=messages,
@@ -42,7 +43,7 @@ class ToolCallingDriver:
             response = checked_response(ask_model(self.llm, inference, state, request))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
             return failed_step(exc, messages, request, started_at)
-        executions = execute_tools(response, state, request)
+        executions = execute_tools(response, state, request, started_at)
         return step_from_response(
             response, executions, messages, request, started_at, request.clock()
         )

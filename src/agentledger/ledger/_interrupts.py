@@ -1,5 +1,6 @@
-"""Interrupted turns: what a streaming run has shown so far, kept on its row, and the answer
-cut short that a cancel (or the abandon of a run whose process died) commits from it.
+"""Interrupted turns: what a streaming run has shown so far, kept on its row, the answer cut
+short that a cancel (or the abandon of a run whose process died) commits from it, and the late
+result of a tool call the cancel answered.
 
 A running run's partial output is one value overwritten at every flush: ``partial_output`` and
 ``partial_step_index`` on its ``agent_runs`` row, the row every step already updates, rather
@@ -14,12 +15,18 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from ..recording import LATE_TOOL_RESULTS
-from ..values import AgentStatus, Message, printable
+from ..recording import with_late_result
+from ..values import Message, ToolExecution
 from ._reads import next_seq
-from ._rows import message_columns
-from .checksums import CHECKSUM, sealed
-from .tables import agent_runs, conversation_messages, conversations
+from ._rows import message_columns, tool_columns, tool_execution_of
+from .checksums import sealed
+from .tables import (
+    agent_runs,
+    conversation_messages,
+    conversations,
+    step_executions,
+    tool_executions,
+)
 
 RECORD_PARTIAL_OUTPUT = (
     update(agent_runs)
@@ -72,21 +79,41 @@ def interrupted_answer_of(conn: Connection, run_id: str) -> str | None:
     return None if found is None else str(found)
 
 
-def add_late_tool_result(conn: Connection, run_id: str, call_id: str, result: str) -> None:
-    """Keep ``result`` of call ``call_id``, which returned after run ``run_id`` was interrupted,
-    in the run's metadata (``late_tool_results``); a run not interrupted is left alone."""
+def add_late_tool_result(conn: Connection, run_id: str, late: ToolExecution) -> None:
+    """Add ``late``, a tool call that returned after run ``run_id`` was interrupted, to the
+    execution its interrupt recorded for the call (in the run's interrupted step), sealed
+    again; a run with no such execution is left alone."""
+    tools, steps = tool_executions.c, step_executions.c
     found = (
-        conn.execute(select(agent_runs).where(agent_runs.c.id == run_id).with_for_update())
+        conn.execute(
+            select(tool_executions)
+            .join(step_executions, steps.id == tools.step_id)
+            .where(
+                tools.run_id == run_id,
+                tools.tool_call_id == late.tool_call.id,
+                steps.interrupted,
+            )
+            .with_for_update(of=tool_executions)
+        )
         .mappings()
         .first()
     )
-    if found is None or found["status"] != AgentStatus.INTERRUPTED.value:
+    if found is None:
         return
-    metadata = dict(found["metadata"] or {})
-    late = {**(metadata.get(LATE_TOOL_RESULTS) or {}), call_id: printable(result)}
-    row = sealed(agent_runs, {**found, "metadata": {**metadata, LATE_TOOL_RESULTS: late}})
-    conn.execute(
-        update(agent_runs)
-        .where(agent_runs.c.id == run_id)
-        .values(metadata=row["metadata"], checksum=row[CHECKSUM])
-    )
+    kept = with_late_result(tool_execution_of(found), late)  # checks the row it read
+    columns = tool_columns(run_id, found["step_id"], found["step_index"], found["position"], kept)
+    row = sealed(tool_executions, {**found, **columns})
+    changed = {k: row[k] for k in (*_LATE_COLUMNS, "checksum")}
+    conn.execute(update(tool_executions).where(tools.id == found["id"]).values(changed))
+
+
+_LATE_COLUMNS = (
+    "validated_arguments",
+    "result",
+    "error",
+    "finished_at",
+    "duration_ms",
+    "child_run_id",
+    "metadata",
+)
+"""The columns of a tool execution a late result changes."""

@@ -179,6 +179,7 @@ def step_columns(run_id: str, execution: StepExecution) -> dict[str, Any]:
         "tool_call_count": len(step.tool_executions),
         "reasoning": assistant.reasoning if assistant else None,
         "metadata": (assistant.metadata or None) if assistant else None,
+        "interrupted": step.interrupted,
     }
 
 
@@ -274,6 +275,7 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         error=row["error"],
+        interrupted=row["interrupted"],
     )
     outcome = ContinuationOutcome(
         should_continue=row["should_continue"],

@@ -113,6 +113,7 @@ def find_damage(conn: Connection) -> list[str]:
     problems += _miscounted_steps(conn)
     problems += _miscounted_tool_calls(conn)
     problems += _misplaced_interrupted_answers(conn)
+    problems += _misplaced_interrupted_steps(conn)
     return problems
 
 
@@ -202,6 +203,28 @@ def _misplaced_interrupted_answers(conn: Connection) -> list[str]:
         for run, n in doubled
     ]
     return problems
+
+
+def _misplaced_interrupted_steps(conn: Connection) -> list[str]:
+    """Interrupted steps out of place: each is the last step of an ``interrupted`` run (the
+    step its cancel cut short)."""
+    steps, runs = step_executions.c, agent_runs.c
+    strays = conn.execute(
+        select(steps.id, steps.run_id, steps.step_index, runs.status, runs.step_count)
+        .join(agent_runs, runs.id == steps.run_id)
+        .where(
+            steps.interrupted == true(),
+            or_(
+                runs.status != AgentStatus.INTERRUPTED.value,
+                steps.step_index != runs.step_count - 1,
+            ),
+        )
+    ).all()
+    return [
+        f"step {s.step_index} of run {s.run_id} ({s.status}, {s.step_count} steps) is flagged "
+        "interrupted: only the last step of an interrupted run is"
+        for s in strays
+    ]
 
 
 def count_rows(conn: Connection) -> dict[str, tuple[int, int]]:

@@ -11,7 +11,7 @@ that is the truth and the run goes on; if not, or if the database cannot say, th
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -27,7 +27,7 @@ from ..values import (
     Message,
     StepExecution,
     StopReason,
-    ToolCall,
+    ToolExecution,
     new_id,
 )
 from ._engine import Database
@@ -241,10 +241,10 @@ class LedgerRecorder:
         # Idempotent: a flush whose acknowledgement was lost is simply written again next time.
         self.database.write(f"recording the partial output of step {step_index} of {run_id}", work)
 
-    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
+    def record_late_tool_result(self, run_id: str, execution: ToolExecution) -> None:
         self.database.write(
-            f"recording a late result of tool call {call_id} of {run_id}",
-            lambda conn: add_late_tool_result(conn, run_id, call_id, result),
+            f"recording a late result of tool call {execution.tool_call.id} of {run_id}",
+            lambda conn: add_late_tool_result(conn, run_id, execution),
         )
 
     def interrupt_run(
@@ -252,17 +252,21 @@ class LedgerRecorder:
         run_id: str,
         *,
         partial_text: str,
-        pending_tool_calls: Sequence[ToolCall] = (),
-        tool_results: Mapping[str, str] | None = None,
+        step: StepExecution | None = None,
         error: str | None = None,
     ) -> RunResult:
         lease = self.leases.held(run_id)
-        answer = interrupted_answer(partial_text, pending_tool_calls, tool_results)
+        answer = interrupted_answer(partial_text)
         stop_reason = StopReason.CANCELLED if error is None else StopReason.ERROR
+        rows = None if step is None else step_rows(lease, run_id, step, ())
 
         def work(conn: Connection) -> None:
             now = self.database.clock()
             self.leases.check(conn, run_id, lease, now)
+            if rows is not None:  # the step in flight, as far as it came: before the totals
+                step_row, tools, _ = rows
+                self.sql.execute(conn, _INSERT_STEP, step_row)
+                self.sql.execute_many(conn, _INSERT_TOOLS, tools)
             if answer is not None:
                 append_interrupted_answer(conn, lease.conversation_id, run_id, answer, lease)
             self.sql.execute(conn, _FLUSH_BUFFER, {"run_id": run_id})

@@ -7,9 +7,10 @@ same on SQLite and PostgreSQL (times in UTC, JSON with sorted keys, integral num
 integers). Each row is checked when the library reads it; a mismatch is a
 :class:`LedgerCorruptError` naming the table and the row.
 
-What is covered: every column of the rows that never change (buffer rows, steps, tool
-executions, compaction events) and of conversation messages (which change only when a summary
-takes them out of the model's context, and are sealed again then); the identity of a
+What is covered: every column of the rows that never change (buffer rows, steps, compaction
+events), of tool executions (which change only when a call its run's interrupt answered
+returns late, and are sealed again then) and of conversation messages (which change only when
+a summary takes them out of the model's context, and are sealed again then); the identity of a
 conversation (id, kind, title, parent run, metadata, creation time), not the lease and version
 columns that change with every run; every column of a run except ``heartbeat_at``, from the
 moment it ends (a running run's totals change with every step: its ``checksum`` is NULL until
@@ -100,7 +101,7 @@ ADDED: dict[str, dict[str, Any]] = {
         "owner_id": None,
     },
     execution_buffer_rows.name: {"tenant_id": None},
-    step_executions.name: {"cache_write_1h_tokens": 0, "tenant_id": None},
+    step_executions.name: {"cache_write_1h_tokens": 0, "tenant_id": None, "interrupted": False},
     tool_executions.name: {"tenant_id": None},
     context_compactions.name: {"cache_write_1h_tokens": 0, "tenant_id": None},
 }

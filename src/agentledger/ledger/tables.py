@@ -404,6 +404,9 @@ class StepExecutionRow(LedgerTable, table=True):
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
     tenant_id: str | None = _tenant()
+    interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
+    """The run ended while the step was in progress: it holds what it had come to, each of its
+    tool calls answered (revision 0012; last, as it was added)."""
 
 
 class ToolExecutionRow(LedgerTable, table=True):

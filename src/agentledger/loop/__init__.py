@@ -10,7 +10,7 @@ from ._agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import TRACEBACK_KEY, ToolExecutor
-from ._partials import PartialFlush, note_told, note_tool_calls
+from ._partials import PartialFlush, note_step_began, note_told, note_tool_step
 from ._runtime import emit, event_loop, listening, wait_for
 from ._streams import AsyncRunStream, RunStream
 from ._subagents import (
@@ -49,8 +49,9 @@ __all__ = [
     "emit",
     "event_loop",
     "listening",
+    "note_step_began",
     "note_told",
-    "note_tool_calls",
+    "note_tool_step",
     "run_flow",
     "wait_for",
 ]

@@ -210,6 +210,7 @@ class Agent:
 
     def _run(self, user_text: str, conversation_id: str | None) -> Flow[RunResult]:
         recorder = self.config.recorder
+        yield from self._listed_tools()
         state = yield Call(partial(recorder.load_conversation, conversation_id))
         if conversation_id is not None and self.config.summarizer is not None:
             check_storable(user_text, "the user message")
@@ -279,7 +280,17 @@ class Agent:
                 "metadata": {SPAWNED_BY: parent.idempotency_key},
             }
         )
-        return run_flow(self._start(state, task))
+        return run_flow(self._listed_then_started(state, task))
+
+    def _listed_then_started(self, state: AgentState, user_text: str) -> Flow[RunResult]:
+        yield from self._listed_tools()
+        return (yield from self._start(state, user_text))
+
+    def _listed_tools(self) -> Flow[None]:
+        """List the tool sources' tools (starting or reconnecting them), before a run begins
+        or is claimed: a source that never started raises here, with nothing written."""
+        if self._sources:
+            yield Call(self.refresh_tools)
 
     def _start(self, state: AgentState, user_text: str) -> Flow[RunResult]:
         """Begin a run on ``state`` with the user's message, record it, and drive it. Text the
@@ -301,6 +312,7 @@ class Agent:
 
     def _resume(self, run_id: str, *, stale_after: float | None) -> Flow[RunResult]:
         recorder = self.config.recorder
+        yield from self._listed_tools()
         state = yield Call(partial(recorder.claim_run, run_id, stale_after=stale_after))
         return (yield from self._drive(state))
 
@@ -328,9 +340,8 @@ class Agent:
         recording each as it ends, then commit the run (or record it failed). Every exit of
         the run goes through here, sync or async alike."""
         assert state.run_id is not None
-        if self._sources:
-            yield Call(self.refresh_tools)
-        with watching(state.run_id, self.config.recorder, self.config.partial_flush) as watch:
+        config = self.config
+        with watching(state.run_id, config.recorder, config.partial_flush, config.clock) as watch:
             run = self._begin_and_step(state, user_message, watch)
             return (yield from traced(run, self.config.tracer, state, self.name))
 
@@ -441,14 +452,15 @@ class Agent:
         otherwise its lease expires). The original error is the one to report.
 
         This is the one place a cancellation is caught."""
-        kept: Interruption = yield Call(watch.interrupted)  # may wait for a flush: not on a loop
         cancelled = cancels(exc)
+        error = None if cancelled else failure_text(exc)
+        # May wait for a flush: not on an event loop.
+        kept: Interruption = yield Call(partial(watch.interrupted, error))
         with contextlib.suppress(Exception):
             if cancelled or kept.text:
-                error = None if cancelled else failure_text(exc)
                 yield from self._interrupt(watch, kept, error=error)
-            else:
-                yield Call(partial(self.config.recorder.fail_run, state, failure_text(exc)))
+            else:  # the step in flight is redone when the run is resumed: not recorded
+                yield Call(partial(self.config.recorder.fail_run, state, error))
 
     def _interrupt(
         self, watch: RunWatch, kept: Interruption, *, error: str | None
@@ -458,8 +470,7 @@ class Agent:
                 self.config.recorder.interrupt_run,
                 watch.run_id,
                 partial_text=kept.text,
-                pending_tool_calls=kept.tool_calls,
-                tool_results=kept.tool_results,
+                step=kept.step,
                 error=error,
             )
         )

@@ -39,7 +39,7 @@ from ..values import (
     printable,
     utc_now,
 )
-from ._partials import note_tool_result
+from ._partials import note_tool_result, note_tool_started
 from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
 from ._tracing import Tracer
 
@@ -158,13 +158,15 @@ class ToolExecutor:
         return self._finished(context, started_at, value, arguments)
 
     def _started(self, context: ToolContext) -> datetime:
-        if context.run_id is not None:
+        started_at = self.clock()
+        if context.run_id is not None:  # noted before it is told: a cancel told of it knows it
+            note_tool_started(context.run_id, context.tool_call.id, started_at)
             emit(
                 ToolCallStarted(
                     run_id=context.run_id, step_index=context.step_index, call=context.tool_call
                 )
             )
-        return self.clock()
+        return started_at
 
     def _finished(
         self,
@@ -186,7 +188,7 @@ class ToolExecutor:
             assert arguments is not None
             execution = self._output(context, started_at, outcome, arguments)
         if context.run_id is not None:
-            note_tool_result(context.run_id, context.tool_call.id, execution.result)
+            note_tool_result(context.run_id, execution)
             emit(
                 ToolCallFinished(
                     run_id=context.run_id,

@@ -4,8 +4,8 @@ The consumer of a run's stream notes each text delta as it hands it over (:meth:
 that text, and no more, is what the user was shown of the step in flight. While the step
 streams, it is made durable at a bounded interval (:class:`PartialFlush`) as the run's partial
 output, in a worker thread, never on the consumer's thread or event loop. When the run ends
-early, :meth:`RunWatch.interrupted` gives the text to commit, with the tool calls of the step
-that no recorded step answers.
+early, :meth:`RunWatch.interrupted` gives the text to commit, with the step in flight as far as
+it came (its model's answer, its tool calls that started and returned), to be recorded with it.
 
 Recording a step *seals* it: a flush of that step still in flight is waited for, and none
 starts after, so the partial output a step's record clears is never written back.
@@ -19,13 +19,14 @@ import itertools
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from ..errors import ConfigurationError
-from ..recording import Recorder, RunResult
-from ..values import Event, TextDelta, ToolCall
+from ..recording import Recorder, RunResult, interrupted_step
+from ..values import AgentStep, Clock, Event, StepExecution, TextDelta, ToolExecution
 from ._runtime import submit
 
 logger = logging.getLogger(__name__)
@@ -49,24 +50,36 @@ class PartialFlush:
 
 @dataclass(frozen=True)
 class Interruption:
-    """What a run that ends early keeps: the text shown of its step in flight, and that step's
-    tool calls with the results of those that returned."""
+    """What a run that ends early keeps: the text shown of its step in flight, and that step
+    as far as it came (None when it came to nothing anyone saw)."""
 
     text: str = ""
-    tool_calls: tuple[ToolCall, ...] = ()
-    tool_results: dict[str, str] = field(default_factory=dict)
+    step: StepExecution | None = None
+
+
+@dataclass
+class _StepInFlight:
+    """What the step being taken has come to: when it began, the step as its model answered
+    it (before its tools ran), and its tool calls that started and returned, by call id."""
+
+    index: int
+    began: datetime | None = None
+    answered: AgentStep | None = None
+    started: dict[str, datetime] = field(default_factory=dict)
+    returned: dict[str, ToolExecution] = field(default_factory=dict)
 
 
 class RunWatch:
-    """One run's shown text and unanswered tool calls, and the flushes of its partial output."""
+    """One run's shown text and step in flight, and the flushes of its partial output."""
 
-    def __init__(self, run_id: str, recorder: Recorder, policy: PartialFlush) -> None:
+    def __init__(self, run_id: str, recorder: Recorder, policy: PartialFlush, clock: Clock) -> None:
         self.run_id = run_id
         self.result: RunResult | None = None
         """The run's result once it has ended (committed, failed or interrupted), whether or
         not its caller was still there to be told."""
         self._recorder = recorder
         self._policy = policy
+        self._clock = clock
         self._state = threading.Lock()  # held briefly, by the consumer too
         self._writing = threading.Lock()  # held across a flush's write, and by a seal
         self._sealed = -1  # steps up to this index are recorded (or the run has ended)
@@ -77,10 +90,9 @@ class RunWatch:
         self._unflushed = 0
         self._flushed_at = 0.0
         self._flush_at: float | None = None  # when the next flush is scheduled
-        self._calls: tuple[ToolCall, ...] = ()
-        self._results: dict[str, str] = {}
+        self._flight: _StepInFlight | None = None
         self._late: set[str] = set()  # the calls still running when the run was interrupted
-        self._late_results: dict[str, str] = {}  # ... that have returned since
+        self._late_results: dict[str, ToolExecution] = {}  # ... that have returned since
 
     def shown(self, step_index: int, text: str) -> None:
         """The consumer handed over ``text`` of step ``step_index``."""
@@ -109,20 +121,39 @@ class RunWatch:
                 self._told_step, self._told = step_index, []
             self._told.append(text)
 
-    def tool_calls(self, step_index: int, calls: Sequence[ToolCall]) -> None:
-        """Step ``step_index`` made ``calls``; none of them is answered until it is recorded."""
+    def step_began(self, step_index: int, at: datetime) -> None:
+        """Step ``step_index`` began ``at``."""
         with self._state:
             if step_index > self._sealed:
-                self._calls, self._results = tuple(calls), {}
+                self._flight = _StepInFlight(step_index, began=at)
 
-    def tool_result(self, call_id: str, result: str) -> None:
-        """Call ``call_id`` returned ``result``: kept for an interrupt, or, when the run was
-        interrupted while it ran (a sync tool, in its thread), recorded as a late result."""
+    def tool_step(self, step_index: int, answered: AgentStep) -> None:
+        """Step ``step_index``'s model answered with tool calls (``answered``, before its tools
+        run); none of them is answered until the step is recorded."""
         with self._state:
-            self._results[call_id] = result
+            if step_index <= self._sealed:
+                return
+            began = (
+                self._flight.began if self._flight and self._flight.index == step_index else None
+            )
+            self._flight = _StepInFlight(step_index, began=began, answered=answered)
+
+    def tool_started(self, call_id: str, at: datetime) -> None:
+        """Call ``call_id`` of the step in flight started ``at``."""
+        with self._state:
+            if self._flight is not None:
+                self._flight.started[call_id] = at
+
+    def tool_result(self, execution: ToolExecution) -> None:
+        """A call returned (``execution``): kept for an interrupt, or, when the run was
+        interrupted while it ran (a sync tool, in its thread), recorded as a late result."""
+        call_id = execution.tool_call.id
+        with self._state:
             if call_id in self._late:
                 self._late.discard(call_id)
-                self._late_results[call_id] = result
+                self._late_results[call_id] = execution
+            elif self._flight is not None:
+                self._flight.returned[call_id] = execution
         self._record_late()
 
     def ended(self, result: RunResult) -> None:
@@ -143,9 +174,9 @@ class RunWatch:
             late, self._late_results = self._late_results, {}
 
         def record() -> None:
-            for call_id, result in late.items():
+            for call_id, execution in late.items():
                 try:
-                    self._recorder.record_late_tool_result(self.run_id, call_id, result)
+                    self._recorder.record_late_tool_result(self.run_id, execution)
                 except Exception as exc:  # nothing acts on it: losing it loses no decision
                     logger.warning(
                         "run %s: could not record the late result of %s (%s)",
@@ -177,7 +208,8 @@ class RunWatch:
             text = "".join(self._told) if self._told_step == step_index else ""
             if self._step <= step_index:
                 self._pieces, self._unflushed = [], 0
-                self._calls, self._results = (), {}
+            if self._flight is not None and self._flight.index <= step_index:
+                self._flight = None
             return text
 
     def sealed(self, step_index: int, record: Callable[[], object]) -> str:
@@ -188,13 +220,28 @@ class RunWatch:
         record()
         return told
 
-    def interrupted(self) -> Interruption:
-        """The run ends early: what to keep of its step in flight. No flush runs after."""
+    def interrupted(self, error: str | None = None) -> Interruption:
+        """The run ends early, cancelled (or failing with ``error`` after text was shown):
+        what to keep of its step in flight. No flush runs after; the calls still running are
+        recorded when they return, as late results."""
         with self._writing, self._state:
             shown = "".join(self._pieces) if self._step > self._sealed else ""
+            flight = self._flight if self._flight and self._flight.index > self._sealed else None
             self._sealed = 1 << 62
-            self._late = {c.id for c in self._calls} - set(self._results)
-            return Interruption(shown, self._calls, dict(self._results))
+            if flight is None:
+                flight = _StepInFlight(self._step)  # a step that streamed, unannounced
+            self._late = set(flight.started) - set(flight.returned)
+            step = interrupted_step(
+                flight.index,
+                answered=flight.answered,
+                shown=shown if self._step == flight.index else "",
+                began=flight.began,
+                started=flight.started,
+                returned=flight.returned,
+                at=self._clock(),
+                error=error,
+            )
+            return Interruption(shown, step)
 
 
 class Shown:
@@ -242,10 +289,12 @@ def showing(shown: Shown) -> Iterator[None]:
 
 
 @contextmanager
-def watching(run_id: str, recorder: Recorder, policy: PartialFlush) -> Iterator[RunWatch]:
+def watching(
+    run_id: str, recorder: Recorder, policy: PartialFlush, clock: Clock
+) -> Iterator[RunWatch]:
     """Watch run ``run_id`` while it is driven (in the stream's :class:`Shown`, if any)."""
     shown = _SHOWN.get() or Shown()
-    watch = RunWatch(run_id, recorder, policy)
+    watch = RunWatch(run_id, recorder, policy, clock)
     shown.add(watch)
     token = _SHOWN.set(shown)
     try:
@@ -256,29 +305,46 @@ def watching(run_id: str, recorder: Recorder, policy: PartialFlush) -> Iterator[
             shown.discard(watch)
 
 
-def note_tool_calls(run_id: str | None, step_index: int, calls: Sequence[ToolCall]) -> None:
-    """Step ``step_index`` of run ``run_id`` made ``calls`` (what an interrupt answers)."""
+def _watch_of(run_id: str | None) -> RunWatch | None:
     shown = _SHOWN.get()
-    watch = shown.get(run_id) if shown is not None else None
-    if watch is not None and calls:
-        watch.tool_calls(step_index, calls)
+    return shown.get(run_id) if shown is not None else None
+
+
+def note_step_began(run_id: str | None, step_index: int, at: datetime) -> None:
+    """Step ``step_index`` of run ``run_id`` began ``at``."""
+    watch = _watch_of(run_id)
+    if watch is not None:
+        watch.step_began(step_index, at)
+
+
+def note_tool_step(run_id: str | None, step_index: int, answered: AgentStep) -> None:
+    """Step ``step_index`` of run ``run_id`` is ``answered``: its model's response, whose tool
+    calls are about to run (what an interrupt records, answering each)."""
+    watch = _watch_of(run_id)
+    if watch is not None and answered.has_tool_calls():
+        watch.tool_step(step_index, answered)
 
 
 def note_told(run_id: str | None, step_index: int, text: str) -> None:
     """Step ``step_index`` of run ``run_id`` sent ``text`` to the consumer of its stream."""
-    shown = _SHOWN.get()
-    watch = shown.get(run_id) if shown is not None else None
+    watch = _watch_of(run_id)
     if watch is not None:
         watch.told(step_index, text)
 
 
-def note_tool_result(run_id: str | None, call_id: str, result: str) -> None:
-    """Call ``call_id`` of run ``run_id`` returned ``result`` (kept if the run is interrupted
-    before its step is recorded)."""
-    shown = _SHOWN.get()
-    watch = shown.get(run_id) if shown is not None else None
+def note_tool_started(run_id: str | None, call_id: str, at: datetime) -> None:
+    """Call ``call_id`` of run ``run_id`` started ``at``."""
+    watch = _watch_of(run_id)
     if watch is not None:
-        watch.tool_result(call_id, result)
+        watch.tool_started(call_id, at)
+
+
+def note_tool_result(run_id: str | None, execution: ToolExecution) -> None:
+    """A call of run ``run_id`` returned (``execution``): kept if the run is interrupted before
+    its step is recorded."""
+    watch = _watch_of(run_id)
+    if watch is not None:
+        watch.tool_result(execution)
 
 
 class _Timer:

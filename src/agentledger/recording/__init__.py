@@ -5,23 +5,19 @@ The loop drives a :class:`Recorder`; the SQL ledger implements one. Both import 
 and neither imports the other.
 """
 
-from ._memory import InMemoryRecorder
-from ._recorder import (
+from ._interrupted import (
     INTERRUPTED_RESULT,
-    INTERRUPTED_TOOL_CALLS,
-    LATE_TOOL_RESULTS,
-    SPAWNED_BY,
-    HasRecorder,
-    Recorder,
-    RunResult,
     check_shown,
     interrupted_answer,
+    interrupted_step,
+    interruption_notice,
+    with_late_result,
 )
+from ._memory import InMemoryRecorder
+from ._recorder import SPAWNED_BY, HasRecorder, Recorder, RunResult
 
 __all__ = [
     "INTERRUPTED_RESULT",
-    "INTERRUPTED_TOOL_CALLS",
-    "LATE_TOOL_RESULTS",
     "SPAWNED_BY",
     "HasRecorder",
     "InMemoryRecorder",
@@ -29,4 +25,7 @@ __all__ = [
     "RunResult",
     "check_shown",
     "interrupted_answer",
+    "interrupted_step",
+    "interruption_notice",
+    "with_late_result",
 ]

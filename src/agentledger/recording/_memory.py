@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
-from typing import cast
-
-from pydantic import JsonValue
+from collections.abc import Iterable, Sequence
 
 from ..errors import ConversationBusyError, NotFoundError
 from ..values import (
@@ -16,17 +13,11 @@ from ..values import (
     FiledMessage,
     Message,
     StepExecution,
-    ToolCall,
+    ToolExecution,
     new_id,
-    printable,
 )
-from ._recorder import (
-    LATE_TOOL_RESULTS,
-    SPAWNED_BY,
-    RunResult,
-    check_shown,
-    interrupted_answer,
-)
+from ._interrupted import check_shown, interrupted_answer, with_late_result
+from ._recorder import SPAWNED_BY, RunResult
 
 
 class InMemoryRecorder:
@@ -105,11 +96,10 @@ class InMemoryRecorder:
         run_id: str,
         *,
         partial_text: str,
-        pending_tool_calls: Sequence[ToolCall] = (),
-        tool_results: Mapping[str, str] | None = None,
+        step: StepExecution | None = None,
         error: str | None = None,
     ) -> RunResult:
-        answer = interrupted_answer(partial_text, pending_tool_calls, tool_results)
+        answer = interrupted_answer(partial_text)
         with self._lock:
             begun = self._check_running(run_id)
             cid = begun.conversation_id
@@ -118,6 +108,8 @@ class InMemoryRecorder:
                 stored = stored.with_messages(stored.messages().append(answer))
                 self._conversations[cid] = stored
             steps = self._steps.pop(run_id, {})
+            if step is not None:
+                steps[step.step_index] = step
             ended = begun.with_message_store(stored.store).model_copy(
                 update={
                     "step_executions": tuple(steps[i] for i in sorted(steps)),
@@ -130,15 +122,22 @@ class InMemoryRecorder:
             self._release(ended)
         return RunResult.of(ended).interrupted(partial_text, error)
 
-    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
+    def record_late_tool_result(self, run_id: str, execution: ToolExecution) -> None:
         with self._lock:
             state = self._runs.get(run_id)
-            if state is None or state.status is not AgentStatus.INTERRUPTED:
+            if state is None or not state.step_executions:
                 return
-            late = dict(cast(dict[str, JsonValue], state.metadata.get(LATE_TOOL_RESULTS) or {}))
-            late[call_id] = printable(result)
-            metadata = {**state.metadata, LATE_TOOL_RESULTS: late}
-            self._runs[run_id] = state.model_copy(update={"metadata": metadata})
+            last = state.step_executions[-1]
+            if not last.step.interrupted:
+                return
+            call_id = execution.tool_call.id
+            executions = tuple(
+                with_late_result(e, execution) if e.tool_call.id == call_id else e
+                for e in last.step.tool_executions
+            )
+            step = last.step.model_copy(update={"tool_executions": executions})
+            steps = (*state.step_executions[:-1], last.model_copy(update={"step": step}))
+            self._runs[run_id] = state.model_copy(update={"step_executions": steps})
 
     def _check_running(self, run_id: str) -> AgentState:
         """The state run ``run_id`` began with, while it holds its conversation."""

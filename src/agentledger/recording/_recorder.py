@@ -8,10 +8,10 @@ then ``commit_run``, ``fail_run`` or, when the run is cancelled, ``interrupt_run
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Protocol, runtime_checkable
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict
 
 from ..values import (
     AgentState,
@@ -19,13 +19,11 @@ from ..values import (
     Compaction,
     FiledMessage,
     Message,
-    Role,
     Spend,
     StepExecution,
     StopReason,
-    ToolCall,
+    ToolExecution,
     Usage,
-    check_storable,
 )
 
 SPAWNED_BY = "spawned_by"
@@ -90,63 +88,6 @@ class RunResult(BaseModel):
         )
 
 
-INTERRUPTED_TOOL_CALLS = "interrupted_tool_calls"
-"""The key, in an interrupted answer's metadata, of the tool calls its step made that had no
-result when the run was cancelled, each with the result it was given
-(:data:`INTERRUPTED_RESULT`)."""
-
-LATE_TOOL_RESULTS = "late_tool_results"
-"""The key, in an interrupted run's metadata, of the results of the sync tool calls that were
-still running in their threads when it was interrupted, by call id: recorded when they return,
-never acted on."""
-
-INTERRUPTED_RESULT = (
-    "interrupted: the run was cancelled before this tool call returned; it may or may not "
-    "have taken effect"
-)
-"""The error result a tool call without a result gets when its run is interrupted."""
-
-
-def interrupted_answer(
-    partial_text: str,
-    pending_tool_calls: Sequence[ToolCall] = (),
-    tool_results: Mapping[str, str] | None = None,
-) -> Message | None:
-    """The assistant message that keeps what the user was shown of an answer cut short:
-    exactly ``partial_text``, flagged ``interrupted``. The tool calls of its step, which no
-    recorded step answers, are kept in its metadata with the result each came to
-    (``tool_results``, by call id) or :data:`INTERRUPTED_RESULT`, never as ``tool_calls``: a
-    model is sent the message as a plain answer, so no call in it is left unanswered. None
-    when there is nothing to keep."""
-    check_shown(partial_text)
-    results = dict(tool_results or {})
-    check_storable((pending_tool_calls, results), "the pending tool calls")
-    if not partial_text and not pending_tool_calls:
-        return None
-    metadata: dict[str, JsonValue] = {}
-    if pending_tool_calls:
-        metadata[INTERRUPTED_TOOL_CALLS] = [
-            {
-                **call.model_dump(mode="json", exclude_none=True),
-                "result": results.get(call.id, INTERRUPTED_RESULT),
-            }
-            for call in pending_tool_calls
-        ]
-    return Message(role=Role.ASSISTANT, content=partial_text, metadata=metadata, interrupted=True)
-
-
-def check_shown(text: str) -> None:
-    """Raise :class:`UnstorableTextError`, before anything is written, when streamed text
-    cannot be stored (a NUL character, a lone surrogate): the same rule the model's whole
-    response is held to."""
-    check_storable(
-        text,
-        "the streamed text",
-        what_to_do="strip or escape such characters from the model's output before they are "
-        "shown (the step's whole response would be refused for them too); nothing was recorded",
-    )
-
-
 class Recorder(Protocol):
     """Where runs are recorded. Each method is one transaction of the run's life."""
 
@@ -180,29 +121,28 @@ class Recorder(Protocol):
         run_id: str,
         *,
         partial_text: str,
-        pending_tool_calls: Sequence[ToolCall] = (),
-        tool_results: Mapping[str, str] | None = None,
+        step: StepExecution | None = None,
         error: str | None = None,
     ) -> RunResult:
         """End run ``run_id``, cancelled, in one transaction: status ``interrupted``, stop
-        reason ``cancelled``, totals those of its recorded steps; its user message kept, and
-        ``partial_text`` (exactly what the caller was shown of the step in progress) committed
-        to the conversation as an assistant message flagged ``interrupted`` (none when there
-        is nothing to keep, see :func:`interrupted_answer`). ``pending_tool_calls`` are the
-        calls of that step, which no recorded step answers: each keeps its result from
-        ``tool_results`` (by call id) when it returned, else :data:`INTERRUPTED_RESULT`. A run
-        that could not go on after text was shown (its stream cut, its model failing) is
-        ended the same way with its ``error``: stop reason ``error``, the error recorded.
-        The execution buffer is cleared and the lease freed. Returns the run's result, whose
-        ``answer`` is ``partial_text`` (None when empty). :class:`UnstorableTextError` when
-        the text cannot be stored, with nothing written and the run still held."""
+        reason ``cancelled``; its user message kept, and ``partial_text`` (exactly what the
+        caller was shown of the step in progress) committed to the conversation as an
+        assistant message flagged ``interrupted`` (none when nothing was shown). ``step`` is
+        that step as far as it came (:func:`interrupted_step`), recorded with its tool
+        executions, each call answered, like any step, flagged ``interrupted``. The run's
+        totals are those of its recorded steps, that one included. A run that could not go
+        on after text was shown (its stream cut, its model failing) is ended the same way
+        with its ``error``: stop reason ``error``, the error recorded. The execution buffer is
+        cleared and the lease freed. Returns the run's result, whose ``answer`` is
+        ``partial_text`` (None when empty). :class:`UnstorableTextError` when the text cannot
+        be stored, with nothing written and the run still held."""
         ...
 
-    def record_late_tool_result(self, run_id: str, call_id: str, result: str) -> None:
-        """Keep the result of tool call ``call_id``, which returned after its run was
-        interrupted (a sync tool finishing in its thread), in the run's metadata under
-        :data:`LATE_TOOL_RESULTS`; nothing acts on it. Does nothing when the run is not
-        interrupted."""
+    def record_late_tool_result(self, run_id: str, execution: ToolExecution) -> None:
+        """Add ``execution``, a tool call that returned after its run was interrupted (a sync
+        tool finishing in its thread), to the execution the interrupt recorded for that call
+        (:func:`with_late_result`): its result and end kept, still an error, since nothing
+        acted on it. Does nothing when the run recorded no interrupted step calling it."""
         ...
 
     def commit_run(self, state: AgentState) -> None:

@@ -137,6 +137,11 @@ class AgentStep(BaseModel):
     error: str | None = None
     context_masking: ContextMasking | None = None
     """Set when tool results were masked to fit the context before this step."""
+    interrupted: bool = False
+    """The run ended while this step was in progress (cancelled, or failed after text was
+    shown): the step holds what it had come to, its text as far as it was shown or its model's
+    whole response, and each tool call's result or the notice that it was interrupted. Its
+    usage is what the model call spent, when it had answered."""
 
     @property
     def trace_messages(self) -> Messages:

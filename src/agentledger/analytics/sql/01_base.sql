@@ -46,7 +46,9 @@ SELECT
     -- a step called a model when it holds the model's message; without a cost it is unpriced
     s.message_id IS NOT NULL AS called_model,
     s.message_id IS NOT NULL AND s.cost_usd IS NULL AS unpriced,
-    s.error
+    s.error,
+    -- the step its run was in when it was cancelled, as far as it came
+    CAST(s.interrupted AS BOOLEAN) AS interrupted
 FROM ledger.step_executions AS s
 JOIN ledger.agent_runs AS r ON r.id = s.run_id;
 

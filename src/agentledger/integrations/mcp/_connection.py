@@ -3,8 +3,10 @@
 The MCP SDK is asynchronous (anyio) and the agent runs tools from plain threads as well as from
 event loops, so each connection runs its session on a private event loop in a daemon thread,
 started at the first listing; every call is handed to that loop and waited for with a timeout.
-A server that dies, hangs or answers with an error makes the call a tool error the model
-sees; the run goes on, and the next run reconnects.
+A server that never started (its first listing failed) is a :class:`ToolServerError` at the
+run's start, before anything is recorded. One that listed its tools and then dies, hangs or
+answers with an error makes the call a tool error the model sees; the run goes on, and the
+next run reconnects.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import logging
+import shlex
 import tempfile
 import threading
 from collections.abc import AsyncIterator, Coroutine, Sequence
@@ -29,6 +32,7 @@ from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
 from ...core import ToolOutput
+from ...errors import ToolServerError
 from ._tools import MCPTool, arguments_model, tool_output
 from ._transports import HttpTransport, StdioTransport
 
@@ -72,6 +76,8 @@ class MCPConnection:
         self._unreachable = "it was never started"
         """Why there is no session, when the last attempt at one failed."""
         self._stale = True
+        self._listed = False
+        """Whether the server ever listed its tools to this connection."""
         self._tools: tuple[MCPTool, ...] = ()
         self._stderr: TextIO | None = None
 
@@ -81,7 +87,8 @@ class MCPConnection:
     def tools(self) -> Sequence[MCPTool]:
         """The server's tools: listed when first connected, when it said its list changed,
         and after a reconnection (a server found gone is started again here). A server that
-        cannot be reached offers what it last listed, and the log says why."""
+        never listed its tools and cannot be reached now is a :class:`ToolServerError`; one
+        that listed them before offers what it last listed, and the log says why."""
         with self._lock:
             try:
                 self._check()
@@ -89,15 +96,19 @@ class MCPConnection:
                     self._connect()
                 if self._stale:
                     self._list()
+                    self._listed = True
             except Exception as exc:
-                self._unreachable = f"it could not be reached: {_described(exc)}"
+                why = f"{_described(exc)}{self._stderr_tail()}"
+                self._unreachable = f"it could not be reached: {why}"
+                self._disconnect()
+                if not self._listed:
+                    raise self._never_started(exc) from exc
                 logger.warning(
                     "MCP server %r could not be reached (%s); its tools are offered as last "
                     "listed, and calling them fails until it can be",
                     self.name,
-                    _described(exc),
+                    why,
                 )
-                self._disconnect()
             return self._tools
 
     def call(self, tool: MCPTool, arguments: dict[str, JsonValue]) -> ToolOutput:
@@ -140,6 +151,30 @@ class MCPConnection:
             if self._stderr is not None:
                 self._stderr.close()
                 self._stderr = None
+
+    def _never_started(self, exc: Exception) -> ToolServerError:
+        """The error of a server that could not be started (or reached) before it ever listed
+        its tools: what it said, and what to do."""
+        stderr = self._stderr_end() or None
+        said = f"; its stderr ends: {stderr}" if stderr else ""
+        transport = self.transport
+        if isinstance(transport, StdioTransport):
+            command = shlex.join([transport.command, *transport.args])
+            why = "it exited before it answered" if _closed(exc) else _described(exc)
+            what = f"could not be started ({why}){said}"
+            fix = (
+                f"Run `{command}` on its own to see why (install the package it needs, fix its "
+                "arguments or environment)"
+            )
+        else:
+            what = f"could not be reached at {transport.url} ({_described(exc)})"
+            fix = "Start the server or fix its URL"
+        return ToolServerError(
+            f"MCP server {self.name!r} {what}. {fix}, or leave it out of with_mcp_servers(). "
+            "No run began: nothing was recorded and the model was not asked.",
+            server=self.name,
+            stderr=stderr,
+        )
 
     def _failed(self, tool: MCPTool, exc: MCPError) -> ToolOutput:
         if exc.code == types.REQUEST_TIMEOUT:
@@ -287,15 +322,19 @@ class MCPConnection:
 
     def _stderr_tail(self) -> str:
         """`` (its stderr ends: ...)`` for a stdio server that wrote any; else empty."""
+        tail = self._stderr_end()
+        return f" (its stderr ends: {tail})" if tail else ""
+
+    def _stderr_end(self) -> str:
+        """The end of what a stdio server wrote to its standard error, on one line; empty when
+        it wrote nothing (or is not a stdio server)."""
         if self._stderr is None:
             return ""
         with contextlib.suppress(Exception):
             self._stderr.flush()
             size = self._stderr.seek(0, 2)
             self._stderr.seek(max(0, size - _STDERR_TAIL))
-            tail = " ".join(self._stderr.read().split())
-            if tail:
-                return f" (its stderr ends: {tail[-_STDERR_TAIL:]})"
+            return " ".join(self._stderr.read().split())[-_STDERR_TAIL:]
         return ""
 
 
@@ -310,6 +349,13 @@ def _timed_out(tool: MCPTool, seconds: float) -> ToolOutput:
 
 def _error(tool: MCPTool, message: str) -> ToolOutput:
     return ToolOutput(content=f"Error: {message}", is_error=True, metadata=dict(tool.metadata))
+
+
+def _closed(exc: BaseException) -> bool:
+    """Whether ``exc`` (or one of a group's) says the server closed the connection."""
+    if isinstance(exc, BaseExceptionGroup):
+        return any(_closed(e) for e in exc.exceptions)
+    return isinstance(exc, MCPError) and exc.code == types.CONNECTION_CLOSED
 
 
 def _described(exc: BaseException) -> str:
