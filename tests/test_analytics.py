@@ -927,19 +927,20 @@ def test_export_parquet_writes_every_table_by_day_with_all_its_rows(
 
     assert files == sorted(target.rglob("*.parquet")) and files
     tables = {f.relative_to(target).parts[0] for f in files}
-    assert tables == set(LEDGER_TABLES)
+    assert tables == {*LEDGER_TABLES, "agentledger_deletions"}
     # every run committed, nothing compacted or forgotten: those three are empty, one file of
     # no rows each
     empty = {"execution_buffer_rows", "context_compactions", "forget_log"}
     for f in files:
         table, *middle, _ = f.relative_to(target).parts
-        assert middle == ([] if table == "agentledger_version" else [middle[0]]), f
+        single = table in ("agentledger_version", "agentledger_deletions")  # no time column
+        assert middle == ([] if single else [middle[0]]), f
         if table in empty:
             assert middle == ["empty"], f
         else:
             assert not middle or middle[0].startswith("day=2030-01-0"), f
     with Database(team.url) as db:
-        counts = {t: db.scalar(f"SELECT COUNT(*) FROM {t}") for t in LEDGER_TABLES}
+        counts = {t: db.scalar(f"SELECT COUNT(*) FROM {t}") for t in tables}
     reader = duckdb.connect()
 
     def read(table: str, columns: str = "*") -> duckdb.DuckDBPyRelation:

@@ -256,7 +256,7 @@ def test_the_checksum_covers_all_but_the_checksum_lease_version_heartbeat_and_ch
             "owner_id": None,
         },
         "execution_buffer_rows": {"tenant_id": None},
-        "step_executions": {"cache_write_1h_tokens": 0, "tenant_id": None},
+        "step_executions": {"cache_write_1h_tokens": 0, "tenant_id": None, "interrupted": False},
         "tool_executions": {"tenant_id": None},
         "context_compactions": {"cache_write_1h_tokens": 0, "tenant_id": None},
     }
