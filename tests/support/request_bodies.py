@@ -253,12 +253,12 @@ def _history() -> list[Message]:
 
 
 def _interrupted() -> list[Message]:
-    """Answers a cancelled run committed: shown text with its pending calls kept aside, and
-    only pending calls (no text): both are sent as plain answers."""
-    shown = interrupted_answer("Paris has 22", [PARIS], {"call_paris": "22C"})
-    silent = interrupted_answer("", [LONDON])
-    assert shown is not None and silent is not None
-    return [QUESTION, shown, Message.user("Go on."), silent, Message.user("Please answer.")]
+    """The answer a cancelled run committed (the text shown, flagged interrupted; its tool
+    calls are in the run's trace, not here), sent as a plain answer; a cancel before any text
+    commits none."""
+    shown = interrupted_answer("Paris has 22")
+    assert shown is not None and interrupted_answer("") is None
+    return [QUESTION, shown, Message.user("Go on.")]
 
 
 def _request(*messages: Message, tools: Sequence[ToolSchema] = (), **settings: Any) -> Any:
