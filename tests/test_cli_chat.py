@@ -608,7 +608,7 @@ def test_ctrl_c_during_a_long_tool_says_stopping_and_a_second_ctrl_c_leaves_with
     chat.wait_for("  → slow(seconds=60)\n", after=prompt)
     chat.interrupt(until="stopping...\n", after=prompt)
 
-    assert chat.interrupt_until_exit() == 130  # while the stop waits for the tool
+    assert chat.interrupt_once_and_wait() == 130  # while the stop waits for the tool
     assert chat.output.count("stopping...") == 1
     assert "interrupted: run " in chat.output and "Traceback" not in chat.output
     assert query(db, "SELECT status FROM agent_runs") == [("running",)]  # recover frees it

@@ -230,6 +230,13 @@ class Interactive:
                 return found
         raise AssertionError(f"no {until!r} after Ctrl-C; the output:\n{self.output}")
 
+    def interrupt_once_and_wait(self, timeout: float = 60) -> int:
+        """One Ctrl-C, then the exit code once the process ended: for a process already waiting
+        where it catches the signal (a stop being recorded, a tool being waited for), where a
+        signal sent again while it leaves would be a third press, not the second."""
+        self.process.send_signal(signal.SIGINT)
+        return self.wait(timeout)
+
     def interrupt_until_exit(self, timeout: float = 60) -> int:
         """Ctrl-C until the process ends; its exit code. Python sees a signal when the wait
         it blocks in is interrupted: one that lands after the process wrote what a test waits
