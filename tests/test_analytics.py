@@ -49,6 +49,7 @@ from agentledger.core import estimate_tokens
 from agentledger.errors import LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
+from support import sizes as suite_sizes
 from support.clocks import FakeClock
 from support.databases import BACKENDS, postgres_database, sqlite_url
 from support.ledger import begin_by_hand
@@ -1841,7 +1842,7 @@ def live(db_url: str) -> Iterator[Live]:
 # The examples accumulate in one ledger per backend (the invariants hold for any ledger, and a
 # fresh database per example would cost seconds); shrinking is left out for the same reason.
 @settings(
-    max_examples=15,
+    max_examples=suite_sizes.size(8, 40),
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture],

@@ -36,6 +36,7 @@ from agentledger.errors import LedgerBusyError, LedgerOpenError, SchemaVersionEr
 from agentledger.ledger import Ledger
 from agentledger.ledger.migrate import head
 from support.interrupted import agent_on, begin, step, stream_shown, tool_step_then_answer
+from support.sizes import size
 from support.subagents import Database, Router, Script, prompt
 from test_analytics import Node, check, record_compacted, record_team, spec_and_scripts, trees
 
@@ -66,17 +67,40 @@ def _view(analytics: Analytics, query: str) -> list[Any]:
 
 
 def assert_same(url: str, cache: Path) -> SyncResult:
-    """Sync the cache, then every view and every table of it against the ledger itself: the
-    tables exactly, the views up to the order floats are summed in."""
+    """Open the cache (which syncs it), then compare every view and every table of it with the
+    ledger itself (:func:`compare`)."""
     with Analytics.open(url) as direct, Analytics.open(url, cache=cache) as cached:
-        for view in [*VIEWS, "usage_over_time('hour')"]:
-            query = f"SELECT * FROM {view}"
-            assert _view(cached, query) == _view(direct, query), view
-        for table in TABLES:
-            query = f"SELECT CAST(COLUMNS(*) AS VARCHAR) FROM ledger.{table}"
-            assert _rows(cached, query) == _rows(direct, query), table
-        assert cached.last_sync is not None
-        return cached.last_sync
+        return compare(direct, cached)
+
+
+def compare(direct: Analytics, cached: Analytics) -> SyncResult:
+    """Every view and every table of the cache against the ledger itself: the tables exactly,
+    the views up to the order floats are summed in; the cache's last sync."""
+    for view in [*VIEWS, "usage_over_time('hour')"]:
+        query = f"SELECT * FROM {view}"
+        assert _view(cached, query) == _view(direct, query), view
+    for table in TABLES:
+        query = f"SELECT CAST(COLUMNS(*) AS VARCHAR) FROM ledger.{table}"
+        assert _rows(cached, query) == _rows(direct, query), table
+    assert cached.last_sync is not None
+    return cached.last_sync
+
+
+class Mirror:
+    """A ledger read directly and through a cache, both kept open as a long-lived process keeps
+    them: each :meth:`check` syncs the cache, then compares the two."""
+
+    def __init__(self, url: str, cache: Path) -> None:
+        self.direct = Analytics.open(url)
+        self.cached = Analytics.open(url, cache=cache)
+
+    def check(self) -> SyncResult:
+        self.cached.sync()
+        return compare(self.direct, self.cached)
+
+    def close(self) -> None:
+        self.cached.close()
+        self.direct.close()
 
 
 def _agent(ledger: Ledger) -> Any:
@@ -89,40 +113,48 @@ def _agent(ledger: Ledger) -> Any:
 def test_the_copy_gives_the_same_views_as_the_ledger_after_every_kind_of_change(
     db_url: str, tmp_path: Path
 ) -> None:
-    cache = tmp_path / "ledger.duckdb"
     record_team(db_url)  # subagent trees, tools, unpriced steps, over two days
-    first = assert_same(db_url, cache)
+    first = assert_same(db_url, tmp_path / "ledger.duckdb")  # opening the cache syncs it
     assert first.full and first.reason == "a new cache"
-    assert assert_same(db_url, cache).rows["step_executions"] == 0  # nothing changed: none read
+    mirror = Mirror(db_url, tmp_path / "ledger.duckdb")  # then kept open, synced after each
+    try:
+        changed_every_way(db_url, mirror)
+    finally:
+        mirror.close()
+
+
+def changed_every_way(db_url: str, mirror: Mirror) -> None:
+    """The ledger changed in every way it can change, the cache synced and compared after each."""
+    assert mirror.check().rows["step_executions"] == 0  # nothing changed: none read
 
     with Ledger.open(db_url) as ledger:
         # a run begun and stepped: running, with buffer rows and a partial answer shown
         agent = _agent(ledger)
         running = step(agent, ledger.recorder, begin(agent, ledger.recorder))
         stream_shown(ledger.recorder, running)
-        update = assert_same(db_url, cache)
+        update = mirror.check()
         assert not update.full and update.rows["step_executions"] == 1
         # it fails: its status, error and totals change; its buffer stays
         ledger.recorder.fail_run(running, "the model went away")
-        assert_same(db_url, cache)
+        mirror.check()
         # a new run that finishes: its buffer flushed, the conversation's version raised
         assert _agent(ledger).run("And tomorrow?").status is AgentStatus.COMPLETED
-        assert_same(db_url, cache)
+        mirror.check()
         # a run whose process died mid-answer, then marked interrupted by recovery
         agent = _agent(ledger)
         cut = step(agent, ledger.recorder, begin(agent, ledger.recorder))
         stream_shown(ledger.recorder, cut)
     with Ledger.open(db_url) as ledger:
         ledger.recover(stale_after=0)
-    assert_same(db_url, cache)
+    mirror.check()
 
     record_compacted(db_url)  # masking, summaries (one failed), messages taken out of context
-    assert_same(db_url, cache)
+    mirror.check()
 
     with Database(db_url) as db, db.engine.begin() as conn:  # rows deleted with SQL go too
         conn.execute(text("DELETE FROM context_compactions WHERE status = 'failed'"))
         conn.execute(text("DELETE FROM tool_executions WHERE is_error"))
-    deleted = assert_same(db_url, cache)
+    deleted = mirror.check()
     assert deleted.deleted["context_compactions"] >= 1 and deleted.deleted["tool_executions"] >= 1
 
     with Database(db_url) as db, db.engine.begin() as conn:  # runs moved with SQL
@@ -135,20 +167,25 @@ def test_the_copy_gives_the_same_views_as_the_ledger_after_every_kind_of_change(
         ).scalar()
         conn.execute(text(EDITS["re-parent"][0]), {"run": child, "other": other})
         conn.execute(text(EDITS["rename"][0]), {"run": other})
-    assert_same(db_url, cache)
+    mirror.check()
     if db_url.startswith("sqlite"):  # a run deleted from above its subagent runs
         with Database(db_url) as db, db.engine.begin() as conn:
             conn.execute(text(EDITS["delete a run"][0]), {"run": other})
-        assert assert_same(db_url, cache).deleted["agent_runs"] == 1
+        assert mirror.check().deleted["agent_runs"] == 1
 
 
 # --- random subagent trees ---------------------------------------------------------------------
 
 
 @pytest.fixture
-def growing(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Ledger, Path]]:
+def growing(db_url: str, tmp_path: Path) -> Iterator[tuple[str, Ledger, Mirror]]:
+    """One ledger the examples add to, and its cache kept open and synced after each."""
     with Ledger.open(db_url, synchronous="NORMAL") as ledger:
-        yield db_url, ledger, tmp_path / "trees.duckdb"
+        mirror = Mirror(db_url, tmp_path / "trees.duckdb")
+        try:
+            yield db_url, ledger, mirror
+        finally:
+            mirror.close()
 
 
 EDITS = {
@@ -191,16 +228,16 @@ def edit(url: str, picked: list[tuple[str, int, int]]) -> None:
 
 
 @settings(
-    max_examples=5,
+    max_examples=size(3, 20),
     deadline=None,
     phases=[Phase.explicit, Phase.reuse, Phase.generate],
     suppress_health_check=[HealthCheck.function_scoped_fixture],
 )
 @given(tree=trees(), picked=edits)
 def test_the_copy_follows_random_run_trees_one_sync_after_another(
-    growing: tuple[str, Ledger, Path], tree: Node, picked: list[tuple[str, int, int]]
+    growing: tuple[str, Ledger, Mirror], tree: Node, picked: list[tuple[str, int, int]]
 ) -> None:
-    url, ledger, cache = growing
+    url, ledger, mirror = growing
     scripts: dict[str, Script] = {}
     spec = spec_and_scripts(tree, "root", scripts)
     result = (
@@ -216,11 +253,11 @@ def test_the_copy_follows_random_run_trees_one_sync_after_another(
         .run("Go.")
     )
     assert result.status is AgentStatus.COMPLETED
-    synced = assert_same(url, cache)
+    synced = mirror.check()
     assert synced.rows["step_executions"] == sum(node.steps for node in tree.walk()) or synced.full
     if picked:
         edit(url, picked)
-        assert not assert_same(url, cache).full
+        assert not mirror.check().full
 
 
 def test_export_parquet_from_the_copy_writes_what_the_ledger_itself_gives(

@@ -22,7 +22,7 @@ from bench import _versions, previous  # noqa: E402 (after the path above)
 from bench._turns import Turns  # noqa: E402
 from bench._workers import Worker, WorkerError  # noqa: E402
 
-PLAN = previous.Plan((2, 3), reps=2, trees=1, fanout=(2, 2), read_reps=2)
+PLAN = previous.Plan((3,), reps=2, trees=1, fanout=(2, 2), read_reps=2)
 RATIO = re.compile(r"^\*{0,2}(\d+\.\d\d)x \[(\d+\.\d\d)–(\d+\.\d\d)\]\*{0,2}$")
 
 
