@@ -1,21 +1,36 @@
 """The commands that read a ledger: its conversations, runs, traces and search; recovering
-stale runs; and the offline demo."""
+stale runs; and the offline demo.
+
+The commands that only read open a SQLite ledger with :class:`LedgerReader` (no SQLAlchemy),
+and import rich and the views (:mod:`._render`) in their bodies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
-from rich.table import Table
 
-from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
+from ._app import (
+    cli,
+    cli_errors,
+    console,
+    database,
+    given,
+    open_ledger,
+    open_reader,
+    render,
+    time_text,
+)
 from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import counted, id_column, plain, preview, quoted, run_tree_view
 
 if TYPE_CHECKING:
-    from ..ledger import AgentRun, Conversation, Ledger, SearchHit
+    from rich.table import Table
+
+    from ..ledger import AgentRun, Ledger, SearchHit
     from ..values import Messages
+    from ._app import Reading
 
 _LIMIT_HELP = "List at most this many."
 
@@ -68,7 +83,7 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 @click.pass_context
 def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
     """Conversations, most recently updated first."""
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
         if as_json:
             print_json_lines({**table_row(c), "messages": count} for c, count in listed)
@@ -76,7 +91,11 @@ def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
             render(_conversations_table(ledger, listed))
 
 
-def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> Table:
+def _conversations_table(ledger: Reading, listed: list[tuple[Any, int]]) -> Table:
+    from rich.table import Table
+
+    from ._render import id_column, plain
+
     short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
     table = Table(title="conversations")
     id_column(table, "id", short.values())
@@ -119,7 +138,7 @@ def show(
     """The conversation: what the user said and what the agent answered; with --as model,
     what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
     (as `agentledger conversations` shows it)."""
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         record = ledger.conversation(conversation)  # by its id or a unique prefix of it
         if section is not None:
             messages, heading = ledger.messages(record.id, section), f"section {section}"
@@ -134,11 +153,15 @@ def show(
             for m in messages
         )
         return
+    from ._render import plain
+
     console().rule(plain(f"conversation {record.id} · version {record.version} · {heading}"))
     _print_messages(messages, summarized, section)
 
 
 def _print_messages(messages: Messages, summarized: set[str], section: str | None) -> None:
+    from ._render import plain
+
     out = console()
     for message in messages:
         style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
@@ -179,11 +202,13 @@ def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
 
     With --json, one object per run of the tree (the run itself first, then its subagent runs
     depth first), each with its usage and its steps."""
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         tree = ledger.run_tree(run)
         if as_json:
             print_json_lines(run_records(ledger, tree))
         else:
+            from ._render import run_tree_view
+
             render(run_tree_view(ledger, tree, verbose=verbose))
 
 
@@ -208,7 +233,7 @@ def runs(
     ctx: click.Context, conversation: str | None, status: str | None, limit: int, as_json: bool
 ) -> None:
     """Runs, newest first (a conversation's, oldest first)."""
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         listed = ledger.runs(conversation, status=status, limit=limit)
         if as_json:
             print_json_lines(table_row(r) for r in listed)
@@ -216,7 +241,11 @@ def runs(
             render(_runs_table(ledger, listed))
 
 
-def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> Table:
+def _runs_table(ledger: Reading, listed: Sequence[Any]) -> Table:
+    from rich.table import Table
+
+    from ._render import id_column, plain
+
     runs_shown = ledger.short_ids((r.id for r in listed), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
     table = Table(title="runs")
@@ -253,7 +282,7 @@ def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
     """Conversation messages that contain every word of TEXT, best matches first."""
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         hits = ledger.search(text, conversation_id=conversation, limit=limit)
         if as_json:
             print_json_lines(hits)
@@ -261,7 +290,11 @@ def search(
             render(_search_table(ledger, text, hits))
 
 
-def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> Table:
+def _search_table(ledger: Reading, text: str, hits: list[SearchHit]) -> Table:
+    from rich.table import Table
+
+    from ._render import id_column, plain, preview
+
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
     table = Table(title=plain(f"search: {text}"))
     id_column(table, "conversation", short.values())
@@ -304,6 +337,8 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_jso
 
 
 def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[str, int]) -> None:
+    from ._render import counted, quoted
+
     runs_shown = ledger.short_ids((r.id for r in stale), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in stale), of="conversation")
     for r in stale:

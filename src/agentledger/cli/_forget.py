@@ -9,9 +9,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING
 
 import click
-from rich.table import Table
 
-from ..values import time_ago
 from ._app import cli, open_ledger, refuse_read_only, render, scope
 from ._json import json_option, print_json_lines
 
@@ -29,6 +27,8 @@ class Age(click.ParamType[timedelta]):
     ) -> timedelta:
         if isinstance(value, timedelta):
             return value
+        from ..values import time_ago
+
         age = time_ago(str(value))
         if age is not None and age > timedelta(0):
             return age
@@ -118,6 +118,8 @@ def _report(forgotten: Forgotten, as_json: bool) -> None:
 def _show(forgotten: Forgotten) -> None:
     """The conversations' ids in full (what a record of the deletion quotes; they no longer
     begin any id of the ledger), then the rows by table."""
+    from rich.table import Table
+
     verb = "would be forgotten (dry run: nothing deleted)" if forgotten.dry_run else "forgotten"
     ids = ", ".join(forgotten.conversation_ids) or "none"
     count = len(forgotten.conversation_ids)

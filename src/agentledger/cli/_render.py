@@ -1,4 +1,5 @@
-"""Terminal views shared by the command line and the demo."""
+"""Terminal views shared by the command line and the demo. The commands import this module in
+their bodies: it loads rich."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
-from ..core import MCP_SERVER_KEY, MCP_TOOL_KEY
-from ..loop import TRACEBACK_KEY
-from ..values import terminal_text
+from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY, terminal_text
 
 
 def plain(text: str) -> Text:
@@ -130,6 +129,8 @@ def _decided(execution: Any) -> str:
 def _add_failure(leaf: Tree, tool: Any) -> None:
     """What a failed tool call said in full and, when its tool raised, where: the kept end of
     the traceback, as plain text (a traceback is no markup)."""
+    from ..loop import TRACEBACK_KEY
+
     leaf.add(Text(terminal_text(tool.error or tool.result), style="red"))
     traceback = tool.metadata.get(TRACEBACK_KEY)
     if isinstance(traceback, str):

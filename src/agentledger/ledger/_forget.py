@@ -47,6 +47,7 @@ from sqlalchemy import (
 
 from ..errors import ConversationBusyError, UsageError
 from ..values import new_id
+from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
@@ -199,7 +200,8 @@ def _main_conversation(conn: Connection, scope: Scope, given: str) -> str:
     :class:`UsageError` for a subagent's conversation, which goes with its main one."""
     row = _conversation(conn, scope, given)
     if row is None:
-        row = _conversation(conn, scope, id_by_prefix(conn, "conversation", given))
+        full_id = id_by_prefix(ConnectionReads(conn), "conversation", given)
+        row = _conversation(conn, scope, full_id)
     if row is None:
         raise not_found("conversation", given)
     if row.kind != ConversationKind.MAIN.value:

@@ -5,6 +5,9 @@ Each fact has one column. A step's assistant message is its row's ``message_id``
 ``tool_name``, ``arguments``, and ``metadata.raw_arguments`` for arguments that were not JSON),
 counted by ``tool_call_count``. Reading a step back builds each call once, from its tool row,
 and hands the same object to the message and to the execution.
+
+It imports no SQLAlchemy: :class:`~agentledger.ledger.LedgerReader` reads rows into values
+through it as the ledger does.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from ..values import (
     ContinuationOutcome,
     ExecutionBudget,
     Message,
+    MessageStore,
     Role,
     Spend,
     StepExecution,
@@ -33,20 +37,8 @@ from ..values import (
     ToolExecution,
     Usage,
 )
+from ._columns import USAGE_COLUMNS, usage_of
 from .checksums import check_row
-from .tables import (
-    USAGE_COLUMNS,
-    AgentRun,
-    Conversation,
-    agent_runs,
-    context_compactions,
-    conversation_messages,
-    conversations,
-    execution_buffer_rows,
-    row_of,
-    step_executions,
-    tool_executions,
-)
 
 Row = Mapping[Any, Any]
 DAMAGED = "The database file is damaged; restore it from a backup, and see `agentledger db verify`."
@@ -66,10 +58,6 @@ def in_sequence(rows: Sequence[Row], key: str, start: int, what: str) -> Sequenc
 
 def usage_columns(usage: Usage) -> dict[str, int]:
     return {name: getattr(usage, name) for name in USAGE_COLUMNS}
-
-
-def usage_of(row: Row) -> Usage:
-    return Usage(**{name: row[name] or 0 for name in USAGE_COLUMNS})
 
 
 # --- messages ---------------------------------------------------------------------------------
@@ -102,7 +90,7 @@ def message_columns(message: Message) -> dict[str, Any]:
 
 def message_of(row: Row) -> Message:
     """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
-    check_row(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
+    check_row("conversation_messages" if "conversation_id" in row else "execution_buffer_rows", row)
     values = {
         "role": row["role"],  # a Role: the column's type reads it as one
         "content": row["content"] or "",
@@ -148,6 +136,23 @@ def tool_call_of(stored: Mapping[str, Any]) -> ToolCall:
             "raw_arguments": stored.get("raw_arguments"),
         },
     )
+
+
+def store_of(rows: Iterable[Mapping[Any, Any]], base: MessageStore | None = None) -> MessageStore:
+    """``base`` (or an empty store) with message rows (conversation or buffer rows) appended
+    to their sections; the messages a summary took out of the context are left out."""
+    sections: dict[str, list[Message]] = {}
+    for row in rows:
+        if row.get("in_context", True) is False:
+            continue  # replaced by a summary: kept in the ledger, out of the model's context
+        sections.setdefault(row["section"], []).append(message_of(row))
+    return appended(base or MessageStore(), sections)
+
+
+def appended(store: MessageStore, sections: dict[str, list[Message]]) -> MessageStore:
+    for name, messages in sections.items():
+        store = store.section(name).append_messages(messages)
+    return store
 
 
 # --- steps and their tools ----------------------------------------------------------------------
@@ -224,7 +229,7 @@ def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
 
 
 def tool_execution_of(row: Row) -> ToolExecution:
-    check_row(tool_executions, row)
+    check_row("tool_executions", row)
     metadata = row["metadata"] or {}
     call = tool_call_of(
         {
@@ -253,7 +258,7 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
     """A step rebuilt from its row and its tool rows: the assistant message and the tool
     executions share each tool call (what the model saw as input is not stored, so
     ``input_messages`` is empty)."""
-    check_row(step_executions, row)
+    check_row("step_executions", row)
     what = f"the tool executions of step {row['id']}"
     tool_rows = in_sequence(list(tools), "position", 0, what)
     if len(tool_rows) != row["tool_call_count"]:
@@ -332,16 +337,6 @@ def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
     return budget.model_dump(mode="json", exclude_none=True)
 
 
-def conversation_of(row: Row) -> Conversation:
-    check_row(conversations, row)
-    return row_of(Conversation, row)
-
-
-def run_of(row: Row) -> AgentRun:
-    check_row(agent_runs, row)
-    return row_of(AgentRun, row)
-
-
 # --- compactions --------------------------------------------------------------------------------
 
 
@@ -356,7 +351,7 @@ def compaction_columns(compaction: Compaction) -> dict[str, Any]:
 
 
 def compaction_of(row: Row) -> Compaction:
-    check_row(context_compactions, row)
+    check_row("context_compactions", row)
     return Compaction.model_validate(
         {
             **{k: v for k, v in row.items() if k not in USAGE_COLUMNS and k != "checksum"},

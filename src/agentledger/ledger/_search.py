@@ -12,20 +12,18 @@ import re
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict
-from sqlalchemy import text
-from sqlalchemy.sql.expression import TextualSelect
 
 from ..errors import UsageError
 from ..values import Message
 from ._rows import message_of
 from ._scope import EVERYTHING, Scope
-from .tables import conversation_messages
+from ._sql import Reads, columns, in_scope, scope_params
 
 
 class SearchHit(BaseModel):
     """A conversation message that matched a search."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(frozen=True, defer_build=True)
 
     conversation_id: str
     section: str
@@ -33,8 +31,6 @@ class SearchHit(BaseModel):
     run_id: str | None
     message: Message
 
-
-_COLUMNS = ", ".join(f"m.{c.name}" for c in conversation_messages.columns)
 
 POSTGRESQL_SEARCHED_CHARACTERS = 100_000
 """How much of each message PostgreSQL's full-text index covers (revision 0011 says why)."""
@@ -48,21 +44,21 @@ megabyte of words it holds takes minutes) and PostgreSQL refuses a tsquery past 
 limit. Repeated words count once."""
 
 
-def search_statement(
-    dialect: str, query: str, conversation_id: str | None, limit: int, scope: Scope = EVERYTHING
-) -> tuple[TextualSelect, dict[str, Any]] | None:
-    """The statement finding the messages that match every word of ``query``, best matches
-    first, in the conversations of ``scope``, and its parameters; ``None`` when ``query`` holds
-    no word."""
+def search(
+    reads: Reads, query: str, conversation_id: str | None, limit: int, scope: Scope = EVERYTHING
+) -> list[SearchHit]:
+    """The messages that match every word of ``query``, best matches first, in the
+    conversations of ``scope`` (and of ``conversation_id``, a full id, if given)."""
     words = search_words(query)
     if not words:
-        return None
+        return []
     within = "AND m.conversation_id = :conversation_id " if conversation_id is not None else ""
-    within += _in_scope(scope)
+    within += in_scope(scope, "c")
     joined = "" if scope.everything else "JOIN conversations c ON c.id = m.conversation_id "
-    if dialect == "sqlite":
+    selected = f"SELECT {columns('conversation_messages', 'm')} "
+    if reads.dialect == "sqlite":
         sql = (
-            f"SELECT {_COLUMNS} FROM conversation_messages_fts f "
+            f"{selected}FROM conversation_messages_fts f "
             f"JOIN conversation_messages m ON m.id = f.message_id {joined}"
             f"WHERE conversation_messages_fts MATCH :match {within}"
             "ORDER BY f.rank, m.seq LIMIT :limit"
@@ -70,21 +66,15 @@ def search_statement(
         match = " ".join(f'"{w}"' for w in words)
     else:
         sql = (
-            f"SELECT {_COLUMNS} FROM conversation_messages m {joined}"
+            f"{selected}FROM conversation_messages m {joined}"
             f"WHERE {_INDEXED} @@ plainto_tsquery('simple', :match) "
             f"{within}ORDER BY ts_rank({_INDEXED}, "
             "plainto_tsquery('simple', :match)) DESC, m.seq LIMIT :limit"
         )
         match = " ".join(words)
-    typed = text(sql).columns(*conversation_messages.columns)  # JSON and times decoded
     params = {"match": match, "conversation_id": conversation_id, "limit": limit}
-    return typed, {**params, "tenant": scope.tenant_id, "owner": scope.owner_id}
-
-
-def _in_scope(scope: Scope) -> str:
-    """The conditions that keep a search to the conversations (``c``) of ``scope``."""
-    tenant = "AND c.tenant_id = :tenant " if scope.tenant_id is not None else ""
-    return tenant + ("AND c.owner_id = :owner " if scope.owner_id is not None else "")
+    rows = reads.rows(sql, {**params, **scope_params(scope)}, "conversation_messages")
+    return [hit_of(row) for row in rows]
 
 
 def search_words(query: str) -> list[str]:

@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, func, or_, select, true
 from sqlalchemy.exc import DatabaseError
 
 from ..values import AgentStatus, Role
+from ._access import probe_sqlite_tables
 from .checksums import COVERED, damaged_rows
 from .tables import (
     agent_runs,
@@ -47,11 +48,7 @@ def probe_sqlite(engine: Engine, *, integrity: bool) -> None:
     """Read every table's first page (and, with ``integrity``, check every page): damage shows
     here as an error instead of later as a wrong answer."""
     with engine.connect() as conn:
-        tables = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
-        ).scalars()
-        for table in list(tables):
-            conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
+        probe_sqlite_tables(lambda sql: conn.exec_driver_sql(sql).all())
         if integrity:
             problems = sqlite_problems(conn)
             if problems:

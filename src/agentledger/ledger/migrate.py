@@ -31,7 +31,11 @@ from sqlalchemy.exc import DBAPIError
 
 from ..errors import MigrationError, SchemaVersionError, UsageError
 from ._access import read_only_access
-from ._engine import WRITE, is_refused, make_engine, normalize_url, sqlite_path
+from ._engine import WRITE, make_engine
+from ._failures import is_refused
+from ._revisions import VERSION_TABLE
+from ._revisions import check_not_newer as _check_not_newer
+from ._urls import normalize_url, sqlite_path
 
 __all__ = [
     "VERSION_TABLE",
@@ -48,9 +52,6 @@ __all__ = [
     "locked",
     "upgrade",
 ]
-
-VERSION_TABLE = "agentledger_version"
-"""Alembic's version table, named so it cannot clash with an application's own migrations."""
 
 _ADVISORY_LOCK = 0x616C6564  # "aled": the PostgreSQL advisory lock key for migrations
 
@@ -213,12 +214,7 @@ def is_current(engine: Engine) -> bool:
 def check_not_newer(revision: str | None) -> None:
     """Raise :class:`SchemaVersionError` when ``revision`` is not one this agentledger ships
     (the database was migrated by a newer one)."""
-    if revision is not None and revision not in {r.revision for r in history()}:
-        raise SchemaVersionError(
-            f"the database is at schema revision {revision!r}, which this agentledger does not "
-            f"know (its newest is {head()!r}): it was migrated by a newer agentledger. "
-            "Upgrade agentledger, or open a database made by this version."
-        )
+    _check_not_newer(revision)
 
 
 def _current(connection: Connection) -> str | None:

@@ -24,6 +24,13 @@ def _milliseconds(started_at: datetime, finished_at: datetime) -> float:
     return (finished_at - started_at).total_seconds() * 1000.0
 
 
+MCP_SERVER_KEY = "mcp_server"
+"""The tool execution metadata key (``tool_executions.metadata``) naming the MCP server a
+call went to; the agent's own tools have none."""
+
+MCP_TOOL_KEY = "mcp_tool"
+"""The metadata key naming the tool as its MCP server knows it (the agent may prefix it)."""
+
 TOOL_ERROR_KEY = "is_error"
 """The metadata key of a ``tool`` message whose result is an error (the tool raised, or its
 arguments were refused): a provider that can say so (Anthropic's ``is_error``) tells the model."""
