@@ -114,6 +114,19 @@ def test_the_read_commands_read_a_sqlite_ledger_without_sqlalchemy_or_alembic(tm
     )
 
 
+def test_a_sqlite_ledger_at_the_newest_schema_opens_without_alembic_or_another_dialect(tmp_path):
+    """Alembic loads only to migrate, and SQLAlchemy's PostgreSQL dialect only for PostgreSQL."""
+    path = tmp_path / "ledger.db"
+    record_a_run(str(path))
+    statement = (
+        "from agentledger.ledger import Ledger\n"
+        f"with Ledger.open({str(path)!r}) as ledger:\n"
+        "    assert ledger.runs()[0].budget"
+    )
+    names = ("alembic", "sqlalchemy.dialects.postgresql")
+    assert loaded_by(statement, names) == dict.fromkeys(names, False)
+
+
 def test_the_agent_and_its_builder_load_no_heavy_library():
     statement = "from agentledger import Agent, AgentBuilder, InferenceResponse, ScriptedLLM, tool"
     assert loaded_by(statement) == dict.fromkeys(HEAVY, False)

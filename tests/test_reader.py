@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import JSON, Boolean
+from sqlalchemy import Boolean
 
 import support.migration_harness as harness
 from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall
@@ -135,7 +135,11 @@ def kind_of(column_type: object) -> object:
     """What a column of this type stores differently from what it reads back."""
     if isinstance(column_type, tables.EnumText):
         return column_type.enum
-    for kind, types in (("time", tables.UTCDateTime), ("json", JSON), ("flag", Boolean)):
+    for kind, types in (
+        ("time", tables.UTCDateTime),
+        ("json", tables.JSONColumn),
+        ("flag", Boolean),
+    ):
         if isinstance(column_type, types):
             return kind
     return None

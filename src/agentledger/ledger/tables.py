@@ -34,11 +34,10 @@ from sqlalchemy import (
     false,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import configure_mappers, registry
 from sqlalchemy.orm.instrumentation import manager_of_class
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 from sqlmodel import Field, SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
@@ -144,8 +143,24 @@ class EnumText(TypeDecorator[StrEnum]):
         return self._members.__getitem__
 
 
-JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
-"""JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``)."""
+class JSONColumn(TypeDecorator[Any]):
+    """JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``): JSONB on
+    PostgreSQL, whose dialect loads only for a PostgreSQL ledger (a SQLite ledger loads
+    SQLAlchemy's SQLite dialect alone)."""
+
+    impl = JSON(none_as_null=True)
+    cache_ok = True
+
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
+
+
+JSONType = JSONColumn()
+"""The ledger's JSON columns' type (the migrations that add such a column use it too)."""
 
 
 def _json(name: str, *, nullable: bool = True) -> Any:
