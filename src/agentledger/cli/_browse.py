@@ -23,12 +23,13 @@ from ._app import (
     render,
     time_text,
 )
-from ._json import json_option, print_json_lines, run_records, table_row
+from ._json import json_option, message_record, print_json_lines, run_records, table_row
 
 if TYPE_CHECKING:
     from rich.table import Table
+    from rich.text import Text
 
-    from ..ledger import AgentRun, Ledger, SearchHit
+    from ..ledger import AgentRun, Ledger, SearchHit, TraceHit
     from ..values import Messages
     from ._app import Reading
 
@@ -79,19 +80,29 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 @click.option(
     "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also list the subagents' conversations (each subagent run has one of its own).",
+)
 @json_option
 @click.pass_context
-def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
-    """Conversations, most recently updated first."""
+def conversations(ctx: click.Context, limit: int, everything: bool, as_json: bool) -> None:
+    """Conversations, most recently updated first: the main ones (what users said to an
+    agent), each by its title, else its first user message."""
     with open_reader(ctx) as ledger:
-        listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
+        found = ledger.conversations(kind=None if everything else "main", limit=limit)
+        listed = [(c, ledger.messages(c.id)) for c in found]
         if as_json:
-            print_json_lines({**table_row(c), "messages": count} for c, count in listed)
+            print_json_lines({**table_row(c), "messages": len(m)} for c, m in listed)
+        elif not listed:
+            _none("no conversations")
         else:
             render(_conversations_table(ledger, listed))
 
 
-def _conversations_table(ledger: Reading, listed: list[tuple[Any, int]]) -> Table:
+def _conversations_table(ledger: Reading, listed: list[tuple[Any, Messages]]) -> Table:
     from rich.table import Table
 
     from ._render import id_column, plain
@@ -99,18 +110,42 @@ def _conversations_table(ledger: Reading, listed: list[tuple[Any, int]]) -> Tabl
     short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
     table = Table(title="conversations")
     id_column(table, "id", short.values())
-    for header in ("kind", "title", "version", "messages", "updated"):
+    table.add_column("kind")
+    table.add_column("title", no_wrap=True, overflow="ellipsis", ratio=1, min_width=12)
+    for header in ("version", "messages", "updated"):
         table.add_column(header)
-    for c, count in listed:
+    for c, messages in listed:
         table.add_row(
             plain(short[c.id]),
             c.kind,
-            plain(c.title or ""),
+            _title(c.title, messages),
             str(c.version),
-            str(count),
+            str(len(messages)),
             time_text(c.updated_at),
         )
     return table
+
+
+def _title(title: str | None, messages: Messages) -> Text:
+    """A conversation's title, else its first user message on one line (dim: not a title),
+    cut to fit by the table."""
+    from ._render import plain, preview
+
+    if title:
+        return plain(title)
+    first = next((m.content for m in messages if m.role == "user"), "")
+    shown = plain(preview(first, TITLE_LENGTH))
+    shown.stylize("dim")
+    return shown
+
+
+TITLE_LENGTH = 200
+"""The most of a first message a listing takes as a title (the table cuts it to fit)."""
+
+
+def _none(what: str) -> None:
+    """What an empty listing says, on a line of its own, instead of an empty table."""
+    console().print(what, markup=False, highlight=False)
 
 
 @cli.command()
@@ -130,16 +165,38 @@ def _conversations_table(ledger: Reading, listed: list[tuple[Any, int]]) -> Tabl
     help="Only this section: messages (the conversation), summary or buffer (the messages "
     "summaries replaced).",
 )
+@click.option(
+    "--trace",
+    "beside",
+    is_flag=True,
+    help="Each turn with its run beside it: the tool calls with their arguments and results, "
+    "the errors, the subagent runs it started.",
+)
+@click.option("--full", is_flag=True, help="With --trace: print calls and results whole.")
 @json_option
 @click.pass_context
 def show(
-    ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
+    ctx: click.Context,
+    conversation: str,
+    view: str,
+    section: str | None,
+    beside: bool,
+    full: bool,
+    as_json: bool,
 ) -> None:
     """The conversation: what the user said and what the agent answered; with --as model,
-    what the model sees of it now. CONVERSATION is its id, or a prefix of it that is unique
-    (as `agentledger conversations` shows it)."""
+    what the model sees of it now; with --trace, each turn beside its run's trace.
+    CONVERSATION is its id, or a prefix of it that is unique (as `agentledger conversations`
+    shows it)."""
+    if beside and (section is not None or view == "model"):
+        raise click.UsageError(
+            "--trace shows the conversation as the user saw it: leave out --as model and --section"
+        )
     with open_reader(ctx) as ledger:
         record = ledger.conversation(conversation)  # by its id or a unique prefix of it
+        if beside:
+            _show_turns(ledger, record.id, full=full, as_json=as_json)
+            return
         if section is not None:
             messages, heading = ledger.messages(record.id, section), f"section {section}"
         elif view == "model":
@@ -148,10 +205,7 @@ def show(
             messages, heading = ledger.history(record.id), "as the user saw it"
         summarized = {m.id for m in ledger.messages(record.id, "buffer")}
     if as_json:
-        print_json_lines(
-            {"conversation_id": record.id, **m.model_dump(), "summarized": m.id in summarized}
-            for m in messages
-        )
+        print_json_lines(message_record(record.id, m, summarized) for m in messages)
         return
     from ._render import plain
 
@@ -159,19 +213,24 @@ def show(
     _print_messages(messages, summarized, section)
 
 
+def _show_turns(ledger: Reading, conversation_id: str, *, full: bool, as_json: bool) -> None:
+    """``show --trace``: the conversation turn by turn, each beside its run's trace."""
+    from ._turns import print_turns, turn_records
+
+    turns = ledger.turns(conversation_id)
+    summarized = {m.id for m in ledger.messages(conversation_id, "buffer")}
+    if as_json:
+        print_json_lines(turn_records(ledger, turns, conversation_id, summarized))
+    else:
+        print_turns(ledger, conversation_id, turns, summarized, full=full)
+
+
 def _print_messages(messages: Messages, summarized: set[str], section: str | None) -> None:
-    from ._render import plain
+    from ._turns import print_message
 
     out = console()
     for message in messages:
-        style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
-        note = " [dim](summarized)[/dim]" if message.id in summarized else ""
-        # An answer cut short (its run was cancelled, or its process died): said so, at once.
-        cut = " [bold yellow](interrupted)[/bold yellow]" if message.interrupted else ""
-        when = time_text(message.created_at)
-        out.print(f"[{style}]{message.role}[/{style}]{cut} [dim]{when}[/dim]{note}")
-        out.print(plain(message.content))
-        out.print()
+        print_message(out, message, summarized)
     if not messages:
         out.print(_empty(section), style="dim", markup=False)
 
@@ -237,6 +296,10 @@ def runs(
         listed = ledger.runs(conversation, status=status, limit=limit)
         if as_json:
             print_json_lines(table_row(r) for r in listed)
+        elif not listed:
+            filters = [f"with status {status}"] if status else []
+            filters += [f"in conversation {conversation}"] if conversation else []
+            _none(" ".join(["no runs", *filters]))
         else:
             render(_runs_table(ledger, listed))
 
@@ -281,33 +344,56 @@ def _runs_table(ledger: Reading, listed: Sequence[Any]) -> Table:
 def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
-    """Conversation messages that contain every word of TEXT, best matches first."""
+    """Conversation messages, and tool calls of the trace (their arguments and results), that
+    contain every word of TEXT, best matches first; a word followed by * is a prefix (Lis*).
+    Each hit is shown around the word found; those in the trace are marked so."""
     with open_reader(ctx) as ledger:
-        hits = ledger.search(text, conversation_id=conversation, limit=limit)
+        hits = ledger.search(text, conversation_id=conversation, limit=limit, trace=True)
         if as_json:
-            print_json_lines(hits)
+            print_json_lines(_found(hit) for hit in hits)
+        elif not hits:
+            _none(f"no matches for {text}")
         else:
             render(_search_table(ledger, text, hits))
 
 
-def _search_table(ledger: Reading, text: str, hits: list[SearchHit]) -> Table:
+def _found(hit: SearchHit | TraceHit) -> dict[str, Any]:
+    """A hit as ``search --json`` prints it: its fields, and where it was found."""
+    from ..ledger import SearchHit
+
+    where = "conversation" if isinstance(hit, SearchHit) else "trace"
+    return {**hit.model_dump(), "found_in": where}
+
+
+def _search_table(ledger: Reading, text: str, hits: list[SearchHit | TraceHit]) -> Table:
     from rich.table import Table
 
-    from ._render import id_column, plain, preview
+    from ..ledger import SearchHit, search_snippet
+    from ._render import id_column, plain
+    from ._streaming import call_text
 
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
     table = Table(title=plain(f"search: {text}"))
     id_column(table, "conversation", short.values())
-    for header in ("seq", "role", "content"):
-        table.add_column(header)
+    table.add_column("found in")
+    table.add_column("text", ratio=1)
     for hit in hits:
+        if isinstance(hit, SearchHit):
+            found, said = f"{hit.message.role} (message {hit.seq})", hit.message.content
+        else:
+            tool = hit.tool_execution
+            found = f"trace: {tool.tool_name} (step {hit.step_index})"
+            said = f"{call_text(tool.tool_call)} → {tool.result}"
         table.add_row(
             plain(short[hit.conversation_id]),
-            str(hit.seq),
-            hit.message.role,
-            plain(preview(hit.message.content, 80)),
+            plain(found),
+            plain(search_snippet(said, text, SNIPPET_LENGTH)),
         )
     return table
+
+
+SNIPPET_LENGTH = 80
+"""How much of a hit's text a search shows, centred on the word found."""
 
 
 @cli.command()

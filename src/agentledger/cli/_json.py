@@ -20,7 +20,7 @@ import click
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ..values import StepExecution, ToolExecution
+    from ..values import Message, StepExecution, ToolExecution
     from ._app import Reading
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -51,6 +51,16 @@ def table_row(row: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
     elif "metadata" in data:
         data["metadata"] = data.pop("metadata")
     return data
+
+
+def message_record(conversation_id: str, message: Message, summarized: set[str]) -> dict[str, Any]:
+    """A message as ``show --json`` prints it: its conversation, its fields, and whether a
+    summary replaced it in the model's context."""
+    return {
+        "conversation_id": conversation_id,
+        **message.model_dump(),
+        "summarized": message.id in summarized,
+    }
 
 
 def run_records(ledger: Reading, tree: Any) -> Iterator[dict[str, Any]]:

@@ -13,12 +13,11 @@ a terminal) and written by :func:`write`.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..errors import UsageError
-from ..loop import RunStream
-from ..recording import RunResult
 from ..values import (
     Event,
     RunFinished,
@@ -30,6 +29,10 @@ from ..values import (
     terminal_text,
 )
 from ._render import preview
+
+if TYPE_CHECKING:
+    from ..loop import RunStream
+    from ..recording import RunResult
 
 LINE = 100
 """How much of a tool call or a tool result is printed: one line."""
@@ -57,8 +60,14 @@ def write(console: Console, text: str) -> None:
     console.file.flush()
 
 
-def call_line(call: ToolCall) -> str:
-    """``  → name(arguments)`` on one line."""
+def call_line(call: ToolCall, width: int | None = LINE) -> str:
+    """``  → name(arguments)`` on one line of ``width`` characters at most (``None``: whole)."""
+    return f"  → {_cut(call_text(call), width)}"
+
+
+def call_text(call: ToolCall) -> str:
+    """``name(arguments)``, each argument as ``name=JSON`` (the model's own text when its
+    arguments were not JSON)."""
     if call.raw_arguments is not None:
         arguments = call.raw_arguments
     else:
@@ -66,13 +75,18 @@ def call_line(call: ToolCall) -> str:
             f"{name}={json.dumps(value, ensure_ascii=False)}"
             for name, value in call.arguments.items()
         )
-    return f"  → {preview(f'{call.name}({arguments})', LINE)}"
+    return f"{call.name}({arguments})"
 
 
-def result_line(result: str, *, is_error: bool) -> str:
-    """``  ← result`` on one line, marked when the tool failed."""
+def result_line(result: str, *, is_error: bool, width: int | None = LINE) -> str:
+    """``  ← result`` on one line of ``width`` characters at most (``None``: whole), marked
+    when the tool failed."""
     mark = "error: " if is_error else ""
-    return f"  ← {mark}{preview(result, LINE)}"
+    return f"  ← {mark}{_cut(result, width)}"
+
+
+def _cut(text: str, width: int | None) -> str:
+    return text if width is None else preview(text, width)
 
 
 class StreamPrinter:

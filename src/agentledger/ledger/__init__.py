@@ -21,9 +21,10 @@ from typing import Any as _Any
 from ._access import file_to_read, read_only_uri
 from ._columns import ConversationKind
 from ._failures import EngineSettings
+from ._queries import Turn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
-from ._search import SearchHit
+from ._search import SearchHit, TraceHit, search_snippet
 from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
@@ -59,9 +60,12 @@ __all__ = [
     "RunTree",
     "Scope",
     "SearchHit",
+    "TraceHit",
+    "Turn",
     "file_to_read",
     "normalize_url",
     "read_only_uri",
+    "search_snippet",
     "sqlite_path",
 ]
 

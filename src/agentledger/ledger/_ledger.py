@@ -11,7 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, overload
 
 from sqlalchemy import Connection, Engine, insert, select
 
@@ -39,6 +39,7 @@ from ._forget import Choose, Forgotten
 from ._lookup import IdKind, shortest_prefixes
 from ._opening import prepare
 from ._queries import (
+    Turn,
     as_seen,
     buffer_rows,
     conversation_row,
@@ -50,6 +51,7 @@ from ._queries import (
     messages_in,
     run_row,
     run_rows,
+    turns_of,
 )
 from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
@@ -57,7 +59,7 @@ from ._rows import compaction_of
 from ._run_tree import RunTree, read_run_tree
 from ._scope import EVERYTHING, Scope
 from ._scoped import check_id_free, created_in, metadata_condition, refuse_in_scope, within
-from ._search import SearchHit, search
+from ._search import SearchHit, TraceHit, search_hits
 from ._sql import Reads
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
@@ -432,23 +434,56 @@ class Ledger:
 
     # --- search ---------------------------------------------------------------------------------
 
+    @overload
     def search(
-        self, query: str, *, conversation_id: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
+        self,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        limit: int = 20,
+        trace: Literal[False] = False,
+    ) -> list[SearchHit]: ...
+
+    @overload
+    def search(
+        self, query: str, *, conversation_id: str | None = None, limit: int = 20, trace: bool
+    ) -> list[SearchHit | TraceHit]: ...
+
+    def search(
+        self,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        limit: int = 20,
+        trace: bool = False,
+    ) -> list[SearchHit] | list[SearchHit | TraceHit]:
         """Conversation messages matching every word of ``query``, best matches first; with
         ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
-        such conversation).
+        such conversation). With ``trace``, then the tool executions whose arguments and
+        result hold every word (:class:`TraceHit`), best first: up to ``limit`` of each.
 
-        Only the words count: quotes, operators and SQL in ``query`` separate words, and a
-        query of no word finds nothing. A query of more than ``MAX_SEARCH_WORDS`` (1,000)
-        different words is a :class:`UsageError`. On PostgreSQL the words are looked for in the
-        first 100,000 characters of each message."""
+        Only the words count, each whole or, followed by ``*``, as a prefix (``Lis*``): quotes,
+        operators and SQL in ``query`` separate words, and a query of no word finds nothing. A
+        query of more than ``MAX_SEARCH_WORDS`` (1,000) different words is a
+        :class:`UsageError`. On PostgreSQL the words are looked for in the first 100,000
+        characters of each message (and of each tool execution's arguments and result)."""
         row_limit(limit)
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
         return self._reads(
             f"searching for {query!r}",
-            lambda reads: search(reads, query, conversation_id, limit, self.scope),
+            lambda reads: search_hits(
+                reads, query, conversation_id, limit, self.scope, trace=trace
+            ),
+        )
+
+    def turns(self, conversation_id: str) -> list[Turn]:
+        """The conversation as the user saw it (:meth:`history`), turn by turn: the messages
+        of each run with the run's id (to read its trace: :meth:`steps`)."""
+        conversation_id = self.conversation(conversation_id).id
+        return self._reads(
+            f"reading the turns of conversation {conversation_id}",
+            lambda reads: turns_of(message_rows(reads, conversation_id)),
         )
 
     def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:

@@ -14,8 +14,10 @@ from collections.abc import Callable, Sequence
 from datetime import datetime
 from typing import Any
 
+from pydantic import BaseModel, ConfigDict
+
 from ..errors import LedgerCorruptError
-from ..values import AgentState, AgentStatus, Messages, StepExecution
+from ..values import AgentState, AgentStatus, Message, Messages, StepExecution
 from ._arguments import member, row_limit
 from ._columns import ConversationKind
 from ._lookup import check_id, id_by_prefix, not_found
@@ -95,6 +97,30 @@ def as_seen(row: Row) -> bool:
     """The rows of the conversation as the user saw it (``Ledger.history``): every message of
     it, those a summary replaced included, the summaries left out."""
     return row["section"] in _SEEN
+
+
+class Turn(BaseModel):
+    """A turn of a conversation as the user saw it: the messages one run wrote (the user's
+    message and the run's answer), with the run's id; ``None`` for messages no run wrote
+    (added by hand, imported)."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    run_id: str | None
+    messages: Messages
+
+
+def turns_of(rows: Sequence[Row]) -> list[Turn]:
+    """The conversation of ``rows`` (all of its rows, in order) as the user saw it, turn by
+    turn: each run of consecutive messages written by the same run."""
+    turns: list[tuple[str | None, list[Message]]] = []
+    for row in rows:
+        if not as_seen(row):
+            continue
+        if not turns or turns[-1][0] != row["run_id"]:
+            turns.append((row["run_id"], []))
+        turns[-1][1].append(message_of(row))
+    return [Turn(run_id=run_id, messages=Messages(tuple(found))) for run_id, found in turns]
 
 
 def in_context(rows: Sequence[Row]) -> Messages:

@@ -18,7 +18,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import Any, Literal, Self, TypeVar, overload
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..values import AgentStatus, Messages, Spend, StepExecution, Usage
@@ -34,6 +34,7 @@ from ._columns import ConversationKind, decoded_rows, duration_ms, usage_of
 from ._failures import EngineSettings, decoded, is_busy, is_read_only, open_error, with_retries
 from ._lookup import IdKind, shortest_prefixes
 from ._queries import (
+    Turn,
     as_seen,
     conversation_row,
     conversation_rows,
@@ -45,12 +46,13 @@ from ._queries import (
     messages_in,
     run_row,
     run_rows,
+    turns_of,
 )
 from ._revisions import HEAD, check_not_newer, not_at_head, schema_revision, tables
 from ._rows import Row
 from ._run_nodes import inclusive, tree_of, tree_rows, walk
 from ._scope import EVERYTHING, Scope
-from ._search import SearchHit, search
+from ._search import SearchHit, TraceHit, search_hits
 from ._sql import Reads
 from ._urls import normalize_url, redact, sqlite_path
 from .checksums import check_row
@@ -326,17 +328,44 @@ class LedgerReader:
         counted_steps(steps, run.id, run.step_count)
         return steps
 
+    @overload
     def search(
-        self, query: str, *, conversation_id: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
-        """Conversation messages matching every word of ``query``, as ``Ledger.search``."""
+        self,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        limit: int = 20,
+        trace: Literal[False] = False,
+    ) -> list[SearchHit]: ...
+
+    @overload
+    def search(
+        self, query: str, *, conversation_id: str | None = None, limit: int = 20, trace: bool
+    ) -> list[SearchHit | TraceHit]: ...
+
+    def search(
+        self,
+        query: str,
+        *,
+        conversation_id: str | None = None,
+        limit: int = 20,
+        trace: bool = False,
+    ) -> list[SearchHit] | list[SearchHit | TraceHit]:
+        """Conversation messages matching every word of ``query`` (with ``trace``, then tool
+        executions), as ``Ledger.search``."""
         row_limit(limit)
         if conversation_id is not None:
             conversation_id = self.conversation(conversation_id).id
         return self._read(
             f"searching for {query!r}",
-            lambda reads: search(reads, query, conversation_id, limit, self._scope),
+            lambda reads: search_hits(
+                reads, query, conversation_id, limit, self._scope, trace=trace
+            ),
         )
+
+    def turns(self, conversation_id: str) -> list[Turn]:
+        """The conversation as the user saw it, turn by turn, as ``Ledger.turns``."""
+        return self._messages(conversation_id, turns_of)
 
     def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
         """Each of ``ids`` by its shortest unique prefix, as ``Ledger.short_ids``."""

@@ -19,6 +19,7 @@ VERSION_TABLE = "agentledger_version"
 REVISIONS: tuple[str, ...] = (
     *("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"),
     "0011",
+    "0013",
 )
 """The revisions this agentledger ships, oldest first."""
 
