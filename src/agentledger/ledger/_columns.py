@@ -32,8 +32,12 @@ USAGE_COLUMNS = tuple(Usage.model_fields)
 
 
 def usage_of(row: Mapping[Any, Any]) -> Usage:
-    """The token columns of a run's, a step's or a compaction's row as one value."""
-    return Usage(**{name: row[name] or 0 for name in USAGE_COLUMNS})
+    """The token columns of a run's, a step's or a compaction's row as one value (validated
+    only when a count is not a whole number of 0 or more: a row written by hand)."""
+    counts = {name: row[name] or 0 for name in USAGE_COLUMNS}
+    if all(type(count) is int and count >= 0 for count in counts.values()):
+        return Usage.model_construct(None, **counts)
+    return Usage(**counts)
 
 
 def duration_ms(started_at: datetime, finished_at: datetime | None) -> float | None:

@@ -120,7 +120,10 @@ def turns_of(rows: Sequence[Row]) -> list[Turn]:
         if not turns or turns[-1][0] != row["run_id"]:
             turns.append((row["run_id"], []))
         turns[-1][1].append(message_of(row))
-    return [Turn(run_id=run_id, messages=Messages(tuple(found))) for run_id, found in turns]
+    return [
+        Turn.model_construct(run_id=run_id, messages=Messages(tuple(found)))
+        for run_id, found in turns
+    ]
 
 
 def in_context(rows: Sequence[Row]) -> Messages:

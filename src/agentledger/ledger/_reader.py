@@ -50,7 +50,7 @@ from ._queries import (
 )
 from ._revisions import HEAD, check_not_newer, not_at_head, schema_revision, tables
 from ._rows import Row
-from ._run_nodes import inclusive, tree_of, tree_rows, walk
+from ._run_nodes import NOTHING, inclusive, tree_of, tree_rows, walk
 from ._scope import EVERYTHING, Scope
 from ._search import SearchHit, TraceHit, search_hits
 from ._sql import Reads
@@ -316,7 +316,7 @@ class LedgerReader:
                 [_run(row) for row in rows],
                 top.id,
                 top.root_run_id,
-                lambda run, kids: RunNode(run, spends.get(run.id, Spend()), kids),
+                lambda run, kids: RunNode(run, spends.get(run.id, NOTHING), kids),
             )
 
         return self._read(f"reading the run tree of {top.id}", read)

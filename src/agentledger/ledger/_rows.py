@@ -20,6 +20,7 @@ from pydantic import BaseModel
 
 from ..errors import LedgerCorruptError
 from ..values import (
+    EMPTY_MESSAGES,
     AgentState,
     AgentStatus,
     AgentStep,
@@ -112,6 +113,14 @@ def message_of(row: Row) -> Message:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def built(model: type[M], row: Row, /, **fields: Any) -> M:
+    """An instance of ``model`` holding ``fields``, read from ``row``: unvalidated when the row
+    carries a checksum (checked before: the ledger wrote it from validated values, and it reads
+    back intact), validated when it has none (written by hand). Validating builds the model's
+    validator, the first time: more than the whole read of a short trace costs."""
+    return model.model_construct(**fields) if row["checksum"] is not None else model(**fields)
 
 
 def rebuilt(model: type[M], values: dict[str, Any]) -> M:
@@ -239,7 +248,9 @@ def tool_execution_of(row: Row) -> ToolExecution:
             "raw_arguments": metadata.get(RAW_ARGUMENTS_KEY),
         }
     )
-    return ToolExecution(
+    return built(
+        ToolExecution,
+        row,
         id=row["id"],
         tool_call=call,
         arguments=row["validated_arguments"],
@@ -249,9 +260,23 @@ def tool_execution_of(row: Row) -> ToolExecution:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         child_run_id=row["child_run_id"],
-        subtree=Spend.model_validate(metadata[SUBTREE_KEY]) if SUBTREE_KEY in metadata else None,
+        subtree=_spend_of(metadata[SUBTREE_KEY], row) if SUBTREE_KEY in metadata else None,
         metadata={k: v for k, v in metadata.items() if k not in (SUBTREE_KEY, RAW_ARGUMENTS_KEY)},
     )
+
+
+def _spend_of(stored: Any, row: Row) -> Spend:
+    """A subagent's spend as a spawn's tool row keeps it (``Spend.model_dump(mode="json")``):
+    built as :func:`built` builds values, when it has every field a spend has."""
+    if (
+        isinstance(stored, dict)
+        and stored.keys() == Spend.model_fields.keys()
+        and isinstance(stored["usage"], dict)
+        and stored["usage"].keys() == set(USAGE_COLUMNS)
+    ):
+        fields = {**stored, "usage": usage_of(stored["usage"])}
+        return built(Spend, row, **fields)
+    return Spend.model_validate(stored)
 
 
 def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
@@ -267,9 +292,12 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
             f"{len(tool_rows)} tool execution(s) for it. {DAMAGED}"
         )
     executions = tuple(tool_execution_of(t) for t in tool_rows)
-    step = AgentStep(
+    step = built(
+        AgentStep,
+        row,
         id=row["id"],
         step_type=StepType(row["step_type"]),
+        input_messages=EMPTY_MESSAGES,  # not stored (and no default is copied)
         assistant_message=_assistant_of(row, executions),
         tool_executions=executions,
         usage=usage_of(row),
@@ -280,20 +308,24 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
         finished_at=row["finished_at"],
         error=row["error"],
     )
-    outcome = ContinuationOutcome(
+    outcome = built(
+        ContinuationOutcome,
+        row,
         should_continue=row["should_continue"],
         stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
         decided_by=row["decided_by"] or "",
         detail=row["outcome_detail"] or "",
         final_response_required=row["final_response_required"],
     )
-    return StepExecution(step_index=row["step_index"], step=step, outcome=outcome)
+    return built(StepExecution, row, step_index=row["step_index"], step=step, outcome=outcome)
 
 
 def _assistant_of(row: Row, executions: Sequence[ToolExecution]) -> Message | None:
     if row["message_id"] is None:
         return None
-    return Message(
+    return built(
+        Message,
+        row,
         id=row["message_id"],
         role=Role.ASSISTANT,
         content=row["content"] or "",

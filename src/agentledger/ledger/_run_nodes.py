@@ -10,6 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from ..values import Spend
 from ._columns import usage_of
+from ._rows import built
 from ._sql import Reads, select_rows
 from .checksums import check_row
 
@@ -36,6 +37,9 @@ R = TypeVar("R", bound=_Run)
 N = TypeVar("N")
 T = TypeVar("T", bound=Node)
 
+NOTHING = Spend.model_construct()
+"""What a run without a step spent."""
+
 _RUNS = select_rows("agent_runs") + "WHERE root_run_id = :root ORDER BY started_at, id"
 _STEPS = (
     select_rows("step_executions", "s")
@@ -53,7 +57,9 @@ def tree_rows(reads: Reads, root_run_id: str) -> tuple[list[dict[str, Any]], dic
         check_row("step_executions", row)
         # A step called the model when it holds the model's message; one without a cost is
         # unpriced.
-        step = Spend(
+        step = built(
+            Spend,
+            row,
             usage=usage_of(row),
             cost_usd=row["cost_usd"],
             steps=1,

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..values import Spend
 from ._records import run_of
-from ._run_nodes import inclusive, tree_of, tree_rows, walk
+from ._run_nodes import NOTHING, inclusive, tree_of, tree_rows, walk
 from ._sql import Reads
 from .tables import AgentRun
 
@@ -46,5 +46,5 @@ def read_run_tree(reads: Reads, top: AgentRun) -> RunTree:
         [run_of(r) for r in rows],
         top.id,
         top.root_run_id,
-        lambda run, kids: RunTree(run=run, exclusive=spends.get(run.id, Spend()), children=kids),
+        lambda run, kids: RunTree(run=run, exclusive=spends.get(run.id, NOTHING), children=kids),
     )

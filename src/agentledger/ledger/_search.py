@@ -156,7 +156,7 @@ def search_trace(
     tools = reads.rows(sql, {**params, **scope_params(scope)}, "tool_executions")
     conversations = _conversations_of(reads, {t["run_id"] for t in tools})
     return [
-        TraceHit(
+        TraceHit.model_construct(  # of rows checked as they were read
             conversation_id=conversations[t["run_id"]],
             run_id=t["run_id"],
             step_index=t["step_index"],
@@ -259,7 +259,7 @@ def _mark(character: str) -> bool:
 
 
 def hit_of(row: Any) -> SearchHit:
-    return SearchHit(
+    return SearchHit.model_construct(  # of a row checked as it was read
         conversation_id=row["conversation_id"],
         section=row["section"],
         seq=row["seq"],
