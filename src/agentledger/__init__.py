@@ -15,7 +15,6 @@ recorder interface, ``analytics`` reads the ledger's tables, and ``cli`` sits on
 """
 
 import importlib as _importlib
-import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -215,11 +214,6 @@ _LAZY = {
 }
 """Public names loaded when first used (``from agentledger import Ledger`` loads the ledger),
 and the package that has each."""
-
-# agentledger logs (a provider's retries, ...) for the application to show as it likes. With no
-# logging configured, nothing reaches standard error through Python's last-resort handler: the
-# error raised in the end says what went wrong, once.
-_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "LLM",

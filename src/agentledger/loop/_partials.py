@@ -16,19 +16,19 @@ from __future__ import annotations
 import contextvars
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from .._logs import library_logger
 from ..errors import ConfigurationError
 from ..recording import Recorder, RunResult
 from ..values import Event, TextDelta, ToolCall
 from ._runtime import submit
 
-logger = logging.getLogger(__name__)
+logger = library_logger(__name__)
 
 
 @dataclass(frozen=True)
