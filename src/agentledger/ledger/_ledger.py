@@ -9,57 +9,41 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
-from typing import Any, Literal, Self, TypeVar, overload
+from collections.abc import Callable, Iterable
+from datetime import timedelta
+from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine, insert, select
 
 from ..errors import SchemaVersionError, UsageError
 from ..values import (
     AgentState,
-    AgentStatus,
     Clock,
     Compaction,
-    Message,
     Messages,
-    StepExecution,
-    ToolExecution,
+    Spend,
     check_storable,
     new_id,
     utc_now,
 )
 from . import _forget
 from ._access import ReadOnly, read_only_access
-from ._arguments import member, row_limit
+from ._arguments import member
 from ._connection_reads import ConnectionReads
 from ._engine import Connections, Database, make_engine, with_retries
 from ._failures import EngineSettings, Synchronous
 from ._forget import Choose, Forgotten
-from ._lookup import IdKind, shortest_prefixes
 from ._opening import prepare
 from ._queries import (
-    Turn,
-    as_seen,
-    buffer_rows,
     conversation_row,
-    conversation_rows,
-    counted_steps,
-    in_section,
-    load_steps,
-    message_rows,
-    messages_in,
-    run_row,
-    run_rows,
-    turns_of,
 )
+from ._reading import LedgerReads
 from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
-from ._rows import compaction_of
-from ._run_tree import RunTree, read_run_tree
+from ._rows import Row, compaction_of
+from ._run_tree import RunTree
 from ._scope import EVERYTHING, Scope
-from ._scoped import check_id_free, created_in, metadata_condition, refuse_in_scope, within
-from ._search import SearchHit, TraceHit, search_hits
+from ._scoped import check_id_free, created_in, refuse_in_scope, within
 from ._sql import Reads
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
@@ -78,7 +62,7 @@ DEFAULT_LEASE_SECONDS = 60.0
 T = TypeVar("T")
 
 
-class Ledger:
+class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
     """Conversations, runs, steps and tool executions in SQLite or PostgreSQL.
 
     ``Ledger.open(url)`` connects and migrates the database to the newest schema. Its
@@ -286,51 +270,6 @@ class Ledger:
 
         return self._database.write("creating a conversation", write)
 
-    def conversation(self, conversation_id: str) -> Conversation:
-        """The conversation ``conversation_id``: its id, or a prefix of it (at least
-        ``SHORT_ID_LENGTH`` characters) that begins no other conversation's id. Every method
-        that takes a conversation's id takes such a prefix too; the record holds the full id.
-
-        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
-        them) when the prefix begins several."""
-
-        return self._reads(
-            f"reading conversation {conversation_id}",
-            lambda reads: conversation_of(conversation_row(reads, conversation_id, self.scope)),
-        )
-
-    def conversations(
-        self,
-        *,
-        kind: ConversationKind | str | None = None,
-        limit: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> list[Conversation]:
-        """Conversations, most recently updated first; with ``metadata``, those whose metadata
-        has each of its top-level keys with that value (a string, a number, a boolean, or
-        ``None`` for JSON null)."""
-        condition = metadata_condition(self.dialect, metadata) if metadata else ("", {})
-        return self._reads(
-            "listing conversations",
-            lambda reads: [
-                conversation_of(row)
-                for row in conversation_rows(
-                    reads, self.scope, kind=kind, limit=limit, condition=condition
-                )
-            ],
-        )
-
-    def messages(self, conversation_id: str, section: str = "messages") -> Messages:
-        """A section of a conversation as committed: by default the conversation itself (the
-        messages a summary replaced are in the ``buffer`` section, the summaries in
-        ``summary``; see :meth:`history` and :meth:`model_context`)."""
-        return self._conversation_rows(conversation_id, in_section(section))
-
-    def history(self, conversation_id: str) -> Messages:
-        """The conversation as the user saw it: every message of it in order, those a summary
-        replaced included (and the summaries left out). No compaction changes it."""
-        return self._conversation_rows(conversation_id, as_seen)
-
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in
         its context (what a new run starts from, before its own trace)."""
@@ -349,152 +288,6 @@ class Ledger:
         return self._read(
             f"reading the compactions of conversation {conversation_id}",
             lambda conn: [compaction_of(r) for r in conn.execute(query).mappings()],
-        )
-
-    def _conversation_rows(self, conversation_id: str, wanted: Callable[[Any], bool]) -> Messages:
-        conversation_id = self.conversation(conversation_id).id
-        return self._reads(
-            f"reading the messages of conversation {conversation_id}",
-            lambda reads: messages_in(message_rows(reads, conversation_id), wanted),
-        )
-
-    # --- runs -----------------------------------------------------------------------------------
-
-    def run(self, run_id: str) -> AgentRun:
-        """The run ``run_id``: its id, or a prefix of it (at least ``SHORT_ID_LENGTH``
-        characters) that begins no other run's id. Every method that takes a run's id takes
-        such a prefix too; the record holds the full id.
-
-        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
-        them) when the prefix begins several."""
-        return self._reads(
-            f"reading run {run_id}", lambda reads: run_of(run_row(reads, run_id, self.scope))
-        )
-
-    def runs(
-        self,
-        conversation_id: str | None = None,
-        *,
-        status: AgentStatus | str | None = None,
-        limit: int | None = None,
-        since: datetime | None = None,
-    ) -> list[AgentRun]:
-        """Runs, oldest first within a conversation, newest first across the ledger; with
-        ``since``, only those started at or after it (a naive datetime is UTC)."""
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-        since = None if since is None else _utc(since)
-        return self._reads(
-            "listing runs",
-            lambda reads: [
-                run_of(row)
-                for row in run_rows(
-                    reads,
-                    self.scope,
-                    conversation_id=conversation_id,
-                    status=status,
-                    limit=limit,
-                    since=since,
-                )
-            ],
-        )
-
-    def run_tree(self, run_id: str) -> RunTree:
-        """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
-        usage. Give a root run's id for the whole tree (``AgentRun.root_run_id``)."""
-        top = self.run(run_id)
-        return self._reads(f"reading the run tree of {top.id}", lambda r: read_run_tree(r, top))
-
-    def steps(self, run_id: str) -> tuple[StepExecution, ...]:
-        """The run's steps, rebuilt with their tool executions and outcomes."""
-        run = self.run(run_id)
-        steps = self._reads(f"reading the steps of run {run.id}", lambda r: load_steps(r, run.id))
-        counted_steps(steps, run.id, run.step_count)
-        return steps
-
-    def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
-        """The run's tool executions, in the order of its steps and of each step's calls."""
-        return tuple(t for e in self.steps(run_id) for t in e.step.tool_executions)
-
-    def trace_messages(self, run_id: str) -> Messages:
-        """The run's trace (tool-calling assistant messages and tool results, in order), rebuilt
-        exactly from its step and tool rows, whether or not its buffer was flushed."""
-        trace: tuple[Message, ...] = ()
-        for execution in self.steps(run_id):
-            trace += execution.step.trace_messages.root
-        return Messages(trace)
-
-    def buffer(self, run_id: str) -> Messages:
-        """The run's execution buffer rows: empty once the run committed."""
-        run_id = self.run(run_id).id
-        return self._reads(
-            f"reading the execution buffer of run {run_id}",
-            lambda reads: messages_in(buffer_rows(reads, run_id), lambda _: True),
-        )
-
-    # --- search ---------------------------------------------------------------------------------
-
-    @overload
-    def search(
-        self,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        limit: int = 20,
-        trace: Literal[False] = False,
-    ) -> list[SearchHit]: ...
-
-    @overload
-    def search(
-        self, query: str, *, conversation_id: str | None = None, limit: int = 20, trace: bool
-    ) -> list[SearchHit | TraceHit]: ...
-
-    def search(
-        self,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        limit: int = 20,
-        trace: bool = False,
-    ) -> list[SearchHit] | list[SearchHit | TraceHit]:
-        """Conversation messages matching every word of ``query``, best matches first; with
-        ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
-        such conversation). With ``trace``, then the tool executions whose arguments and
-        result hold every word (:class:`TraceHit`), best first: up to ``limit`` of each.
-
-        Only the words count, each whole or, followed by ``*``, as a prefix (``Lis*``): quotes,
-        operators and SQL in ``query`` separate words, and a query of no word finds nothing. A
-        query of more than ``MAX_SEARCH_WORDS`` (1,000) different words is a
-        :class:`UsageError`. On PostgreSQL the words are looked for in the first 100,000
-        characters of each message (and of each tool execution's arguments and result)."""
-        row_limit(limit)
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-        return self._reads(
-            f"searching for {query!r}",
-            lambda reads: search_hits(
-                reads, query, conversation_id, limit, self.scope, trace=trace
-            ),
-        )
-
-    def turns(self, conversation_id: str) -> list[Turn]:
-        """The conversation as the user saw it (:meth:`history`), turn by turn: the messages
-        of each run with the run's id (to read its trace: :meth:`steps`)."""
-        conversation_id = self.conversation(conversation_id).id
-        return self._reads(
-            f"reading the turns of conversation {conversation_id}",
-            lambda reads: turns_of(message_rows(reads, conversation_id)),
-        )
-
-    def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
-        """Each of ``ids`` (of runs or of conversations, as ``of`` says) by its shortest
-        prefix, of at least ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind
-        in the ledger (in a scoped handle, in its scope): what a person can type for it (the
-        command line's listings show these)."""
-        wanted = list(ids)
-        return self._reads(
-            f"shortening {len(wanted)} {of} ids",
-            lambda reads: shortest_prefixes(reads, of, wanted, self.scope),
         )
 
     # --- recovery -------------------------------------------------------------------------------
@@ -585,9 +378,14 @@ class Ledger:
         return self._database.read(what, read)
 
     def _reads(self, what: str, read: Callable[[Reads], T]) -> T:
-        """``read`` of the statements shared with :class:`LedgerReader` (:mod:`._queries`)."""
+        """``read`` of the statements shared with :class:`LedgerReader` (:mod:`._reading`)."""
         return self._database.read(what, lambda conn: read(ConnectionReads(conn)))
 
+    def _conversation_of(self, row: Row) -> Conversation:
+        return conversation_of(row)
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    def _run_of(self, row: Row) -> AgentRun:
+        return run_of(row)
+
+    def _node_of(self, row: Row, exclusive: Spend, children: tuple[RunTree, ...]) -> RunTree:
+        return RunTree(run=run_of(row), exclusive=exclusive, children=children)

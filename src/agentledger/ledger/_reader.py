@@ -14,14 +14,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal, Self, TypeVar, overload
+from typing import Any, Self, TypeVar
 
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
-from ..values import AgentStatus, Messages, Spend, StepExecution, Usage
+from ..values import Messages, Spend, Usage
 from ._access import (
     ReadOnly,
     check_sqlite_path,
@@ -29,30 +28,16 @@ from ._access import (
     read_only_access,
     read_only_uri,
 )
-from ._arguments import row_limit
-from ._columns import ConversationKind, decoded_rows, duration_ms, usage_of
+from ._columns import decoded_rows, duration_ms, usage_of
 from ._failures import EngineSettings, decoded, is_busy, is_read_only, open_error, with_retries
-from ._lookup import IdKind, shortest_prefixes
 from ._queries import (
-    Turn,
-    as_seen,
-    conversation_row,
-    conversation_rows,
-    counted_steps,
     in_context,
-    in_section,
-    load_steps,
-    message_rows,
-    messages_in,
-    run_row,
-    run_rows,
-    turns_of,
 )
+from ._reading import LedgerReads
 from ._revisions import HEAD, check_not_newer, not_at_head, schema_revision, tables
 from ._rows import Row
-from ._run_nodes import NOTHING, inclusive, tree_of, tree_rows, walk
+from ._run_nodes import inclusive, walk
 from ._scope import EVERYTHING, Scope
-from ._search import SearchHit, TraceHit, search_hits
 from ._sql import Reads
 from ._urls import normalize_url, redact, sqlite_path
 from .checksums import check_row
@@ -128,10 +113,11 @@ class RunNode:
         return walk(self)
 
 
-class LedgerReader:
+class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
     """Reads a SQLite ledger through ``sqlite3``, without SQLAlchemy: the reads of
-    :class:`~agentledger.ledger.Ledger` (conversations, messages, runs, steps, run trees,
-    search, short ids), each in a transaction of its own, never writing.
+    :class:`~agentledger.ledger.Ledger` (conversations, messages and turns, runs, steps, run
+    trees, traces and buffers, search, short ids: the same methods, :mod:`._reading`), each in
+    a transaction of its own, never writing.
 
     ``LedgerReader.open(path)`` refuses a database that is not a ledger at the newest schema
     (it never migrates); with ``read_only=True``, or where this user may not write the file or
@@ -234,150 +220,24 @@ class LedgerReader:
 
     # --- the reads ------------------------------------------------------------------------------
 
-    def conversation(self, conversation_id: str) -> ConversationRecord:
-        """The conversation ``conversation_id`` (its id, or a unique prefix of it)."""
-        return self._read(
-            f"reading conversation {conversation_id}",
-            lambda reads: _conversation(conversation_row(reads, conversation_id, self._scope)),
-        )
-
-    def conversations(
-        self, *, kind: ConversationKind | str | None = None, limit: int | None = None
-    ) -> list[ConversationRecord]:
-        """Conversations, most recently updated first."""
-        return self._read(
-            "listing conversations",
-            lambda reads: [
-                _conversation(row)
-                for row in conversation_rows(reads, self._scope, kind=kind, limit=limit)
-            ],
-        )
-
-    def messages(self, conversation_id: str, section: str = "messages") -> Messages:
-        """A section of a conversation, as ``Ledger.messages``."""
-        return self._messages(conversation_id, lambda rows: messages_in(rows, in_section(section)))
-
-    def history(self, conversation_id: str) -> Messages:
-        """The conversation as the user saw it, as ``Ledger.history``."""
-        return self._messages(conversation_id, lambda rows: messages_in(rows, as_seen))
-
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now, as ``Ledger.model_context``."""
-        return self._messages(conversation_id, in_context)
-
-    def _messages(self, given: str, view: Callable[[Sequence[Row]], V]) -> V:
-        conversation_id = self.conversation(given).id
-        return self._read(
-            f"reading the messages of conversation {conversation_id}",
-            lambda reads: view(message_rows(reads, conversation_id)),
-        )
-
-    def run(self, run_id: str) -> RunRecord:
-        """The run ``run_id`` (its id, or a unique prefix of it)."""
-        return self._read(
-            f"reading run {run_id}", lambda reads: _run(run_row(reads, run_id, self._scope))
-        )
-
-    def runs(
-        self,
-        conversation_id: str | None = None,
-        *,
-        status: AgentStatus | str | None = None,
-        limit: int | None = None,
-        since: datetime | None = None,
-    ) -> list[RunRecord]:
-        """Runs, oldest first within a conversation, newest first across the ledger."""
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-        if since is not None and since.tzinfo is None:
-            since = since.replace(tzinfo=UTC)
-        return self._read(
-            "listing runs",
-            lambda reads: [
-                _run(row)
-                for row in run_rows(
-                    reads,
-                    self._scope,
-                    conversation_id=conversation_id,
-                    status=status,
-                    limit=limit,
-                    since=since,
-                )
-            ],
-        )
-
-    def run_tree(self, run_id: str) -> RunNode:
-        """The run ``run_id`` and every subagent run below it, as ``Ledger.run_tree``."""
-        top = self.run(run_id)
-
-        def read(reads: Reads) -> RunNode:
-            rows, spends = tree_rows(reads, top.root_run_id)
-            return tree_of(
-                [_run(row) for row in rows],
-                top.id,
-                top.root_run_id,
-                lambda run, kids: RunNode(run, spends.get(run.id, NOTHING), kids),
-            )
-
-        return self._read(f"reading the run tree of {top.id}", read)
-
-    def steps(self, run_id: str) -> tuple[StepExecution, ...]:
-        """The run's steps, rebuilt with their tool executions and outcomes."""
-        run = self.run(run_id)
-        steps = self._read(f"reading the steps of run {run.id}", lambda r: load_steps(r, run.id))
-        counted_steps(steps, run.id, run.step_count)
-        return steps
-
-    @overload
-    def search(
-        self,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        limit: int = 20,
-        trace: Literal[False] = False,
-    ) -> list[SearchHit]: ...
-
-    @overload
-    def search(
-        self, query: str, *, conversation_id: str | None = None, limit: int = 20, trace: bool
-    ) -> list[SearchHit | TraceHit]: ...
-
-    def search(
-        self,
-        query: str,
-        *,
-        conversation_id: str | None = None,
-        limit: int = 20,
-        trace: bool = False,
-    ) -> list[SearchHit] | list[SearchHit | TraceHit]:
-        """Conversation messages matching every word of ``query`` (with ``trace``, then tool
-        executions), as ``Ledger.search``."""
-        row_limit(limit)
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-        return self._read(
-            f"searching for {query!r}",
-            lambda reads: search_hits(
-                reads, query, conversation_id, limit, self._scope, trace=trace
-            ),
-        )
-
-    def turns(self, conversation_id: str) -> list[Turn]:
-        """The conversation as the user saw it, turn by turn, as ``Ledger.turns``."""
-        return self._messages(conversation_id, turns_of)
-
-    def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
-        """Each of ``ids`` by its shortest unique prefix, as ``Ledger.short_ids``."""
-        wanted = list(ids)
-        return self._read(
-            f"shortening {len(wanted)} {of} ids",
-            lambda reads: shortest_prefixes(reads, of, wanted, self._scope),
-        )
+        return self._conversation(conversation_id, in_context)
 
     # --- transactions ---------------------------------------------------------------------------
 
-    def _read(self, what: str, read: Callable[[Reads], T]) -> T:
+    def _conversation_of(self, row: Row) -> ConversationRecord:
+        check_row("conversations", row)
+        return ConversationRecord(row)
+
+    def _run_of(self, row: Row) -> RunRecord:
+        check_row("agent_runs", row)
+        return RunRecord(row)
+
+    def _node_of(self, row: Row, exclusive: Spend, children: tuple[RunNode, ...]) -> RunNode:
+        return RunNode(self._run_of(row), exclusive, children)
+
+    def _reads(self, what: str, read: Callable[[Reads], T]) -> T:
         """``read`` (given a :class:`._sql.Reads`) in a transaction of its own: tried again
         while the database is locked, a row that cannot be decoded as
         :class:`LedgerCorruptError`."""
@@ -443,13 +303,3 @@ class _SQLiteReads:
         if table is None:
             return [dict(zip(names, values, strict=True)) for values in fetched]
         return decoded_rows(table, names, fetched)
-
-
-def _conversation(row: Row) -> ConversationRecord:
-    check_row("conversations", row)
-    return ConversationRecord(row)
-
-
-def _run(row: Row) -> RunRecord:
-    check_row("agent_runs", row)
-    return RunRecord(row)

@@ -10,17 +10,9 @@ from typing import Any, Protocol, TypeVar
 
 from ..values import Spend
 from ._columns import usage_of
-from ._rows import built
+from ._rows import Row, built
 from ._sql import Reads, select_rows
 from .checksums import check_row
-
-
-class _Run(Protocol):
-    @property
-    def id(self) -> str: ...
-
-    @property
-    def parent_run_id(self) -> str | None: ...
 
 
 class Node(Protocol):
@@ -33,7 +25,6 @@ class Node(Protocol):
     def children(self) -> Sequence[Node]: ...
 
 
-R = TypeVar("R", bound=_Run)
 N = TypeVar("N")
 T = TypeVar("T", bound=Node)
 
@@ -71,20 +62,22 @@ def tree_rows(reads: Reads, root_run_id: str) -> tuple[list[dict[str, Any]], dic
 
 
 def tree_of(
-    runs: Sequence[R], top_id: str, root_id: str, node: Callable[[R, tuple[N, ...]], N]
+    rows: Sequence[Row], top_id: str, root_id: str, node: Callable[[Row, tuple[N, ...]], N]
 ) -> N:
-    """The tree below the run ``top_id`` of ``runs`` (every run of the tree ``root_id``, in the
-    order they started), each run made a node by ``node`` (given its run and its children)."""
-    children: dict[str | None, list[R]] = {}
-    for run in runs:
-        children.setdefault(run.parent_run_id, []).append(run)
+    """The tree below the run ``top_id`` of the rows ``rows`` (every run of the tree
+    ``root_id``, in the order they started), each run made a node by ``node`` (given its row
+    and its children)."""
+    children: dict[str | None, list[Row]] = {}
+    for row in rows:
+        children.setdefault(row["parent_run_id"], []).append(row)
 
-    def build(run: R, seen: frozenset[str]) -> N:
-        if run.id in seen:
-            raise ValueError(f"run {run.id} is its own ancestor")
-        return node(run, tuple(build(c, seen | {run.id}) for c in children.get(run.id, ())))
+    def build(row: Row, seen: frozenset[str]) -> N:
+        if row["id"] in seen:
+            raise ValueError(f"run {row['id']} is its own ancestor")
+        kids = tuple(build(c, seen | {row["id"]}) for c in children.get(row["id"], ()))
+        return node(row, kids)
 
-    found = next((r for r in runs if r.id == top_id), None)
+    found = next((r for r in rows if r["id"] == top_id), None)
     if found is None:
         raise ValueError(f"run {top_id} is not in the tree of its root {root_id}")
     return build(found, frozenset())

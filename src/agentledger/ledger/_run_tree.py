@@ -8,9 +8,7 @@ from collections.abc import Iterator
 from pydantic import BaseModel, ConfigDict
 
 from ..values import Spend
-from ._records import run_of
-from ._run_nodes import NOTHING, inclusive, tree_of, tree_rows, walk
-from ._sql import Reads
+from ._run_nodes import inclusive, walk
 from .tables import AgentRun
 
 
@@ -37,14 +35,3 @@ class RunTree(BaseModel):
 
     def find(self, run_id: str) -> RunTree | None:
         return next((node for node in self.walk() if node.run.id == run_id), None)
-
-
-def read_run_tree(reads: Reads, top: AgentRun) -> RunTree:
-    """The tree below ``top`` (a run read from the ledger), every run of it read at once."""
-    rows, spends = tree_rows(reads, top.root_run_id)
-    return tree_of(
-        [run_of(r) for r in rows],
-        top.id,
-        top.root_run_id,
-        lambda run, kids: RunTree(run=run, exclusive=spends.get(run.id, NOTHING), children=kids),
-    )

@@ -8,8 +8,6 @@ tenants hold. The unscoped handle's queries gain no condition at all.
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, Table, select
@@ -62,52 +60,3 @@ def check_id_free(conn: Connection, conversation_id: str) -> None:
             f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
             "(nothing was written)"
         )
-
-
-# --- conversations by their metadata --------------------------------------------------------------
-
-_JSON_TYPES = {True: "true", False: "false", None: "null"}
-
-
-def metadata_condition(dialect: str, wanted: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
-    """The conditions, as SQL text (each ``AND ...``) and their parameters, that keep the
-    conversations whose metadata has each of ``wanted``'s top-level keys, equal to its value
-    (a string, a number, a boolean or ``None`` for JSON null). Keys and values are parameters,
-    never part of the SQL text or of a JSON path, so any text is a key."""
-    for key, value in wanted.items():
-        _check_filter(key, value)
-    if dialect == "postgresql":
-        return "AND metadata @> CAST(:metadata AS JSONB) ", {"metadata": json.dumps(wanted)}
-    conditions, params = [], {}
-    for n, (key, value) in enumerate(wanted.items()):
-        condition, values = _sqlite_member(n, key, value)
-        conditions.append(condition)
-        params.update(values)
-    return "".join(conditions), params
-
-
-def _check_filter(key: object, value: object) -> None:
-    if not isinstance(key, str):
-        raise UsageError(f"a metadata filter's keys are text, not {key!r}")
-    if not (value is None or isinstance(value, str | int | float | bool)):
-        raise UsageError(
-            f"the metadata filter on {key!r} must be a string, a number, a boolean or None "
-            f"(JSON null), not {type(value).__name__}: objects and lists are not compared"
-        )
-
-
-def _sqlite_member(n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
-    """SQLite: the metadata object has ``key``, whose value is ``value`` (``json_each``, so
-    the key is compared as data, never read as a JSON path); the ``n``-th such condition."""
-    params: dict[str, Any] = {f"key{n}": key}
-    if isinstance(value, bool) or value is None:
-        matches = f"j.type = '{_JSON_TYPES[value]}'"
-    elif isinstance(value, str):
-        matches, params[f"value{n}"] = f"j.type = 'text' AND j.atom = :value{n}", value
-    else:
-        matches = f"j.type IN ('integer', 'real') AND j.atom = :value{n}"
-        params[f"value{n}"] = value
-    member = (
-        f"SELECT 1 FROM json_each(conversations.metadata) AS j WHERE j.key = :key{n} AND {matches}"
-    )
-    return f"AND EXISTS ({member}) ", params

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 import unicodedata
+from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
@@ -60,6 +61,51 @@ _TRACE_INDEXED = (
 )
 """The expression of the GIN index ``tool_executions_fts`` (revision 0013)."""
 
+
+@dataclass(frozen=True)
+class _Index:
+    """A table's full-text index: FTS5's table of its text on SQLite, the expression of its
+    GIN index on PostgreSQL."""
+
+    table: str
+    alias: str
+    fts: str
+    """The FTS5 table, and its column naming the row (``fts.key``)."""
+    key: str
+    indexed: str
+    """The GIN index's expression: a search matches the same, so that it is used."""
+    order: str
+    """How hits of the same rank are ordered."""
+
+    def matching(
+        self, dialect: str, terms: list[Term], joined: str, within: str
+    ) -> tuple[str, dict[str, Any]]:
+        """The select of every column of the rows matching ``terms`` (joined to ``joined``,
+        kept to the conditions ``within``), best first, and its parameters (but ``:limit``)."""
+        selected, a = f"SELECT {columns(self.table, self.alias)} ", self.alias
+        if dialect == "sqlite":
+            sql = (
+                f"{selected}FROM {self.fts} f JOIN {self.table} {a} ON {a}.id = f.{self.key} "
+                f"{joined}WHERE {self.fts} MATCH :match {within}"
+                f"ORDER BY f.rank, {self.order} LIMIT :limit"
+            )
+            return sql, {"match": _fts5_query(terms)}
+        tsquery, params = _tsquery(terms)
+        sql = (
+            f"{selected}FROM {self.table} {a} {joined}WHERE {self.indexed} @@ {tsquery} "
+            f"{within}ORDER BY ts_rank({self.indexed}, {tsquery}) DESC, {self.order} LIMIT :limit"
+        )
+        return sql, params
+
+
+_MESSAGES = _Index(
+    "conversation_messages", "m", "conversation_messages_fts", "message_id", _INDEXED, "m.seq"
+)
+_TRACE = _Index(
+    "tool_executions", "t", "tool_executions_fts", "tool_execution_id", _TRACE_INDEXED,
+    "t.started_at, t.id",
+)  # fmt: skip
+
 MAX_SEARCH_WORDS = 1_000
 """The most different words one search takes. A message must hold every word, each a term of
 the full-text query: SQLite's FTS5 slows down with each term a message holds (a query of a
@@ -102,22 +148,7 @@ def search(
     within = "AND m.conversation_id = :conversation_id " if conversation_id is not None else ""
     within += in_scope(scope, "c")
     joined = "" if scope.everything else "JOIN conversations c ON c.id = m.conversation_id "
-    selected = f"SELECT {columns('conversation_messages', 'm')} "
-    if reads.dialect == "sqlite":
-        sql = (
-            f"{selected}FROM conversation_messages_fts f "
-            f"JOIN conversation_messages m ON m.id = f.message_id {joined}"
-            f"WHERE conversation_messages_fts MATCH :match {within}"
-            "ORDER BY f.rank, m.seq LIMIT :limit"
-        )
-        matched = {"match": _fts5_query(terms)}
-    else:
-        tsquery, matched = _tsquery(terms)
-        sql = (
-            f"{selected}FROM conversation_messages m {joined}"
-            f"WHERE {_INDEXED} @@ {tsquery} {within}"
-            f"ORDER BY ts_rank({_INDEXED}, {tsquery}) DESC, m.seq LIMIT :limit"
-        )
+    sql, matched = _MESSAGES.matching(reads.dialect, terms, joined, within)
     params = {**matched, "conversation_id": conversation_id, "limit": limit}
     rows = reads.rows(sql, {**params, **scope_params(scope)}, "conversation_messages")
     return [hit_of(row) for row in rows]
@@ -134,24 +165,8 @@ def search_trace(
         return []
     within = "AND r.conversation_id = :conversation_id " if conversation_id is not None else ""
     within += in_scope(scope, "r")  # a run has its conversation's tenant and owner
-    selected = f"SELECT {columns('tool_executions', 't')} "
     joined = "JOIN agent_runs r ON r.id = t.run_id "
-    if reads.dialect == "sqlite":
-        sql = (
-            f"{selected}FROM tool_executions_fts f "
-            f"JOIN tool_executions t ON t.id = f.tool_execution_id {joined}"
-            f"WHERE tool_executions_fts MATCH :match {within}"
-            "ORDER BY f.rank, t.started_at, t.id LIMIT :limit"
-        )
-        matched = {"match": _fts5_query(terms)}
-    else:
-        tsquery, matched = _tsquery(terms)
-        sql = (
-            f"{selected}FROM tool_executions t {joined}"
-            f"WHERE {_TRACE_INDEXED} @@ {tsquery} {within}"
-            f"ORDER BY ts_rank({_TRACE_INDEXED}, {tsquery}) DESC, t.started_at, t.id "
-            "LIMIT :limit"
-        )
+    sql, matched = _TRACE.matching(reads.dialect, terms, joined, within)
     params = {**matched, "conversation_id": conversation_id, "limit": limit}
     tools = reads.rows(sql, {**params, **scope_params(scope)}, "tool_executions")
     conversations = _conversations_of(reads, {t["run_id"] for t in tools})
