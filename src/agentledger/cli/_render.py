@@ -4,12 +4,14 @@ their bodies: it loads rich."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
-from rich.tree import Tree
+
+if TYPE_CHECKING:
+    from rich.tree import Tree
 
 from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY, terminal_text
 
@@ -38,6 +40,8 @@ def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:
     subtree's usage, its steps and tool calls, and each subagent run under the call that
     started it. Runs are shown by their short ids (``Ledger.short_ids``). ``verbose`` adds,
     under each failed tool call, its whole error and the traceback of what it raised."""
+    from rich.tree import Tree  # only the trees need it, not the listings
+
     short = ledger.short_ids((n.run.id for n in node.walk()), of="run")
     root = Tree(run_label(node, short))
     _add_steps(root, ledger, node, short, verbose)
