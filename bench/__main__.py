@@ -39,7 +39,11 @@
     second at 1, 2, 4 and 16 writers, a step's commit p50/p99 and the ledger's lock retries,
     against the OpenAI Agents SDK's ``SQLiteSession`` and ``SQLAlchemySession`` and LangGraph's
     ``SqliteSaver`` and ``PostgresSaver`` (``bench/writers.py``; ``python -m bench.writers``
-    runs it alone).
+    runs it alone), and
+16. the command line's read commands (``conversations``, ``runs``, ``show``, ``trace``,
+    ``search``) and ``--help``, each a fresh process on the demo's ledger, against a bare
+    interpreter and the ``sqlite3`` shell reading the same rows (``bench/commands.py``;
+    ``python -m bench.commands`` runs it alone).
 """
 
 from __future__ import annotations
@@ -52,6 +56,7 @@ from pathlib import Path
 
 from . import (
     analytics,
+    commands,
     history,
     imports,
     ledger,
@@ -122,6 +127,8 @@ def main(argv: list[str] | None = None) -> None:
         sections.extend(previous.run(sizes, Path(tmp), before))
         sections.extend(streaming.run(sizes, Path(tmp)))
         sections.extend(writers.run(sizes, Path(tmp)))
+        print("the read commands, each a fresh process ...", file=sys.stderr, flush=True)
+        sections.append(commands.report(commands.measure(sizes, Path(tmp))))
     elapsed = time.perf_counter() - started
     command = " ".join(["python -m bench", *args_list])
     report = render(command=command, mode=sizes.name, env=env, sections=sections, elapsed=elapsed)

@@ -12,6 +12,8 @@ from functools import cache
 import grimp
 import pytest
 
+from support.cli import record_a_run
+
 HEAVY = (
     "httpx",
     "sqlalchemy",
@@ -31,11 +33,12 @@ Datasette, OpenTelemetry and the MCP SDK (with jsonschema) are loaded only by th
 integrations)."""
 
 
-def loaded_by(statement: str) -> dict[str, bool]:
-    """Which heavy libraries a fresh interpreter has loaded after ``statement``."""
+def loaded_by(statement: str, names: tuple[str, ...] = HEAVY) -> dict[str, bool]:
+    """Which of the libraries ``names`` (the heavy ones) a fresh interpreter has loaded after
+    ``statement``."""
     script = (
         f"import json, sys\n{statement}\n"
-        f"print(json.dumps({{name: name in sys.modules for name in {list(HEAVY)!r}}}))"
+        f"print(json.dumps({{name: name in sys.modules for name in {list(names)!r}}}))"
     )
     out = subprocess.run(
         [sys.executable, "-c", script], check=True, capture_output=True, text=True
@@ -62,6 +65,66 @@ def test_import_agentledger_builds_no_validator():
     count, built = json.loads(out.stdout)
     assert count > 20
     assert built == []
+
+
+def test_import_agentledger_loads_no_pydantic_until_a_value_is_used():
+    assert loaded_by("import agentledger", ("pydantic",)) == {"pydantic": False}
+    assert loaded_by("from agentledger import Message", ("pydantic",)) == {"pydantic": True}
+
+
+LIGHT = ("pydantic", "rich", "sqlalchemy", "sqlmodel", "alembic", "httpx", "duckdb")
+"""What a command line that only parses its arguments does without (``agentledger --help``)."""
+
+
+def test_the_command_line_loads_click_alone_until_a_command_runs():
+    assert loaded_by("import agentledger.cli", LIGHT) == dict.fromkeys(LIGHT, False)
+
+
+READ_COMMANDS = (
+    ["conversations"],
+    ["conversations", "--json"],
+    ["runs"],
+    ["show", "{conversation}"],
+    ["trace", "{run}"],
+    ["trace", "{run}", "--json"],
+    ["search", "Paris"],
+)
+
+
+def test_the_read_commands_read_a_sqlite_ledger_without_sqlalchemy_or_alembic(tmp_path):
+    """Each of them, run in one fresh interpreter, with everything they print."""
+    recorded = record_a_run(str(tmp_path / "ledger.db"))
+    commands = [
+        [
+            "--db",
+            recorded.url,
+            *(a.format(conversation=recorded.conversation_id, run=recorded.run_id) for a in args),
+        ]
+        for args in READ_COMMANDS
+    ]
+    statement = (
+        "from click.testing import CliRunner\n"
+        "from agentledger.cli import cli\n"
+        f"for args in {commands!r}:\n"
+        "    result = CliRunner().invoke(cli, args)\n"
+        "    assert result.exit_code == 0, (args, result.output)"
+    )
+    assert loaded_by(statement, ("sqlalchemy", "sqlmodel", "alembic")) == dict.fromkeys(
+        ("sqlalchemy", "sqlmodel", "alembic"), False
+    )
+
+
+def test_a_sqlite_ledger_at_the_newest_schema_opens_without_alembic_or_another_dialect(tmp_path):
+    """Alembic loads only to migrate, and SQLAlchemy's PostgreSQL dialect only for PostgreSQL."""
+    path = tmp_path / "ledger.db"
+    record_a_run(str(path))
+    statement = (
+        "from agentledger.ledger import Ledger\n"
+        f"with Ledger.open({str(path)!r}) as ledger:\n"
+        "    assert ledger.runs()[0].budget"
+    )
+    names = ("alembic", "sqlalchemy.dialects.postgresql")
+    assert loaded_by(statement, names) == dict.fromkeys(names, False)
 
 
 def test_the_agent_and_its_builder_load_no_heavy_library():

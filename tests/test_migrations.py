@@ -44,12 +44,13 @@ def search_objects(database: Database) -> set[str]:
     """The full-text search objects the migrations made."""
     if database.dialect == "sqlite":
         found = database.all_table_names()
-        return {n for n in found if n == harness.FTS_PREFIX}
+        return {n for n in found if n in harness.FTS_PREFIXES}
     with database.engine.connect() as conn:
         rows = conn.exec_driver_sql(
-            "SELECT indexname FROM pg_indexes WHERE tablename = 'conversation_messages'"
+            "SELECT indexname FROM pg_indexes "
+            "WHERE tablename IN ('conversation_messages', 'tool_executions')"
         )
-        return {n for (n,) in rows if n == harness.FTS_PREFIX}
+        return {n for (n,) in rows if n in harness.FTS_PREFIXES}
 
 
 @contextlib.contextmanager
@@ -95,7 +96,7 @@ def test_an_empty_database_is_upgraded_to_the_head_with_every_table(db_url, how)
     with Database(db_url) as database:
         assert database.table_names() == MODEL_TABLES
         assert database.versions() == [HEAD]
-        assert search_objects(database) == {harness.FTS_PREFIX}
+        assert search_objects(database) == set(harness.FTS_PREFIXES)
 
 
 # --- every revision keeps the rows of its predecessor -----------------------------------------
@@ -164,7 +165,7 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
     with Database(db_url) as database:
         assert database.versions() == [HEAD]
         assert database.snapshot() == before
-        assert search_objects(database) == {harness.FTS_PREFIX}
+        assert search_objects(database) == set(harness.FTS_PREFIXES)
 
     with Ledger.open(db_url, migrate=False) as ledger:
         hits = ledger.search(harness.SEARCH_WORD)

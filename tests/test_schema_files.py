@@ -22,6 +22,7 @@ from agentledger.ledger import tables as ledger_tables
 from agentledger.ledger.schema import ddl
 from support.migration_harness import (
     FTS_PREFIX,
+    FTS_PREFIXES,
     VERSION_TABLE,
     Database,
     record_representative_runs,
@@ -59,7 +60,7 @@ def test_the_agentledger_db_schema_command_writes_the_committed_ddl(tmp_path):
 
 
 def _include(obj: object, name: str | None, type_: str, reflected: bool, other: object) -> bool:
-    return not (name or "").startswith(FTS_PREFIX)
+    return not (name or "").startswith(FTS_PREFIXES)
 
 
 def test_the_models_and_the_migrations_agree(db_url):
@@ -91,7 +92,7 @@ def _structure(url: str) -> dict[str, Any]:
         inspector = inspect(engine.engine)
         shape: dict[str, Any] = {}
         for table in sorted(inspector.get_table_names()):
-            if table.startswith(FTS_PREFIX + "_"):  # FTS5's shadow tables
+            if table.startswith(tuple(f"{p}_" for p in FTS_PREFIXES)):  # FTS5's shadow tables
                 continue
             shape[table] = {
                 "columns": [
@@ -222,7 +223,7 @@ def test_every_column_of_every_table_is_documented_in_its_section_of_the_schema_
 def test_the_schema_readme_names_the_version_table_and_the_search_objects():
     text = (SCHEMA / "README.md").read_text(encoding="utf-8")
     assert f"`{VERSION_TABLE}`" in text
-    assert FTS_PREFIX in text
+    assert all(prefix in text for prefix in FTS_PREFIXES)
 
 
 # --- documented meanings the SQL must keep ------------------------------------------------------

@@ -500,7 +500,7 @@ def test_the_command_line_keeps_to_tenant_and_owner_before_or_after_the_command(
         return invoke(world, *words)
 
     bobs = world.owned[("acme", "bob")]
-    listed = json_rows(scoped("conversations", "--json").output)
+    listed = json_rows(scoped("conversations", "--all", "--json").output)
     assert {c["id"] for c in listed} == set(bobs.conversation_ids)
     assert {(c["tenant_id"], c["owner_id"]) for c in listed} == {("acme", "bob")}
     runs = json_rows(scoped("runs", "--json").output)

@@ -3,9 +3,10 @@
 The conversation (user messages and final answers) and the execution trace (tool calls, tool
 results, reasoning, errors) are kept apart. This module is the public door: everything listed
 in ``__all__`` is public API and can be imported from here. ``import agentledger`` loads the
-values (pydantic) and the error tree; every other name is loaded when first used, so a program
-pays for what it uses: the SQL ledger loads SQLAlchemy, the HTTP providers httpx, analytics
-DuckDB, and none of them is loaded by the agent itself.
+error tree only; every other name is loaded when first used, so a program pays for what it
+uses: the values load pydantic, the SQL ledger SQLAlchemy, the HTTP providers httpx, analytics
+DuckDB, and none of the last three is loaded by the agent itself (nor ``agentledger --help`` by
+any of them).
 
 The packages, from the bottom up: ``values`` (immutable values), ``core`` (pure code over
 them), ``recording`` (the recorder interface), ``loop`` (the agent loop), ``drivers``, then
@@ -14,7 +15,6 @@ recorder interface, ``analytics`` reads the ledger's tables, and ``cli`` sits on
 """
 
 import importlib as _importlib
-import logging as _logging
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
@@ -53,37 +53,6 @@ from .errors import (
     ToolServerError,
     UnstorableTextError,
     UsageError,
-)
-from .values import (
-    LLM,
-    AgentState,
-    AgentStatus,
-    AgentStep,
-    AsyncLLM,
-    Compaction,
-    ContinuationDecision,
-    ContinuationOutcome,
-    ExecutionBudget,
-    InferenceDelta,
-    InferenceRequest,
-    InferenceResponse,
-    Message,
-    Messages,
-    MessageStore,
-    ModelSettings,
-    Role,
-    Section,
-    Spend,
-    StepExecution,
-    StepType,
-    StopReason,
-    StreamingLLM,
-    StreamItem,
-    ToolCall,
-    ToolExecution,
-    ToolSchema,
-    Usage,
-    Verdict,
 )
 
 if _TYPE_CHECKING:
@@ -140,25 +109,72 @@ if _TYPE_CHECKING:
         Recorder,
         RunResult,
     )
+    from .values import (
+        LLM,
+        AgentState,
+        AgentStatus,
+        AgentStep,
+        AsyncLLM,
+        Compaction,
+        ContinuationDecision,
+        ContinuationOutcome,
+        ExecutionBudget,
+        InferenceDelta,
+        InferenceRequest,
+        InferenceResponse,
+        Message,
+        Messages,
+        MessageStore,
+        ModelSettings,
+        Role,
+        Section,
+        Spend,
+        StepExecution,
+        StepType,
+        StopReason,
+        StreamingLLM,
+        StreamItem,
+        ToolCall,
+        ToolExecution,
+        ToolSchema,
+        Usage,
+        Verdict,
+    )
 
 _LAZY = {
     "Agent": "agentledger.loop",
     "AgentBuilder": "agentledger.builder",
     "AgentConfig": "agentledger.loop",
+    "AgentState": "agentledger.values",
+    "AgentStatus": "agentledger.values",
+    "AgentStep": "agentledger.values",
     "Analytics": "agentledger.analytics",
     "AnthropicMessages": "agentledger.llm",
     "AppendStepMessages": "agentledger.core",
     "AppendToolTraceToBuffer": "agentledger.core",
+    "AsyncLLM": "agentledger.values",
     "CarryOver": "agentledger.core",
     "ClearExecutionBuffer": "agentledger.core",
+    "Compaction": "agentledger.values",
     "ContextBudget": "agentledger.core",
+    "ContinuationDecision": "agentledger.values",
+    "ContinuationOutcome": "agentledger.values",
     "Criterion": "agentledger.core",
     "Driver": "agentledger.loop",
+    "ExecutionBudget": "agentledger.values",
     "FinalResponse": "agentledger.loop",
     "FinishReasonCriterion": "agentledger.core",
     "FunctionTool": "agentledger.core",
     "InMemoryRecorder": "agentledger.recording",
+    "InferenceDelta": "agentledger.values",
+    "InferenceRequest": "agentledger.values",
+    "InferenceResponse": "agentledger.values",
+    "LLM": "agentledger.values",
     "Ledger": "agentledger.ledger",
+    "Message": "agentledger.values",
+    "MessageStore": "agentledger.values",
+    "Messages": "agentledger.values",
+    "ModelSettings": "agentledger.values",
     "OpenAIChat": "agentledger.llm",
     "OpenAIResponses": "agentledger.llm",
     "Price": "agentledger.llm",
@@ -166,31 +182,39 @@ _LAZY = {
     "ReActDriver": "agentledger.drivers",
     "Recorder": "agentledger.recording",
     "RetryPolicy": "agentledger.llm",
+    "Role": "agentledger.values",
     "RunResult": "agentledger.recording",
     "ScriptedLLM": "agentledger.llm",
+    "Section": "agentledger.values",
     "SpawnSubagentTool": "agentledger.loop",
+    "Spend": "agentledger.values",
     "StateProcessor": "agentledger.core",
+    "StepExecution": "agentledger.values",
     "StepRequest": "agentledger.loop",
+    "StepType": "agentledger.values",
+    "StopReason": "agentledger.values",
     "StopWhen": "agentledger.core",
+    "StreamItem": "agentledger.values",
+    "StreamingLLM": "agentledger.values",
     "SubagentPolicy": "agentledger.loop",
     "SubagentSpec": "agentledger.loop",
     "Tool": "agentledger.core",
+    "ToolCall": "agentledger.values",
     "ToolCallingDriver": "agentledger.drivers",
     "ToolContext": "agentledger.core",
+    "ToolExecution": "agentledger.values",
     "ToolExecutor": "agentledger.loop",
     "ToolOutput": "agentledger.core",
+    "ToolSchema": "agentledger.values",
     "ToolSet": "agentledger.core",
+    "Usage": "agentledger.values",
+    "Verdict": "agentledger.values",
     "estimate_tokens": "agentledger.core",
     "stop_when": "agentledger.core",
     "tool": "agentledger.core",
 }
 """Public names loaded when first used (``from agentledger import Ledger`` loads the ledger),
 and the package that has each."""
-
-# agentledger logs (a provider's retries, ...) for the application to show as it likes. With no
-# logging configured, nothing reaches standard error through Python's last-resort handler: the
-# error raised in the end says what went wrong, once.
-_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 __all__ = [
     "LLM",

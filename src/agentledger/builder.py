@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from ._defaults import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
 from .core import (
     DEFAULT_STOP_FINISH_REASONS,
     AppendStepMessages,
@@ -40,8 +41,6 @@ from .loop import (
 )
 from .recording import HasRecorder, InMemoryRecorder, Recorder
 from .values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
-
-DEFAULT_MAX_STEPS = 20
 
 
 @dataclass(frozen=True)

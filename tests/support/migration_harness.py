@@ -59,6 +59,9 @@ from agentledger.llm import InferenceResponse, ScriptedLLM
 VERSION_TABLE = "agentledger_version"
 FTS_PREFIX = "conversation_messages_fts"
 """Full-text search objects: made by the migrations, not described by the models."""
+TRACE_FTS = "tool_executions_fts"
+"""The trace's full-text search objects (revision 0013)."""
+FTS_PREFIXES = (FTS_PREFIX, TRACE_FTS)
 
 SEARCH_WORD = "marmalade"
 """A word only the answers of the representative runs contain (full-text search finds it)."""
@@ -145,7 +148,7 @@ class Database:
         return sorted(
             n
             for n in names
-            if n != VERSION_TABLE and not n.startswith(FTS_PREFIX) and n not in CHANGE_TABLES
+            if n != VERSION_TABLE and not n.startswith(FTS_PREFIXES) and n not in CHANGE_TABLES
         )
 
     def all_table_names(self) -> list[str]:

@@ -21,6 +21,7 @@ EMPTY_FOLDER = "empty"
 """Where a table with no rows is exported: one file of no rows beside no day folder."""
 _SKIPPED_TABLES = (
     "conversation_messages_fts",
+    "tool_executions_fts",
     "agentledger_changes",
     _cache.META,
     _rollup.TABLE,

@@ -1,6 +1,10 @@
 """The ``agentledger`` command group, and what its commands share: the group's options (taken
 before or after a command's name), the console, the ledger named by ``--db`` (read-only with
-``--read-only``), and errors turned into one-line CLI errors."""
+``--read-only``), and errors turned into one-line CLI errors.
+
+Importing the command line loads click and nothing heavy: each command imports what it needs
+(rich, the ledger, SQLAlchemy) in its body, so that ``agentledger --help`` and the commands
+that only read answer at once."""
 
 from __future__ import annotations
 
@@ -10,18 +14,21 @@ import functools
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
-from rich.console import Console
 
-from .. import __version__
-from .._width import fitted_console
 from ..errors import AgentLedgerError
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger
+    from rich.console import Console
+
+    from ..ledger import Ledger, LedgerReader
+
+    Reading = Ledger | LedgerReader
+    """What the commands that only read are given: a :class:`LedgerReader` for a SQLite
+    ledger, a :class:`Ledger` for PostgreSQL. Both read the same rows alike."""
 
 DEFAULT_DB = "./agentledger.db"
 
@@ -29,6 +36,8 @@ DEFAULT_DB = "./agentledger.db"
 def console() -> Console:
     """A console on the current standard output (which tests and pipes replace), as wide as
     ``COLUMNS`` or the terminal says (:func:`~agentledger._width.fitted_console`)."""
+    from .._width import fitted_console  # rich loads when something is printed
+
     return fitted_console()
 
 
@@ -145,7 +154,7 @@ def _override_the_group(ctx: click.Context, param: click.Parameter, value: Any) 
 
 
 @click.group(cls=LedgerGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="agentledger")
+@click.version_option(package_name="agentledger", prog_name="agentledger")
 @click.option(
     "--db",
     envvar="AGENTLEDGER_DB",
@@ -249,15 +258,22 @@ def cli_errors() -> Iterator[None]:
 
 def require_file(ctx: click.Context, what_to_do: str) -> None:
     """Refuse a ``--db`` SQLite file that does not exist (``what_to_do`` says how to make
-    one), before anything could create it."""
+    one), before anything could create it; or whose directory does not exist."""
     from ..ledger import normalize_url, sqlite_path
 
     with cli_errors():
         path = sqlite_path(normalize_url(database(ctx)))
-    if path is not None and not path.exists():
+    if path is None or path.exists():
+        return
+    choose = "choose the file with --db or AGENTLEDGER_DB"
+    if not path.parent.is_dir():
         raise click.ClickException(
-            f"no ledger at {path}: {what_to_do} (choose the file with --db or AGENTLEDGER_DB)"
+            f"no ledger at {path}: the directory {path.parent} does not exist ({choose})"
         )
+    raise click.ClickException(f"no ledger at {path}: {what_to_do} ({choose})")
+
+
+_CREATE = "run an agent with it first, or `agentledger db upgrade` to create an empty one"
 
 
 @contextlib.contextmanager
@@ -266,10 +282,7 @@ def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
     --read-only, or where this user may not write it), kept to --tenant and --owner."""
     from ..ledger import Ledger
 
-    require_file(
-        ctx,
-        "run an agent with it first, or `agentledger db upgrade` to create an empty one",
-    )
+    require_file(ctx, _CREATE)
     with cli_errors():
         ledger = Ledger.open(database(ctx), migrate=False, read_only=read_only(ctx))
     try:
@@ -279,10 +292,34 @@ def open_ledger(ctx: click.Context) -> Iterator[Ledger]:
         ledger.close()
 
 
-def in_scope(ledger: Ledger, tenant: str | None, owner: str | None) -> Ledger:
-    """``ledger`` kept to ``--tenant`` and ``--owner`` when either is given (a scoped handle:
-    closing ``ledger`` closes it)."""
-    return ledger if tenant is None and owner is None else ledger.scoped(tenant, owner)
+@contextlib.contextmanager
+def open_reader(ctx: click.Context) -> Iterator[Reading]:
+    """What the commands that only read read through: as :func:`open_ledger`, but a SQLite
+    ledger is read by a :class:`LedgerReader` (the standard library's sqlite3, without
+    SQLAlchemy, which would take longer to load than the whole command may)."""
+    from ..ledger import LedgerReader, normalize_url, sqlite_path
+
+    require_file(ctx, _CREATE)
+    with cli_errors():
+        if sqlite_path(normalize_url(database(ctx))) is None:
+            with open_ledger(ctx) as ledger:
+                yield ledger
+            return
+        reader = LedgerReader.open(database(ctx), read_only=read_only(ctx))
+    try:
+        with cli_errors():
+            yield in_scope(reader, *scope(ctx))
+    finally:
+        reader.close()
+
+
+H = TypeVar("H", "Ledger", "LedgerReader")
+
+
+def in_scope(handle: H, tenant: str | None, owner: str | None) -> H:
+    """``handle`` kept to ``--tenant`` and ``--owner`` when either is given (a scoped handle:
+    closing ``handle`` closes it)."""
+    return handle if tenant is None and owner is None else handle.scoped(tenant, owner)
 
 
 def time_text(value: Any) -> str:

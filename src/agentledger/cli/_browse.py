@@ -1,22 +1,37 @@
 """The commands that read a ledger: its conversations, runs, traces and search; recovering
-stale runs; and the offline demo."""
+stale runs; and the offline demo.
+
+The commands that only read open a SQLite ledger with :class:`LedgerReader` (no SQLAlchemy),
+and import rich and the views (:mod:`._render`) in their bodies."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
-from .._width import FittedColumn, FittedTable
-from ..values import cost_text
-from ._app import cli, cli_errors, console, database, given, open_ledger, render, time_text
-from ._json import json_option, print_json_lines, run_records, table_row
-from ._render import counted, plain, preview, quoted, run_tree_view
+from ._app import (
+    cli,
+    cli_errors,
+    console,
+    database,
+    given,
+    open_ledger,
+    open_reader,
+    render,
+    time_text,
+)
+from ._json import json_option, message_record, print_json_lines, run_records, table_row
 
 if TYPE_CHECKING:
-    from ..ledger import AgentRun, Conversation, Ledger, SearchHit
+    from rich.text import Text
+
+    from .._width import FittedTable
+    from ..ledger import AgentRun, Ledger, SearchHit, TraceHit
     from ..values import Messages
+    from ._app import Reading
 
 _LIMIT_HELP = "List at most this many."
 
@@ -74,48 +89,83 @@ def _demo_file(ctx: click.Context, db_file: Path | None) -> Path | None:
 @click.option(
     "--limit", type=click.IntRange(min=1), default=50, show_default=True, help=_LIMIT_HELP
 )
+@click.option(
+    "--all",
+    "everything",
+    is_flag=True,
+    help="Also list the subagents' conversations (each subagent run has one of its own).",
+)
 @json_option
 @click.pass_context
-def conversations(ctx: click.Context, limit: int, as_json: bool) -> None:
+def conversations(ctx: click.Context, limit: int, everything: bool, as_json: bool) -> None:
     """Conversations, most recently updated first.
+
+    The main ones (what users said to an agent; --all adds the subagents'), each by its title,
+    else its first user message.
 
     \b
     Examples:
       agentledger conversations --db trips.db
-      agentledger conversations --limit 5 --json
+      agentledger conversations --all --limit 5 --json
     """
-    with open_ledger(ctx) as ledger:
-        listed = [(c, len(ledger.messages(c.id))) for c in ledger.conversations(limit=limit)]
+    with open_reader(ctx) as ledger:
+        found = ledger.conversations(kind=None if everything else "main", limit=limit)
+        listed = [(c, ledger.messages(c.id)) for c in found]
         if as_json:
-            print_json_lines({**table_row(c), "messages": count} for c, count in listed)
+            print_json_lines({**table_row(c), "messages": len(m)} for c, m in listed)
+        elif not listed:
+            _none("no conversations")
         else:
             render(_conversations_table(ledger, listed))
 
 
-_CONVERSATION_COLUMNS = (
-    FittedColumn("id"),
-    FittedColumn("kind", 2),
-    FittedColumn("title", 1, min_width=16),
-    FittedColumn("version", 3, justify="right"),
-    FittedColumn("messages", 2, justify="right"),
-    FittedColumn("updated", 1),
-)
+def _conversations_table(ledger: Reading, listed: list[tuple[Any, Messages]]) -> FittedTable:
+    from .._width import FittedColumn, FittedTable
+    from ._render import plain
 
-
-def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]]) -> FittedTable:
     short = ledger.short_ids((c.id for c, _ in listed), of="conversation")
+    columns = (
+        FittedColumn("id"),
+        FittedColumn("kind", 2),
+        FittedColumn("title", 1, min_width=16),
+        FittedColumn("version", 3, justify="right"),
+        FittedColumn("messages", 2, justify="right"),
+        FittedColumn("updated", 1),
+    )
     rows = [
         (
             plain(short[c.id]),
             c.kind,
-            plain(c.title or ""),
+            _title(c.title, messages),
             str(c.version),
-            str(count),
+            str(len(messages)),
             time_text(c.updated_at),
         )
-        for c, count in listed
+        for c, messages in listed
     ]
-    return FittedTable(_CONVERSATION_COLUMNS, rows, title="conversations")
+    return FittedTable(columns, rows, title="conversations")
+
+
+def _title(title: str | None, messages: Messages) -> Text:
+    """A conversation's title, else its first user message on one line (dim: not a title),
+    cut to fit by the table."""
+    from ._render import plain, preview
+
+    if title:
+        return plain(title)
+    first = next((m.content for m in messages if m.role == "user"), "")
+    shown = plain(preview(first, TITLE_LENGTH))
+    shown.stylize("dim")
+    return shown
+
+
+TITLE_LENGTH = 200
+"""The most of a first message a listing takes as a title (the table cuts it to fit)."""
+
+
+def _none(what: str) -> None:
+    """What an empty listing says, on a line of its own, instead of an empty table."""
+    console().print(what, markup=False, highlight=False)
 
 
 @cli.command()
@@ -135,24 +185,46 @@ def _conversations_table(ledger: Ledger, listed: list[tuple[Conversation, int]])
     help="Only this section: messages (the conversation), summary or buffer (the messages "
     "summaries replaced).",
 )
+@click.option(
+    "--trace",
+    "beside",
+    is_flag=True,
+    help="Each turn with its run beside it: the tool calls with their arguments and results, "
+    "the errors, the subagent runs it started.",
+)
+@click.option("--full", is_flag=True, help="With --trace: print calls and results whole.")
 @json_option
 @click.pass_context
 def show(
-    ctx: click.Context, conversation: str, view: str, section: str | None, as_json: bool
+    ctx: click.Context,
+    conversation: str,
+    view: str,
+    section: str | None,
+    beside: bool,
+    full: bool,
+    as_json: bool,
 ) -> None:
     """A conversation, as the user saw it.
 
-    What the user said and what the agent answered; with --as model, what the model sees of
-    it now. CONVERSATION is its id, or a prefix of it that is unique (as `agentledger
-    conversations` shows it).
+    What the user said and what the agent answered; with --trace, each turn beside the trace of
+    the run that answered it; with --as model, what the model sees of it now. CONVERSATION is
+    its id, or a prefix of it that is unique (as `agentledger conversations` shows it).
 
     \b
     Examples:
       agentledger show 01a2b3c4
+      agentledger show 01a2b3c4 --trace
       agentledger show 01a2b3c4 --as model
     """
-    with open_ledger(ctx) as ledger:
+    if beside and (section is not None or view == "model"):
+        raise click.UsageError(
+            "--trace shows the conversation as the user saw it: leave out --as model and --section"
+        )
+    with open_reader(ctx) as ledger:
         record = ledger.conversation(conversation)  # by its id or a unique prefix of it
+        if beside:
+            _show_turns(ledger, record.id, full=full, as_json=as_json)
+            return
         if section is not None:
             messages, heading = ledger.messages(record.id, section), f"section {section}"
         elif view == "model":
@@ -161,26 +233,32 @@ def show(
             messages, heading = ledger.history(record.id), "as the user saw it"
         summarized = {m.id for m in ledger.messages(record.id, "buffer")}
     if as_json:
-        print_json_lines(
-            {"conversation_id": record.id, **m.model_dump(), "summarized": m.id in summarized}
-            for m in messages
-        )
+        print_json_lines(message_record(record.id, m, summarized) for m in messages)
         return
+    from ._render import plain
+
     console().rule(plain(f"conversation {record.id} · version {record.version} · {heading}"))
     _print_messages(messages, summarized, section)
 
 
+def _show_turns(ledger: Reading, conversation_id: str, *, full: bool, as_json: bool) -> None:
+    """``show --trace``: the conversation turn by turn, each beside its run's trace."""
+    from ._turns import print_turns, turn_records
+
+    turns = ledger.turns(conversation_id)
+    summarized = {m.id for m in ledger.messages(conversation_id, "buffer")}
+    if as_json:
+        print_json_lines(turn_records(ledger, turns, conversation_id, summarized))
+    else:
+        print_turns(ledger, conversation_id, turns, summarized, full=full)
+
+
 def _print_messages(messages: Messages, summarized: set[str], section: str | None) -> None:
+    from ._turns import print_message
+
     out = console()
     for message in messages:
-        style = {"user": "bold cyan", "system": "bold magenta"}.get(message.role, "bold green")
-        note = " [dim](summarized)[/dim]" if message.id in summarized else ""
-        # An answer cut short (its run was cancelled, or its process died): said so, at once.
-        cut = " [bold yellow](interrupted)[/bold yellow]" if message.interrupted else ""
-        when = time_text(message.created_at)
-        out.print(f"[{style}]{message.role}[/{style}]{cut} [dim]{when}[/dim]{note}")
-        out.print(plain(message.content))
-        out.print()
+        print_message(out, message, summarized)
     if not messages:
         out.print(_empty(section), style="dim", markup=False)
 
@@ -219,11 +297,13 @@ def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
       agentledger trace 01a2b3c4
       agentledger trace 01a2b3c4 --verbose
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         tree = ledger.run_tree(run)
         if as_json:
             print_json_lines(run_records(ledger, tree))
         else:
+            from ._render import run_tree_view
+
             render(run_tree_view(ledger, tree, verbose=verbose))
 
 
@@ -254,30 +334,36 @@ def runs(
       agentledger runs --status failed
       agentledger runs --conversation 01a2b3c4 --json
     """
-    with open_ledger(ctx) as ledger:
+    with open_reader(ctx) as ledger:
         listed = ledger.runs(conversation, status=status, limit=limit)
         if as_json:
             print_json_lines(table_row(r) for r in listed)
+        elif not listed:
+            filters = [f"with status {status}"] if status else []
+            filters += [f"in conversation {conversation}"] if conversation else []
+            _none(" ".join(["no runs", *filters]))
         else:
             render(_runs_table(ledger, listed))
 
 
-_RUN_COLUMNS = (
-    FittedColumn("id"),
-    FittedColumn("conversation", 1),
-    FittedColumn("agent", 1, min_width=12),
-    FittedColumn("status", 1),
-    FittedColumn("stop", 3),
-    FittedColumn("steps", 3, justify="right"),
-    FittedColumn("tokens", 2, justify="right"),
-    FittedColumn("cost", 1, justify="right"),
-    FittedColumn("started", 2),
-)
+def _runs_table(ledger: Reading, listed: Sequence[Any]) -> FittedTable:
+    from .._width import FittedColumn, FittedTable
+    from ..values import cost_text
+    from ._render import plain
 
-
-def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
     runs_shown = ledger.short_ids((r.id for r in listed), of="run")
     conversations_shown = ledger.short_ids((r.conversation_id for r in listed), of="conversation")
+    columns = (
+        FittedColumn("id"),
+        FittedColumn("conversation", 1),
+        FittedColumn("agent", 1, min_width=12),
+        FittedColumn("status", 1),
+        FittedColumn("stop", 3),
+        FittedColumn("steps", 3, justify="right"),
+        FittedColumn("tokens", 2, justify="right"),
+        FittedColumn("cost", 1, justify="right"),
+        FittedColumn("started", 2),
+    )
     rows = [
         (
             plain(runs_shown[r.id]),
@@ -292,7 +378,7 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
         )
         for r in listed
     ]
-    return FittedTable(_RUN_COLUMNS, rows, title="runs")
+    return FittedTable(columns, rows, title="runs")
 
 
 @cli.command()
@@ -308,43 +394,67 @@ def _runs_table(ledger: Ledger, listed: list[AgentRun]) -> FittedTable:
 def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
-    """Find the messages that hold every word of TEXT.
+    """Find the messages and tool calls that hold every word of TEXT.
 
-    Conversation messages, best matches first.
+    Conversation messages, and tool calls of the trace (their arguments and results), best
+    matches first; a word followed by * is a prefix (Lis*). Each hit is shown around the word
+    found; those in the trace are marked so.
 
     \b
     Examples:
       agentledger search "Lisbon hotel"
-      agentledger search invoice --conversation 01a2b3c4
+      agentledger search "Lis*" --conversation 01a2b3c4
     """
-    with open_ledger(ctx) as ledger:
-        hits = ledger.search(text, conversation_id=conversation, limit=limit)
+    with open_reader(ctx) as ledger:
+        hits = ledger.search(text, conversation_id=conversation, limit=limit, trace=True)
         if as_json:
-            print_json_lines(hits)
+            print_json_lines(_found(hit) for hit in hits)
+        elif not hits:
+            _none(f"no matches for {text}")
         else:
             render(_search_table(ledger, text, hits))
 
 
-_SEARCH_COLUMNS = (
-    FittedColumn("conversation"),
-    FittedColumn("seq", 2, justify="right"),
-    FittedColumn("role", 1),
-    FittedColumn("content", 1, min_width=20),
-)
+def _found(hit: SearchHit | TraceHit) -> dict[str, Any]:
+    """A hit as ``search --json`` prints it: its fields, and where it was found."""
+    from ..ledger import SearchHit
+
+    where = "conversation" if isinstance(hit, SearchHit) else "trace"
+    return {**hit.model_dump(), "found_in": where}
 
 
-def _search_table(ledger: Ledger, text: str, hits: list[SearchHit]) -> FittedTable:
+def _search_table(ledger: Reading, text: str, hits: list[SearchHit | TraceHit]) -> FittedTable:
+    from .._width import FittedColumn, FittedTable
+    from ..ledger import SearchHit, search_snippet
+    from ._render import plain
+    from ._streaming import call_text
+
     short = ledger.short_ids((h.conversation_id for h in hits), of="conversation")
-    rows = [
-        (
-            plain(short[hit.conversation_id]),
-            str(hit.seq),
-            hit.message.role,
-            plain(preview(hit.message.content, 80)),
+    columns = (
+        FittedColumn("conversation"),
+        FittedColumn("found in", 1, min_width=12),
+        FittedColumn("text", 1, min_width=20),
+    )
+    rows = []
+    for hit in hits:
+        if isinstance(hit, SearchHit):
+            found, said = f"{hit.message.role} (message {hit.seq})", hit.message.content
+        else:
+            tool = hit.tool_execution
+            found = f"trace: {tool.tool_name} (step {hit.step_index})"
+            said = f"{call_text(tool.tool_call)} → {tool.result}"
+        rows.append(
+            (
+                plain(short[hit.conversation_id]),
+                plain(found),
+                plain(search_snippet(said, text, SNIPPET_LENGTH)),
+            )
         )
-        for hit in hits
-    ]
-    return FittedTable(_SEARCH_COLUMNS, rows, title=plain(f"search: {text}"))
+    return FittedTable(columns, rows, title=plain(f"search: {text}"))
+
+
+SNIPPET_LENGTH = 80
+"""How much of a hit's text a search shows, centred on the word found."""
 
 
 @cli.command()
@@ -380,6 +490,8 @@ def recover(ctx: click.Context, stale_after: float | None, dry_run: bool, as_jso
 
 
 def _print_stale(ledger: Ledger, stale: list[AgentRun], verb: str, shown: dict[str, int]) -> None:
+    from ._render import counted, quoted
+
     if not stale:
         console().print("no stale runs: nothing to recover")
         return

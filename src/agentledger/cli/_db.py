@@ -11,7 +11,6 @@ import click
 from ..errors import LedgerCorruptError, SchemaVersionError, UsageError
 from ._app import cli, cli_errors, console, database, open_ledger, refuse_read_only, require_file
 from ._json import json_option, print_json_lines
-from ._render import counted
 
 _CREATE = "`agentledger db upgrade` creates one"
 
@@ -149,6 +148,8 @@ def verify_command(ctx: click.Context, as_json: bool) -> None:
       agentledger db verify --db ledger.db
       agentledger db verify --db ledger.db --json
     """
+    from ._render import counted
+
     with open_ledger(ctx) as ledger:
         try:
             problems = ledger.verify()

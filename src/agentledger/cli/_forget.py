@@ -9,10 +9,7 @@ from datetime import datetime, timedelta
 from typing import TYPE_CHECKING
 
 import click
-from rich.text import Text
 
-from .._width import FittedColumn, FittedTable
-from ..values import time_ago
 from ._app import cli, open_ledger, refuse_read_only, render, scope, time_text
 from ._json import json_option, print_json_lines
 
@@ -30,6 +27,8 @@ class Age(click.ParamType[timedelta]):
     ) -> timedelta:
         if isinstance(value, timedelta):
             return value
+        from ..values import time_ago
+
         age = time_ago(str(value))
         if age is not None and age > timedelta(0):
             return age
@@ -129,6 +128,10 @@ def _report(forgotten: Forgotten, as_json: bool) -> None:
 def _show(forgotten: Forgotten) -> None:
     """The conversations' ids in full (what a record of the deletion quotes; they no longer
     begin any id of the ledger), then the rows by table; or one line when there were none."""
+    from rich.text import Text
+
+    from .._width import FittedColumn, FittedTable
+
     if not forgotten.conversation_ids:
         render(Text(f"nothing to forget: {_none_found(forgotten.reason)}"))
         return
@@ -138,10 +141,8 @@ def _show(forgotten: Forgotten) -> None:
     render(Text(f"{count} conversation{'' if count == 1 else 's'} {verb}: {ids}"))
     rows = [(name, str(rows)) for name, rows in forgotten.counts.items()]
     total = (Text("total", style="bold"), Text(str(forgotten.rows), style="bold"))
-    render(FittedTable(_COUNT_COLUMNS, [*rows, total]))
-
-
-_COUNT_COLUMNS = (FittedColumn("table"), FittedColumn("rows", justify="right"))
+    columns = (FittedColumn("table"), FittedColumn("rows", justify="right"))
+    render(FittedTable(columns, [*rows, total]))
 
 
 def _none_found(reason: str) -> str:

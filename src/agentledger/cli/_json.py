@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from datetime import UTC, date, datetime
 from decimal import Decimal
 from enum import Enum
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
-from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from ..ledger import Ledger, RunTree
-    from ..values import StepExecution, ToolExecution
+    from pydantic import BaseModel
+
+    from ..values import Message, StepExecution, ToolExecution
+    from ._app import Reading
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -40,17 +41,29 @@ def print_json_lines(rows: Iterable[object]) -> None:
         click.echo(json.dumps(plain(row), ensure_ascii=False))
 
 
-def table_row(row: BaseModel) -> dict[str, Any]:
-    """A ledger row (``Conversation``, ``AgentRun``) by its table's column names, without the
-    checksum."""
-    data = row.model_dump()
+def table_row(row: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    """A ledger row (``Conversation``, ``AgentRun``, or the reader's record of one) by its
+    table's column names, without the checksum, its metadata last."""
+    data = dict(row) if isinstance(row, Mapping) else row.model_dump()
     data.pop("checksum", None)
     if "metadata_" in data:
         data["metadata"] = data.pop("metadata_")
+    elif "metadata" in data:
+        data["metadata"] = data.pop("metadata")
     return data
 
 
-def run_records(ledger: Ledger, tree: RunTree) -> Iterator[dict[str, Any]]:
+def message_record(conversation_id: str, message: Message, summarized: set[str]) -> dict[str, Any]:
+    """A message as ``show --json`` prints it: its conversation, its fields, and whether a
+    summary replaced it in the model's context."""
+    return {
+        "conversation_id": conversation_id,
+        **message.model_dump(),
+        "summarized": message.id in summarized,
+    }
+
+
+def run_records(ledger: Reading, tree: Any) -> Iterator[dict[str, Any]]:
     """``trace --json``: each run of the tree, depth first, with its own (``exclusive``) and
     its subtree's (``inclusive``) usage and its steps."""
     for node in tree.walk():
@@ -106,6 +119,8 @@ def plain(value: Any) -> Any:
     """``value`` as what ``json.dumps`` writes: models and dataclasses as objects, times in
     ISO 8601 (a time without a zone is UTC, as every time agentledger keeps), decimals as
     numbers."""
+    from pydantic import BaseModel  # loaded already by what the command printed
+
     if isinstance(value, BaseModel):
         return plain(value.model_dump())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):

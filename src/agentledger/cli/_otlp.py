@@ -9,7 +9,6 @@ from pathlib import Path
 
 import click
 
-from ..values import moment, time_ago
 from ._analytics import export
 from ._app import cli_errors, open_ledger, scope
 from ._json import json_option, print_json_lines
@@ -18,6 +17,8 @@ from ._json import json_option, print_json_lines
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: an ISO 8601 date or time (UTC unless it says otherwise), or a time ago
     (``30m``, ``12h``, ``7d``, ``2w``). :class:`ValueError` saying what is accepted."""
+    from ..values import moment, time_ago
+
     ago = time_ago(text)
     if ago is not None:
         return (now or datetime.now(UTC)) - ago

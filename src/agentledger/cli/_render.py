@@ -1,16 +1,19 @@
-"""Terminal views shared by the command line and the demo."""
+"""Terminal views shared by the command line and the demo. The commands import this module in
+their bodies: it loads rich."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.markup import escape
 from rich.text import Text
-from rich.tree import Tree
 
-from ..core import MCP_SERVER_KEY, MCP_TOOL_KEY
-from ..loop import TRACEBACK_KEY
-from ..values import Spend, cost_text, terminal_text
+if TYPE_CHECKING:
+    from rich.tree import Tree
+
+    from ..values import Spend
+
+from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY, cost_text, terminal_text
 
 
 def plain(text: str) -> Text:
@@ -30,6 +33,8 @@ def run_tree_view(ledger: Any, node: Any, *, verbose: bool = False) -> Tree:
     subtree's usage, its steps and tool calls, and each subagent run under the call that
     started it. Runs are shown by their short ids (``Ledger.short_ids``). ``verbose`` adds,
     under each failed tool call, its whole error and the traceback of what it raised."""
+    from rich.tree import Tree  # only the trees need it, not the listings
+
     short = ledger.short_ids((n.run.id for n in node.walk()), of="run")
     root = Tree(run_label(node, short))
     _add_steps(root, ledger, node, short, verbose)
@@ -157,6 +162,8 @@ def error_text(result: str) -> str:
 def _add_failure(leaf: Tree, tool: Any) -> None:
     """What a failed tool call said in full and, when its tool raised, where: the kept end of
     the traceback, as plain text (a traceback is no markup)."""
+    from ..loop import TRACEBACK_KEY
+
     leaf.add(Text(terminal_text(tool.error or tool.result), style="red"))
     traceback = tool.metadata.get(TRACEBACK_KEY)
     if isinstance(traceback, str):

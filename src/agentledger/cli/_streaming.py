@@ -13,12 +13,11 @@ a terminal) and written by :func:`write`.
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from ..errors import UsageError
-from ..loop import RunStream
-from ..recording import RunResult
 from ..values import (
     Event,
     RunFinished,
@@ -30,6 +29,10 @@ from ..values import (
     terminal_text,
 )
 from ._render import error_text, preview
+
+if TYPE_CHECKING:
+    from ..loop import RunStream
+    from ..recording import RunResult
 
 LINE = 100
 """How much of a tool call or a tool result is printed at most: one line, shorter when the
@@ -60,8 +63,15 @@ def write(console: Console, text: str) -> None:
     console.file.flush()
 
 
-def call_line(call: ToolCall, limit: int = LINE) -> str:
-    """``  → name(arguments)`` on one line, cut to ``limit`` characters after the arrow."""
+def call_line(call: ToolCall, limit: int | None = LINE) -> str:
+    """``  → name(arguments)`` on one line, cut to ``limit`` characters after the arrow
+    (``None``: whole)."""
+    return f"  → {_cut(call_text(call), limit)}"
+
+
+def call_text(call: ToolCall) -> str:
+    """``name(arguments)``, each argument as ``name=JSON`` (the model's own text when its
+    arguments were not JSON)."""
     if call.raw_arguments is not None:
         arguments = call.raw_arguments
     else:
@@ -69,14 +79,18 @@ def call_line(call: ToolCall, limit: int = LINE) -> str:
             f"{name}={json.dumps(value, ensure_ascii=False)}"
             for name, value in call.arguments.items()
         )
-    return f"  → {preview(f'{call.name}({arguments})', limit)}"
+    return f"{call.name}({arguments})"
 
 
-def result_line(result: str, *, is_error: bool, limit: int = LINE) -> str:
+def result_line(result: str, *, is_error: bool, limit: int | None = LINE) -> str:
     """``  ← result`` on one line, marked when the tool failed, cut to ``limit`` characters
-    after the arrow."""
+    after the arrow (``None``: whole)."""
     shown = f"error: {error_text(result)}" if is_error else result
-    return f"  ← {preview(shown, limit)}"
+    return f"  ← {_cut(shown, limit)}"
+
+
+def _cut(text: str, limit: int | None) -> str:
+    return text if limit is None else preview(text, limit)
 
 
 class StreamPrinter:

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from ..builder import DEFAULT_MAX_STEPS
+from .._defaults import DEFAULT_MAX_STEPS
 from ..errors import AgentLedgerError
 from ._app import DEFAULT_DB, cli, console, database, refuse_read_only, scope
 

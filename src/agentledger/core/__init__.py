@@ -5,6 +5,7 @@ Nothing here performs I/O of its own: a tool is called by the loop, a summary is
 model the loop hands in. This package imports the values and the error tree only.
 """
 
+from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY
 from ._context import (
     CHARS_PER_TOKEN,
     MASKED_KEY,
@@ -53,8 +54,6 @@ from ._processors import (
 )
 from ._tools import (
     EMPTY_TOOLS,
-    MCP_SERVER_KEY,
-    MCP_TOOL_KEY,
     FunctionTool,
     RenamedTool,
     Tool,

@@ -110,14 +110,6 @@ def tool_schema(tool: Tool) -> ToolSchema:
     )
 
 
-MCP_SERVER_KEY = "mcp_server"
-"""The tool execution metadata key (``tool_executions.metadata``) naming the MCP server a
-call went to; the agent's own tools have none."""
-
-MCP_TOOL_KEY = "mcp_tool"
-"""The metadata key naming the tool as its MCP server knows it (the agent may prefix it)."""
-
-
 def tool_parameters(tool: Tool) -> dict[str, Any]:
     """The JSON schema of ``tool``'s arguments model."""
     return tool.arguments_model.model_json_schema()

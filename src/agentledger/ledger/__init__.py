@@ -14,15 +14,37 @@ This package imports the values and the recorder interface, never the loop, a dr
 provider.
 """
 
+import importlib as _importlib
+from typing import TYPE_CHECKING as _TYPE_CHECKING
+from typing import Any as _Any
+
 from ._access import file_to_read, read_only_uri
-from ._engine import EngineSettings, normalize_url, sqlite_path
-from ._forget import Forgotten
-from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
-from ._run_tree import RunTree
+from ._columns import ConversationKind
+from ._failures import EngineSettings
+from ._queries import Turn
+from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
-from ._search import SearchHit
-from ._writes import LedgerRecorder
-from .tables import AgentRun, Conversation, ConversationKind
+from ._search import SearchHit, TraceHit, search_snippet
+from ._urls import normalize_url, sqlite_path
+
+if _TYPE_CHECKING:
+    from ._forget import Forgotten
+    from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
+    from ._run_tree import RunTree
+    from ._writes import LedgerRecorder
+    from .tables import AgentRun, Conversation
+
+_LAZY = {
+    "AgentRun": "agentledger.ledger.tables",
+    "Conversation": "agentledger.ledger.tables",
+    "DEFAULT_LEASE_SECONDS": "agentledger.ledger._ledger",
+    "Forgotten": "agentledger.ledger._forget",
+    "Ledger": "agentledger.ledger._ledger",
+    "LedgerRecorder": "agentledger.ledger._writes",
+    "RunTree": "agentledger.ledger._run_tree",
+}
+"""Public names loaded when first used: each loads SQLAlchemy (``from agentledger.ledger import
+Ledger``), which :class:`LedgerReader` and the other names do without."""
 
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
@@ -33,12 +55,28 @@ __all__ = [
     "EngineSettings",
     "Forgotten",
     "Ledger",
+    "LedgerReader",
     "LedgerRecorder",
     "RunTree",
     "Scope",
     "SearchHit",
+    "TraceHit",
+    "Turn",
     "file_to_read",
     "normalize_url",
     "read_only_uri",
+    "search_snippet",
     "sqlite_path",
 ]
+
+
+def __getattr__(name: str) -> _Any:
+    if name not in _LAZY:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(_importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

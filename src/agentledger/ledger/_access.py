@@ -26,10 +26,10 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from ..errors import LedgerOpenError, LedgerReadOnlyError
 
@@ -108,6 +108,37 @@ def read_only_uri(path: Path) -> str:
     return f"{location}?mode=ro&immutable=1"
 
 
+def check_sqlite_path(path: Path) -> None:
+    """Refuse, before SQLite opens it, a path that cannot be a SQLite ledger: a directory, a
+    file in a directory that does not exist, a file that is not a SQLite database."""
+    if path.is_dir():
+        raise LedgerOpenError(f"{path} is a directory; give the path of a database file")
+    if not path.parent.exists():
+        raise LedgerOpenError(f"the directory {path.parent} does not exist; create it first")
+    if path.exists() and path.stat().st_size >= 16:
+        with path.open("rb") as handle:
+            header = handle.read(16)
+        if header != b"SQLite format 3\x00":
+            raise LedgerOpenError(
+                f"{path} is not a SQLite database (its header is {header[:16]!r}); "
+                "give the path of an agentledger database or of a file that does not exist yet"
+            )
+
+
+PROBED_TABLES = (
+    "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
+)
+"""The tables whose first page opening a SQLite ledger reads (the full-text tables' shadow
+tables among them; the virtual tables themselves are not read)."""
+
+
+def probe_sqlite_tables(query: Callable[[str], Sequence[Sequence[Any]]]) -> None:
+    """Read the first row of every table of a SQLite database (``query`` runs a statement on
+    it): damage shows here as an error instead of later as a wrong answer."""
+    for (table,) in list(query(PROBED_TABLES)):
+        query(f'SELECT * FROM "{table}" LIMIT 1')
+
+
 def wal_files(path: Path) -> tuple[Path, Path]:
     """The ``-wal`` and ``-shm`` files SQLite keeps beside a WAL database at ``path``."""
     return Path(f"{path}-wal"), Path(f"{path}-shm")
@@ -134,6 +165,8 @@ def file_to_read(path: Path) -> Iterator[Path]:
             if not found and (wal.exists() or shm.exists()):
                 _close_last(path)
     else:
+        import tempfile  # only here: a reader that may write the ledger never needs it
+
         with tempfile.TemporaryDirectory(prefix="agentledger-") as folder:
             yield _snapshot(path, Path(folder))
 

@@ -1,4 +1,4 @@
-"""Connecting to the ledger's database: URLs, SQLite's settings, write transactions, retries.
+"""Connecting to the ledger's database: SQLite's settings, write transactions, retries.
 
 SQLite runs in WAL mode with foreign keys and ``secure_delete`` on. Writes start with
 ``BEGIN IMMEDIATE``, so a writer waits for the write lock at the start of its transaction (up
@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import select
 import sqlite3
 import threading
@@ -19,85 +18,38 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
-from ..errors import (
-    ConfigurationError,
-    LedgerBusyError,
-    LedgerCorruptError,
-    LedgerOpenError,
-    LedgerPermissionError,
-    LedgerReadOnlyError,
-    LedgerUnavailableError,
-)
+from ..errors import ConfigurationError, LedgerUnavailableError
 from ..values import Clock
-from ._access import ReadOnly, read_only_uri
+from . import _failures
+from ._access import ReadOnly, check_sqlite_path, read_only_uri
+from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
 from ._statements import run_on_cursor
+from ._urls import normalize_url, parse_url, sqlite_path
 from .checksums import canonical_json
 
-Synchronous = Literal["FULL", "NORMAL"]
 T = TypeVar("T")
+
+DEFAULT_SETTINGS = EngineSettings()
 
 WRITE = {"agentledger_write": True}
 """Execution options of a write transaction (``BEGIN IMMEDIATE`` on SQLite)."""
 
 
-@dataclass(frozen=True)
-class EngineSettings:
-    """How the ledger talks to its database.
-
-    ``synchronous="NORMAL"`` (SQLite only) is faster and may lose the last commits on power
-    loss; it never corrupts the database. ``busy_timeout`` is how long one attempt waits for
-    another writer; ``retries`` how many more attempts a write transaction gets.
-    """
-
-    synchronous: Synchronous = "FULL"
-    busy_timeout: float = 5.0
-    retries: int = 8
-
-
-def normalize_url(url: str | os.PathLike[str]) -> str:
-    """A SQLAlchemy URL from a file path, a ``sqlite:///`` URL or a ``postgresql://`` URL."""
-    text = os.fspath(url)
-    if "://" not in text:
-        return f"sqlite:///{Path(text).expanduser()}"
-    if text.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + text.split("://", 1)[1]
-    if text.startswith(("sqlite://", "postgresql+")):
-        return text
-    raise ConfigurationError(
-        f"unsupported database URL {_redact(text)!r}: give a file path, a sqlite:/// URL or "
-        "a postgresql:// URL"
-    )
-
-
-def _redact(url: str) -> str:
-    with contextlib.suppress(Exception):
-        return make_url(url).render_as_string(hide_password=True)
-    return url.split("@")[-1]
-
-
-def sqlite_path(url: str) -> Path | None:
-    parsed = make_url(url)
-    if parsed.get_backend_name() != "sqlite" or parsed.database in (None, "", ":memory:"):
-        return None
-    return Path(parsed.database)
-
-
 def make_engine(
-    url: str, settings: EngineSettings = EngineSettings(), *, read_only: bool = False
+    url: str, settings: EngineSettings = DEFAULT_SETTINGS, *, read_only: bool = False
 ) -> Engine:
     """The engine of the ledger at ``url``. With ``read_only`` its connections only read: on
     SQLite, each transaction opens the file read-only (see :mod:`._access`); on PostgreSQL,
     the session's transactions are read only, so the server refuses a write too."""
     url = normalize_url(url)
-    if make_url(url).get_backend_name() == "sqlite":
+    if parse_url(url).backend == "sqlite":
         return _sqlite_engine(url, settings, read_only=read_only)
     try:
         engine = create_engine(url, pool_pre_ping=True)
@@ -119,7 +71,7 @@ def _read_only_session(dbapi: Any, _record: ConnectionPoolEntry) -> None:
 def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None:
-        _check_sqlite_path(path)
+        check_sqlite_path(path)
     if read_only:
         engine = _read_only_sqlite_engine(url, path, settings)
     else:
@@ -176,37 +128,6 @@ def _read_only_sqlite_engine(url: str, path: Path | None, settings: EngineSettin
     return engine
 
 
-def _check_sqlite_path(path: Path) -> None:
-    if path.is_dir():
-        raise LedgerOpenError(f"{path} is a directory; give the path of a database file")
-    if not path.parent.exists():
-        raise LedgerOpenError(f"the directory {path.parent} does not exist; create it first")
-    if path.exists() and path.stat().st_size >= 16:
-        with path.open("rb") as handle:
-            header = handle.read(16)
-        if header != b"SQLite format 3\x00":
-            raise LedgerOpenError(
-                f"{path} is not a SQLite database (its header is {header[:16]!r}); "
-                "give the path of an agentledger database or of a file that does not exist yet"
-            )
-
-
-_RETRYABLE_SQLSTATES = frozenset({"40001", "40P01", "55P03"})
-"""PostgreSQL: serialization failure, deadlock detected, lock not available."""
-
-
-def is_busy(exc: BaseException) -> bool:
-    """True for "database is locked" style errors, and PostgreSQL's deadlocks and
-    serialization failures: the transaction was rolled back whole, and a retry may cure it."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    if getattr(cause, "sqlstate", None) in _RETRYABLE_SQLSTATES:
-        return True
-    if not isinstance(cause, sqlite3.OperationalError):
-        return False
-    text = str(cause).lower()
-    return "database is locked" in text or "database is busy" in text
-
-
 def with_retries(
     settings: EngineSettings,
     work: Callable[[], T],
@@ -214,122 +135,11 @@ def with_retries(
     what: str,
     on_retry: Callable[[], None] | None = None,
 ) -> T:
-    """Run ``work`` (one whole transaction), again after busy errors, with jittered backoff;
-    ``on_retry`` is told of each attempt made again."""
-    delay = 0.05
-    for attempt in range(settings.retries + 1):
-        if attempt and on_retry is not None:
-            on_retry()
-        try:
-            return work()
-        except (DBAPIError, sqlite3.DatabaseError) as exc:
-            if not is_busy(exc):
-                if is_read_only(exc):
-                    raise LedgerReadOnlyError(
-                        f"{what}: the database refused to write ({_cause(exc)}), so nothing "
-                        "was written. Point the ledger at a database this process may write "
-                        "(for SQLite, a file and directory this user may write; for "
-                        "PostgreSQL, the primary server and a role that may write), or open "
-                        "it with read_only=True to read it."
-                    ) from exc
-                if is_refused(exc):
-                    raise LedgerPermissionError(_refusal(what, exc)) from exc
-                if _is_damage(exc):
-                    raise LedgerCorruptError(
-                        f"{what}: the database file is damaged ({_cause(exc)}). Restore it from "
-                        "a backup (with its -wal and -shm files); `agentledger db verify` says "
-                        "what is damaged."
-                    ) from exc
-                if (isinstance(exc, DBAPIError) and exc.connection_invalidated) or _is_outage(exc):
-                    raise LedgerUnavailableError(
-                        f"{what}: the database failed ({_cause(exc)}). What was committed "
-                        "before is kept; once the database is back, resume the run "
-                        "(agent.resume(run_id), or `agentledger recover`)."
-                    ) from exc
-                raise
-            if attempt == settings.retries:
-                raise LedgerBusyError(
-                    f"{what}: the database stayed locked by other writers through "
-                    f"{settings.retries + 1} attempts of {settings.busy_timeout}s each. "
-                    "Fewer concurrent writers, or a longer busy_timeout, will help."
-                ) from exc
-            time.sleep(delay * (1 + random.random()))
-            delay = min(delay * 2, 1.0)
-    raise AssertionError("unreachable")
-
-
-_READ_ONLY_SQLSTATE = "25006"
-"""PostgreSQL: read_only_sql_transaction (a read-only session or transaction, a standby)."""
-
-
-def is_read_only(exc: BaseException) -> bool:
-    """True when the database refused a write because it may only be read: SQLite's
-    SQLITE_READONLY family, PostgreSQL's read-only transactions."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    if getattr(cause, "sqlstate", None) == _READ_ONLY_SQLSTATE:
-        return True
-    code = getattr(cause, "sqlite_errorcode", None)
-    return isinstance(code, int) and code & 0xFF == sqlite3.SQLITE_READONLY
-
-
-INSUFFICIENT_PRIVILEGE = "42501"
-"""PostgreSQL: insufficient_privilege (a privilege not granted, a row refused by row-level
-security)."""
-
-
-def is_refused(exc: BaseException) -> bool:
-    """True when PostgreSQL refused the role what was asked (:data:`INSUFFICIENT_PRIVILEGE`)."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    return getattr(cause, "sqlstate", None) == INSUFFICIENT_PRIVILEGE
-
-
-def _refusal(what: str, exc: BaseException) -> str:
-    """What to do about a refusal: scope the handle when row-level security refused a row (the
-    application role writing outside its tenant, or with none), else use the right role."""
-    if "row-level security" in _cause(exc):
-        return (
-            f"{what}: the database refused the row ({_cause(exc)}), so the transaction was "
-            "rolled back. This role is under row-level security (the application role): it "
-            "sees and writes only the rows of the tenant its transaction is scoped to, and an "
-            "unscoped handle none at all. Scope the handle to the tenant, "
-            "ledger.scoped(tenant_id=...) (--tenant on the command line), or connect as the "
-            "role that owns the ledger's tables."
-        )
-    return (
-        f"{what}: the database refused this role ({_cause(exc)}), so the transaction was rolled "
-        "back. Grant the role what `agentledger db app-role` prints, or connect as the role that "
-        "owns the ledger's tables."
+    """:func:`._failures.with_retries` for work on the engine, which raises SQLAlchemy's
+    ``DBAPIError`` (or, on a driver's own cursor, the driver's error)."""
+    return _failures.with_retries(
+        settings, work, what=what, on_retry=on_retry, errors=(DBAPIError, sqlite3.DatabaseError)
     )
-
-
-def _is_outage(exc: BaseException) -> bool:
-    """An operational failure of the database itself (I/O, connection, shutdown), as opposed
-    to a constraint or a programming error."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    return type(cause).__name__ in ("OperationalError", "InterfaceError") or isinstance(
-        cause, sqlite3.OperationalError
-    )
-
-
-def _is_damage(exc: BaseException) -> bool:
-    """SQLite found the file damaged: SQLITE_CORRUPT or SQLITE_NOTADB."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    if type(cause) is sqlite3.DatabaseError:
-        return True
-    text = str(cause).lower()
-    return isinstance(cause, sqlite3.OperationalError) and any(sign in text for sign in _DAMAGE)
-
-
-_DAMAGE = ("malformed", "not a database", "could not decode to utf-8", "no such column")
-"""What SQLite says when a file's pages, text or schema were damaged (the schema was checked at
-open, so a column of ours that is missing means its definition was damaged)."""
-
-
-def _cause(exc: BaseException) -> str:
-    """The database's own message, without the SQL statement and its parameters."""
-    cause = exc.orig if isinstance(exc, DBAPIError) else exc
-    text = " ".join(str(cause).split())
-    return f"{type(cause).__name__}: {text[:300]}"
 
 
 class Connections:
@@ -493,13 +303,6 @@ def _end_read(conn: Connection, transaction: RootTransaction) -> None:
         conn.invalidate()
 
 
-UNDECODABLE = (ValueError, TypeError)
-"""What reading a damaged row raises once its checksum matched (or it has none): JSON, UTF-8,
-a time or an enum value that cannot be decoded, a value of the wrong type (pydantic's
-ValidationError and UnicodeDecodeError are ValueErrors). Anything else is a bug, not damage,
-and is not dressed up as a damaged database."""
-
-
 @dataclass(frozen=True)
 class Database:
     """A ledger handle's database: its engine, the connections it keeps open, its settings and
@@ -550,16 +353,3 @@ class Database:
         if self.read_only is not None:
             where = self.engine.url.render_as_string(hide_password=True)
             raise self.read_only.refusal(what, where)
-
-
-def decoded(what: str, decode: Callable[[], T]) -> T:
-    """``decode()``, with what a damaged row raises (:data:`UNDECODABLE`) as a
-    :class:`LedgerCorruptError` saying what was being read."""
-    try:
-        return decode()
-    except UNDECODABLE as exc:
-        raise LedgerCorruptError(
-            f"{what}: a row could not be decoded ({type(exc).__name__}: "
-            f"{' '.join(str(exc).split())[:300]}). The database is damaged; restore it from "
-            "a backup (for SQLite, with its -wal and -shm files)."
-        ) from exc

@@ -10,9 +10,10 @@ content) and refuses, deleting nothing, while a run holds any of the conversatio
 What deleting leaves behind, per backend:
 
 - SQLite: the ledger's connections write with ``PRAGMA secure_delete`` on (see ``_engine``), so
-  the bytes of a deleted row are overwritten, not left in free space. The full-text index keeps
-  a deleted message's terms in its older segments until they are merged: the forgetting
-  transaction merges them all (FTS5's ``optimize``, whose time grows with the index). After the
+  the bytes of a deleted row are overwritten, not left in free space. The full-text indexes
+  (the messages', the trace's) keep a deleted row's terms in their older segments until they are
+  merged: the forgetting transaction merges them all (FTS5's ``optimize``, whose time grows with
+  the index). After the
   commit the write-ahead log is checkpointed and truncated, best effort: a reader in progress
   can keep it (``Forgotten.checkpointed`` is then False) and the text stays in the ``-wal``
   file until the next checkpoint.
@@ -47,6 +48,7 @@ from sqlalchemy import (
 
 from ..errors import ConversationBusyError, UsageError
 from ..values import new_id
+from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
@@ -70,10 +72,14 @@ FORGOTTEN_TABLES = tuple(table.name for table in LEDGER_TABLES)
 _CHUNK = 500
 """Ids bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
 
-_OPTIMIZE_SEARCH = (
-    "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('optimize')"
-)
-"""FTS5 merges every segment of the index into one, dropping the deleted messages' terms."""
+_OPTIMIZE_SEARCH = {
+    "conversation_messages": (
+        "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('optimize')"
+    ),
+    "tool_executions": "INSERT INTO tool_executions_fts(tool_executions_fts) VALUES('optimize')",
+}
+"""FTS5 merges every segment of an index into one, dropping the deleted rows' terms: the
+messages' index, and the trace's (the tool executions' arguments and results)."""
 
 
 class Forgotten(BaseModel):
@@ -199,7 +205,8 @@ def _main_conversation(conn: Connection, scope: Scope, given: str) -> str:
     :class:`UsageError` for a subagent's conversation, which goes with its main one."""
     row = _conversation(conn, scope, given)
     if row is None:
-        row = _conversation(conn, scope, id_by_prefix(conn, "conversation", given))
+        full_id = id_by_prefix(ConnectionReads(conn), "conversation", given)
+        row = _conversation(conn, scope, full_id)
     if row is None:
         raise not_found("conversation", given)
     if row.kind != ConversationKind.MAIN.value:
@@ -329,8 +336,10 @@ def _delete(conn: Connection, tree: _Tree, *, dry_run: bool) -> dict[str, int]:
             else:
                 counted = conn.execute(delete(table).where(column.in_(chunk))).rowcount
             counts[table.name] += int(counted or 0)
-    if not dry_run and counts["conversation_messages"] and conn.dialect.name == "sqlite":
-        conn.exec_driver_sql(_OPTIMIZE_SEARCH)
+    if not dry_run and conn.dialect.name == "sqlite":
+        for indexed, optimize in _OPTIMIZE_SEARCH.items():
+            if counts[indexed]:
+                conn.exec_driver_sql(optimize)
     return counts
 
 

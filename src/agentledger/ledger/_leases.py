@@ -22,8 +22,7 @@ from sqlalchemy import Connection, and_, bindparam, insert, or_, select, update
 from ..errors import ConversationBusyError, LeaseLostError, UsageError
 from ._engine import Database
 from ._lookup import not_found
-from ._scope import EVERYTHING, Scope
-from ._scoped import holds
+from ._scope import EVERYTHING, Scope, holds
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import ConversationKind, agent_runs, conversations

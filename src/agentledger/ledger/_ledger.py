@@ -9,50 +9,43 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable, Iterable, Mapping
-from datetime import UTC, datetime, timedelta
+from collections.abc import Callable, Iterable
+from datetime import timedelta
 from typing import Any, Self, TypeVar
 
-from sqlalchemy import Connection, Engine, Select, insert, select
+from sqlalchemy import Connection, Engine, insert, select
 
 from ..errors import SchemaVersionError, UsageError
 from ..values import (
     AgentState,
-    AgentStatus,
     Clock,
     Compaction,
-    Message,
     Messages,
-    StepExecution,
-    ToolExecution,
+    Spend,
     check_storable,
     new_id,
     utc_now,
 )
 from . import _forget
 from ._access import ReadOnly, read_only_access
-from ._arguments import member, row_limit
-from ._engine import (
-    Connections,
-    Database,
-    EngineSettings,
-    Synchronous,
-    make_engine,
-    normalize_url,
-    sqlite_path,
-    with_retries,
-)
+from ._arguments import member
+from ._connection_reads import ConnectionReads
+from ._engine import Connections, Database, make_engine, with_retries
+from ._failures import EngineSettings, Synchronous
 from ._forget import Choose, Forgotten
-from ._lookup import IdKind, check_id, id_by_prefix, shortest_prefixes
 from ._opening import prepare
-from ._reads import counted_steps, load_steps
+from ._queries import (
+    conversation_row,
+)
+from ._reading import LedgerReads
+from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
-from ._rows import compaction_of, conversation_of, in_sequence, message_of, run_of
-from ._run_tree import RunTree, read_run_tree
-from ._runs import run_row_by_id_or_prefix
-from ._scope import Scope
-from ._scoped import check_id_free, created_in, metadata_matches, refuse_in_scope, within
-from ._search import SearchHit, hit_of, search_statement
+from ._rows import Row, compaction_of
+from ._run_tree import RunTree
+from ._scope import EVERYTHING, Scope
+from ._scoped import check_id_free, created_in, refuse_in_scope, within
+from ._sql import Reads
+from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
 from ._writes import LedgerRecorder
 from .checksums import sealed
@@ -62,16 +55,14 @@ from .tables import (
     ConversationKind,
     agent_runs,
     context_compactions,
-    conversation_messages,
     conversations,
-    execution_buffer_rows,
 )
 
 DEFAULT_LEASE_SECONDS = 60.0
 T = TypeVar("T")
 
 
-class Ledger:
+class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
     """Conversations, runs, steps and tool executions in SQLite or PostgreSQL.
 
     ``Ledger.open(url)`` connects and migrates the database to the newest schema. Its
@@ -275,67 +266,9 @@ class Ledger:
             if conversation_id is not None:
                 check_id_free(conn, created)
             conn.execute(insert(conversations), sealed(conversations, row))
-            return conversation_of(conn.execute(_conversation_row(created)).mappings().one())
+            return conversation_of(conversation_row(ConnectionReads(conn), created, EVERYTHING))
 
         return self._database.write("creating a conversation", write)
-
-    def conversation(self, conversation_id: str) -> Conversation:
-        """The conversation ``conversation_id``: its id, or a prefix of it (at least
-        ``SHORT_ID_LENGTH`` characters) that begins no other conversation's id. Every method
-        that takes a conversation's id takes such a prefix too; the record holds the full id.
-
-        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
-        them) when the prefix begins several."""
-
-        check_id("conversation", conversation_id)
-        scope = self.scope
-
-        def read(conn: Connection) -> Conversation:
-            in_scope = within(_conversation_row(conversation_id), scope, conversations)
-            row = conn.execute(in_scope).mappings().first()
-            if row is None:
-                full_id = id_by_prefix(conn, "conversation", conversation_id, scope)
-                row = conn.execute(_conversation_row(full_id)).mappings().one()
-            return conversation_of(row)
-
-        return self._read(f"reading conversation {conversation_id}", read)
-
-    def conversations(
-        self,
-        *,
-        kind: ConversationKind | str | None = None,
-        limit: int | None = None,
-        metadata: Mapping[str, Any] | None = None,
-    ) -> list[Conversation]:
-        """Conversations, most recently updated first; with ``metadata``, those whose metadata
-        has each of its top-level keys with that value (a string, a number, a boolean, or
-        ``None`` for JSON null)."""
-        query = within(select(conversations), self.scope, conversations).order_by(
-            conversations.c.updated_at.desc(), conversations.c.id.desc()
-        )
-        if metadata:
-            query = query.where(metadata_matches(self.dialect, metadata))
-        if kind is not None:
-            query = query.where(
-                conversations.c.kind == member(ConversationKind, kind, "kind").value
-            )
-        query = query.limit(row_limit(limit))
-        return self._read(
-            "listing conversations",
-            lambda conn: [conversation_of(r) for r in conn.execute(query).mappings()],
-        )
-
-    def messages(self, conversation_id: str, section: str = "messages") -> Messages:
-        """A section of a conversation as committed: by default the conversation itself (the
-        messages a summary replaced are in the ``buffer`` section, the summaries in
-        ``summary``; see :meth:`history` and :meth:`model_context`)."""
-        return self._conversation_rows(conversation_id, lambda r: r["section"] == section)
-
-    def history(self, conversation_id: str) -> Messages:
-        """The conversation as the user saw it: every message of it in order, those a summary
-        replaced included (and the summaries left out). No compaction changes it."""
-        sections = (AgentState.DEFAULT_SECTION, AgentState.BUFFER_SECTION)
-        return self._conversation_rows(conversation_id, lambda r: r["section"] in sections)
 
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in
@@ -355,141 +288,6 @@ class Ledger:
         return self._read(
             f"reading the compactions of conversation {conversation_id}",
             lambda conn: [compaction_of(r) for r in conn.execute(query).mappings()],
-        )
-
-    def _conversation_rows(self, conversation_id: str, wanted: Callable[[Any], bool]) -> Messages:
-        conversation_id = self.conversation(conversation_id).id
-        query = (
-            select(conversation_messages)
-            .where(conversation_messages.c.conversation_id == conversation_id)
-            .order_by(conversation_messages.c.seq)
-        )
-        what = f"conversation {conversation_id}"
-
-        def read(conn: Connection) -> Messages:
-            # Every section is read, so that a row missing from any shows as a gap in seq.
-            rows = in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
-            return Messages(tuple(message_of(r) for r in rows if wanted(r)))
-
-        return self._read(f"reading the messages of {what}", read)
-
-    # --- runs -----------------------------------------------------------------------------------
-
-    def run(self, run_id: str) -> AgentRun:
-        """The run ``run_id``: its id, or a prefix of it (at least ``SHORT_ID_LENGTH``
-        characters) that begins no other run's id. Every method that takes a run's id takes
-        such a prefix too; the record holds the full id.
-
-        Raises :class:`NotFoundError` when none matches, :class:`AmbiguousIdError` (listing
-        them) when the prefix begins several."""
-        return self._read(
-            f"reading run {run_id}",
-            lambda conn: run_of(run_row_by_id_or_prefix(conn, run_id, self.scope)),
-        )
-
-    def runs(
-        self,
-        conversation_id: str | None = None,
-        *,
-        status: AgentStatus | str | None = None,
-        limit: int | None = None,
-        since: datetime | None = None,
-    ) -> list[AgentRun]:
-        """Runs, oldest first within a conversation, newest first across the ledger; with
-        ``since``, only those started at or after it (a naive datetime is UTC)."""
-        query = within(select(agent_runs), self.scope, agent_runs)
-        if since is not None:
-            query = query.where(agent_runs.c.started_at >= _utc(since))
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-            query = query.where(agent_runs.c.conversation_id == conversation_id).order_by(
-                agent_runs.c.started_at, agent_runs.c.id
-            )
-        else:
-            query = query.order_by(agent_runs.c.started_at.desc(), agent_runs.c.id.desc())
-        if status is not None:
-            query = query.where(agent_runs.c.status == member(AgentStatus, status, "status").value)
-        query = query.limit(row_limit(limit))
-        return self._read(
-            "listing runs",
-            lambda conn: [run_of(r) for r in conn.execute(query).mappings()],
-        )
-
-    def run_tree(self, run_id: str) -> RunTree:
-        """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
-        usage. Give a root run's id for the whole tree (``AgentRun.root_run_id``)."""
-        top = self.run(run_id)
-        return self._read(f"reading the run tree of {top.id}", lambda c: read_run_tree(c, top))
-
-    def steps(self, run_id: str) -> tuple[StepExecution, ...]:
-        """The run's steps, rebuilt with their tool executions and outcomes."""
-        run = self.run(run_id)
-        steps = self._read(f"reading the steps of run {run.id}", lambda c: load_steps(c, run.id))
-        counted_steps(steps, run.id, run.step_count)
-        return steps
-
-    def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
-        """The run's tool executions, in the order of its steps and of each step's calls."""
-        return tuple(t for e in self.steps(run_id) for t in e.step.tool_executions)
-
-    def trace_messages(self, run_id: str) -> Messages:
-        """The run's trace (tool-calling assistant messages and tool results, in order), rebuilt
-        exactly from its step and tool rows, whether or not its buffer was flushed."""
-        trace: tuple[Message, ...] = ()
-        for execution in self.steps(run_id):
-            trace += execution.step.trace_messages.root
-        return Messages(trace)
-
-    def buffer(self, run_id: str) -> Messages:
-        """The run's execution buffer rows: empty once the run committed."""
-        run_id = self.run(run_id).id
-        query = (
-            select(execution_buffer_rows)
-            .where(execution_buffer_rows.c.run_id == run_id)
-            .order_by(execution_buffer_rows.c.seq)
-        )
-        what = f"the execution buffer of run {run_id}"
-
-        def read(conn: Connection) -> Messages:
-            rows = in_sequence(conn.execute(query).mappings().all(), "seq", 0, what)
-            return Messages(tuple(message_of(r) for r in rows))
-
-        return self._read(f"reading {what}", read)
-
-    # --- search ---------------------------------------------------------------------------------
-
-    def search(
-        self, query: str, *, conversation_id: str | None = None, limit: int = 20
-    ) -> list[SearchHit]:
-        """Conversation messages matching every word of ``query``, best matches first; with
-        ``conversation_id``, in that conversation only (:class:`NotFoundError` when there is no
-        such conversation).
-
-        Only the words count: quotes, operators and SQL in ``query`` separate words, and a
-        query of no word finds nothing. A query of more than ``MAX_SEARCH_WORDS`` (1,000)
-        different words is a :class:`UsageError`. On PostgreSQL the words are looked for in the
-        first 100,000 characters of each message."""
-        row_limit(limit)
-        if conversation_id is not None:
-            conversation_id = self.conversation(conversation_id).id
-        found = search_statement(self.dialect, query, conversation_id, limit, self.scope)
-        if found is None:
-            return []
-        statement, params = found
-        return self._read(
-            f"searching for {query!r}",
-            lambda conn: [hit_of(r) for r in conn.execute(statement, params).mappings()],
-        )
-
-    def short_ids(self, ids: Iterable[str], *, of: IdKind) -> dict[str, str]:
-        """Each of ``ids`` (of runs or of conversations, as ``of`` says) by its shortest
-        prefix, of at least ``SHORT_ID_LENGTH`` characters, that begins no other id of its kind
-        in the ledger (in a scoped handle, in its scope): what a person can type for it (the
-        command line's listings show these)."""
-        wanted = list(ids)
-        return self._read(
-            f"shortening {len(wanted)} {of} ids",
-            lambda conn: shortest_prefixes(conn, of, wanted, self.scope),
         )
 
     # --- recovery -------------------------------------------------------------------------------
@@ -579,10 +377,15 @@ class Ledger:
     def _read(self, what: str, read: Callable[[Connection], T]) -> T:
         return self._database.read(what, read)
 
+    def _reads(self, what: str, read: Callable[[Reads], T]) -> T:
+        """``read`` of the statements shared with :class:`LedgerReader` (:mod:`._reading`)."""
+        return self._database.read(what, lambda conn: read(ConnectionReads(conn)))
 
-def _utc(moment: datetime) -> datetime:
-    return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+    def _conversation_of(self, row: Row) -> Conversation:
+        return conversation_of(row)
 
+    def _run_of(self, row: Row) -> AgentRun:
+        return run_of(row)
 
-def _conversation_row(conversation_id: str) -> Select[Any]:
-    return select(conversations).where(conversations.c.id == conversation_id)
+    def _node_of(self, row: Row, exclusive: Spend, children: tuple[RunTree, ...]) -> RunTree:
+        return RunTree(run=run_of(row), exclusive=exclusive, children=children)

@@ -7,26 +7,27 @@ several is :class:`AmbiguousIdError`, listing them. On SQLite a prefix is a rang
 key's index (text compares as bytes there); on PostgreSQL text compares by the database's
 collation, where a prefix is no range, so ``substr`` compares it and the id column is read
 through (only once the exact id was not found, or to shorten the ids a listing shows).
+
+The statements are SQL text, the same for :class:`~agentledger.ledger.Ledger` and
+:class:`~agentledger.ledger.LedgerReader` (:mod:`._sql`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Literal
-
-from sqlalchemy import Column, ColumnElement, Connection, Table, and_, func, or_, select
+from typing import Any, Literal
 
 from ..errors import AmbiguousIdError, NotFoundError
 from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from ._scope import EVERYTHING, Scope
-from ._scoped import within
-from .tables import agent_runs, conversations
+from ._sql import Reads, in_scope, scope_params
 
 IdKind = Literal["run", "conversation"]
 CANDIDATES_LISTED = 10
 """How many ids an ambiguous prefix's error lists."""
 
-_TABLES: dict[IdKind, Table] = {"run": agent_runs, "conversation": conversations}
+TABLES: dict[IdKind, str] = {"run": "agent_runs", "conversation": "conversations"}
+"""The table of each kind of id."""
 _LISTINGS: dict[IdKind, str] = {
     "run": "agentledger runs",
     "conversation": "agentledger conversations",
@@ -52,20 +53,17 @@ def check_id(kind: IdKind, given: str) -> None:
         raise not_found(kind, given)
 
 
-def id_by_prefix(conn: Connection, kind: IdKind, given: str, scope: Scope = EVERYTHING) -> str:
+def id_by_prefix(reads: Reads, kind: IdKind, given: str, scope: Scope = EVERYTHING) -> str:
     """The one ``kind`` id in ``scope`` that ``given`` begins (once no row has ``given`` as its
     id): the ids of other scopes are neither found nor listed."""
     if len(given) < SHORT_ID_LENGTH:
         raise not_found(kind, given)
-    table = _TABLES[kind]
-    column = table.c.id
-    query = select(column).where(_begins(conn, column, given))
-    found = [
-        row[0]
-        for row in conn.execute(
-            within(query, scope, table).order_by(column).limit(CANDIDATES_LISTED + 1)
-        )
-    ]
+    begins, params = _begins(reads.dialect, given, "prefix")
+    sql = (
+        f"SELECT id FROM {TABLES[kind]} WHERE {begins} {in_scope(scope)}"
+        f"ORDER BY id LIMIT {CANDIDATES_LISTED + 1}"
+    )
+    found = [row["id"] for row in reads.rows(sql, {**params, **scope_params(scope)})]
     if not found:
         raise not_found(kind, given)
     if len(found) > 1:
@@ -88,7 +86,7 @@ def _ambiguous(kind: IdKind, given: str, found: list[str]) -> AmbiguousIdError:
 
 
 def shortest_prefixes(
-    conn: Connection, kind: IdKind, ids: Iterable[str], scope: Scope = EVERYTHING
+    reads: Reads, kind: IdKind, ids: Iterable[str], scope: Scope = EVERYTHING
 ) -> dict[str, str]:
     """Each of ``ids`` by its shortest unique prefix among every ``kind`` id in ``scope`` (a
     prefix that only another scope's ids share is no longer than one they do not)."""
@@ -102,15 +100,20 @@ def shortest_prefixes(
     )
     if not heads:
         return short_ids(wanted)
-    table = _TABLES[kind]
-    column = table.c.id
-    alike = select(column).where(or_(*(_begins(conn, column, head) for head in heads)))
-    return short_ids(wanted, [row[0] for row in conn.execute(within(alike, scope, table))])
+    conditions, params = [], scope_params(scope)
+    for n, head in enumerate(heads):
+        condition, values = _begins(reads.dialect, head, f"head{n}")
+        conditions.append(f"({condition})")
+        params.update(values)
+    sql = f"SELECT id FROM {TABLES[kind]} WHERE ({' OR '.join(conditions)}) {in_scope(scope)}"
+    return short_ids(wanted, [row["id"] for row in reads.rows(sql, params)])
 
 
-def _begins(conn: Connection, column: Column[str], prefix: str) -> ColumnElement[bool]:
-    """``column`` begins with ``prefix``, case-sensitively (SQLite's LIKE is not)."""
+def _begins(dialect: str, prefix: str, name: str) -> tuple[str, dict[str, Any]]:
+    """The condition that ``id`` begins with ``prefix``, case-sensitively (SQLite's LIKE is
+    not), as the parameter ``name``; and its parameters."""
     last = prefix[-1]
-    if conn.dialect.name == "sqlite" and ord(last) < 0x10FFFF:
-        return and_(column >= prefix, column < prefix[:-1] + chr(ord(last) + 1))
-    return func.substr(column, 1, len(prefix)) == prefix
+    if dialect == "sqlite" and ord(last) < 0x10FFFF:
+        end = prefix[:-1] + chr(ord(last) + 1)
+        return f"id >= :{name} AND id < :{name}_end", {name: prefix, f"{name}_end": end}
+    return f"substr(id, 1, {len(prefix)}) = :{name}", {name: prefix}

@@ -1,41 +1,43 @@
 """Opening a ledger's database: check it can be read, then bring it to the newest schema (or
-say why not), turning what the driver raised into the ledger's errors."""
+say why not), turning what the driver raised into the ledger's errors. The schema's revision
+is read without Alembic (:mod:`._revisions`), which loads only when there is something to
+migrate."""
 
 from __future__ import annotations
 
 import sqlite3
-from typing import Any
 
 from sqlalchemy import Engine
-from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DatabaseError
 
-from ..errors import ConfigurationError, LedgerError, LedgerOpenError, SchemaVersionError
-from . import migrate as migrations
+from ..errors import ConfigurationError, LedgerError, LedgerOpenError
 from ._access import ReadOnly
-from ._engine import is_busy, is_read_only, is_refused
+from ._failures import is_busy, is_read_only, is_refused, open_error
+from ._revisions import HEAD, check_not_newer, not_at_head, schema_revision
 from ._verification import probe_sqlite
 
 
 def prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly | None) -> None:
     """Check the database can be opened, then bring it to the newest schema (a read-only
     handle only checks that it is there already)."""
-    url = make_url(str(engine.url))
-    where = url.render_as_string(hide_password=True)
+    where = engine.url.render_as_string(hide_password=True)
     try:
         if engine.dialect.name == "sqlite":
             probe_sqlite(engine, integrity=verify)
+        with engine.connect() as conn:
+            dialect, query = engine.dialect.name, lambda sql: conn.exec_driver_sql(sql).all()
+            revision = schema_revision(dialect, query)
+            check_not_newer(revision)
+        if revision == HEAD:
+            return
         if migrate and read_only is None:
+            from . import migrate as migrations  # Alembic loads only to migrate
+
             migrations.upgrade(engine)
-        elif not migrations.is_current(engine):
-            if migrate and read_only is not None:
-                raise read_only.refusal(
-                    f"upgrading the ledger to the newest schema ({migrations.head()})", where
-                )
-            raise SchemaVersionError(
-                f"the database at {where} is not at the newest "
-                f"schema ({migrations.head()}); run `agentledger db upgrade`"
-            )
+        elif migrate and read_only is not None:
+            raise read_only.refusal(f"upgrading the ledger to the newest schema ({HEAD})", where)
+        else:
+            raise not_at_head(where)
     except (ConfigurationError, LedgerError):
         raise
     except (DatabaseError, sqlite3.DatabaseError, UnicodeDecodeError) as exc:
@@ -43,18 +45,4 @@ def prepare(engine: Engine, *, migrate: bool, verify: bool, read_only: ReadOnly 
             # with_retries tries again, or says the database refused to write, or refused the
             # role (one not granted what `agentledger db app-role` prints)
             raise
-        raise LedgerOpenError(_open_error(url, exc)) from exc
-
-
-def _open_error(url: Any, exc: Exception) -> str:
-    detail = str(getattr(exc, "orig", None) or exc).strip()
-    where = url.render_as_string(hide_password=True)
-    if isinstance(exc, UnicodeDecodeError) or any(
-        word in detail for word in ("malformed", "not a database", "encrypted", "corrupt")
-    ):
-        hint = "the file is corrupt; restore it from a backup (its -wal and -shm files with it)"
-    elif "unable to open" in detail:
-        hint = "check the path and the permissions of the file and its directory"
-    else:
-        hint = "check the URL, and that the server is up and reachable"
-    return f"cannot open the ledger at {where}: {detail}. {hint}"
+        raise LedgerOpenError(open_error(where, exc)) from exc

@@ -11,25 +11,25 @@ from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, bindparam, false, func, select
 
-from ..errors import LedgerCorruptError, NotFoundError
+from ..errors import NotFoundError
 from ..values import (
     AgentState,
     AgentStatus,
     ExecutionBudget,
-    Message,
     MessageStore,
-    StepExecution,
     new_id,
 )
+from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import check_id
-from ._rows import DAMAGED, in_sequence, message_of, step_execution_of
+from ._queries import buffer_rows, counted_steps, load_steps, message_rows
+from ._rows import appended, in_sequence, store_of
 from ._statements import run_on_cursor, statements_for
 from ._stored_messages import stored_messages
 from .checksums import check_row
@@ -38,8 +38,6 @@ from .tables import (
     conversation_messages,
     conversations,
     execution_buffer_rows,
-    step_executions,
-    tool_executions,
 )
 
 _LAST_SEQ = select(func.max(conversation_messages.c.seq).label("last")).where(
@@ -62,63 +60,14 @@ def next_buffer_seq(conn: Connection, run_id: str) -> int:
     return 0 if last is None else int(last) + 1
 
 
-def load_steps(conn: Connection, run_id: str) -> tuple[StepExecution, ...]:
-    """A run's steps, rebuilt from their rows and their tool rows."""
-    steps = (
-        conn.execute(
-            select(step_executions)
-            .where(step_executions.c.run_id == run_id)
-            .order_by(step_executions.c.step_index)
-        )
-        .mappings()
-        .all()
-    )
-    tools = conn.execute(
-        select(tool_executions)
-        .where(tool_executions.c.run_id == run_id)
-        .order_by(tool_executions.c.step_index, tool_executions.c.position)
-    ).mappings()
-    by_step: dict[str, list[Any]] = {}
-    for tool in tools:
-        by_step.setdefault(tool["step_id"], []).append(tool)
-    in_sequence(steps, "step_index", 0, f"the steps of run {run_id}")
-    return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)
-
-
-def counted_steps(steps: Sequence[StepExecution], run_id: str, counted: int) -> None:
-    """Raise :class:`LedgerCorruptError` unless the run has the ``counted`` steps its row
-    says (a step row an index lost leaves no gap a read can see)."""
-    if len(steps) != counted:
-        raise LedgerCorruptError(
-            f"run {run_id} recorded {counted} steps but the ledger reads {len(steps)}: {DAMAGED}"
-        )
-
-
 def rebuild_state(conn: Connection, run: Mapping[Any, Any]) -> AgentState:
     """The state of a run as the ledger holds it: the conversation, the buffer, the steps."""
     run_id = run["id"]
     check_row(agent_runs, run)
-    messages = (
-        conn.execute(
-            select(conversation_messages)
-            .where(conversation_messages.c.conversation_id == run["conversation_id"])
-            .order_by(conversation_messages.c.seq)
-        )
-        .mappings()
-        .all()
-    )
-    buffer = (
-        conn.execute(
-            select(execution_buffer_rows)
-            .where(execution_buffer_rows.c.run_id == run_id)
-            .order_by(execution_buffer_rows.c.seq)
-        )
-        .mappings()
-        .all()
-    )
-    in_sequence(messages, "seq", 0, f"conversation {run['conversation_id']}")
-    in_sequence(buffer, "seq", 0, f"the execution buffer of run {run_id}")
-    steps = load_steps(conn, run_id)
+    reads = ConnectionReads(conn)
+    messages = message_rows(reads, run["conversation_id"])
+    buffer = buffer_rows(reads, run_id)
+    steps = load_steps(reads, run_id)
     counted_steps(steps, run_id, run["step_count"])
     state = AgentState(
         conversation_id=run["conversation_id"],
@@ -132,23 +81,6 @@ def rebuild_state(conn: Connection, run: Mapping[Any, Any]) -> AgentState:
         run_started_at=run["started_at"],
     )
     return state.with_message_store(store_of([*messages, *buffer]))
-
-
-def store_of(rows: Iterable[Mapping[Any, Any]], base: MessageStore | None = None) -> MessageStore:
-    """``base`` (or an empty store) with message rows (conversation or buffer rows) appended
-    to their sections; the messages a summary took out of the context are left out."""
-    sections: dict[str, list[Message]] = {}
-    for row in rows:
-        if row.get("in_context", True) is False:
-            continue  # replaced by a summary: kept in the ledger, out of the model's context
-        sections.setdefault(row["section"], []).append(message_of(row))
-    return _appended(base or MessageStore(), sections)
-
-
-def _appended(store: MessageStore, sections: dict[str, list[Message]]) -> MessageStore:
-    for name, messages in sections.items():
-        store = store.section(name).append_messages(messages)
-    return store
 
 
 # --- conversations loaded for a new run -----------------------------------------------------------
@@ -257,7 +189,7 @@ class ConversationLoader:
                 compiled = sql.of(_MESSAGES_AFTER)
                 cursor = run_on_cursor(conn, compiled.sql, compiled.params(after))
                 sections = stored_messages(compiled, cursor, loaded.last_seq + 1, what)
-                store = _appended(loaded.store, sections)
+                store = appended(loaded.store, sections)
             else:
                 rows = sql.select(conn, _MESSAGES_AFTER, after)
                 store = store_of(in_sequence(rows, "seq", loaded.last_seq + 1, what), loaded.store)

@@ -5,6 +5,9 @@ Each fact has one column. A step's assistant message is its row's ``message_id``
 ``tool_name``, ``arguments``, and ``metadata.raw_arguments`` for arguments that were not JSON),
 counted by ``tool_call_count``. Reading a step back builds each call once, from its tool row,
 and hands the same object to the message and to the execution.
+
+It imports no SQLAlchemy: :class:`~agentledger.ledger.LedgerReader` reads rows into values
+through it as the ledger does.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from pydantic import BaseModel
 
 from ..errors import LedgerCorruptError
 from ..values import (
+    EMPTY_MESSAGES,
     AgentState,
     AgentStatus,
     AgentStep,
@@ -24,6 +28,7 @@ from ..values import (
     ContinuationOutcome,
     ExecutionBudget,
     Message,
+    MessageStore,
     Role,
     Spend,
     StepExecution,
@@ -33,20 +38,8 @@ from ..values import (
     ToolExecution,
     Usage,
 )
+from ._columns import USAGE_COLUMNS, usage_of
 from .checksums import check_row
-from .tables import (
-    USAGE_COLUMNS,
-    AgentRun,
-    Conversation,
-    agent_runs,
-    context_compactions,
-    conversation_messages,
-    conversations,
-    execution_buffer_rows,
-    row_of,
-    step_executions,
-    tool_executions,
-)
 
 Row = Mapping[Any, Any]
 DAMAGED = "The database file is damaged; restore it from a backup, and see `agentledger db verify`."
@@ -66,10 +59,6 @@ def in_sequence(rows: Sequence[Row], key: str, start: int, what: str) -> Sequenc
 
 def usage_columns(usage: Usage) -> dict[str, int]:
     return {name: getattr(usage, name) for name in USAGE_COLUMNS}
-
-
-def usage_of(row: Row) -> Usage:
-    return Usage(**{name: row[name] or 0 for name in USAGE_COLUMNS})
 
 
 # --- messages ---------------------------------------------------------------------------------
@@ -102,7 +91,7 @@ def message_columns(message: Message) -> dict[str, Any]:
 
 def message_of(row: Row) -> Message:
     """A message from its row, in ``conversation_messages`` or ``execution_buffer_rows``."""
-    check_row(conversation_messages if "conversation_id" in row else execution_buffer_rows, row)
+    check_row("conversation_messages" if "conversation_id" in row else "execution_buffer_rows", row)
     values = {
         "role": row["role"],  # a Role: the column's type reads it as one
         "content": row["content"] or "",
@@ -124,6 +113,14 @@ def message_of(row: Row) -> Message:
 
 
 M = TypeVar("M", bound=BaseModel)
+
+
+def built(model: type[M], row: Row, /, **fields: Any) -> M:
+    """An instance of ``model`` holding ``fields``, read from ``row``: unvalidated when the row
+    carries a checksum (checked before: the ledger wrote it from validated values, and it reads
+    back intact), validated when it has none (written by hand). Validating builds the model's
+    validator, the first time: more than the whole read of a short trace costs."""
+    return model.model_construct(**fields) if row["checksum"] is not None else model(**fields)
 
 
 def rebuilt(model: type[M], values: dict[str, Any]) -> M:
@@ -148,6 +145,23 @@ def tool_call_of(stored: Mapping[str, Any]) -> ToolCall:
             "raw_arguments": stored.get("raw_arguments"),
         },
     )
+
+
+def store_of(rows: Iterable[Mapping[Any, Any]], base: MessageStore | None = None) -> MessageStore:
+    """``base`` (or an empty store) with message rows (conversation or buffer rows) appended
+    to their sections; the messages a summary took out of the context are left out."""
+    sections: dict[str, list[Message]] = {}
+    for row in rows:
+        if row.get("in_context", True) is False:
+            continue  # replaced by a summary: kept in the ledger, out of the model's context
+        sections.setdefault(row["section"], []).append(message_of(row))
+    return appended(base or MessageStore(), sections)
+
+
+def appended(store: MessageStore, sections: dict[str, list[Message]]) -> MessageStore:
+    for name, messages in sections.items():
+        store = store.section(name).append_messages(messages)
+    return store
 
 
 # --- steps and their tools ----------------------------------------------------------------------
@@ -225,7 +239,7 @@ def _tool_metadata(e: ToolExecution) -> dict[str, Any] | None:
 
 
 def tool_execution_of(row: Row) -> ToolExecution:
-    check_row(tool_executions, row)
+    check_row("tool_executions", row)
     metadata = row["metadata"] or {}
     call = tool_call_of(
         {
@@ -235,7 +249,9 @@ def tool_execution_of(row: Row) -> ToolExecution:
             "raw_arguments": metadata.get(RAW_ARGUMENTS_KEY),
         }
     )
-    return ToolExecution(
+    return built(
+        ToolExecution,
+        row,
         id=row["id"],
         tool_call=call,
         arguments=row["validated_arguments"],
@@ -245,16 +261,30 @@ def tool_execution_of(row: Row) -> ToolExecution:
         started_at=row["started_at"],
         finished_at=row["finished_at"],
         child_run_id=row["child_run_id"],
-        subtree=Spend.model_validate(metadata[SUBTREE_KEY]) if SUBTREE_KEY in metadata else None,
+        subtree=_spend_of(metadata[SUBTREE_KEY], row) if SUBTREE_KEY in metadata else None,
         metadata={k: v for k, v in metadata.items() if k not in (SUBTREE_KEY, RAW_ARGUMENTS_KEY)},
     )
+
+
+def _spend_of(stored: Any, row: Row) -> Spend:
+    """A subagent's spend as a spawn's tool row keeps it (``Spend.model_dump(mode="json")``):
+    built as :func:`built` builds values, when it has every field a spend has."""
+    if (
+        isinstance(stored, dict)
+        and stored.keys() == Spend.model_fields.keys()
+        and isinstance(stored["usage"], dict)
+        and stored["usage"].keys() == set(USAGE_COLUMNS)
+    ):
+        fields = {**stored, "usage": usage_of(stored["usage"])}
+        return built(Spend, row, **fields)
+    return Spend.model_validate(stored)
 
 
 def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
     """A step rebuilt from its row and its tool rows: the assistant message and the tool
     executions share each tool call (what the model saw as input is not stored, so
     ``input_messages`` is empty)."""
-    check_row(step_executions, row)
+    check_row("step_executions", row)
     what = f"the tool executions of step {row['id']}"
     tool_rows = in_sequence(list(tools), "position", 0, what)
     if len(tool_rows) != row["tool_call_count"]:
@@ -263,9 +293,12 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
             f"{len(tool_rows)} tool execution(s) for it. {DAMAGED}"
         )
     executions = tuple(tool_execution_of(t) for t in tool_rows)
-    step = AgentStep(
+    step = built(
+        AgentStep,
+        row,
         id=row["id"],
         step_type=StepType(row["step_type"]),
+        input_messages=EMPTY_MESSAGES,  # not stored (and no default is copied)
         assistant_message=_assistant_of(row, executions),
         tool_executions=executions,
         usage=usage_of(row),
@@ -277,20 +310,24 @@ def step_execution_of(row: Row, tools: Iterable[Row]) -> StepExecution:
         error=row["error"],
         interrupted=row["interrupted"],
     )
-    outcome = ContinuationOutcome(
+    outcome = built(
+        ContinuationOutcome,
+        row,
         should_continue=row["should_continue"],
         stop_reason=StopReason(row["stop_reason"]) if row["stop_reason"] else None,
         decided_by=row["decided_by"] or "",
         detail=row["outcome_detail"] or "",
         final_response_required=row["final_response_required"],
     )
-    return StepExecution(step_index=row["step_index"], step=step, outcome=outcome)
+    return built(StepExecution, row, step_index=row["step_index"], step=step, outcome=outcome)
 
 
 def _assistant_of(row: Row, executions: Sequence[ToolExecution]) -> Message | None:
     if row["message_id"] is None:
         return None
-    return Message(
+    return built(
+        Message,
+        row,
         id=row["message_id"],
         role=Role.ASSISTANT,
         content=row["content"] or "",
@@ -334,16 +371,6 @@ def budget_json(budget: ExecutionBudget) -> dict[str, Any]:
     return budget.model_dump(mode="json", exclude_none=True)
 
 
-def conversation_of(row: Row) -> Conversation:
-    check_row(conversations, row)
-    return row_of(Conversation, row)
-
-
-def run_of(row: Row) -> AgentRun:
-    check_row(agent_runs, row)
-    return row_of(AgentRun, row)
-
-
 # --- compactions --------------------------------------------------------------------------------
 
 
@@ -358,7 +385,7 @@ def compaction_columns(compaction: Compaction) -> dict[str, Any]:
 
 
 def compaction_of(row: Row) -> Compaction:
-    check_row(context_compactions, row)
+    check_row("context_compactions", row)
     return Compaction.model_validate(
         {
             **{k: v for k, v in row.items() if k not in USAGE_COLUMNS and k != "checksum"},

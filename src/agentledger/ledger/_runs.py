@@ -12,11 +12,10 @@ from typing import Any
 from sqlalchemy import Connection, bindparam, select, update
 
 from ..values import AgentState, AgentStatus, printable
-from ._lookup import check_id, id_by_prefix, not_found
-from ._reads import load_steps
+from ._connection_reads import ConnectionReads
+from ._lookup import check_id, not_found
+from ._queries import load_steps
 from ._rows import run_columns_at_end
-from ._scope import EVERYTHING, Scope
-from ._scoped import holds
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import agent_runs
@@ -34,19 +33,6 @@ def run_row(conn: Connection, run_id: str) -> dict[str, Any]:
     if not rows:
         raise not_found("run", run_id)
     return rows[0]
-
-
-def run_row_by_id_or_prefix(
-    conn: Connection, given: str, scope: Scope = EVERYTHING
-) -> dict[str, Any]:
-    """The row of the run in ``scope`` that ``given`` stands for: its id, or a prefix of it
-    that begins no other run's id (:mod:`._lookup`). A run outside the scope is not found."""
-    check_id("run", given)
-    rows = statements_for(conn.dialect).select(conn, _RUN_ROW, {"run_id": given})
-    if rows and holds(scope, rows[0]):
-        return rows[0]
-    # Another scope's run is looked for as a prefix in this one: not found, as a missing id.
-    return run_row(conn, id_by_prefix(conn, "run", given, scope))
 
 
 def end_run(
@@ -79,8 +65,7 @@ def recorded_totals(
     now: datetime,
 ) -> dict[str, Any]:
     """The columns that end a run, with totals summed from the step rows it recorded."""
-    recorded = AgentState(
-        conversation_id=conversation_id, run_id=run_id, step_executions=load_steps(conn, run_id)
-    )
+    steps = load_steps(ConnectionReads(conn), run_id)
+    recorded = AgentState(conversation_id=conversation_id, run_id=run_id, step_executions=steps)
     # An exception's message may hold what no backend stores (a NUL): it is diagnostics, escaped.
     return run_columns_at_end(recorded, status, printable(error) if error else error, now)

@@ -9,19 +9,20 @@ too: each transaction of a handle scoped to a tenant sets ``agentledger.tenant_i
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
-
-from sqlalchemy import ColumnElement, Connection, Table, and_, true
-from sqlalchemy import text as sql_text
+from typing import TYPE_CHECKING, Any
 
 from ..errors import UsageError
 from ..values import check_storable
 
+if TYPE_CHECKING:
+    from sqlalchemy import ColumnElement, Connection, Table
+
 TENANT_SETTING = "agentledger.tenant_id"
 """The PostgreSQL setting a scoped transaction holds its tenant in."""
 
-_SET_TENANT = sql_text(f"SELECT set_config('{TENANT_SETTING}', :tenant, true)")
+_SET_TENANT = f"SELECT set_config('{TENANT_SETTING}', :tenant, true)"
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ class Scope:
     def where(self, table: Table) -> ColumnElement[bool]:
         """The condition that keeps ``table``'s rows (conversations or runs: tables that have
         both columns; others have ``tenant_id`` only) to this scope."""
+        from sqlalchemy import and_, true  # a handle's queries are SQLAlchemy's: it is loaded
+
         conditions = []
         if self.tenant_id is not None:
             conditions.append(table.c.tenant_id == self.tenant_id)
@@ -94,7 +97,16 @@ class Scope:
         ``agentledger.tenant_id`` until the transaction ends (nothing on SQLite, where the
         library alone keeps to the scope)."""
         if self.tenant_id is not None and conn.dialect.name == "postgresql":
-            conn.execute(_SET_TENANT, {"tenant": self.tenant_id})
+            from sqlalchemy import text
+
+            conn.execute(text(_SET_TENANT), {"tenant": self.tenant_id})
 
 
 EVERYTHING = Scope()
+
+
+def holds(scope: Scope, row: Mapping[Any, Any]) -> bool:
+    """Whether ``row`` (of a conversation or a run) is in ``scope``."""
+    return (scope.tenant_id is None or row["tenant_id"] == scope.tenant_id) and (
+        scope.owner_id is None or row["owner_id"] == scope.owner_id
+    )

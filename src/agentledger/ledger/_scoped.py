@@ -8,11 +8,9 @@ tenants hold. The unscoped handle's queries gain no condition at all.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, TypeVar
 
-from sqlalchemy import ColumnElement, Connection, Select, Table, and_, func, literal, select
-from sqlalchemy.dialects.postgresql import JSONB
+from sqlalchemy import Connection, Select, Table, select
 
 from ..errors import UsageError
 from ._scope import Scope
@@ -31,13 +29,6 @@ def within(query: S, scope: Scope, table: Table) -> S:
     """``query`` keeping to ``scope``'s rows of ``table`` (one with ``tenant_id`` and
     ``owner_id``); unchanged when the scope is the whole ledger."""
     return query if scope.everything else query.where(scope.where(table))
-
-
-def holds(scope: Scope, row: Mapping[Any, Any]) -> bool:
-    """Whether ``row`` (of a conversation or a run) is in ``scope``."""
-    return (scope.tenant_id is None or row["tenant_id"] == scope.tenant_id) and (
-        scope.owner_id is None or row["owner_id"] == scope.owner_id
-    )
 
 
 def refuse_in_scope(scope: Scope, what: str) -> None:
@@ -69,43 +60,3 @@ def check_id_free(conn: Connection, conversation_id: str) -> None:
             f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
             "(nothing was written)"
         )
-
-
-# --- conversations by their metadata --------------------------------------------------------------
-
-_JSON_TYPES = {True: "true", False: "false", None: "null"}
-
-
-def metadata_matches(dialect: str, wanted: Mapping[str, Any]) -> ColumnElement[bool]:
-    """Conversations whose metadata has each of ``wanted``'s top-level keys, equal to its value
-    (a string, a number, a boolean or ``None`` for JSON null). Keys and values are bound
-    parameters, never part of the SQL text or of a JSON path, so any text is a key."""
-    for key, value in wanted.items():
-        _check_filter(key, value)
-    if dialect == "postgresql":
-        return conversations.c.metadata.op("@>")(literal(dict(wanted), JSONB))
-    return and_(*(_sqlite_member(key, value) for key, value in wanted.items()))
-
-
-def _check_filter(key: object, value: object) -> None:
-    if not isinstance(key, str):
-        raise UsageError(f"a metadata filter's keys are text, not {key!r}")
-    if not (value is None or isinstance(value, str | int | float | bool)):
-        raise UsageError(
-            f"the metadata filter on {key!r} must be a string, a number, a boolean or None "
-            f"(JSON null), not {type(value).__name__}: objects and lists are not compared"
-        )
-
-
-def _sqlite_member(key: str, value: Any) -> ColumnElement[bool]:
-    """SQLite: the metadata object has ``key``, whose value is ``value`` (``json_each``, so
-    the key is compared as data, never read as a JSON path)."""
-    member = func.json_each(conversations.c.metadata).table_valued("key", "type", "atom")
-    found = select(literal(1)).select_from(member).where(member.c.key == key)
-    if isinstance(value, bool) or value is None:
-        found = found.where(member.c.type == _JSON_TYPES[value])
-    elif isinstance(value, str):
-        found = found.where(member.c.type == "text", member.c.atom == value)
-    else:
-        found = found.where(member.c.type.in_(("integer", "real")), member.c.atom == value)
-    return found.exists()

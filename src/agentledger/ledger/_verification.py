@@ -19,6 +19,7 @@ from sqlalchemy import Connection, Engine, func, or_, select, true
 from sqlalchemy.exc import DatabaseError
 
 from ..values import AgentStatus, Role
+from ._access import probe_sqlite_tables
 from .checksums import COVERED, damaged_rows
 from .tables import (
     agent_runs,
@@ -28,9 +29,10 @@ from .tables import (
     tool_executions,
 )
 
-_FTS_CHECK = (
-    "INSERT INTO conversation_messages_fts(conversation_messages_fts) VALUES('integrity-check')"
-)
+FULL_TEXT_TABLES = ("conversation_messages_fts", "tool_executions_fts")
+"""The full-text indexes of a SQLite ledger: the messages' (revision 0002), the trace's (0013)."""
+
+_FTS_CHECK = "INSERT INTO {table}({table}) VALUES('integrity-check')"
 """FTS5's own check of its index against the text it holds (``PRAGMA integrity_check`` does not
 look inside a full-text index)."""
 
@@ -47,11 +49,7 @@ def probe_sqlite(engine: Engine, *, integrity: bool) -> None:
     """Read every table's first page (and, with ``integrity``, check every page): damage shows
     here as an error instead of later as a wrong answer."""
     with engine.connect() as conn:
-        tables = conn.exec_driver_sql(
-            "SELECT name FROM sqlite_master WHERE type = 'table' AND sql NOT LIKE 'CREATE VIRTUAL%'"
-        ).scalars()
-        for table in list(tables):
-            conn.exec_driver_sql(f'SELECT * FROM "{table}" LIMIT 1').all()
+        probe_sqlite_tables(lambda sql: conn.exec_driver_sql(sql).all())
         if integrity:
             problems = sqlite_problems(conn)
             if problems:
@@ -62,43 +60,53 @@ def probe_sqlite(engine: Engine, *, integrity: bool) -> None:
 
 def sqlite_problems(conn: Connection) -> list[str]:
     """What SQLite finds wrong with the file: ``integrity_check`` (pages, and every index
-    against its table) and FTS5's check of the full-text index."""
+    against its table) and FTS5's check of each full-text index."""
     found = conn.exec_driver_sql("PRAGMA integrity_check").scalars().all()
     problems = [f"integrity_check: {p}" for p in found if p != "ok"]
-    has_fts = conn.exec_driver_sql(
-        "SELECT 1 FROM sqlite_master WHERE name = 'conversation_messages_fts'"
-    ).first()
-    if has_fts:
-        problems += _full_text_problems(conn)
+    names = ", ".join(f"'{table}'" for table in FULL_TEXT_TABLES)
+    indexes = conn.exec_driver_sql(
+        f"SELECT name FROM sqlite_master WHERE name IN ({names}) ORDER BY name"
+    ).scalars()
+    return problems + _full_text_problems(conn, list(indexes))
+
+
+def _full_text_problems(conn: Connection, indexes: list[str]) -> list[str]:
+    """FTS5's check of the full-text ``indexes``. FTS5 runs it as an INSERT, which a read-only
+    connection may not run: there it runs on a copy of the database (its pages copied as they
+    are, damage included) in the temporary directory, never beside the ledger."""
+    if not indexes:
+        return []
+    if conn.exec_driver_sql("PRAGMA query_only").scalar():
+        return _full_text_problems_of_copy(conn, indexes)
+    problems = []
+    for table in indexes:
+        try:
+            conn.exec_driver_sql(_FTS_CHECK.format(table=table))
+        except DatabaseError as exc:
+            problems.append(_index_problem(table, str(exc.orig)))
     return problems
 
 
-def _full_text_problems(conn: Connection) -> list[str]:
-    """FTS5's check of the full-text index. FTS5 runs it as an INSERT, which a read-only
-    connection may not run: there it runs on a copy of the database (its pages copied as they
-    are, damage included) in the temporary directory, never beside the ledger."""
-    if conn.exec_driver_sql("PRAGMA query_only").scalar():
-        return _full_text_problems_of_copy(conn)
-    try:
-        conn.exec_driver_sql(_FTS_CHECK)
-    except DatabaseError as exc:
-        return [f"the full-text index: {' '.join(str(exc.orig).split())}"]
-    return []
-
-
-def _full_text_problems_of_copy(conn: Connection) -> list[str]:
+def _full_text_problems_of_copy(conn: Connection, indexes: list[str]) -> list[str]:
     source = conn.connection.dbapi_connection
     assert isinstance(source, sqlite3.Connection)
+    problems = []
     with (
         tempfile.TemporaryDirectory(prefix="agentledger-verify-") as folder,
         contextlib.closing(sqlite3.connect(Path(folder) / "copy.db")) as copy,
     ):
         source.backup(copy)
-        try:
-            copy.execute(_FTS_CHECK)
-        except sqlite3.DatabaseError as exc:
-            return [f"the full-text index: {' '.join(str(exc).split())}"]
-    return []
+        for table in indexes:
+            try:
+                copy.execute(_FTS_CHECK.format(table=table))
+            except sqlite3.DatabaseError as exc:
+                problems.append(_index_problem(table, str(exc)))
+    return problems
+
+
+def _index_problem(table: str, error: str) -> str:
+    index = "the full-text index" if table == FULL_TEXT_TABLES[0] else "the trace's full-text index"
+    return f"{index}: {' '.join(error.split())}"
 
 
 def find_damage(conn: Connection) -> list[str]:

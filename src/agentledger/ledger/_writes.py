@@ -53,7 +53,8 @@ from ._run_rows import (
     unpersisted,
 )
 from ._runs import end_run, recorded_totals, run_row
-from ._scoped import holds, within
+from ._scope import holds
+from ._scoped import within
 from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (

@@ -29,30 +29,24 @@ import zlib
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from decimal import Decimal
-from typing import Any
-
-from sqlalchemy import Connection, Table, select
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ..errors import LedgerCorruptError
-from ..values import (
-    AgentStatus,
-    CompactionKind,
-    CompactionStatus,
-    Role,
-    StepType,
-    StopReason,
-)
-from .tables import (
-    LEDGER_TABLES,
-    ConversationKind,
-    agent_runs,
-    context_compactions,
-    conversation_messages,
-    conversations,
-    execution_buffer_rows,
-    step_executions,
-    tool_executions,
-)
+from ._columns import COLUMNS
+
+if TYPE_CHECKING:
+    from sqlalchemy import Connection
+
+
+class _Named(Protocol):
+    """A table, as the functions here take it: a SQLAlchemy ``Table`` or anything named."""
+
+    @property
+    def name(self) -> str: ...
+
+
+Table = _Named | str
+"""A table of the ledger: its ``Table`` (``agentledger.ledger.tables``) or its name."""
 
 __all__ = [
     "ADDED",
@@ -69,7 +63,7 @@ __all__ = [
 CHECKSUM = "checksum"
 
 _UNCOVERED = {
-    conversations.name: {
+    "conversations": {
         "version",
         "lease_holder",
         "lease_run_id",
@@ -77,47 +71,45 @@ _UNCOVERED = {
         "updated_at",
         "change_seq",
     },
-    agent_runs.name: {"heartbeat_at", "change_seq"},
-    conversation_messages.name: {"change_seq"},
-    step_executions.name: {"change_seq"},
-    tool_executions.name: {"change_seq"},
-    context_compactions.name: {"change_seq"},
+    "agent_runs": {"heartbeat_at", "change_seq"},
+    "conversation_messages": {"change_seq"},
+    "step_executions": {"change_seq"},
+    "tool_executions": {"change_seq"},
+    "context_compactions": {"change_seq"},
 }
 """Columns no checksum covers: what changes with every run, and the change stamps (0008)."""
 
 ADDED: dict[str, dict[str, Any]] = {
-    conversations.name: {"tenant_id": None, "owner_id": None},
-    conversation_messages.name: {
+    "conversations": {"tenant_id": None, "owner_id": None},
+    "conversation_messages": {
         "in_context": True,
         "summary_id": None,
         "interrupted": False,
         "tenant_id": None,
     },
-    agent_runs.name: {
+    "agent_runs": {
         "partial_output": None,
         "partial_step_index": None,
         "cache_write_1h_tokens": 0,
         "tenant_id": None,
         "owner_id": None,
     },
-    execution_buffer_rows.name: {"tenant_id": None},
-    step_executions.name: {"cache_write_1h_tokens": 0, "tenant_id": None, "interrupted": False},
-    tool_executions.name: {"tenant_id": None},
-    context_compactions.name: {"cache_write_1h_tokens": 0, "tenant_id": None},
+    "execution_buffer_rows": {"tenant_id": None},
+    "step_executions": {"cache_write_1h_tokens": 0, "tenant_id": None, "interrupted": False},
+    "tool_executions": {"tenant_id": None},
+    "context_compactions": {"cache_write_1h_tokens": 0, "tenant_id": None},
 }
 """Columns added after revision 0003, with their defaults: a row's checksum covers such a
 column only when its value is not the default, so the revision that adds one seals nothing
 again (every row already there holds the default) and a row sealed before it still matches."""
 
 COVERED: dict[str, tuple[str, ...]] = {
-    table.name: tuple(
-        c.name
-        for c in table.columns
-        if c.name != CHECKSUM
-        and c.name not in _UNCOVERED.get(table.name, ())
-        and c.name not in ADDED.get(table.name, ())
+    name: tuple(
+        c
+        for c in columns
+        if c != CHECKSUM and c not in _UNCOVERED.get(name, ()) and c not in ADDED.get(name, ())
     )
-    for table in LEDGER_TABLES
+    for name, columns in COLUMNS.items()
 }
 """The columns each table's checksum always covers, in table order (and :data:`ADDED`)."""
 
@@ -125,16 +117,21 @@ COVERED: dict[str, tuple[str, ...]] = {
 def checksum(table: Table, row: Mapping[Any, Any]) -> int:
     """The checksum of ``row`` (its covered columns; a missing one counts as NULL, a missing
     added one as its default)."""
-    added = ADDED.get(table.name)
+    name = _name(table)
+    added = ADDED.get(name)
     if added is None:
-        return checksum_over(COVERED[table.name], row)
+        return checksum_over(COVERED[name], row)
     get = row.get if isinstance(row, dict) else row.__getitem__
     changed = [
         (name, value)
         for name, default in added.items()
         if (value := get(name) if name in row else default) != default
     ]
-    return checksum_over(COVERED[table.name], row, changed)
+    return checksum_over(COVERED[name], row, changed)
+
+
+def _name(table: Table) -> str:
+    return table if isinstance(table, str) else table.name
 
 
 def checksum_over(
@@ -170,7 +167,7 @@ def check_row(table: Table, row: Mapping[Any, Any]) -> None:
     if stored is None or stored == checksum(table, row):
         return
     raise LedgerCorruptError(
-        f"row {row.get('id')!r} of {table.name} does not match its checksum: the database file "
+        f"row {row.get('id')!r} of {_name(table)} does not match its checksum: the database file "
         "is damaged. Restore it from a backup (for SQLite, with its -wal and -shm files); "
         "`agentledger db verify` lists every damaged row."
     )
@@ -178,6 +175,10 @@ def check_row(table: Table, row: Mapping[Any, Any]) -> None:
 
 def damaged_rows(conn: Connection) -> list[str]:
     """Every row of the ledger whose checksum does not match it, one line each."""
+    from sqlalchemy import select  # only here: the rest of this module reads without it
+
+    from .tables import LEDGER_TABLES
+
     return [
         f"row {row['id']!r} of {table.name} does not match its checksum"
         for table in LEDGER_TABLES
@@ -215,29 +216,32 @@ def _json(value: Any) -> str:
     return "j" + canonical_json(_as_read_back(value))
 
 
-_FORMS: dict[type, Callable[[Any], str]] = {
-    str: "s".__add__,
-    type(None): "~".format,
-    int: "i{:d}".format,
-    bool: "i{:d}".format,
-    float: _float,
-    datetime: _time,
-    dict: _json,
-    list: _json,
-    tuple: _json,
-}
-"""The canonical form of a value of each common type (:func:`_canonical` for any other). An
-enum column's value is its text, as it was before the column read back as an enum."""
-for _enum in (
-    AgentStatus,
-    CompactionKind,
-    CompactionStatus,
-    ConversationKind,
-    Role,
-    StepType,
-    StopReason,
-):
-    _FORMS[_enum] = "s".__add__
+class _Forms(dict[type, Callable[[Any], str]]):
+    """The canonical form of a value of each common type (:func:`_canonical` for any other),
+    learning the text subclasses it meets: an enum column's value (an ``AgentStatus``, a
+    ``Role``, ...) is its text, as it was before the column read back as an enum."""
+
+    def __missing__(self, kind: type) -> Callable[[Any], str]:
+        if not issubclass(kind, str):
+            raise KeyError(kind)
+        self[kind] = form = "s".__add__
+        return form
+
+
+_FORMS = _Forms(
+    {
+        str: "s".__add__,
+        type(None): "~".format,
+        int: "i{:d}".format,
+        bool: "i{:d}".format,
+        float: _float,
+        datetime: _time,
+        dict: _json,
+        list: _json,
+        tuple: _json,
+    }
+)
+
 
 canonical_json = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 """The canonical text of a JSON value, as checksums cover it. The SQLite engine stores JSON

@@ -25,14 +25,18 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from alembic.util import CommandError
-from sqlalchemy import Connection, Engine, inspect, text
+from sqlalchemy import Connection, Engine, text
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 from ..errors import MigrationError, SchemaVersionError, UsageError
 from ._access import read_only_access
-from ._engine import WRITE, is_refused, make_engine, normalize_url, sqlite_path
+from ._engine import WRITE, make_engine
+from ._failures import is_refused
+from ._revisions import HEAD, VERSION_TABLE, tables
+from ._revisions import check_not_newer as _check_not_newer
 from ._schema_files import ddl_revision, ddl_statements, find_schema_file
+from ._urls import normalize_url, sqlite_path
 
 __all__ = [
     "VERSION_TABLE",
@@ -49,9 +53,6 @@ __all__ = [
     "locked",
     "upgrade",
 ]
-
-VERSION_TABLE = "agentledger_version"
-"""Alembic's version table, named so it cannot clash with an application's own migrations."""
 
 _ADVISORY_LOCK = 0x616C6564  # "aled": the PostgreSQL advisory lock key for migrations
 
@@ -85,7 +86,7 @@ def upgrade(database: Target, revision: str = "head") -> str | None:
         check_not_newer(at)
         with _permitted(conn, at, revision):
             if revision == "head" and at is None and _created_at_head(conn):
-                return head()
+                return HEAD
             command.upgrade(alembic_config(conn), revision)
         return _current(conn)
 
@@ -95,21 +96,19 @@ def _created_at_head(conn: Connection) -> bool:
     (nothing done) when the database holds a table of the ledger already, or the package holds
     no DDL of the newest revision (a checkout whose ``schema/`` is out of date, ``make
     schema``; a copy of the package without it), so the migrations run instead."""
-    script = find_schema_file(f"{conn.dialect.name}.sql")
-    if script is None or ddl_revision(script) != head() or _holds_ledger_tables(conn):
+    dialect = conn.dialect.name
+    script = find_schema_file(f"{dialect}.sql")
+    if script is None or ddl_revision(script) != HEAD:
         return False
-    for statement in ddl_statements(script, conn.dialect.name):
+    present = tables(dialect, lambda sql: conn.exec_driver_sql(sql).all())
+    if {VERSION_TABLE, "conversations", "conversation_messages"} & set(present):
+        return False
+    for statement in ddl_statements(script, dialect):
         conn.exec_driver_sql(statement)
     conn.execute(
-        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"),
-        {"revision": head()},
+        text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"), {"revision": HEAD}
     )
     return True
-
-
-def _holds_ledger_tables(conn: Connection) -> bool:
-    present = set(inspect(conn).get_table_names())
-    return bool(present & {VERSION_TABLE, "conversations", "conversation_messages"})
 
 
 def downgrade(database: Target, revision: str) -> str | None:
@@ -244,12 +243,7 @@ def is_current(engine: Engine) -> bool:
 def check_not_newer(revision: str | None) -> None:
     """Raise :class:`SchemaVersionError` when ``revision`` is not one this agentledger ships
     (the database was migrated by a newer one)."""
-    if revision is not None and revision not in {r.revision for r in history()}:
-        raise SchemaVersionError(
-            f"the database is at schema revision {revision!r}, which this agentledger does not "
-            f"know (its newest is {head()!r}): it was migrated by a newer agentledger. "
-            "Upgrade agentledger, or open a database made by this version."
-        )
+    _check_not_newer(revision)
 
 
 def _current(connection: Connection) -> str | None:

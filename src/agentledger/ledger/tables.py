@@ -34,11 +34,10 @@ from sqlalchemy import (
     false,
     true,
 )
-from sqlalchemy.dialects.postgresql import JSONB
 from sqlalchemy.engine import Dialect
 from sqlalchemy.orm import configure_mappers, registry
 from sqlalchemy.orm.instrumentation import manager_of_class
-from sqlalchemy.types import TypeDecorator
+from sqlalchemy.types import TypeDecorator, TypeEngine
 from sqlmodel import Field, SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
@@ -51,6 +50,9 @@ from ..values import (
     StopReason,
     Usage,
 )
+from ._columns import USAGE_COLUMNS as USAGE_COLUMNS
+from ._columns import ConversationKind as ConversationKind
+from ._columns import EnumValues, duration_ms, sqlite_time, usage_of, utc_time
 
 NAMING_CONVENTION = {
     "ix": "ix_%(table_name)s_%(column_0_N_name)s",
@@ -85,9 +87,7 @@ class UTCDateTime(TypeDecorator[datetime]):
         return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
 
     def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+        return None if value is None else utc_time(value)
 
     # SQLite keeps the time as text: there, one step each way instead of two (the same text as
     # SQLAlchemy's own DATETIME writes, ``YYYY-MM-DD HH:MM:SS.ffffff``, read as it reads it).
@@ -97,11 +97,7 @@ class UTCDateTime(TypeDecorator[datetime]):
             return super().bind_processor(dialect)
 
         def process(value: datetime | None) -> str | None:
-            if value is None:
-                return None
-            if value.tzinfo is None:
-                raise ValueError(f"naive datetime {value!r}: the ledger stores aware UTC times")
-            return value.astimezone(UTC).replace(tzinfo=None).isoformat(" ", "microseconds")
+            return None if value is None else sqlite_time(value)
 
         return process
 
@@ -110,10 +106,7 @@ class UTCDateTime(TypeDecorator[datetime]):
             return super().result_processor(dialect, coltype)
 
         def process(value: str | None) -> datetime | None:
-            if value is None:
-                return None
-            moment = datetime.fromisoformat(value)
-            return moment.replace(tzinfo=UTC) if moment.tzinfo is None else moment.astimezone(UTC)
+            return None if value is None else utc_time(value)
 
         return process
 
@@ -132,8 +125,8 @@ class EnumText(TypeDecorator[StrEnum]):
     def __init__(self, enum: type[StrEnum]) -> None:
         super().__init__()
         self.enum = enum
-        self._members = _Lookup(enum, {m.value: m for m in enum})
-        self._texts = _Lookup(enum, {m.value: m.value for m in enum})
+        self._members = EnumValues(enum)
+        self._texts = EnumValues(enum, {m.value: m.value for m in enum})
 
     def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
         text: str | None = self._texts[value]
@@ -150,21 +143,24 @@ class EnumText(TypeDecorator[StrEnum]):
         return self._members.__getitem__
 
 
-class _Lookup(dict[Any, Any]):
-    """An enum's values by its members' texts (``None`` by ``None``); an unknown text is a
-    ``ValueError``."""
+class JSONColumn(TypeDecorator[Any]):
+    """JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``): JSONB on
+    PostgreSQL, whose dialect loads only for a PostgreSQL ledger (a SQLite ledger loads
+    SQLAlchemy's SQLite dialect alone)."""
 
-    def __init__(self, enum: type[StrEnum], values: dict[str, Any]) -> None:
-        super().__init__(values)
-        self.enum = enum
-        self[None] = None
+    impl = JSON(none_as_null=True)
+    cache_ok = True
 
-    def __missing__(self, value: Any) -> Any:
-        raise ValueError(f"{value!r} is not a valid {self.enum.__name__}")
+    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
+        if dialect.name == "postgresql":
+            from sqlalchemy.dialects.postgresql import JSONB
+
+            return dialect.type_descriptor(JSONB(none_as_null=True))
+        return dialect.type_descriptor(JSON(none_as_null=True))
 
 
-JSONType = JSON(none_as_null=True).with_variant(JSONB(none_as_null=True), "postgresql")
-"""JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``)."""
+JSONType = JSONColumn()
+"""The ledger's JSON columns' type (the migrations that add such a column use it too)."""
 
 
 def _json(name: str, *, nullable: bool = True) -> Any:
@@ -182,9 +178,6 @@ def _one_hour_writes() -> Any:
     cache (revision 0007; last, as it was added)."""
     return Field(default=0, sa_column_kwargs={"server_default": "0"})
 
-
-USAGE_COLUMNS = tuple(Usage.model_fields)
-"""The token columns of runs, steps and compactions: one per field of :class:`Usage`."""
 
 STAMPED_TABLES = (
     "conversations",
@@ -222,15 +215,6 @@ def _time(*, nullable: bool = False, index: bool = False) -> Any:
 
 def _enum(enum: type[StrEnum], *, nullable: bool = False, index: bool = False, **kw: Any) -> Any:
     return Field(sa_type=EnumText(enum), nullable=nullable, index=index, **kw)
-
-
-class ConversationKind(StrEnum):
-    """What a conversation is; the values of ``conversations.kind``."""
-
-    MAIN = "main"
-    """A user's conversation with an agent."""
-    SUBAGENT = "subagent"
-    """The isolated conversation of a subagent run."""
 
 
 class Conversation(LedgerTable, table=True):
@@ -331,21 +315,12 @@ class AgentRun(LedgerTable, table=True):
     @property
     def usage(self) -> Usage:
         """The run's own steps' tokens (exclusive of its subagents'), as one value."""
-        return Usage(
-            input_tokens=self.input_tokens,
-            output_tokens=self.output_tokens,
-            cache_read_tokens=self.cache_read_tokens,
-            cache_write_tokens=self.cache_write_tokens,
-            reasoning_tokens=self.reasoning_tokens,
-            cache_write_1h_tokens=self.cache_write_1h_tokens,
-        )
+        return usage_of(self.__dict__)
 
     @property
     def duration_ms(self) -> float | None:
         """From its start to its end; ``None`` while it runs."""
-        if self.finished_at is None:
-            return None
-        return (self.finished_at - self.started_at).total_seconds() * 1000.0
+        return duration_ms(self.started_at, self.finished_at)
 
 
 class ExecutionBufferRow(LedgerTable, table=True):

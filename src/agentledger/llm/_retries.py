@@ -5,7 +5,6 @@ how they wait)."""
 from __future__ import annotations
 
 import asyncio
-import logging
 import random
 import time
 from collections.abc import Awaitable, Callable
@@ -16,11 +15,12 @@ from email.utils import parsedate_to_datetime
 import httpx
 from pydantic import JsonValue
 
+from .._logs import library_logger
 from ..errors import ConfigurationError, ProviderError
 from ..values import Clock, utc_now
 from ._statuses import ErrorDetails
 
-logger = logging.getLogger("agentledger.llm")
+logger = library_logger("agentledger.llm")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -7,12 +7,12 @@ code over values; asking the model and running tools happen in the driver.
 from __future__ import annotations
 
 import contextlib
-import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 
+from .._logs import library_logger
 from ..core import (
     EMPTY_TOOLS,
     ContextBudget,
@@ -60,7 +60,7 @@ from ._streams import AsyncRunStream, RunStream
 from ._summaries import summarized
 from ._tracing import Tracer, traced
 
-logger = logging.getLogger(__name__)
+logger = library_logger(__name__)
 
 DEFAULT_FINAL_INSTRUCTION = (
     "You have reached the limit of this run ({reason}) and cannot call tools any more. "

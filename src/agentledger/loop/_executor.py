@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-import logging
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -25,6 +24,7 @@ from functools import partial
 import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from .._logs import library_logger
 from ..core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet, tool_metadata
 from ..errors import LedgerError
 from ..values import (
@@ -43,7 +43,7 @@ from ._partials import note_tool_result, note_tool_started
 from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
 from ._tracing import Tracer
 
-logger = logging.getLogger("agentledger.tools")
+logger = library_logger("agentledger.tools")
 
 TRACEBACK_KEY = "traceback"
 """Where a tool execution keeps the traceback of the exception its tool raised, in its

@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextvars
 import heapq
 import itertools
-import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -24,12 +23,13 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from .._logs import library_logger
 from ..errors import ConfigurationError
 from ..recording import Recorder, RunResult, interrupted_step
 from ..values import AgentStep, Clock, Event, StepExecution, TextDelta, ToolExecution
 from ._runtime import submit
 
-logger = logging.getLogger(__name__)
+logger = library_logger(__name__)
 
 
 @dataclass(frozen=True)

@@ -5,17 +5,17 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import logging
 import threading
 import weakref
 from collections.abc import Callable
 from typing import Protocol
 
+from .._logs import library_logger
 from ..core import ToolConnection, ToolSet, ToolSource, combined_tools
 from ..errors import ToolDefinitionError
 from ._executor import ToolExecutor
 
-logger = logging.getLogger(__name__)
+logger = library_logger(__name__)
 
 
 class Closable(Protocol):

@@ -18,7 +18,7 @@ from agentledger.ledger.migrate import VERSION_TABLE, locked
 config = context.config
 
 # Objects the migrations create that the models do not describe: full-text search.
-_UNMODELLED = ("conversation_messages_fts",)
+_UNMODELLED = ("conversation_messages_fts", "tool_executions_fts")
 
 
 def include_object(

@@ -51,6 +51,8 @@ from ._messages import (
 )
 from ._state import AgentState, AgentStatus, FiledMessage
 from ._steps import (
+    MCP_SERVER_KEY,
+    MCP_TOOL_KEY,
     REACT_METADATA_KEY,
     TOOL_ERROR_KEY,
     AgentStep,
@@ -75,6 +77,8 @@ from ._usage import UNPRICED, Spend, Usage, cost_text, money
 __all__ = [
     "EMPTY_MESSAGES",
     "LLM",
+    "MCP_SERVER_KEY",
+    "MCP_TOOL_KEY",
     "REACT_METADATA_KEY",
     "SHORT_ID_LENGTH",
     "STORABLE_TEXT_RULE",

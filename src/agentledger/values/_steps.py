@@ -24,6 +24,13 @@ def _milliseconds(started_at: datetime, finished_at: datetime) -> float:
     return (finished_at - started_at).total_seconds() * 1000.0
 
 
+MCP_SERVER_KEY = "mcp_server"
+"""The tool execution metadata key (``tool_executions.metadata``) naming the MCP server a
+call went to; the agent's own tools have none."""
+
+MCP_TOOL_KEY = "mcp_tool"
+"""The metadata key naming the tool as its MCP server knows it (the agent may prefix it)."""
+
 TOOL_ERROR_KEY = "is_error"
 """The metadata key of a ``tool`` message whose result is an error (the tool raised, or its
 arguments were refused): a provider that can say so (Anthropic's ``is_error``) tells the model."""
@@ -152,7 +159,7 @@ class AgentStep(BaseModel):
     def response_messages(self) -> Messages:
         """The answer, when the model gave one: the assistant message without its reasoning
         and provider metadata (same id)."""
-        return split_output(self.assistant_message, self.tool_executions)[1]
+        return _response(self.assistant_message)
 
     def output_messages(self) -> Messages:
         """Trace, then response: everything the step added, in order."""
@@ -203,14 +210,22 @@ def split_output(
     rejected (:func:`output_error`); any other is the answer, without its reasoning and provider
     metadata (they stay on the step).
     """
-    if assistant is None:
-        return EMPTY_MESSAGES, EMPTY_MESSAGES
-    if assistant.tool_calls or output_error(assistant) is not None:
+    if assistant is not None and _is_trace(assistant):
         return Messages.of(assistant, *(e.to_message() for e in executions)), EMPTY_MESSAGES
-    if not assistant.content:
-        return EMPTY_MESSAGES, EMPTY_MESSAGES
+    return EMPTY_MESSAGES, _response(assistant)
+
+
+def _is_trace(assistant: Message) -> bool:
+    return bool(assistant.tool_calls) or output_error(assistant) is not None
+
+
+def _response(assistant: Message | None) -> Messages:
+    """The answer in ``assistant`` (the step's message), if it is one (see
+    :func:`split_output`): read without building the trace's messages."""
+    if assistant is None or _is_trace(assistant) or not assistant.content:
+        return EMPTY_MESSAGES
     answer = assistant.model_copy(update={"reasoning": None, "metadata": {}})
-    return EMPTY_MESSAGES, Messages.of(answer)
+    return Messages.of(answer)
 
 
 class StepExecution(BaseModel):

@@ -75,7 +75,7 @@ class Spend(BaseModel):
         if not isinstance(other, Spend):
             return NotImplemented
         costs = [c for c in (self.cost_usd, other.cost_usd) if c is not None]
-        return Spend(
+        return Spend.model_construct(
             usage=self.usage + other.usage,
             cost_usd=sum(costs) if costs else None,
             steps=self.steps + other.steps,

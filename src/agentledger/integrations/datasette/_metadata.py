@@ -87,13 +87,25 @@ _UNDOCUMENTED = (
         },
     ),
     TableDoc(
+        name="tool_executions_fts",
+        description="Full-text search over the trace on SQLite: an FTS5 table holding a copy "
+        "of each tool execution's arguments (their JSON text) and result, kept in step by "
+        "triggers (agentledger search uses it).",
+        columns={
+            "arguments": "the call's arguments (tool_executions.arguments)",
+            "result": "what the tool returned (tool_executions.result)",
+            "tool_execution_id": "the tool execution (tool_executions.id)",
+            "run_id": "its run (tool_executions.run_id)",
+        },
+    ),
+    TableDoc(
         name="agentledger_version",
         description="The ledger's schema revision: Alembic's version table, named apart so "
         "the ledger can share a database with an application's own migrations.",
         columns={"version_num": "the newest revision applied (agentledger db current)"},
     ),
 )
-"""The two tables ``schema/README.md`` names without a section of their own: what it says of
+"""The tables ``schema/README.md`` names without a section of their own: what it says of
 them, where the metadata needs it table by table. A section there takes their place."""
 
 

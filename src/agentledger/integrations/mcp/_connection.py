@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
-import logging
 import shlex
 import tempfile
 import threading
@@ -31,6 +30,7 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
+from ..._logs import library_logger
 from ...core import ToolOutput
 from ...errors import ToolServerError
 from ._tools import MCPTool, arguments_model, tool_output
@@ -39,7 +39,7 @@ from ._transports import HttpTransport, StdioTransport
 if TYPE_CHECKING:
     from mcp.client._transport import TransportStreams
 
-logger = logging.getLogger("agentledger.mcp")
+logger = library_logger("agentledger.mcp")
 
 T = TypeVar("T")
 
