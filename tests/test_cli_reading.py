@@ -181,8 +181,11 @@ def test_search_takes_prefixes_and_shows_the_text_around_the_word(travel):
 def test_a_snippet_is_centred_on_the_first_word_found():
     text = "a " * 100 + "Lisbon tram " + "b " * 100
     shown = search_snippet(text, "lisb*", 30)
-    assert len(shown) == 30 and shown.startswith("…") and shown.endswith("…")
+    assert len(shown) <= 30 and shown.startswith("…") and shown.endswith("…")
     assert "Lisbon" in shown and abs(shown.index("Lisbon") - 12) <= 3
+    assert shown[1] != " " and shown[-2] != " "  # whole words, no cut one at either end
+    words = search_snippet("Lisbon " + "azulejo " * 20, "lisbon", 24)
+    assert words == "Lisbon azulejo azulejo…"  # not "…azulej…"
     assert search_snippet("Café\nau lait", "cafe", 30) == "Café au lait"
 
 

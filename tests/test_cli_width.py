@@ -88,10 +88,17 @@ def test_every_listing_fits_the_width_and_cuts_no_cell_to_a_stub(demo, tmp_path,
 
 
 def cells(lines: list[str]) -> Iterator[str]:
-    """Every cell of the tables' headers and bodies."""
-    for line in lines:
-        if line[:1] in ("│", "┃"):
-            yield from (cell.strip() for cell in re.split("[│┃]", line.strip("│┃")))
+    """Every cell of the tables' headers and bodies, whole: a cell wrapped over several lines
+    is their text joined (a row goes on while its first cell is empty)."""
+    row: list[list[str]] = []
+    for line in [*lines, ""]:
+        parts = [p.strip() for p in re.split("[│┃]", line.strip("│┃"))]
+        if line[:1] in ("│", "┃") and row and not parts[0] and len(parts) == len(row):
+            for kept, part in zip(row, parts, strict=True):
+                kept.append(part)
+            continue
+        yield from (" ".join(p for p in kept if p) for kept in row)
+        row = [[part] for part in parts] if line[:1] in ("│", "┃") else []
 
 
 def test_runs_at_80_columns_shows_ids_agent_status_and_cost_and_leaves_the_rest_out(demo):

@@ -394,7 +394,7 @@ def _runs_table(ledger: Reading, listed: Sequence[Any]) -> FittedTable:
 def search(
     ctx: click.Context, text: str, conversation: str | None, limit: int, as_json: bool
 ) -> None:
-    """Find the messages and tool calls that hold every word of TEXT.
+    """Find the messages and tool calls holding TEXT.
 
     Conversation messages, and tool calls of the trace (their arguments and results), best
     matches first; a word followed by * is a prefix (Lis*). Each hit is shown around the word

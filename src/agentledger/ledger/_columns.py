@@ -85,7 +85,7 @@ COLUMNS: dict[str, tuple[str, ...]] = {
         "cache_write_tokens", "reasoning_tokens", "cost_usd", "should_continue", "stop_reason",
         "decided_by", "outcome_detail", "final_response_required", "error", "message_id",
         "content", "reasoning", "metadata", "checksum", "tool_call_count",
-        "cache_write_1h_tokens", "change_seq", "tenant_id",
+        "cache_write_1h_tokens", "change_seq", "tenant_id", "interrupted",
     ),
     "tool_executions": (
         "id", "run_id", "step_id", "step_index", "position", "tool_call_id", "tool_name",

@@ -244,11 +244,21 @@ def search_snippet(text: str, query: str, width: int) -> str:
     start, length = found if found is not None else (0, 0)
     start = min(max(0, start - (width - length) // 2), len(flat) - width)
     piece = flat[start : start + width]
-    if start > 0:
-        piece = "…" + piece[1:]
     if start + width < len(flat):
-        piece = piece[:-1] + "…"
+        piece = _whole_words(piece[:-1], keep="start") + "…"
+    if start > 0:
+        piece = "…" + _whole_words(piece[1:], keep="end")
     return piece
+
+
+def _whole_words(piece: str, *, keep: str) -> str:
+    """``piece`` without the word a cut split at its other end (kept whole if it is the only
+    word): a snippet shows whole words."""
+    if " " not in piece.strip():
+        return piece
+    if keep == "start":
+        return piece.rsplit(" ", 1)[0].rstrip()
+    return piece.split(" ", 1)[1].lstrip()
 
 
 def _first_match(text: str, terms: list[Term]) -> tuple[int, int] | None:
