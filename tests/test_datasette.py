@@ -365,7 +365,11 @@ def test_the_canned_queries_hide_their_sql_until_asked(served, metadata):
 def test_the_ledger_s_bookkeeping_and_search_index_tables_are_hidden(served):
     listed = {t["name"]: t["hidden"] for t in get(served, "/ledger.json").json()["tables"]}
     bookkeeping = {"agentledger_changes", "agentledger_deletions", "agentledger_version"}
-    index = {name for name in listed if name.startswith("conversation_messages_fts")}
+    index = {
+        name
+        for name in listed
+        if name.startswith(("conversation_messages_fts", "tool_executions_fts"))
+    }
     assert index and {name for name, hidden in listed.items() if hidden} == bookkeeping | index
 
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,7 +119,8 @@ def invoke(*args: str, env: dict[str, str] | None = None) -> Result:
 
 def ok(*args: str, env: dict[str, str] | None = None) -> str:
     result = invoke(*args, env=env)
-    assert result.exit_code == 0, f"agentledger {' '.join(args)}: {result.output}"
+    raised = "".join(traceback.format_exception(*result.exc_info)) if result.exc_info else ""
+    assert result.exit_code == 0, f"agentledger {' '.join(args)}: {result.output}{raised}"
     assert result.exception is None
     return result.output
 

@@ -99,11 +99,21 @@ def _add_steps(branch: Tree, ledger: Any, node: Any, short: dict[str, str], verb
                 _add_steps(leaf.add(run_label(child, short)), ledger, child, short, verbose)
         answer = step.final_response()
         if step.interrupted:  # the run ended during it: what the user was shown of it
-            shown = ledger.recorder.run_result(node.run.id).answer
+            shown = _interrupted_answer(ledger, node.run)
             if shown:
                 item.add(f"[yellow]interrupted answer:[/yellow] {quoted(preview(shown))}")
         elif answer is not None:
             item.add(f"[green]answer:[/green] {quoted(preview(answer.content))}")
+
+
+def _interrupted_answer(ledger: Any, run: Any) -> str | None:
+    """What the user was shown of the interrupted run ``run``: its answer in the conversation,
+    flagged interrupted."""
+    for turn in ledger.turns(run.conversation_id):
+        if turn.run_id == run.id:
+            kept = [m.content for m in turn.messages if m.interrupted]
+            return kept[-1] if kept else None
+    return None
 
 
 def _server(tool: Any) -> str:
