@@ -59,6 +59,7 @@ from support.crash_points import (
     run_forked_together,
     wait_until,
 )
+from support.databases import BACKENDS, fresh_database
 from support.invariants import violations
 from support.sizes import SOAK, size
 
@@ -329,20 +330,41 @@ def test_the_crash_points_are_named_once_and_say_what_they_leave():
     assert PREPARED_BY.phase == "run" and PREPARED_BY.left == "open"
 
 
-KILLS = [
-    pytest.param(point, mode, id=f"{point.name}-{mode}")
-    for n, point in enumerate(POINTS)
-    for mode in (KILL_MODES if SOAK else KILL_MODES[n % 2 : n % 2 + 1])
-]
-"""Every point killed both ways in ``make soak``; in ``make test`` one way each, the two ways
-taking turns down the table (what a kill leaves is the kernel's and the database's doing, the
-same for both ways)."""
+def kills() -> list[Any]:
+    """Every point killed both ways on both backends in ``make soak``. In ``make test`` each
+    point once, the ways and the backends taking turns down the table, so that every point,
+    both ways and both backends are played (what a kill leaves is the kernel's and the
+    database's doing; the soak plays every combination)."""
+    chosen = [
+        (backend, point, mode)
+        for n, point in enumerate(POINTS)
+        for backend in (BACKENDS if SOAK else [BACKENDS[n // 2 % 2]])
+        for mode in (KILL_MODES if SOAK else [KILL_MODES[n % 2]])
+    ]
+    return [
+        pytest.param(
+            *backend.values,
+            point,
+            mode,
+            marks=backend.marks,
+            id=f"{backend.id}-{point.name}-{mode}",
+        )
+        for backend, point, mode in chosen
+    ]
 
 
-@pytest.mark.parametrize(("point", "mode"), KILLS)
+@pytest.fixture
+def killed_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh database on the backend the test's parameters name."""
+    with fresh_database(request.param, request, tmp_path) as url:
+        yield url
+
+
+@pytest.mark.parametrize(("killed_url", "point", "mode"), kills(), indirect=["killed_url"])
 def test_a_kill_at_any_write_leaves_the_run_open_or_finished_and_either_recovery_ends_it(
-    db_url, tmp_path, copy_of, point, mode, reliability_report
+    killed_url, tmp_path, copy_of, point, mode, reliability_report
 ):
+    db_url = killed_url
     killed = kill_at(db_url, point, mode, tmp_path)
     assert_left_as_the_point_says(db_url, killed)
     copy = copy_of(db_url)
@@ -372,7 +394,7 @@ def _library_error(name: str) -> type[AgentLedgerError]:
 def test_a_resume_and_an_abandon_racing_for_a_stale_run_have_exactly_one_winner(
     db_url, tmp_path, stale_after, reliability_report
 ):
-    rounds = size(2, 12)
+    rounds = size(1, 12)
     wins, losers = {"resume": 0, "abandon": 0}, Counter[str]()
     for n in range(rounds):
         workdir = tmp_path / f"round-{n}"

@@ -43,9 +43,9 @@ pytestmark = pytest.mark.serial
 
 WRITERS = 8
 READERS = 2
-SQLITE_SECONDS = seconds(10, 60)
+SQLITE_SECONDS = seconds(6, 60)
 PG_WRITERS = 4
-PG_SECONDS = seconds(6, 30)
+PG_SECONDS = seconds(4, 30)
 
 
 def totals(results: dict[str, dict[str, Any]]) -> Counter[str]:
