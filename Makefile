@@ -59,14 +59,15 @@ typecheck: $(VENV)/.installed-dev
 
 # pytest in two parts: every test but the timing-sensitive ones on xdist workers (one more than
 # the cores, as many tests wait on fsync, PostgreSQL or a subprocess; each worker with its own
-# PostgreSQL server and temporary directories), then those (marked serial)
+# PostgreSQL server and temporary directories; a worker that runs out of tests takes some of
+# another's, so no long test is left alone at the end), then those (marked serial)
 # alone, collected only from the files that mark some. A plain `pytest` runs them all, one
 # after the other.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
 
 test: lint typecheck $(SDK_PINNED)/.installed
-	$(BIN)/pytest -n $(WORKERS) -m "not serial"
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.

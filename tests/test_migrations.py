@@ -69,7 +69,7 @@ def statements() -> Iterator[list[str]]:
 
 
 def creates_of_conversations(seen: list[str]) -> int:
-    return sum(1 for s in seen if s.upper().startswith("CREATE TABLE CONVERSATIONS "))
+    return sum(s.upper().count("CREATE TABLE CONVERSATIONS ") for s in seen)
 
 
 @pytest.fixture(scope="module")

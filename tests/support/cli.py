@@ -240,19 +240,38 @@ class Interactive:
         return self.wait(timeout)
 
     def interrupt_until_exit(self, timeout: float = 60) -> int:
-        """Ctrl-C until the process ends; its exit code. Python sees a signal when the wait
-        it blocks in is interrupted: one that lands after the process wrote what a test waits
-        for but before it began to wait (``input()`` between its prompt and its read) is seen
-        at the next one. A person never presses Ctrl-C in that window; a test that signals as
-        soon as it reads the prompt does, so it signals again a while later."""
+        """Ctrl-C until the process reacts, then its exit code once it ended. Python sees a
+        signal when the wait it blocks in is interrupted: one that lands after the process
+        wrote what a test waits for but before it began to wait (``input()`` between its
+        prompt and its read) is seen at the next one. A person never presses Ctrl-C in that
+        window; a test that signals as soon as it reads the prompt does, so it signals again a
+        while later, unless the process has reacted meanwhile (printed something, or ended):
+        one more signal then would be a third press, landing while it leaves."""
         deadline = time.monotonic() + timeout
         while True:
+            printed = self._drained()
             self.process.send_signal(signal.SIGINT)
             try:
                 return self.wait(min(RESEND_AFTER, max(0.0, deadline - time.monotonic())))
             except subprocess.TimeoutExpired:
                 if time.monotonic() >= deadline:
                     raise
+                if self._drained() > printed:
+                    return self.wait(max(0.0, deadline - time.monotonic()))
+
+    def _drained(self) -> int:
+        """How much the process has printed so far, what it wrote since last read included."""
+        while True:
+            try:
+                chunk = self._chunks.get_nowait()
+            except queue.Empty:
+                break
+            if not chunk:  # the end: left for the next reader to see
+                self._chunks.put(chunk)
+                break
+            self._raw += chunk
+            self.reads.append(chunk.decode(errors="replace"))
+        return len(self.output)
 
     def wait(self, timeout: float = 60) -> int:
         """The exit code, once the process has ended (its remaining output read)."""

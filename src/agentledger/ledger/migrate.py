@@ -103,7 +103,10 @@ def _created_at_head(conn: Connection) -> bool:
     present = tables(dialect, lambda sql: conn.exec_driver_sql(sql).all())
     if {VERSION_TABLE, "conversations", "conversation_messages"} & set(present):
         return False
-    for statement in ddl_statements(script, dialect):
+    statements = ddl_statements(script, dialect)
+    if dialect == "postgresql":  # one round trip: PostgreSQL runs a script of statements
+        statements = [";\n".join(statements)]
+    for statement in statements:
         conn.exec_driver_sql(statement)
     conn.execute(
         text(f"INSERT INTO {VERSION_TABLE} (version_num) VALUES (:revision)"), {"revision": HEAD}
