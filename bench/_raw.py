@@ -25,9 +25,9 @@ from pathlib import Path
 from typing import Any
 
 try:  # the ledger's id scheme, so rows and indexes match
-    from agentledger.values import new_id
-except ImportError:  # agentledger before 0.2, which bench/versions.py measures too
-    from agentledger._ids import new_id  # type: ignore[no-redef,import-not-found]
+    from agentledger._values import new_id
+except ImportError:  # an earlier agentledger, which bench/previous.py measures too
+    from agentledger.values import new_id  # type: ignore[no-redef,import-not-found]
 
 from ._common import ANSWER, MODEL, RESULT, TOOL_NAME, USAGE, call_arguments, call_id
 

@@ -17,6 +17,7 @@ from sqlalchemy import Connection, Insert, Update, event, select
 from sqlalchemy.sql import ClauseElement
 
 from agentledger import AgentBuilder
+from agentledger._values import new_id
 from agentledger.ledger import Ledger, _leases, _reads, _runs, _writes
 from agentledger.ledger._engine import Connections
 from agentledger.ledger._statements import Compiled, Statements, stamped, statements_for
@@ -29,7 +30,6 @@ from agentledger.ledger.tables import (
     tool_executions,
 )
 from agentledger.llm import ScriptedLLM
-from agentledger.values import new_id
 
 from ._common import lookup, script
 

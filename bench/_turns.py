@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentledger import Agent, AgentBuilder, AgentState, Message, Recorder
-from agentledger.builder import DEFAULT_MAX_STEPS
+from agentledger._builder import DEFAULT_MAX_STEPS
 from agentledger.ledger import Ledger
 from agentledger.ledger.schema import ddl
 from agentledger.llm import ScriptedLLM

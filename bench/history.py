@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Literal
 
 from agentledger import AgentBuilder
-from agentledger.builder import DEFAULT_MAX_STEPS
+from agentledger._builder import DEFAULT_MAX_STEPS
 from agentledger.ledger import Ledger
 from agentledger.ledger.schema import ddl
 from agentledger.llm import ScriptedLLM

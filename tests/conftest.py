@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from agentledger import FunctionTool, tool
+from agentledger import tool
+from agentledger._core import FunctionTool
 from agentledger.ledger import Ledger
 from support import reports
 from support.clocks import FakeClock

@@ -10,18 +10,17 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    ConfigurationError,
     InMemoryRecorder,
     Message,
     Messages,
     ReActDriver,
     Role,
-    StepType,
     StopReason,
     ToolCall,
-    UnstorableTextError,
     Usage,
 )
+from agentledger._values import StepType
+from agentledger.errors import ConfigurationError, UnstorableTextError
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 

@@ -37,16 +37,14 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    ConfigurationError,
-    FunctionTool,
     SubagentSpec,
     ToolCall,
     Usage,
     tool,
 )
+from agentledger._core import FunctionTool, estimate_tokens
 from agentledger.analytics import Analytics, attach_statement, export_parquet, script
-from agentledger.core import estimate_tokens
-from agentledger.errors import LedgerOpenError, SchemaVersionError
+from agentledger.errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from support import sizes as suite_sizes

@@ -480,7 +480,7 @@ def test_a_cache_another_process_holds_is_a_clear_busy_error(tmp_path: Path) -> 
 
 
 def test_sync_without_a_cache_says_how_to_open_one(tmp_path: Path) -> None:
-    from agentledger import ConfigurationError
+    from agentledger.errors import ConfigurationError
 
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     Ledger.open(url).close()

@@ -17,13 +17,8 @@ from typing import Any
 
 import pytest
 
-from agentledger import (
-    AgentBuilder,
-    ConfigurationError,
-    LedgerOpenError,
-    NotFoundError,
-    SchemaVersionError,
-)
+from agentledger import AgentBuilder, NotFoundError
+from agentledger.errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support.databases import BACKENDS, fresh_database

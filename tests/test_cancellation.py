@@ -22,7 +22,6 @@ from agentledger import (
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
-    ProviderStreamCutError,
     Role,
     ScriptedLLM,
     SubagentSpec,
@@ -30,10 +29,11 @@ from agentledger import (
     Usage,
     tool,
 )
+from agentledger._loop import AsyncRunStream
+from agentledger._recording import INTERRUPTED_RESULT
+from agentledger.errors import ProviderStreamCutError
 from agentledger.events import TextDelta, ToolCallStarted
 from agentledger.ledger import Ledger
-from agentledger.loop import AsyncRunStream
-from agentledger.recording import INTERRUPTED_RESULT
 from support.cli import flat, ok
 from support.invariants import violations
 from support.ledger import Database

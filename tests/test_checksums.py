@@ -25,8 +25,9 @@ from click.testing import CliRunner, Result
 from sqlalchemy import insert, select, text
 
 import support.migration_harness as harness
-from agentledger import AgentBuilder, LedgerCorruptError, ToolCall, tool
+from agentledger import AgentBuilder, ToolCall, tool
 from agentledger.cli import cli
+from agentledger.errors import LedgerCorruptError
 from agentledger.ledger import Ledger
 from agentledger.ledger.checksums import ADDED, COVERED, checksum, checksum_over
 from agentledger.ledger.tables import (

@@ -16,8 +16,8 @@ from typing import Any
 import pytest
 from click.testing import CliRunner, Result
 
+from agentledger._values import money
 from agentledger.cli import cli
-from agentledger.values import money
 from support.cli import Interactive, console
 from support.fake_provider import (
     FakeProvider,

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, tool
+from agentledger._loop import SubagentSpec
 from agentledger.ledger import Ledger, SearchHit, TraceHit, search_snippet
-from agentledger.loop import SubagentSpec
 from support.cli import flat, invoke, ok
 from support.databases import BACKENDS, fresh_database
 from support.interrupted import SHOWN, agent_on, begin, step, stream_shown, tool_step_then_answer

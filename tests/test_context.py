@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from agentledger import AgentBuilder, Message, ToolCall, tool
-from agentledger.core import (
+from agentledger._core import (
     CHARS_PER_TOKEN,
     MASKED_KEY,
     TOKENS_PER_MESSAGE,
@@ -20,6 +20,7 @@ from agentledger.core import (
     estimate_tokens,
     mask_observations,
 )
+from agentledger._values import Role, Usage, new_id
 from agentledger.errors import (
     CompactionError,
     ConfigurationError,
@@ -29,7 +30,6 @@ from agentledger.errors import (
 )
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
-from agentledger.values import Role, Usage, new_id
 from support.ledger import Database
 
 RESULT_CHARS = 2_000

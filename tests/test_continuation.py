@@ -11,16 +11,15 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    ContinuationDecision,
     ExecutionBudget,
     Messages,
     Role,
-    StepType,
     StopReason,
     ToolCall,
     Usage,
     stop_when,
 )
+from agentledger._values import ContinuationDecision, StepType
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 

@@ -12,11 +12,11 @@ import pytest
 from click.testing import CliRunner, Result
 
 from agentledger import AgentBuilder, Ledger, ScriptedLLM
+from agentledger._values import money
 from agentledger.cli import cli
 from agentledger.cli._demo_cache import PromptCache, reference_prompt
 from agentledger.cli.demo import TEAM_TURN, TURNS
 from agentledger.llm import InferenceResponse
-from agentledger.values import money
 
 DEMO_FILE = "agentledger-demo.db"
 WIDTH = 80

@@ -1,11 +1,16 @@
 """``__all__`` is the public API: sorted, and exactly the public names a package exports, for
-the door (``agentledger``) and every public subpackage."""
+the door (``agentledger``), every public subpackage and the public modules beside the door; the
+layers below are private, and the docs name no private module."""
 
 from __future__ import annotations
 
+import __future__
+import ast
 import importlib
 import pkgutil
+import re
 import types
+from pathlib import Path
 
 import pytest
 
@@ -14,11 +19,20 @@ import agentledger
 INCLUDED_PRIVATE_MEMBERS = {"__version__"}
 
 
+ROOT = Path(__file__).resolve().parents[1]
+PUBLIC_MODULES = ["agentledger.errors", "agentledger.events"]
+
+
+def is_public(name: str) -> bool:
+    return not any(part.startswith("_") for part in name.split("."))
+
+
 def public_packages() -> list[types.ModuleType]:
-    """``agentledger`` and every package below it whose name has no private part."""
-    found = [agentledger]
+    """``agentledger``, every package below it whose name has no private part, and the public
+    modules beside the door."""
+    found = [agentledger, *map(importlib.import_module, PUBLIC_MODULES)]
     for info in pkgutil.walk_packages(agentledger.__path__, "agentledger."):
-        if info.ispkg and not any(p.startswith("_") for p in info.name.split(".")):
+        if info.ispkg and is_public(info.name):
             found.append(importlib.import_module(info.name))
     return found
 
@@ -44,6 +58,7 @@ def exported_names(package: types.ModuleType) -> set[str]:
         name
         for name, value in vars(package).items()
         if (not name.startswith("_") or name in INCLUDED_PRIVATE_MEMBERS)
+        and not isinstance(value, __future__._Feature)
         and not (
             isinstance(value, types.ModuleType)
             and value.__name__.startswith(f"{package.__name__}.")
@@ -63,22 +78,56 @@ PACKAGES = [p for p in public_packages() if not groups_only(p)]
 IDS = [p.__name__ for p in PACKAGES]
 
 
-def test_every_public_subpackage_is_covered():
-    assert set(IDS) >= {
+def test_every_public_package_is_covered_and_the_layers_are_private():
+    assert set(IDS) == {
         "agentledger",
-        "agentledger.values",
-        "agentledger.core",
-        "agentledger.recording",
-        "agentledger.loop",
-        "agentledger.drivers",
+        "agentledger.errors",
+        "agentledger.events",
         "agentledger.llm",
         "agentledger.ledger",
         "agentledger.analytics",
         "agentledger.cli",
+        "agentledger.integrations.datasette",
         "agentledger.integrations.otel",
         "agentledger.integrations.mcp",
         "agentledger.integrations.mcp_server",
+        "agentledger.integrations.openai_agents",
     }
+    for layer in ("values", "core", "recording", "loop", "drivers", "builder"):
+        with pytest.raises(ImportError):
+            importlib.import_module(f"agentledger.{layer}")
+
+
+def test_the_door_is_about_fifty_names():
+    assert 45 <= len(agentledger.__all__) <= 65
+
+
+def test_the_door_is_one_list_that_type_checkers_read_too():
+    """``__all__`` and the lazy table are built from ``__init__.pyi``'s lines; the stub read as
+    Python (as a type checker reads it) imports exactly those names, each from where it loads."""
+    stub = ast.parse(Path(agentledger.__file__).with_name("__init__.pyi").read_text())
+    declared = {
+        alias.name: f"agentledger.{node.module}"
+        for node in stub.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    for node in stub.body:
+        if isinstance(node, ast.ImportFrom):
+            assert node.level == 1
+            assert all(alias.asname == alias.name for alias in node.names), "re-export as X as X"
+    assert declared == agentledger._LAZY
+    assert set(agentledger.__all__) == {*declared, "__version__"}
+
+
+def test_the_docs_name_no_private_module():
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    named = {
+        f"{page.name}: {found}"
+        for page in pages
+        for found in re.findall(r"agentledger(?:\.\w+)*\._\w+", page.read_text())
+    }
+    assert named == set()
 
 
 @pytest.mark.parametrize("package", PACKAGES, ids=IDS)
@@ -112,7 +161,7 @@ def test_the_door_exports_what_a_user_needs():
     )
 
 
-def test_the_door_exports_every_error_of_the_tree_drawn_in_its_docstring():
+def test_every_error_of_the_tree_is_exported_and_drawn_in_its_docstring():
     from agentledger import errors
 
     defined = {
@@ -121,17 +170,20 @@ def test_the_door_exports_every_error_of_the_tree_drawn_in_its_docstring():
         if isinstance(value, type) and issubclass(value, errors.AgentLedgerError)
     }
     assert "LedgerReadOnlyError" in defined
+    assert set(errors.__all__) == defined
     for name in defined:
-        assert name in agentledger.__all__, name
-        assert getattr(agentledger, name) is getattr(errors, name)
         assert f" {name} " in errors.__doc__, f"{name} is not drawn in the error tree"
+    door_errors = {name for name in agentledger.__all__ if name in defined}
+    assert {"AgentLedgerError", "LedgerError", "ProviderError", "UsageError"} <= door_errors
+    for name in door_errors:
+        assert getattr(agentledger, name) is getattr(errors, name)
 
 
 def test_the_door_gives_the_same_objects_as_the_packages_that_define_them():
+    from agentledger._values import InferenceResponse
     from agentledger.analytics import Analytics
     from agentledger.ledger import Ledger
     from agentledger.llm import OpenAIChat, ScriptedLLM
-    from agentledger.values import InferenceResponse
 
     assert agentledger.Ledger is Ledger
     assert agentledger.Analytics is Analytics

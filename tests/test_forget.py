@@ -26,6 +26,7 @@ from click.testing import CliRunner
 from sqlalchemy import select, update
 
 from agentledger import AgentBuilder, Message, SubagentSpec, ToolCall, tool
+from agentledger._values import Role
 from agentledger.cli import cli
 from agentledger.errors import (
     ConversationBusyError,
@@ -37,7 +38,6 @@ from agentledger.ledger import Forgotten, Ledger
 from agentledger.ledger.checksums import checksum
 from agentledger.ledger.tables import conversations
 from agentledger.llm import InferenceResponse, ScriptedLLM
-from agentledger.values import Role
 from support.cli import CONSOLE_SCRIPT
 from support.clocks import FakeClock
 from support.ledger import Database

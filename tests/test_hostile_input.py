@@ -28,17 +28,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
-    AgentBuilder,
-    AmbiguousIdError,
-    ConfigurationError,
-    NotFoundError,
-    ToolCall,
-    UnstorableTextError,
-    UsageError,
-    tool,
-)
+from agentledger import AgentBuilder, NotFoundError, ToolCall, UsageError, tool
 from agentledger.analytics import Analytics
+from agentledger.errors import AmbiguousIdError, ConfigurationError, UnstorableTextError
 from agentledger.ledger import Ledger
 from agentledger.ledger._search import MAX_SEARCH_WORDS
 from agentledger.llm import InferenceResponse, OpenAIChat, ScriptedLLM

@@ -10,16 +10,11 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentledger import (
-    AgentStatus,
-    AmbiguousIdError,
-    Message,
-    NotFoundError,
-    Role,
-)
+from agentledger import AgentStatus, Message, NotFoundError, Role
+from agentledger._values import SHORT_ID_LENGTH, new_id, short_ids
 from agentledger.analytics import Analytics
+from agentledger.errors import AmbiguousIdError
 from agentledger.ledger import Ledger
-from agentledger.values import SHORT_ID_LENGTH, new_id, short_ids
 
 RUNS = ("0abcdef0-1111-aaaa", "0abcdef0-1122-bbbb", "0abcdef0-2222-cccc", "9fedcba9-0000-dddd")
 """Run ids: three share their first 8 characters, two of them their first 11."""

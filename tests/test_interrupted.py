@@ -12,25 +12,24 @@ from sqlalchemy import text
 
 from agentledger import (
     AgentStatus,
-    AgentStep,
     InferenceResponse,
     Message,
     Role,
     ScriptedLLM,
-    StepType,
     StopReason,
     ToolCall,
 )
-from agentledger.errors import LeaseLostError, NotFoundError, UnstorableTextError, UsageError
-from agentledger.ledger import Ledger
-from agentledger.ledger.migrate import head
-from agentledger.recording import (
+from agentledger._recording import (
     InMemoryRecorder,
     Recorder,
     RunResult,
     interrupted_step,
     interruption_notice,
 )
+from agentledger._values import AgentStep, StepType
+from agentledger.errors import LeaseLostError, NotFoundError, UnstorableTextError, UsageError
+from agentledger.ledger import Ledger
+from agentledger.ledger.migrate import head
 from support import forked
 from support.cli import flat, invoke, ok
 from support.crash_child import connect, rows, scalar

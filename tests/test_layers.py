@@ -55,7 +55,7 @@ def test_import_agentledger_builds_no_validator():
     """The values' models build their validators when first used (``defer_build``): building
     one at import (an instance made at module level, say) costs a tenth of the import."""
     script = (
-        "import json, agentledger, agentledger.values as values\n"
+        "import json, agentledger, agentledger._values as values\n"
         "from pydantic import BaseModel\n"
         "models = [o for o in vars(values).values()\n"
         "          if isinstance(o, type) and issubclass(o, BaseModel)]\n"

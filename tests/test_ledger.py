@@ -18,18 +18,18 @@ import pytest
 from agentledger import (
     AgentStatus,
     ConversationBusyError,
-    LeaseLostError,
     Message,
     NotFoundError,
     Role,
     RunResult,
-    StepType,
     StopReason,
     ToolCall,
     Usage,
     UsageError,
     tool,
 )
+from agentledger._values import StepType
+from agentledger.errors import LeaseLostError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from support.ledger import (

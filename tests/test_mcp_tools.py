@@ -328,7 +328,7 @@ def test_a_prefixed_name_the_agent_already_has_leaves_the_servers_tools_out(
 
     agent = builder(ledger_path, answer("fine")).with_tools([add, ours_add])
     with (
-        caplog.at_level(logging.WARNING, "agentledger.loop._agent"),
+        caplog.at_level(logging.WARNING, "agentledger._loop._agent"),
         agent.with_mcp_servers([MCPServer.http(ours_url, name="ours")]).build() as built,
     ):
         assert built.run("Hello.").answer == "fine"

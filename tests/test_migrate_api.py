@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import pytest
 
 import support.migration_harness as harness
-from agentledger import MigrationError, SchemaVersionError
+from agentledger.errors import MigrationError, SchemaVersionError
 from agentledger.ledger import Ledger, migrate
 from support.migration_harness import Database, Rows
 

@@ -20,8 +20,9 @@ from sqlalchemy import Engine, event
 from sqlalchemy.engine import make_url
 
 import support.migration_harness as harness
-from agentledger import AgentBuilder, SchemaVersionError, ToolCall, tool
+from agentledger import AgentBuilder, ToolCall, tool
 from agentledger.cli import cli
+from agentledger.errors import SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM

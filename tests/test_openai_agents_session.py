@@ -31,6 +31,7 @@ from openai.types.responses import (
 from openai.types.responses.response_reasoning_item import Summary
 
 from agentledger import Analytics
+from agentledger._values import AgentState, AgentStatus, new_id
 from agentledger.errors import (
     ConfigurationError,
     ConversationBusyError,
@@ -39,7 +40,6 @@ from agentledger.errors import (
 )
 from agentledger.integrations.openai_agents import AGENT_NAME, LedgerSession
 from agentledger.ledger import Ledger
-from agentledger.values import AgentState, AgentStatus, new_id
 
 NO_TRACING = RunConfig(tracing_disabled=True)
 TURNS = ("What is 2 + 3?", "Ask the helper for the weather in Paris.", "Thanks!")

@@ -22,8 +22,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from agentledger import AgentBuilder, ExportError, ScriptedLLM, UsageError
+from agentledger import AgentBuilder, ScriptedLLM, UsageError
 from agentledger.cli import cli
+from agentledger.errors import ExportError
 from agentledger.integrations.otel import OpenTelemetryTracer, export_otlp
 from agentledger.ledger import Ledger
 from support.ledger import Database

@@ -10,17 +10,15 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    AppendStepMessages,
-    AppendToolTraceToBuffer,
-    ClearExecutionBuffer,
     Message,
     Messages,
-    ProcessorError,
     Role,
     StateProcessor,
     StopReason,
     ToolCall,
 )
+from agentledger._core import AppendStepMessages, AppendToolTraceToBuffer, ClearExecutionBuffer
+from agentledger.errors import ProcessorError
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 

@@ -11,15 +11,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
-    AgentBuilder,
-    FunctionTool,
-    Message,
-    Messages,
-    ModelSettings,
-    ToolCall,
-    ToolSchema,
-)
+from agentledger import AgentBuilder, Message, Messages, ModelSettings, ToolCall, ToolSchema
+from agentledger._core import FunctionTool
 from agentledger.errors import ConfigurationError
 from agentledger.ledger import Ledger
 from agentledger.llm import AnthropicMessages, InferenceRequest, PriceTable

@@ -14,11 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
+from agentledger import Message, Messages, ProviderError
+from agentledger.errors import (
     ConfigurationError,
-    Message,
-    Messages,
-    ProviderError,
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderServerError,

@@ -14,8 +14,9 @@ import httpx
 import pytest
 from pydantic import BaseModel
 
-from agentledger import ConfigurationError, Message, Messages, ProviderTimeoutError, ToolSchema
-from agentledger.core import Summarizer, tool, tool_schema
+from agentledger import Message, Messages, ToolSchema
+from agentledger._core import Summarizer, tool, tool_schema
+from agentledger.errors import ConfigurationError, ProviderTimeoutError
 from agentledger.llm import (
     AnthropicMessages,
     HttpProvider,

@@ -23,22 +23,16 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
+from agentledger import Message, Messages, ProviderError, Role, ToolCall, ToolSchema, Usage
+from agentledger.errors import (
     ConfigurationError,
-    Message,
-    Messages,
     ProviderAuthenticationError,
     ProviderConnectionError,
-    ProviderError,
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderResponseError,
     ProviderServerError,
     ProviderTimeoutError,
-    Role,
-    ToolCall,
-    ToolSchema,
-    Usage,
 )
 from agentledger.llm import (
     AnthropicMessages,
@@ -1404,7 +1398,8 @@ def test_each_retry_is_logged_as_a_warning_saying_what_failed_and_when_it_retrie
 
 _REFUSED = """
 import sys
-from agentledger import InferenceRequest, Message, Messages, ProviderConnectionError
+from agentledger import InferenceRequest, Message, Messages
+from agentledger.errors import ProviderConnectionError
 from agentledger.llm import OpenAIChat, RetryPolicy
 
 llm = OpenAIChat("m", base_url=sys.argv[1], retry=RetryPolicy(sleep=lambda seconds: None))

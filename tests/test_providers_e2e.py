@@ -18,7 +18,9 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from agentledger import Agent, AgentBuilder, AgentStatus, FunctionTool, Role, StepType, Usage
+from agentledger import Agent, AgentBuilder, AgentStatus, Role, Usage
+from agentledger._core import FunctionTool
+from agentledger._values import StepType
 from agentledger.ledger import Ledger
 from agentledger.llm import (
     AnthropicMessages,

@@ -7,7 +7,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from agentledger import AgentBuilder, AgentStatus, FunctionTool, tool
+from agentledger import AgentBuilder, AgentStatus, tool
+from agentledger._core import FunctionTool
 from agentledger.ledger import Ledger
 from agentledger.llm import AnthropicMessages, RetryPolicy
 from support.fake_provider import (

@@ -13,16 +13,8 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
-    ConfigurationError,
-    Message,
-    Messages,
-    OpenAIResponses,
-    ProviderStreamCutError,
-    ToolCall,
-    ToolSchema,
-    Usage,
-)
+from agentledger import Message, Messages, OpenAIResponses, ToolCall, ToolSchema, Usage
+from agentledger.errors import ConfigurationError, ProviderStreamCutError
 from agentledger.llm import InferenceRequest, ModelSettings, RetryPolicy
 from support.fake_provider import (
     responses_events,

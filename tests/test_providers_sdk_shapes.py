@@ -26,15 +26,8 @@ from openai.types.completion_usage import (
 )
 from pydantic import BaseModel
 
-from agentledger import (
-    Message,
-    Messages,
-    ProviderResponseError,
-    ProviderStreamCutError,
-    Role,
-    ToolCall,
-    Usage,
-)
+from agentledger import Message, Messages, Role, ToolCall, Usage
+from agentledger.errors import ProviderResponseError, ProviderStreamCutError
 from agentledger.llm import (
     AnthropicMessages,
     HttpProvider,

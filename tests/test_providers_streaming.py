@@ -18,20 +18,15 @@ from typing import Any
 import httpx
 import pytest
 
-from agentledger import (
+from agentledger import Message, Messages, ProviderError, Role, ToolCall, ToolSchema
+from agentledger.errors import (
     ConfigurationError,
-    Message,
-    Messages,
     ProviderAuthenticationError,
-    ProviderError,
     ProviderRateLimitError,
     ProviderRequestError,
     ProviderResponseError,
     ProviderServerError,
     ProviderStreamCutError,
-    Role,
-    ToolCall,
-    ToolSchema,
 )
 from agentledger.llm import (
     AnthropicMessages,

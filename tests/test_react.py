@@ -14,15 +14,15 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    ConfigurationError,
-    FunctionTool,
     Messages,
     ReActDriver,
     Role,
-    StepType,
     StopReason,
     Usage,
 )
+from agentledger._core import FunctionTool
+from agentledger._values import StepType
+from agentledger.errors import ConfigurationError
 from agentledger.ledger import Ledger
 from agentledger.ledger.checksums import canonical_json
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM

@@ -31,15 +31,10 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError
 
 import agentledger
-from agentledger import (
-    AgentBuilder,
-    LedgerError,
-    LedgerOpenError,
-    LedgerReadOnlyError,
-    SchemaVersionError,
-)
+from agentledger import AgentBuilder, LedgerError
 from agentledger.analytics import Analytics
 from agentledger.cli import cli
+from agentledger.errors import LedgerOpenError, LedgerReadOnlyError, SchemaVersionError
 from agentledger.ledger import Ledger, migrate
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support import unprivileged as play

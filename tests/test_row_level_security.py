@@ -19,8 +19,8 @@ from click.testing import CliRunner
 from psycopg import errors, sql
 from sqlalchemy import create_engine, text
 
-from agentledger import LedgerPermissionError, MigrationError
 from agentledger.cli import cli
+from agentledger.errors import LedgerPermissionError, MigrationError
 from agentledger.ledger import Ledger, migrate
 from agentledger.ledger._scope import Scope
 from agentledger.ledger.roles import RUN_TABLES

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentledger import AgentStatus, Spend, Usage
+from agentledger import AgentStatus, Usage
+from agentledger._values import Spend
 from agentledger.ledger import Ledger, RunTree
 from support.crash_child import (
     FULL_ANSWER,

@@ -21,16 +21,14 @@ from agentledger import (
     AgentBuilder,
     AgentState,
     AgentStatus,
-    ContinuationDecision,
     ExecutionBudget,
     Role,
-    Spend,
-    StepType,
     StopReason,
     SubagentPolicy,
     SubagentSpec,
     Usage,
 )
+from agentledger._values import ContinuationDecision, Spend, StepType
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentledger import ToolCall, UnstorableTextError, UsageError
+from agentledger import ToolCall, UsageError
+from agentledger._values import Unstorable, check_storable, find_unstorable, printable
+from agentledger.errors import UnstorableTextError
 from agentledger.llm import InferenceResponse
-from agentledger.values import Unstorable, check_storable, find_unstorable, printable
 
 VALID = [
     "",

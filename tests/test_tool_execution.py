@@ -20,17 +20,17 @@ from agentledger import (
     AgentStatus,
     Messages,
     Role,
-    ScriptExhaustedError,
-    StepType,
     StopReason,
     ToolCall,
     ToolContext,
     ToolOutput,
     tool,
 )
+from agentledger._loop import TRACEBACK_KEY
+from agentledger._values import StepType
+from agentledger.errors import ScriptExhaustedError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from agentledger.loop import TRACEBACK_KEY
 
 
 def calls(*tool_calls: ToolCall, content: str = "") -> InferenceResponse:

@@ -10,7 +10,6 @@ from pydantic import Field
 from agentledger import (
     AgentBuilder,
     AgentState,
-    FunctionTool,
     Messages,
     Tool,
     ToolCall,
@@ -20,6 +19,7 @@ from agentledger import (
     UsageError,
     tool,
 )
+from agentledger._core import FunctionTool
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 

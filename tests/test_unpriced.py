@@ -1,5 +1,5 @@
 """A cost nobody knows is "unpriced", never $0: the ledger stores NULL for a model with no
-price, and every view says so in one wording (``agentledger.values.cost_text``): ``runs``,
+price, and every view says so in one wording (``agentledger._values.cost_text``): ``runs``,
 ``trace``, the analytics report in the terminal and in HTML. A total over priced and unpriced
 steps is a floor, said as one: ``$0.0200 + unpriced``. (``run`` and ``chat`` say it too:
 tests/test_cli_chat.py.)"""
@@ -13,10 +13,10 @@ import pytest
 from click.testing import CliRunner
 
 from agentledger import AgentBuilder, SubagentSpec, ToolCall, Usage
+from agentledger._values import cost_text
 from agentledger.cli import cli
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
-from agentledger.values import cost_text
 
 
 def answer(text: str, cost: float | None = None) -> InferenceResponse:

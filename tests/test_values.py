@@ -13,12 +13,11 @@ from agentledger import (
     ExecutionBudget,
     Message,
     Messages,
-    MessageStore,
     Role,
-    Section,
     ToolCall,
     Usage,
 )
+from agentledger._values import MessageStore, Section
 from agentledger.llm import InferenceResponse, ScriptedLLM
 
 IMMUTABLE = (ValidationError, AttributeError, TypeError)

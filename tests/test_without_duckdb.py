@@ -57,7 +57,8 @@ def test_analytics_imports_without_duckdb_and_each_entry_point_names_the_extra(
 ) -> None:
     code = f"""
         import agentledger.analytics as analytics
-        from agentledger import Analytics, ConfigurationError
+        from agentledger import Analytics
+        from agentledger.errors import ConfigurationError
 
         assert "duckdb" not in sys.modules
         for name, call in [

@@ -38,6 +38,7 @@ from agentledger import (
     LLM,
     Agent,
     AgentBuilder,
+    AsyncRunStream,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
@@ -53,7 +54,6 @@ from agentledger import (
     tool,
 )
 from agentledger.events import RunFinished, RunStarted
-from agentledger.loop import AsyncRunStream
 
 PAGE = Path(__file__).parent / "static" / "index.html"
 

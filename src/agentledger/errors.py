@@ -48,6 +48,43 @@ message says what happened and what to do next.
 
 from __future__ import annotations
 
+__all__ = [
+    "AgentLedgerError",
+    "AmbiguousIdError",
+    "CompactionError",
+    "ConfigurationError",
+    "ConversationBusyError",
+    "ExportError",
+    "LLMError",
+    "LeaseLostError",
+    "LedgerBusyError",
+    "LedgerCorruptError",
+    "LedgerError",
+    "LedgerOpenError",
+    "LedgerPermissionError",
+    "LedgerReadOnlyError",
+    "LedgerUnavailableError",
+    "MigrationError",
+    "NotFoundError",
+    "ProcessorError",
+    "ProviderAuthenticationError",
+    "ProviderConnectionError",
+    "ProviderError",
+    "ProviderRateLimitError",
+    "ProviderRequestError",
+    "ProviderResponseError",
+    "ProviderServerError",
+    "ProviderStreamCutError",
+    "ProviderTimeoutError",
+    "RunError",
+    "SchemaVersionError",
+    "ScriptExhaustedError",
+    "ToolDefinitionError",
+    "ToolServerError",
+    "UnstorableTextError",
+    "UsageError",
+]
+
 
 class AgentLedgerError(Exception):
     """Root of every error agentledger raises on purpose."""

@@ -1,7 +1,7 @@
 """The events of a streamed run (``Agent.stream``, ``Agent.astream``): frozen pydantic models
 with a ``type`` field, ready for ``model_dump(mode="json")``."""
 
-from .values import (
+from ._values import (
     Event,
     ReasoningDelta,
     RunFinished,

@@ -39,18 +39,11 @@ from typing import Any
 
 import pytest
 
-from agentledger import (
-    AgentBuilder,
-    AgentLedgerError,
-    RunResult,
-    ToolCall,
-    ToolContext,
-    UnstorableTextError,
-    tool,
-)
+from agentledger import AgentBuilder, AgentLedgerError, RunResult, ToolCall, ToolContext, tool
+from agentledger._values import find_unstorable, printable
+from agentledger.errors import UnstorableTextError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from agentledger.values import find_unstorable, printable
 from support.crash_child import connect, rows
 from support.databases import BACKENDS, fresh_database
 from support.invariants import violations

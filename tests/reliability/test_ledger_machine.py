@@ -45,13 +45,13 @@ from agentledger import (
     AgentState,
     AgentStatus,
     ConversationBusyError,
-    LeaseLostError,
     Message,
     Role,
     ToolCall,
     UsageError,
     tool,
 )
+from agentledger.errors import LeaseLostError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse
 from support.crash_child import connect, rows

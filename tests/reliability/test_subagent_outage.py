@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 from sqlalchemy import event
 
-from agentledger import AgentStatus, LedgerUnavailableError
+from agentledger import AgentStatus
+from agentledger.errors import LedgerUnavailableError
 from agentledger.ledger import Ledger
 from support.invariants import violations
 from support.workload import build_agent

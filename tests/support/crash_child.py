@@ -43,17 +43,8 @@ from typing import Any
 from sqlalchemy import Connection, Engine, create_engine, event, inspect, text
 from sqlalchemy.pool import NullPool
 
-from agentledger import (
-    Agent,
-    AgentBuilder,
-    FunctionTool,
-    Role,
-    RunResult,
-    ToolCall,
-    ToolContext,
-    Usage,
-    tool,
-)
+from agentledger import Agent, AgentBuilder, Role, RunResult, ToolCall, ToolContext, Usage, tool
+from agentledger._core import FunctionTool
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from support import forked

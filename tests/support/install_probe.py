@@ -45,7 +45,8 @@ def record_a_run(url: str) -> str:
 
 def analytics_error(url: str) -> str:
     """What ``Analytics.open`` says where DuckDB is not installed."""
-    from agentledger import Analytics, ConfigurationError
+    from agentledger import Analytics
+    from agentledger.errors import ConfigurationError
 
     try:
         Analytics.open(url).close()

@@ -21,8 +21,8 @@ from agentledger import (
     ToolCall,
     tool,
 )
+from agentledger._recording import Recorder
 from agentledger.ledger import Ledger
-from agentledger.recording import Recorder
 
 QUESTION = "Tell me about Lisbon."
 SHOWN = ["Lisbon is the capital", "Lisbon is the capital of Portugal, built on seven"]

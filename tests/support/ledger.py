@@ -13,7 +13,8 @@ import pytest
 from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.engine import make_url
 
-from agentledger import Agent, AgentBuilder, FunctionTool, Message, ToolCall, tool
+from agentledger import Agent, AgentBuilder, Message, ToolCall, tool
+from agentledger._core import FunctionTool
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 

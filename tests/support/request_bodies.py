@@ -28,6 +28,7 @@ from agentledger import (
     ToolSchema,
     tool,
 )
+from agentledger._recording import interrupted_answer
 from agentledger.ledger import Ledger
 from agentledger.llm import (
     AnthropicMessages,
@@ -36,7 +37,6 @@ from agentledger.llm import (
     OpenAIChat,
     OpenAIResponses,
 )
-from agentledger.recording import interrupted_answer
 from support.fake_provider import (
     anthropic_message,
     anthropic_stream,

@@ -41,9 +41,9 @@ from agentledger import (
     Usage,
     tool,
 )
+from agentledger._loop import SPAWN_TOOL_NAME
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
-from agentledger.loop import SPAWN_TOOL_NAME
 from support import crash_child, forked
 from support.crash_child import (
     FULL_ANSWER,

@@ -14,8 +14,8 @@ from typing import Any
 from sqlalchemy import Engine, create_engine, text
 
 from agentledger import Message, Role, ToolCall, Usage, tool
+from agentledger._loop import DEFAULT_FINAL_INSTRUCTION
 from agentledger.llm import InferenceRequest, InferenceResponse
-from agentledger.loop import DEFAULT_FINAL_INSTRUCTION
 
 Item = InferenceResponse | Callable[[InferenceRequest], InferenceResponse]
 

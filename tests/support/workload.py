@@ -70,18 +70,17 @@ from agentledger import (
     Agent,
     AgentBuilder,
     ConversationBusyError,
-    LedgerBusyError,
-    LedgerUnavailableError,
     RunResult,
     SubagentSpec,
     ToolCall,
     Usage,
     tool,
 )
+from agentledger._loop import SPAWN_TOOL_NAME
+from agentledger._values import Role
+from agentledger.errors import LedgerBusyError, LedgerUnavailableError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse
-from agentledger.loop import SPAWN_TOOL_NAME
-from agentledger.values import Role
 from support import child_environment, module_command
 from support.crash_child import connect, play_role, rows
 

@@ -11,10 +11,10 @@ from typing import TYPE_CHECKING, Literal, Self
 
 from sqlalchemy.engine import make_url
 
+from .._values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from ..ledger import Scope, file_to_read, normalize_url, sqlite_path
 from ..ledger.migrate import VERSION_TABLE, check_not_newer, head
-from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from . import _cache, _extensions, _rollup, _scope
 from ._cache import Progress, SyncResult
 from ._duckdb import quoted, require_duckdb

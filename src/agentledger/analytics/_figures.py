@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Literal
 
-from ..values import cost_text
+from .._values import cost_text
 from . import _charts
 from ._format import compact, count, money_axis, ms_text, percent, plural, time_text
 from ._report import BucketUnit, Report, RunCost, ToolStat, Totals, UsagePoint, run_anchor

@@ -9,7 +9,7 @@ import os
 from html import escape
 from pathlib import Path
 
-from ..values import cost_text
+from .._values import cost_text
 from ._figures import Figure, Palette, figures
 from ._format import plural, time_text
 from ._report import Column, Report, ReportTable, RunCost, Totals, run_anchor

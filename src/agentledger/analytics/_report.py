@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from sqlalchemy.engine import make_url
 
-from ..values import cost_text
+from .._values import cost_text
 from ._analytics import Analytics
 from ._format import count, ms_text, number, percent, plural, time_text
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING
 from rich.console import Group, RenderableType
 from rich.text import Text
 
+from .._values import terminal_text
 from .._width import FittedColumn, FittedTable
-from ..values import terminal_text
 from ._duckdb import require_duckdb
 from ._format import count, time_text
 from ._parquet import LEFT_OUT, read_back

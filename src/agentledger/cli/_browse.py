@@ -28,9 +28,9 @@ from ._json import json_option, message_record, print_json_lines, run_records, t
 if TYPE_CHECKING:
     from rich.text import Text
 
+    from .._values import Messages
     from .._width import FittedTable
     from ..ledger import AgentRun, Ledger, SearchHit, TraceHit
-    from ..values import Messages
     from ._app import Reading
 
 _LIMIT_HELP = "List at most this many."
@@ -347,8 +347,8 @@ def runs(
 
 
 def _runs_table(ledger: Reading, listed: Sequence[Any]) -> FittedTable:
+    from .._values import cost_text
     from .._width import FittedColumn, FittedTable
-    from ..values import cost_text
     from ._render import plain
 
     runs_shown = ledger.short_ids((r.id for r in listed), of="run")

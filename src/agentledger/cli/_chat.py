@@ -21,8 +21,11 @@ from typing import Literal
 import httpx
 from rich.console import Console
 
-from ..builder import DEFAULT_MAX_STEPS, AgentBuilder
-from ..core import Tool, ToolSet
+from .._builder import DEFAULT_MAX_STEPS, AgentBuilder
+from .._core import Tool, ToolSet
+from .._loop import Agent, RunStream
+from .._recording import RunResult
+from .._values import AgentStatus, cost_text, new_id
 from ..errors import (
     AgentLedgerError,
     ConfigurationError,
@@ -39,9 +42,6 @@ from ..llm import (
     OpenAIResponses,
     PriceTable,
 )
-from ..loop import Agent, RunStream
-from ..recording import RunResult
-from ..values import AgentStatus, cost_text, new_id
 from ._app import in_scope
 from ._render import counted, preview, status_text
 from ._streaming import StreamPrinter, say, stop

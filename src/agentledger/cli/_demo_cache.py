@@ -21,10 +21,10 @@ from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Literal
 
-from ..builder import AgentBuilder
+from .._builder import AgentBuilder
+from .._recording import RunResult
 from ..ledger import Ledger
 from ..llm import AnthropicMessages
-from ..recording import RunResult
 from ._demo_file import demo_conversation
 from ._demo_script import convert_currency, get_weather, search_hotels
 

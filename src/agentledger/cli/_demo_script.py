@@ -11,10 +11,10 @@ import json
 
 from pydantic import JsonValue
 
-from ..core import tool
+from .._core import tool
+from .._loop import SubagentSpec
+from .._values import InferenceRequest, InferenceResponse, Role, ToolCall, Usage
 from ..llm import Price, PriceTable, ScriptedLLM, ScriptItem
-from ..loop import SubagentSpec
-from ..values import InferenceRequest, InferenceResponse, Role, ToolCall, Usage
 
 CHUNK_SIZE = 6
 """Characters per streamed chunk of the scripted models' text."""

@@ -27,7 +27,7 @@ class Age(click.ParamType[timedelta]):
     ) -> timedelta:
         if isinstance(value, timedelta):
             return value
-        from ..values import time_ago
+        from .._values import time_ago
 
         age = time_ago(str(value))
         if age is not None and age > timedelta(0):

@@ -20,7 +20,7 @@ import click
 if TYPE_CHECKING:
     from pydantic import BaseModel
 
-    from ..values import Message, StepExecution, ToolExecution
+    from .._values import Message, StepExecution, ToolExecution
     from ._app import Reading
 
 F = TypeVar("F", bound=Callable[..., Any])

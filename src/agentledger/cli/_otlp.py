@@ -17,7 +17,7 @@ from ._json import json_option, print_json_lines
 def parse_since(text: str, now: datetime | None = None) -> datetime:
     """``--since``: an ISO 8601 date or time (UTC unless it says otherwise), or a time ago
     (``30m``, ``12h``, ``7d``, ``2w``). :class:`ValueError` saying what is accepted."""
-    from ..values import moment, time_ago
+    from .._values import moment, time_ago
 
     ago = time_ago(text)
     if ago is not None:

@@ -11,15 +11,15 @@ from rich.text import Text
 if TYPE_CHECKING:
     from rich.tree import Tree
 
-    from ..values import Spend
+    from .._values import Spend
 
-from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY, cost_text, terminal_text
+from .._values import MCP_SERVER_KEY, MCP_TOOL_KEY, cost_text, terminal_text
 
 
 def plain(text: str) -> Text:
     """Text from the ledger as a terminal shows it: never read as markup (a title or a
     message may hold ``[red]`` or ``[link=...]``), and its control characters written as
-    escapes (:func:`~agentledger.values.terminal_text`), so data cannot drive the terminal."""
+    escapes (:func:`~agentledger._values.terminal_text`), so data cannot drive the terminal."""
     return Text(terminal_text(text))
 
 
@@ -158,7 +158,7 @@ _CRITERIA = {
     "time_limit": "time limit",
     "finish_reason": "the model's finish reason",
 }
-"""The built-in criteria (:mod:`agentledger.core`) in words; empty for those whose detail
+"""The built-in criteria (:mod:`agentledger._core`) in words; empty for those whose detail
 says it all (``the model answered``, ``1 tool call``). A criterion of the user's is shown by
 its name."""
 
@@ -172,7 +172,7 @@ def error_text(result: str) -> str:
 def _add_failure(leaf: Tree, tool: Any) -> None:
     """What a failed tool call said in full and, when its tool raised, where: the kept end of
     the traceback, as plain text (a traceback is no markup)."""
-    from ..loop import TRACEBACK_KEY
+    from .._loop import TRACEBACK_KEY
 
     leaf.add(Text(terminal_text(tool.error or tool.result), style="red"))
     traceback = tool.metadata.get(TRACEBACK_KEY)

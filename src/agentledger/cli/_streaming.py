@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING
 
 from rich.console import Console
 
-from ..errors import UsageError
-from ..values import (
+from .._values import (
     Event,
     RunFinished,
     RunStarted,
@@ -28,11 +27,12 @@ from ..values import (
     ToolCallStarted,
     terminal_text,
 )
+from ..errors import UsageError
 from ._render import error_text, preview
 
 if TYPE_CHECKING:
-    from ..loop import RunStream
-    from ..recording import RunResult
+    from .._loop import RunStream
+    from .._recording import RunResult
 
 LINE = 100
 """How much of a tool call or a tool result is printed at most: one line, shorter when the

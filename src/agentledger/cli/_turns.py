@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from ..values import Role
+from .._values import Role
 from ._app import console, time_text
 from ._json import message_record, step_record
 
 if TYPE_CHECKING:
     from rich.console import Console
 
+    from .._values import Message, StepExecution, ToolExecution
     from ..ledger import Turn
-    from ..values import Message, StepExecution, ToolExecution
     from ._app import Reading
 
 INDENT = 2

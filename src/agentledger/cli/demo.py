@@ -21,15 +21,15 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
+from .._builder import AgentBuilder
+from .._loop import Agent
+from .._recording import RunResult
+from .._values import AgentState, InferenceRequest, Messages, Role, StepExecution, cost_text, money
 from .._width import FittedColumn, FittedTable, fitted_console
 from ..analytics import Analytics
-from ..builder import AgentBuilder
 from ..errors import ConfigurationError
 from ..ledger import Ledger
 from ..llm import PriceTable, ScriptedLLM
-from ..loop import Agent
-from ..recording import RunResult
-from ..values import AgentState, InferenceRequest, Messages, Role, StepExecution, cost_text, money
 from ._demo_cache import cached_turns
 from ._demo_file import (
     DEMO_FILE,

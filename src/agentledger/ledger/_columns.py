@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
 
-from ..values import (
+from .._values import (
     AgentStatus,
     CompactionKind,
     CompactionStatus,

@@ -46,8 +46,8 @@ from sqlalchemy import (
     select,
 )
 
+from .._values import new_id
 from ..errors import ConversationBusyError, UsageError
-from ..values import new_id
 from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import id_by_prefix, not_found

@@ -15,8 +15,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, insert, select, update
 
-from ..recording import with_late_result
-from ..values import Message, ToolExecution
+from .._recording import with_late_result
+from .._values import Message, ToolExecution
 from ._reads import next_seq
 from ._rows import message_columns, tool_columns, tool_execution_of
 from .checksums import sealed

@@ -15,8 +15,7 @@ from typing import Any, Self, TypeVar
 
 from sqlalchemy import Connection, Engine, insert, select
 
-from ..errors import SchemaVersionError, UsageError
-from ..values import (
+from .._values import (
     AgentState,
     Clock,
     Compaction,
@@ -26,6 +25,7 @@ from ..values import (
     new_id,
     utc_now,
 )
+from ..errors import SchemaVersionError, UsageError
 from . import _forget
 from ._access import ReadOnly, read_only_access
 from ._arguments import member
@@ -86,7 +86,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         connections = Connections(engine, keep=0 if read_only is not None else 2)
         self._database = Database(engine, connections, settings, clock, read_only)
         self.recorder = LedgerRecorder(self._database, lease_seconds)
-        """The :class:`~agentledger.recording.Recorder` that records runs in this ledger."""
+        """The :class:`~agentledger._recording.Recorder` that records runs in this ledger."""
         self._scoped_from: Ledger | None = None
 
     def scoped(self, tenant_id: str | None = None, owner_id: str | None = None) -> Ledger:

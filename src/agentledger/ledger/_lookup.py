@@ -17,8 +17,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any, Literal
 
+from .._values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from ..errors import AmbiguousIdError, NotFoundError
-from ..values import SHORT_ID_LENGTH, find_unstorable, short_ids
 from ._scope import EVERYTHING, Scope
 from ._sql import Reads, in_scope, scope_params
 

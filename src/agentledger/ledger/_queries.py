@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
+from .._values import AgentState, AgentStatus, Message, Messages, StepExecution
 from ..errors import LedgerCorruptError, UsageError
-from ..values import AgentState, AgentStatus, Message, Messages, StepExecution
 from ._arguments import member, row_limit
 from ._columns import ConversationKind
 from ._lookup import check_id, id_by_prefix, not_found

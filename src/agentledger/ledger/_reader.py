@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
+from .._values import Messages, Spend, Usage
 from ..errors import ConfigurationError, LedgerOpenError, SchemaVersionError
-from ..values import Messages, Spend, Usage
 from ._access import (
     ReadOnly,
     check_sqlite_path,

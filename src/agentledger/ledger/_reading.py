@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar, overload
 
-from ..values import AgentStatus, Message, Messages, Spend, StepExecution, ToolExecution
+from .._values import AgentStatus, Message, Messages, Spend, StepExecution, ToolExecution
 from ._arguments import row_limit
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes

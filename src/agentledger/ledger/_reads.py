@@ -17,14 +17,14 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, false, func, select
 
-from ..errors import NotFoundError
-from ..values import (
+from .._values import (
     AgentState,
     AgentStatus,
     ExecutionBudget,
     MessageStore,
     new_id,
 )
+from ..errors import NotFoundError
 from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import check_id

@@ -18,9 +18,9 @@ from typing import Any
 
 from sqlalchemy import Connection, Select, and_, delete, false, or_, select, update
 
+from .._recording import interrupted_answer
+from .._values import AgentStatus
 from ..errors import ConversationBusyError, UsageError
-from ..recording import interrupted_answer
-from ..values import AgentStatus
 from ._arguments import quiet_since
 from ._engine import Database
 from ._interrupts import append_interrupted_answer, count_new_version

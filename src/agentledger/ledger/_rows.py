@@ -18,8 +18,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from ..errors import LedgerCorruptError
-from ..values import (
+from .._values import (
     EMPTY_MESSAGES,
     AgentState,
     AgentStatus,
@@ -38,6 +37,7 @@ from ..values import (
     ToolExecution,
     Usage,
 )
+from ..errors import LedgerCorruptError
 from ._columns import USAGE_COLUMNS, usage_of
 from .checksums import check_row
 

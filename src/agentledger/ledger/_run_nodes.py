@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
-from ..values import Spend
+from .._values import Spend
 from ._columns import usage_of
 from ._rows import Row, built
 from ._sql import Reads, select_rows

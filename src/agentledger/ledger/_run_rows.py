@@ -15,8 +15,7 @@ from typing import Any
 
 from sqlalchemy import Connection, or_, select, update
 
-from ..errors import ConversationBusyError, UsageError
-from ..values import (
+from .._values import (
     AgentState,
     AgentStatus,
     Compaction,
@@ -26,6 +25,7 @@ from ..values import (
     Messages,
     StepExecution,
 )
+from ..errors import ConversationBusyError, UsageError
 from ._leases import Lease
 from ._rows import budget_json, compaction_columns, message_columns, step_columns, tool_columns
 from .checksums import sealed

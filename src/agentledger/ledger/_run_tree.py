@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from pydantic import BaseModel, ConfigDict
 
-from ..values import Spend
+from .._values import Spend
 from ._run_nodes import inclusive, walk
 from .tables import AgentRun
 

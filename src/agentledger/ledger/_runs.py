@@ -11,7 +11,7 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, select, update
 
-from ..values import AgentState, AgentStatus, printable
+from .._values import AgentState, AgentStatus, printable
 from ._connection_reads import ConnectionReads
 from ._lookup import check_id, not_found
 from ._queries import load_steps

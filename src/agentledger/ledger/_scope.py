@@ -13,8 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from .._values import check_storable
 from ..errors import UsageError
-from ..values import check_storable
 
 if TYPE_CHECKING:
     from sqlalchemy import ColumnElement, Connection, Table

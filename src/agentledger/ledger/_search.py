@@ -19,8 +19,8 @@ from typing import Any, NamedTuple
 
 from pydantic import BaseModel, ConfigDict
 
+from .._values import Message, ToolExecution
 from ..errors import UsageError
-from ..values import Message, ToolExecution
 from ._rows import message_of, tool_execution_of
 from ._scope import EVERYTHING, Scope
 from ._sql import Reads, columns, in_scope, scope_params, select_rows

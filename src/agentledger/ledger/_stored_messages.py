@@ -29,8 +29,8 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
+from .._values import Message, Role
 from ..errors import LedgerCorruptError
-from ..values import Message, Role
 from ._rows import DAMAGED, message_of, rebuilt, tool_call_of
 from ._statements import Compiled
 from .checksums import ADDED, CHECKSUM, COVERED

@@ -18,7 +18,7 @@ from typing import Any
 from sqlalchemy import Connection, Engine, func, or_, select, true
 from sqlalchemy.exc import DatabaseError
 
-from ..values import AgentStatus, Role
+from .._values import AgentStatus, Role
 from ._access import probe_sqlite_tables
 from .checksums import COVERED, damaged_rows
 from .tables import (

@@ -17,9 +17,8 @@ from typing import Any
 
 from sqlalchemy import Connection, bindparam, delete, insert, or_, select, update
 
-from ..errors import ConversationBusyError, LedgerUnavailableError
-from ..recording import SPAWNED_BY, RunResult, check_shown, interrupted_answer
-from ..values import (
+from .._recording import SPAWNED_BY, RunResult, check_shown, interrupted_answer
+from .._values import (
     AgentState,
     AgentStatus,
     Compaction,
@@ -30,6 +29,7 @@ from ..values import (
     ToolExecution,
     new_id,
 )
+from ..errors import ConversationBusyError, LedgerUnavailableError
 from ._engine import Database
 from ._interrupts import (
     RECORD_PARTIAL_OUTPUT,
@@ -101,7 +101,7 @@ _TAKE_OUT_OF_CONTEXT = (
 
 
 class LedgerRecorder:
-    """The ledger's :class:`agentledger.recording.Recorder`: what ``AgentBuilder.with_ledger``
+    """The ledger's :class:`agentledger._recording.Recorder`: what ``AgentBuilder.with_ledger``
     records runs with (``ledger.recorder``)."""
 
     def __init__(self, database: Database, lease_seconds: float) -> None:

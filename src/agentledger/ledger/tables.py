@@ -41,7 +41,7 @@ from sqlalchemy.types import TypeDecorator, TypeEngine
 from sqlmodel import Field, SQLModel
 from sqlmodel.sql.sqltypes import AutoString
 
-from ..values import (
+from .._values import (
     AgentStatus,
     CompactionKind,
     CompactionStatus,

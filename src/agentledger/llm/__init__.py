@@ -3,7 +3,7 @@
 the scripted test double.
 
 The provider-neutral request and response types and the ``LLM`` protocol are values
-(:mod:`agentledger.values`); they are re-exported here. The HTTP providers load httpx, so they
+(:mod:`agentledger._values`); they are re-exported here. The HTTP providers load httpx, so they
 are imported when first used: ``import agentledger.llm`` stays light.
 """
 
@@ -11,7 +11,7 @@ import importlib as _importlib
 from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
-from ..values import (
+from .._values import (
     LLM,
     AsyncLLM,
     InferenceDelta,

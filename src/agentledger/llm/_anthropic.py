@@ -10,8 +10,7 @@ from typing import Any, ClassVar, Literal, cast
 import httpx
 from pydantic import JsonValue
 
-from ..errors import ConfigurationError
-from ..values import (
+from .._values import (
     TOOL_ERROR_KEY,
     InferenceDelta,
     InferenceRequest,
@@ -23,6 +22,7 @@ from ..values import (
     ToolSchema,
     Usage,
 )
+from ..errors import ConfigurationError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error

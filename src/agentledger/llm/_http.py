@@ -18,18 +18,18 @@ from typing import Any, ClassVar, Self
 import httpx
 from pydantic import JsonValue
 
+from .._values import (
+    InferenceDelta,
+    InferenceRequest,
+    InferenceResponse,
+    StreamItem,
+)
 from ..errors import (
     ConfigurationError,
     ProviderConnectionError,
     ProviderResponseError,
     ProviderStreamCutError,
     ProviderTimeoutError,
-)
-from ..values import (
-    InferenceDelta,
-    InferenceRequest,
-    InferenceResponse,
-    StreamItem,
 )
 from ._failures import Failures
 from ._pricing import PriceTable

@@ -9,8 +9,7 @@ from typing import Any, ClassVar
 import httpx
 from pydantic import JsonValue
 
-from ..errors import ProviderResponseError
-from ..values import (
+from .._values import (
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
@@ -22,6 +21,7 @@ from ..values import (
     Usage,
     new_id,
 )
+from ..errors import ProviderResponseError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
 from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error

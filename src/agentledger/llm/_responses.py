@@ -8,8 +8,7 @@ from typing import Any, ClassVar, cast
 
 from pydantic import JsonValue
 
-from ..errors import ConfigurationError
-from ..values import (
+from .._values import (
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
@@ -21,6 +20,7 @@ from ..values import (
     Usage,
     new_id,
 )
+from ..errors import ConfigurationError
 from ._http import HttpProvider
 from ._openai import _arguments, _details, _stream_error, custom_tool_call
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent

@@ -16,8 +16,8 @@ import httpx
 from pydantic import JsonValue
 
 from .._logs import library_logger
+from .._values import Clock, utc_now
 from ..errors import ConfigurationError, ProviderError
-from ..values import Clock, utc_now
 from ._statuses import ErrorDetails
 
 logger = library_logger("agentledger.llm")

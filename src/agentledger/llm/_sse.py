@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..values import InferenceDelta
+from .._values import InferenceDelta
 
 
 @dataclass(frozen=True)

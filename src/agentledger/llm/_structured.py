@@ -11,8 +11,8 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from .._values import InferenceRequest, ResponseFormat, ToolSchema
 from ..errors import ConfigurationError
-from ..values import InferenceRequest, ResponseFormat, ToolSchema
 
 TOOL_CHOICES = ("auto", "required", "none")
 """The ``tool_choice`` values that are modes, not tool names."""

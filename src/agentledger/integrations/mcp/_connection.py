@@ -30,8 +30,8 @@ from mcp.shared._httpx_utils import create_mcp_http_client
 from mcp.shared.exceptions import MCPError
 from pydantic import JsonValue
 
+from ..._core import ToolOutput
 from ..._logs import library_logger
-from ...core import ToolOutput
 from ...errors import ToolServerError
 from ._tools import MCPTool, arguments_model, tool_output
 from ._transports import HttpTransport, StdioTransport

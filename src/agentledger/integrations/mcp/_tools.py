@@ -14,7 +14,7 @@ import mcp.types as types
 from pydantic import BaseModel, ConfigDict, JsonValue, model_validator
 from pydantic_core import PydanticCustomError
 
-from ...core import MCP_SERVER_KEY, MCP_TOOL_KEY, ToolContext, ToolOutput
+from ..._core import MCP_SERVER_KEY, MCP_TOOL_KEY, ToolContext, ToolOutput
 
 STRUCTURED_KEY = "structured_content"
 """The metadata key keeping a result's structured content, when the server sends one."""

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..._values import Message, Messages, Spend, StepExecution, ToolExecution, cost_text
 from ...ledger import AgentRun, Conversation, RunTree, SearchHit
-from ...values import Message, Messages, Spend, StepExecution, ToolExecution, cost_text
 
 Record = dict[str, Any]
 

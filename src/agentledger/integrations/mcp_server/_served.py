@@ -12,9 +12,9 @@ import json
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from ..._values import AgentStatus, moment
 from ...errors import UsageError
 from ...ledger import Ledger
-from ...values import AgentStatus, moment
 from ._query import QueryLimits
 from ._results import (
     Record,

@@ -17,8 +17,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from ..._values import Role, check_storable
 from ...errors import UsageError
-from ...values import Role, check_storable
 
 SESSION_KEY = "openai_agents_session"
 """In a run's metadata: the id of the session whose ``add_items`` (or removal) it recorded."""

@@ -23,9 +23,9 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 from pydantic import JsonValue
 
+from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
 from ...errors import ConversationBusyError, NotFoundError, UsageError
 from ...ledger import AgentRun, Ledger
-from ...values import AgentState, AgentStatus, Message, Role, check_storable, new_id
 from ._items import (
     CLEARED_KEY,
     INDEX_KEY,

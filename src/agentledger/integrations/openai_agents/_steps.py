@@ -10,7 +10,7 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ...values import (
+from ..._values import (
     AgentStep,
     ContinuationOutcome,
     Message,

@@ -12,7 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 
 from pydantic import JsonValue
 
-from ...values import AgentStatus, Message, Role, StopReason, ToolCall, ToolExecution, Usage
+from ..._values import AgentStatus, Message, Role, StopReason, ToolCall, ToolExecution, Usage
 from . import _semconv as sc
 
 AttributeValue = str | bool | int | float | Sequence[str]

@@ -20,9 +20,9 @@ from typing import IO, Protocol
 import httpx
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
+from ..._values import StepExecution
 from ...errors import ExportError, UsageError
 from ...ledger import AgentRun, Ledger, Scope
-from ...values import StepExecution
 from . import _otlp
 from ._attributes import capture_content_from_env
 from ._spans import SpanRecord, tree_spans, trees

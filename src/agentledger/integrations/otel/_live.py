@@ -16,9 +16,9 @@ from typing import TypeVar
 from opentelemetry import trace
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode
 
-from ...core import ToolContext
-from ...recording import RunResult
-from ...values import (
+from ..._core import ToolContext
+from ..._recording import RunResult
+from ..._values import (
     AgentState,
     InferenceRequest,
     InferenceResponse,

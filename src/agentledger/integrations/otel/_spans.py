@@ -10,8 +10,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import IntEnum
 
+from ..._values import StepExecution, ToolExecution
 from ...ledger import AgentRun
-from ...values import StepExecution, ToolExecution
 from . import _attributes as at
 from . import _semconv as sc
 

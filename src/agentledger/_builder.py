@@ -7,8 +7,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-from ._defaults import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
-from .core import (
+from ._core import (
     DEFAULT_STOP_FINISH_REASONS,
     AppendStepMessages,
     AppendToolTraceToBuffer,
@@ -25,9 +24,9 @@ from .core import (
     ToolSource,
     default_criteria,
 )
-from .drivers import ToolCallingDriver
-from .errors import ConfigurationError
-from .loop import (
+from ._defaults import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
+from ._drivers import ToolCallingDriver
+from ._loop import (
     DEFAULT_FINAL_INSTRUCTION,
     Agent,
     AgentConfig,
@@ -39,8 +38,9 @@ from .loop import (
     SubagentSpec,
     Tracer,
 )
-from .recording import HasRecorder, InMemoryRecorder, Recorder
-from .values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
+from ._recording import HasRecorder, InMemoryRecorder, Recorder
+from ._values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
+from .errors import ConfigurationError
 
 
 @dataclass(frozen=True)

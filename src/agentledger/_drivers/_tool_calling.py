@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..loop import StepRequest, note_step_began
-from ..values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
+from .._loop import StepRequest, note_step_began
+from .._values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
 from ._model_call import (
     ask_model,
     checked_response,

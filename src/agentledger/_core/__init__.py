@@ -5,7 +5,7 @@ Nothing here performs I/O of its own: a tool is called by the loop, a summary is
 model the loop hands in. This package imports the values and the error tree only.
 """
 
-from ..values import MCP_SERVER_KEY, MCP_TOOL_KEY
+from .._values import MCP_SERVER_KEY, MCP_TOOL_KEY
 from ._context import (
     CHARS_PER_TOKEN,
     MASKED_KEY,

@@ -21,7 +21,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from ..values import Event
+from .._values import Event
 
 T = TypeVar("T")
 

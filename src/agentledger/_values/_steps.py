@@ -103,7 +103,7 @@ class StepType(StrEnum):
 
 
 class ContextMasking(BaseModel):
-    """What observation masking did before a step (:mod:`agentledger.core`): how many tool
+    """What observation masking did before a step (:mod:`agentledger._core`): how many tool
     results it masked, and the context's tokens before and after."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)

@@ -7,10 +7,9 @@ import contextlib
 import time
 from functools import partial
 
-from ..core import ContextBudget, Summarizer, estimate_tokens, plan_summary, summary_message
-from ..errors import CompactionError, LedgerError
-from ..recording import Recorder
-from ..values import (
+from .._core import ContextBudget, Summarizer, estimate_tokens, plan_summary, summary_message
+from .._recording import Recorder
+from .._values import (
     AgentState,
     Clock,
     Compaction,
@@ -20,6 +19,7 @@ from ..values import (
     Message,
     check_storable,
 )
+from ..errors import CompactionError, LedgerError
 from ._engine import Call, Flow
 
 

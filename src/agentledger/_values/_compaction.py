@@ -1,5 +1,5 @@
 """A compaction of a conversation's context, as the ledger records it (``context_compactions``):
-observation masking within a run, or a summary between runs (see :mod:`agentledger.core`)."""
+observation masking within a run, or a summary between runs (see :mod:`agentledger._core`)."""
 
 from __future__ import annotations
 

@@ -14,9 +14,9 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, PositiveInt
 
-from ..core import Tool, ToolContext, ToolOutput, ToolSource
-from ..recording import RunResult
-from ..values import LLM, AgentStatus, ExecutionBudget, Spend
+from .._core import Tool, ToolContext, ToolOutput, ToolSource
+from .._recording import RunResult
+from .._values import LLM, AgentStatus, ExecutionBudget, Spend
 from ._agent import Agent
 
 SPAWN_TOOL_NAME = "spawn_subagent"

@@ -2,7 +2,7 @@
 (:class:`Driver`), running tools with the :class:`ToolExecutor` and recording each step with a
 recorder; subagents are runs spawned through a tool.
 
-This package imports the values, the pure code over them (:mod:`agentledger.core`) and the
+This package imports the values, the pure code over them (:mod:`agentledger._core`) and the
 recorder interface; never a driver, a provider or the ledger.
 """
 

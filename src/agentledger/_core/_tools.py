@@ -23,8 +23,8 @@ from typing import Any, Protocol, overload, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, create_model
 
+from .._values import AgentState, Spend, ToolCall, ToolSchema
 from ..errors import ToolDefinitionError
-from ..values import AgentState, Spend, ToolCall, ToolSchema
 
 
 class ToolOutput(BaseModel):

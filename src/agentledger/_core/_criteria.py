@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
-from ..values import (
+from .._values import (
     AgentState,
     ContinuationDecision,
     ContinuationOutcome,

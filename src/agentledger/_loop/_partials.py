@@ -24,9 +24,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from .._logs import library_logger
+from .._recording import Recorder, RunResult, interrupted_step
+from .._values import AgentStep, Clock, Event, StepExecution, TextDelta, ToolExecution
 from ..errors import ConfigurationError
-from ..recording import Recorder, RunResult, interrupted_step
-from ..values import AgentStep, Clock, Event, StepExecution, TextDelta, ToolExecution
 from ._runtime import submit
 
 logger = library_logger(__name__)

@@ -13,9 +13,9 @@ from contextlib import AbstractContextManager
 from functools import partial
 from typing import Protocol, TypeVar
 
-from ..core import ToolContext
-from ..recording import RunResult
-from ..values import AgentState, InferenceRequest, InferenceResponse, ToolExecution
+from .._core import ToolContext
+from .._recording import RunResult
+from .._values import AgentState, InferenceRequest, InferenceResponse, ToolExecution
 from ._engine import Call, Flow
 
 T = TypeVar("T")

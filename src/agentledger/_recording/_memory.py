@@ -5,8 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable, Sequence
 
-from ..errors import ConversationBusyError, NotFoundError
-from ..values import (
+from .._values import (
     AgentState,
     AgentStatus,
     Compaction,
@@ -16,6 +15,7 @@ from ..values import (
     ToolExecution,
     new_id,
 )
+from ..errors import ConversationBusyError, NotFoundError
 from ._interrupted import check_shown, interrupted_answer, with_late_result
 from ._recorder import SPAWNED_BY, RunResult
 

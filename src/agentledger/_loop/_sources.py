@@ -10,8 +10,8 @@ import weakref
 from collections.abc import Callable
 from typing import Protocol
 
+from .._core import ToolConnection, ToolSet, ToolSource, combined_tools
 from .._logs import library_logger
-from ..core import ToolConnection, ToolSet, ToolSource, combined_tools
 from ..errors import ToolDefinitionError
 from ._executor import ToolExecutor
 

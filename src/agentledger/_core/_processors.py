@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
-from ..values import AgentState, AgentStatus
+from .._values import AgentState, AgentStatus
 
 Next = Callable[[AgentState], AgentState]
 

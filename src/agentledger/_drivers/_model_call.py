@@ -8,9 +8,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime
 from typing import cast
 
-from ..errors import UnstorableTextError
-from ..loop import StepRequest, emit, event_loop, listening, note_told, note_tool_step, wait_for
-from ..values import (
+from .._loop import StepRequest, emit, event_loop, listening, note_told, note_tool_step, wait_for
+from .._values import (
     EMPTY_MESSAGES,
     LLM,
     AgentState,
@@ -29,6 +28,7 @@ from ..values import (
     check_storable,
     printable,
 )
+from ..errors import UnstorableTextError
 
 
 def inference_messages(state: AgentState, request: StepRequest) -> Messages:

@@ -1,13 +1,13 @@
 """What the loop asks of a driver for one step, and the ``Driver`` protocol drivers implement
-(:mod:`agentledger.drivers`: native tool calling, ReAct)."""
+(:mod:`agentledger._drivers`: native tool calling, ReAct)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
 
-from ..core import ToolSet
-from ..values import AgentState, AgentStep, Clock
+from .._core import ToolSet
+from .._values import AgentState, AgentStep, Clock
 from ._executor import ToolExecutor
 from ._tracing import Tracer
 

@@ -15,9 +15,9 @@ import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass
 
+from .._recording import RunResult
+from .._values import Event
 from ..errors import UsageError
-from ..recording import RunResult
-from ..values import Event
 from ._partials import Shown, showing
 from ._runtime import StreamClosed, events_to
 

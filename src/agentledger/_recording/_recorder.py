@@ -13,7 +13,7 @@ from typing import Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict
 
-from ..values import (
+from .._values import (
     AgentState,
     AgentStatus,
     Compaction,

@@ -12,8 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from functools import partial
 
-from .._logs import library_logger
-from ..core import (
+from .._core import (
     EMPTY_TOOLS,
     ContextBudget,
     Criterion,
@@ -26,15 +25,9 @@ from ..core import (
     pending_outcome,
     run_chain,
 )
-from ..errors import (
-    CompactionError,
-    ConversationBusyError,
-    LeaseLostError,
-    ProcessorError,
-    UsageError,
-)
-from ..recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
-from ..values import (
+from .._logs import library_logger
+from .._recording import SPAWNED_BY, InMemoryRecorder, Recorder, RunResult
+from .._values import (
     AgentState,
     AgentStatus,
     Clock,
@@ -49,6 +42,13 @@ from ..values import (
     StopReason,
     check_storable,
     new_id,
+)
+from ..errors import (
+    CompactionError,
+    ConversationBusyError,
+    LeaseLostError,
+    ProcessorError,
+    UsageError,
 )
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow

@@ -2,7 +2,7 @@
 
 :class:`ToolCallingDriver` uses the provider's native tool calling (the default);
 :class:`ReActDriver` asks models without it for one JSON decision per step over plain chat.
-Both implement :class:`agentledger.loop.Driver`.
+Both implement :class:`agentledger._loop.Driver`.
 """
 
 from ._react import ACTION_FORM, ANSWER_FORM, ReActDriver, plain_chat, react_instructions

@@ -24,10 +24,9 @@ from functools import partial
 import pydantic_core
 from pydantic import BaseModel, JsonValue, ValidationError
 
+from .._core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet, tool_metadata
 from .._logs import library_logger
-from ..core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet, tool_metadata
-from ..errors import LedgerError
-from ..values import (
+from .._values import (
     AgentState,
     Clock,
     Spend,
@@ -39,6 +38,7 @@ from ..values import (
     printable,
     utc_now,
 )
+from ..errors import LedgerError
 from ._partials import note_tool_result, note_tool_started
 from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
 from ._tracing import Tracer

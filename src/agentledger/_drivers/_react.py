@@ -23,9 +23,8 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from ..errors import ConfigurationError, UnstorableTextError
-from ..loop import StepRequest
-from ..values import (
+from .._loop import StepRequest
+from .._values import (
     LLM,
     REACT_METADATA_KEY,
     AgentState,
@@ -42,6 +41,7 @@ from ..values import (
     new_id,
     output_error,
 )
+from ..errors import ConfigurationError, UnstorableTextError
 from ._model_call import (
     ask_model,
     checked_response,

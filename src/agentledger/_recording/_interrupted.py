@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
-from ..values import (
+from .._values import (
     AgentStep,
     ContinuationOutcome,
     Message,

@@ -36,8 +36,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from ..errors import ConfigurationError
-from ..values import (
+from .._values import (
     LLM,
     AgentState,
     AgentStatus,
@@ -50,6 +49,7 @@ from ..values import (
     Role,
     new_id,
 )
+from ..errors import ConfigurationError
 from ._processors import Next
 
 CHARS_PER_TOKEN = 4
