@@ -43,7 +43,8 @@ from agentledger import (
     tool,
 )
 from agentledger._core import FunctionTool, estimate_tokens
-from agentledger.analytics import Analytics, attach_statement, export_parquet, script
+from agentledger.analytics import Analytics, export_parquet
+from agentledger.analytics._analytics import attach_statement, script
 from agentledger.errors import ConfigurationError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM

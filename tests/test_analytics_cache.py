@@ -28,7 +28,8 @@ from hypothesis import strategies as st
 from sqlalchemy import text
 
 from agentledger import AgentBuilder, AgentStatus
-from agentledger.analytics import Analytics, SyncResult, view_files
+from agentledger.analytics import Analytics, SyncResult
+from agentledger.analytics._analytics import view_files
 from agentledger.analytics._cache import STAMPED
 from agentledger.analytics._rollup import TABLE as KEPT_ROLLUP
 from agentledger.cli import cli

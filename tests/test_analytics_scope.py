@@ -25,7 +25,8 @@ import pytest
 from click.testing import CliRunner
 from sqlalchemy import Connection, select, text
 
-from agentledger.analytics import Analytics, attach_statement, view_files
+from agentledger.analytics import Analytics
+from agentledger.analytics._analytics import attach_statement, view_files
 from agentledger.analytics._extensions import load
 from agentledger.cli import cli
 from agentledger.errors import UsageError

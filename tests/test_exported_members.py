@@ -3,8 +3,8 @@ the door (``agentledger``), every public subpackage and the public modules besid
 layers below are private, and the docs name no private module."""
 
 from __future__ import annotations
-
 import __future__
+
 import ast
 import importlib
 import pkgutil

@@ -16,38 +16,19 @@ package imports without it, and :meth:`Analytics.open` and everything that runs 
 what to install when it is missing.
 """
 
-from ._analytics import Analytics, attach_statement, export_parquet, script, view_files
+from ._analytics import Analytics, export_parquet, script
 from ._cache import SyncResult
 from ._duckdb import require_duckdb
 from ._figures import Figure, figures
 from ._html import render_html, write_html
-from ._report import (
-    Column,
-    Completeness,
-    Report,
-    ReportTable,
-    RunCost,
-    ToolStat,
-    Totals,
-    UsagePoint,
-    build_report,
-)
-from ._terminal import ExportedTable, render_export, render_terminal, summarize_export
+from ._report import Report, build_report
+from ._terminal import render_export, render_terminal, summarize_export
 
 __all__ = [
     "Analytics",
-    "Column",
-    "Completeness",
-    "ExportedTable",
     "Figure",
     "Report",
-    "ReportTable",
-    "RunCost",
     "SyncResult",
-    "ToolStat",
-    "Totals",
-    "UsagePoint",
-    "attach_statement",
     "build_report",
     "export_parquet",
     "figures",
@@ -57,6 +38,5 @@ __all__ = [
     "require_duckdb",
     "script",
     "summarize_export",
-    "view_files",
     "write_html",
 ]
