@@ -17,7 +17,7 @@ stops the servers.
 # First: a missing extra is a clear error naming it, before anything imports the SDK.
 from . import _require  # noqa: F401  (isort: keep first)
 from ._connection import MCPConnection
-from ._server import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, MCPServer
+from ._server_spec import DEFAULT_CONNECT_TIMEOUT, DEFAULT_TIMEOUT, MCPServer
 from ._tools import STRUCTURED_KEY, MCPTool
 
 __all__ = [

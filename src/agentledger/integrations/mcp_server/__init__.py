@@ -10,9 +10,9 @@ The server never writes.
 
 # First: a missing extra is a clear error naming it, before anything imports the SDK.
 from . import _require  # noqa: F401  (isort: keep first)
+from ._protocol import LedgerMCPServer, ledger_mcp_server, serve
 from ._query import QueryLimits, QueryResult
 from ._served import CONVERSATION_URI, ServedLedger
-from ._server import LedgerMCPServer, ledger_mcp_server, serve
 from ._sql import read_only_query
 
 __all__ = [
