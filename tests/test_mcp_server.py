@@ -498,7 +498,7 @@ def test_serving_a_missing_ledger_says_what_to_do(tmp_path):
 def test_without_the_mcp_sdk_the_command_says_which_extra_to_install(recorded):
     script = (
         "import sys; sys.modules['mcp'] = None\n"
-        "from agentledger import ConfigurationError\n"
+        "from agentledger.errors import ConfigurationError\n"
         "try:\n"
         "    import agentledger.integrations.mcp_server\n"
         "except ConfigurationError as exc:\n"

@@ -377,7 +377,7 @@ def without_opentelemetry(code: str, *args: str) -> subprocess.CompletedProcess[
 
 def test_without_the_extra_the_integration_says_what_to_install():
     found = without_opentelemetry(
-        "from agentledger import ConfigurationError\n"
+        "from agentledger.errors import ConfigurationError\n"
         "try:\n"
         "    import agentledger.integrations.otel\n"
         "except ConfigurationError as exc:\n"

@@ -409,8 +409,9 @@ def test_read_only_true_refuses_every_write_before_touching_the_file(writable, s
     assert Files.of(writable.parent) == before
 
 
-def test_ledger_read_only_error_is_a_ledger_error_exported_from_the_door():
-    assert agentledger.LedgerReadOnlyError is LedgerReadOnlyError
+def test_ledger_read_only_error_is_a_ledger_error_exported_with_the_error_tree():
+    assert agentledger.errors.LedgerReadOnlyError is LedgerReadOnlyError
+    assert "LedgerReadOnlyError" in agentledger.errors.__all__
     assert issubclass(LedgerReadOnlyError, LedgerError)
     assert not issubclass(LedgerReadOnlyError, LedgerOpenError)
     assert "LedgerReadOnlyError" in agentledger.errors.__doc__

@@ -383,7 +383,7 @@ def test_a_kill_at_any_write_leaves_the_run_open_or_finished_and_either_recovery
 
 
 def _library_error(name: str) -> type[AgentLedgerError]:
-    found = getattr(agentledger, name, None)
+    found = getattr(agentledger.errors, name, None)
     assert isinstance(found, type) and issubclass(found, AgentLedgerError), name
     return found
 

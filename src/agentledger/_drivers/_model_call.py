@@ -60,7 +60,7 @@ class RefusedResponse(UnstorableTextError):
 def checked_response(response: InferenceResponse) -> InferenceResponse:
     """``response``, once it is known that the ledger can store all its text (content,
     reasoning, tool calls, metadata...); else :class:`RefusedResponse` (an
-    :class:`~agentledger.UnstorableTextError`), which a driver turns into a failed step."""
+    :class:`~agentledger.errors.UnstorableTextError`), which a driver turns into a failed step."""
     try:
         check_storable(response, "the model's response", what_to_do=_MODEL_OUTPUT_RULE)
     except UnstorableTextError as exc:

@@ -7,7 +7,7 @@ The migrations are Alembic scripts shipped inside the package; the version table
 migrations. :func:`upgrade` and :func:`downgrade` take a lock first (``BEGIN IMMEDIATE`` on
 SQLite, an advisory lock on PostgreSQL), so several processes migrating one database at once
 migrate it once. A database migrated by a newer agentledger is refused
-(:class:`~agentledger.SchemaVersionError`), never touched.
+(:class:`~agentledger.errors.SchemaVersionError`), never touched.
 """
 
 from __future__ import annotations
@@ -74,7 +74,7 @@ def upgrade(database: Target, revision: str = "head") -> str | None:
     """Migrate the ledger up to ``revision`` (the newest by default); the revision it is at.
     At that revision already, it changes nothing and needs no privilege beyond reading the
     version table (an application role opens a ledger at head); a role that may not change the
-    schema raises :class:`~agentledger.MigrationError`.
+    schema raises :class:`~agentledger.errors.MigrationError`.
 
     An empty database asked for ``head`` gets the newest schema at once, from the DDL the
     migrations generate (``schema/``, shipped in the package), in the same one transaction:
@@ -117,7 +117,7 @@ def _created_at_head(conn: Connection) -> bool:
 def downgrade(database: Target, revision: str) -> str | None:
     """Migrate the ledger down to ``revision`` (``base`` removes every table); the revision it
     is at (``None`` at base). A revision that would lose data refuses
-    (:class:`~agentledger.MigrationError`) and changes nothing."""
+    (:class:`~agentledger.errors.MigrationError`) and changes nothing."""
     with locked(database) as conn, _known(revision):
         at = _current(conn)
         check_not_newer(at)
@@ -169,7 +169,7 @@ def current(database: Target) -> str | None:
 
 
 def check(database: Target) -> None:
-    """Raise :class:`~agentledger.SchemaVersionError` unless the ledger is at the newest
+    """Raise :class:`~agentledger.errors.SchemaVersionError` unless the ledger is at the newest
     revision (saying to run ``agentledger db upgrade``, or that the ledger is newer than this
     agentledger)."""
     revision = current(database)
@@ -205,7 +205,7 @@ def head() -> str:
 def locked(database: Target) -> Iterator[Connection]:
     """A connection to ``database`` in a write transaction that holds the migration lock
     (committed when the block ends): where migrations run. A SQLite file or directory this
-    user may not write raises :class:`~agentledger.LedgerReadOnlyError` before anything is
+    user may not write raises :class:`~agentledger.errors.LedgerReadOnlyError` before anything is
     opened or created."""
     if not isinstance(database, Engine):
         url = normalize_url(database)
