@@ -23,6 +23,7 @@ from .._core import (
     ToolSource,
     decide,
     pending_outcome,
+    processor_name,
     run_chain,
 )
 from .._logs import library_logger
@@ -520,7 +521,7 @@ class Agent:
         if after.current_step is state.current_step:
             raise ProcessorError(
                 "a step ended without reaching the driver: every processor must call next(state) "
-                f"(processors: {', '.join(type(p).__name__ for p in self.config.processors)})"
+                f"(processors: {', '.join(map(processor_name, self.config.processors))})"
             )
         return after
 
