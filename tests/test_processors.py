@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 
 import pytest
@@ -18,8 +19,11 @@ from agentledger import (
     ToolCall,
 )
 from agentledger._core import AppendStepMessages, AppendToolTraceToBuffer, ClearExecutionBuffer
-from agentledger.errors import ProcessorError
+from agentledger.errors import ConfigurationError, ProcessorError
+from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.databases import sqlite_url
+from support.ledger import Database
 
 
 def script() -> list[InferenceResponse]:
@@ -221,3 +225,89 @@ def test_a_processor_that_skips_next_on_a_later_step_raises_a_processor_error(we
 
     with pytest.raises(ProcessorError):
         agent.execute(question())
+
+
+# --- plain functions ------------------------------------------------------------------------------
+
+
+def test_a_plain_function_is_a_processor_chained_where_it_is_listed(weather_tool):
+    seen: list[tuple[str, int]] = []
+
+    def count_steps(state: AgentState, next) -> AgentState:
+        seen.append(("function before", state.step_count))
+        after = next(state)
+        seen.append(("function after", after.step_count))
+        return after
+
+    recorder = Recorder()
+    agent = (
+        AgentBuilder()
+        .with_llm(ScriptedLLM(script()))
+        .with_tools([weather_tool])
+        .with_processors([count_steps], recorder)
+        .build()
+    )
+
+    state = agent.execute(question())
+
+    assert seen == [
+        ("function before", 0),
+        ("function after", 1),
+        ("function before", 1),
+        ("function after", 2),
+    ]
+    assert [s.step_count for s in recorder.before] == [0, 1]  # inside the function
+    assert state.status is AgentStatus.COMPLETED
+
+
+def test_a_function_that_never_calls_next_raises_a_processor_error_naming_it():
+    def swallow(state: AgentState, next) -> AgentState:
+        return state.with_user_message("swallowed")
+
+    agent = (
+        AgentBuilder()
+        .with_llm(ScriptedLLM([InferenceResponse(content="Hi.")]))
+        .with_processors(swallow)
+        .build()
+    )
+
+    with pytest.raises(ProcessorError, match="swallow"):
+        agent.execute(question())
+
+
+def refuse(state: AgentState, next) -> AgentState:
+    raise ValueError("no weather today")
+
+
+class Refuse:
+    def can_process(self, state: AgentState) -> bool:
+        return True
+
+    def process(self, state: AgentState, next) -> AgentState:
+        return refuse(state, next)
+
+
+@pytest.mark.parametrize("processor", [Refuse(), refuse], ids=["object", "function"])
+def test_an_error_a_processor_raises_fails_the_run_alike_object_or_function(processor, tmp_path):
+    url = sqlite_url(tmp_path)
+    with Ledger.open(url) as ledger:
+        agent = (
+            AgentBuilder()
+            .with_llm(ScriptedLLM([InferenceResponse(content="Hi.")]))
+            .with_processors(processor)
+            .with_ledger(ledger)
+            .build()
+        )
+        with pytest.raises(ValueError, match="no weather today"):
+            agent.run("Weather?")
+    with contextlib.closing(Database(url)) as db:
+        assert db.row("SELECT status, error FROM agent_runs") == {
+            "status": "failed",
+            "error": "ValueError: no weather today",
+        }
+
+
+@pytest.mark.parametrize("given", [42, "refuse", [refuse, None]])
+def test_with_processors_says_what_a_processor_is(given):
+    with pytest.raises(ConfigurationError, match=r"process\(state, next\)"):
+        AgentBuilder().with_processors(given)

@@ -35,6 +35,7 @@ from ._values import LLM as LLM
 # The values a user constructs or reads
 from ._values import AgentState as AgentState
 from ._values import AgentStatus as AgentStatus
+from ._values import AgentStep as AgentStep
 from ._values import AsyncLLM as AsyncLLM
 from ._values import ExecutionBudget as ExecutionBudget
 from ._values import InferenceDelta as InferenceDelta
@@ -44,6 +45,7 @@ from ._values import Message as Message
 from ._values import Messages as Messages
 from ._values import ModelSettings as ModelSettings
 from ._values import Role as Role
+from ._values import StepType as StepType
 from ._values import StopReason as StopReason
 from ._values import StreamingLLM as StreamingLLM
 from ._values import StreamItem as StreamItem

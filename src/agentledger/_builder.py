@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, TypeGuard
 
 from ._core import (
     DEFAULT_STOP_FINISH_REASONS,
@@ -17,11 +17,13 @@ from ._core import (
     ContextBudget,
     Criterion,
     ObservationMasking,
+    ProcessFunction,
     StateProcessor,
     Summarizer,
     Tool,
     ToolSet,
     ToolSource,
+    as_processor,
     default_criteria,
 )
 from ._defaults import DEFAULT_MAX_STEPS as DEFAULT_MAX_STEPS
@@ -41,6 +43,9 @@ from ._loop import (
 from ._recording import HasRecorder, InMemoryRecorder, Recorder
 from ._values import LLM, Clock, ExecutionBudget, ModelSettings, check_storable, utc_now
 from .errors import ConfigurationError
+
+Processor = StateProcessor | ProcessFunction
+"""What ``with_processors`` takes: a processor object, or a plain function."""
 
 
 @dataclass(frozen=True)
@@ -181,13 +186,20 @@ class AgentBuilder:
             summary_model=summary_model,
         )
 
-    def with_processors(
-        self, *processors: StateProcessor | Iterable[StateProcessor]
-    ) -> AgentBuilder:
-        """Add state processors; they run outside the built-in ones, first listed outermost."""
+    def with_processors(self, *processors: Processor | Iterable[Processor]) -> AgentBuilder:
+        """Add state processors, or lists of them; they run outside the built-in ones, first
+        listed outermost. A processor is an object with ``can_process(state)`` and
+        ``process(state, next)``, or a plain function ``(state, next) -> state`` (its
+        ``process`` alone, run at every step)."""
         flat: list[StateProcessor] = []
         for item in processors:
-            flat.extend([item] if isinstance(item, StateProcessor) else item)
+            group = [item] if _is_processor(item) else item
+            if isinstance(group, str) or not isinstance(group, Iterable):
+                raise _not_a_processor(item)
+            for processor in group:
+                if not _is_processor(processor):
+                    raise _not_a_processor(processor)
+                flat.append(as_processor(processor))
         return self._with(processors=(*self.processors, *flat))
 
     def with_continuation_criteria(self, *criteria: Criterion) -> AgentBuilder:
@@ -361,6 +373,18 @@ class AgentBuilder:
             *carried,
             AppendToolTraceToBuffer(),
         )
+
+
+def _is_processor(item: object) -> TypeGuard[Processor]:
+    return isinstance(item, StateProcessor) or callable(item)
+
+
+def _not_a_processor(item: object) -> ConfigurationError:
+    return ConfigurationError(
+        f"with_processors() takes processors, or lists of them: an object with "
+        f"can_process(state) and process(state, next), or a function (state, next) -> state; "
+        f"not {item!r}"
+    )
 
 
 def _check_unique_names(servers: tuple[ToolSource, ...]) -> None:

@@ -10,11 +10,15 @@ step (``state.current_step``) and its ``continuation_outcome``.
 for that step. The chain is listed outermost first: :class:`agentledger.AgentBuilder` puts the
 user's processors outside the built-in ones, so they see the state after the built-ins have
 filed the step's messages.
+
+A processor may also be a plain function ``(state, next) -> state``, its ``process`` alone: it
+processes every step (:class:`FunctionProcessor`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._values import AgentState, AgentStatus
@@ -29,6 +33,38 @@ class StateProcessor(Protocol):
     def can_process(self, state: AgentState) -> bool: ...
 
     def process(self, state: AgentState, next: Next) -> AgentState: ...
+
+
+ProcessFunction = Callable[[AgentState, Next], AgentState]
+"""A processor as a plain function: what :meth:`StateProcessor.process` does, at every step."""
+
+
+@dataclass(frozen=True)
+class FunctionProcessor:
+    """A plain function ``(state, next) -> state`` run as a :class:`StateProcessor` that
+    processes every state: the chain runs it, and holds it to the contract, as any other."""
+
+    function: ProcessFunction
+
+    def can_process(self, state: AgentState) -> bool:
+        return True
+
+    def process(self, state: AgentState, next: Next) -> AgentState:
+        return self.function(state, next)
+
+
+def as_processor(processor: StateProcessor | ProcessFunction) -> StateProcessor:
+    """``processor`` as the chain runs it: an object as it is, a function wrapped."""
+    if isinstance(processor, StateProcessor):
+        return processor
+    return FunctionProcessor(processor)
+
+
+def processor_name(processor: StateProcessor) -> str:
+    """What an error calls ``processor``: its function's name, or its class's."""
+    if isinstance(processor, FunctionProcessor):
+        return getattr(processor.function, "__qualname__", repr(processor.function))
+    return type(processor).__name__
 
 
 class AppendToolTraceToBuffer:

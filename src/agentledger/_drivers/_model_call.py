@@ -4,26 +4,27 @@ step when the call raised)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime
-from typing import cast
+from typing import Protocol, runtime_checkable
 
-from .._loop import StepRequest, emit, event_loop, listening, note_told, note_tool_step, wait_for
+from .._loop._driver import StepRequest
 from .._values import (
     EMPTY_MESSAGES,
     LLM,
     AgentState,
     AgentStep,
+    AsyncLLM,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
     Message,
     Messages,
-    ReasoningDelta,
     Role,
-    Spend,
     StepType,
-    TextDelta,
+    StreamingLLM,
+    StreamItem,
     ToolExecution,
     check_storable,
     printable,
@@ -68,9 +69,7 @@ def checked_response(response: InferenceResponse) -> InferenceResponse:
     return response
 
 
-def failed_step(
-    exc: Exception, messages: Messages, request: StepRequest, started_at: datetime
-) -> AgentStep:
+def failed_step(exc: Exception, messages: Messages, request: StepRequest) -> AgentStep:
     """The step of a model call that raised: type ``error``, so the run fails and keeps its
     buffer, and can be continued. A response refused for its text still spent tokens: the
     step keeps what it cost. NUL characters and lone surrogates in the exception's message are
@@ -85,7 +84,7 @@ def failed_step(
         cost_usd=spent.cost_usd,
         model=_printable_or_none(spent.model),
         finish_reason=_printable_or_none(spent.finish_reason),
-        started_at=started_at,
+        started_at=request.started_at,
         finished_at=request.clock(),
         error=printable(f"{name}: {exc}"),
     )
@@ -99,15 +98,14 @@ def _printable_or_none(text: str | None) -> str | None:
 
 
 def execute_tools(
-    response: InferenceResponse, state: AgentState, request: StepRequest, started_at: datetime
+    response: InferenceResponse, state: AgentState, request: StepRequest
 ) -> tuple[ToolExecution, ...]:
-    """Run the tool calls of ``response`` with the request's executor, the step as the model
-    answered it (begun ``started_at``) noted first: a cancel while they run records it."""
-    spent = Spend(usage=response.usage, cost_usd=response.cost_usd, steps=1)
-    if response.tool_calls:
-        answered = step_from_response(response, (), EMPTY_MESSAGES, request, started_at, started_at)
-        note_tool_step(state.run_id, request.step_index, answered)
-    return request.executor.execute(response.tool_calls, state, request.step_index, in_flight=spent)
+    """Run the tool calls of ``response`` through the request (:meth:`StepRequest.run_tools`),
+    with the step as the model answered it: a cancel while they run records it."""
+    if not response.tool_calls:
+        return ()
+    answered = step_from_response(response, (), EMPTY_MESSAGES, request, request.started_at)
+    return request.run_tools(state, answered)
 
 
 def step_from_response(
@@ -115,11 +113,11 @@ def step_from_response(
     executions: tuple[ToolExecution, ...],
     input_messages: Messages,
     request: StepRequest,
-    started_at: datetime,
     finished_at: datetime,
 ) -> AgentStep:
-    """The step of a model response and its tool executions: the assistant message it
-    produced, and what the call spent and how it ended."""
+    """The step of a model response and its tool executions, begun when the request says and
+    finished ``finished_at``: the assistant message it produced, and what the call spent and
+    how it ended."""
     assistant = Message(
         role=Role.ASSISTANT,
         content=response.content,
@@ -137,7 +135,7 @@ def step_from_response(
         cost_usd=response.cost_usd,
         model=response.model,
         finish_reason=response.finish_reason,
-        started_at=started_at,
+        started_at=request.started_at,
         finished_at=finished_at,
     )
 
@@ -148,61 +146,98 @@ def _step_type(response: InferenceResponse, request: StepRequest) -> StepType:
     return StepType.TOOL_USE if response.tool_calls else StepType.RESPONSE
 
 
+@runtime_checkable
+class _AsyncCompleting(Protocol):
+    """A model whose ``acomplete`` may be awaited: :class:`AsyncLLM`'s first half, enough for
+    a model that cannot stream asynchronously."""
+
+    async def acomplete(self, request: InferenceRequest) -> InferenceResponse: ...
+
+
+@dataclass(frozen=True)
+class ModelAbilities:
+    """A driver's model and the forms of it the driver may call, decided once, when the driver
+    is made, from the protocols the model implements: :class:`StreamingLLM` (``stream``),
+    :class:`AsyncLLM` (``acomplete`` and ``astream``), or ``acomplete`` alone. A form the
+    model gains later is not used; one it loses fails its step."""
+
+    llm: LLM
+    streaming: StreamingLLM | None
+    """The model, when it can stream (``stream``)."""
+    awaited: _AsyncCompleting | None
+    """The model, when it can be awaited (``acomplete``)."""
+    async_streaming: AsyncLLM | None
+    """The model, when it can stream on an event loop (``astream``, with ``acomplete``)."""
+
+    @classmethod
+    def of(cls, llm: LLM) -> ModelAbilities:
+        return cls(
+            llm=llm,
+            streaming=llm if isinstance(llm, StreamingLLM) else None,
+            awaited=llm if isinstance(llm, _AsyncCompleting) else None,
+            async_streaming=llm if isinstance(llm, AsyncLLM) else None,
+        )
+
+
 def ask_model(
-    llm: LLM,
+    model: ModelAbilities,
     inference: InferenceRequest,
     state: AgentState,
     request: StepRequest,
     *,
     tell: bool = True,
 ) -> InferenceResponse:
-    """The model's response to ``inference``: awaited on the run's event loop when the run is
-    asynchronous and the model has ``acomplete``/``astream`` (else called here, in the step's
-    thread). When someone listens to the run's events and ``tell`` is set, the model streams
-    (``stream``/``astream`` when it has them) and its text is told as it comes, as
-    :class:`TextDelta` and :class:`ReasoningDelta`; a model that cannot stream tells its whole
-    text as one delta. With a tracer, the call is traced (its span current while it runs)."""
+    """The model's response to ``inference``: awaited with the request's ``wait_for`` when the
+    run is asynchronous and the model can be awaited (else called here, in the step's thread).
+    When someone listens to the run's events and ``tell`` is set, the model streams (when it
+    can) and its text is told as it comes (:meth:`StepRequest.tell`); a model that cannot
+    stream tells its whole text as one delta. With a tracer, the call is traced (its span
+    current while it runs)."""
     if request.tracer is None:
-        return _asked(llm, inference, state, request, tell=tell)
-    with request.tracer.model_call(llm, inference, state, request.step_index) as trace:
-        response = _asked(llm, inference, state, request, tell=tell)
+        return _asked(model, inference, request, tell=tell)
+    with request.tracer.model_call(model.llm, inference, state, request.step_index) as trace:
+        response = _asked(model, inference, request, tell=tell)
         trace.answered(response)
         return response
 
 
 def _asked(
-    llm: LLM, inference: InferenceRequest, state: AgentState, request: StepRequest, *, tell: bool
+    model: ModelAbilities, inference: InferenceRequest, request: StepRequest, *, tell: bool
 ) -> InferenceResponse:
-    told = _teller(state, request) if tell and listening() else None
-    if event_loop() is not None and hasattr(llm, "acomplete"):
-        return wait_for(_ask_async(llm, inference, told))
-    if told is not None and hasattr(llm, "stream"):
-        return _streamed(cast(Iterator[object], llm.stream(inference)), told)
-    response = llm.complete(inference)
+    told = request.tell if tell and request.listening else None
+    if request.asynchronous and model.awaited is not None:
+        return request.wait_for(_ask_async(model, model.awaited, inference, told))
+    if told is not None and model.streaming is not None:
+        return _streamed(model.streaming.stream(inference), told)
+    response = model.llm.complete(inference)
     if told is not None:
         told(InferenceDelta(text=response.content, reasoning=response.reasoning or ""))
     return response
 
 
 async def _ask_async(
-    llm: object, inference: InferenceRequest, told: Callable[[InferenceDelta], None] | None
+    model: ModelAbilities,
+    awaited: _AsyncCompleting,
+    inference: InferenceRequest,
+    told: Callable[[InferenceDelta], None] | None,
 ) -> InferenceResponse:
-    if told is not None and hasattr(llm, "astream"):
-        items = cast(AsyncIterator[object], llm.astream(inference))
-        async for item in items:
+    if told is not None and model.async_streaming is not None:
+        async for item in model.async_streaming.astream(inference):
             if isinstance(item, InferenceResponse):
                 return item
             if isinstance(item, InferenceDelta):
                 told(item)
-        raise _no_response(llm)
-    response = await llm.acomplete(inference)  # type: ignore[attr-defined]
+        raise _no_response(model.llm)
+    response = await awaited.acomplete(inference)
     assert isinstance(response, InferenceResponse)
     if told is not None:
         told(InferenceDelta(text=response.content, reasoning=response.reasoning or ""))
     return response
 
 
-def _streamed(items: Iterator[object], told: Callable[[InferenceDelta], None]) -> InferenceResponse:
+def _streamed(
+    items: Iterator[StreamItem], told: Callable[[InferenceDelta], None]
+) -> InferenceResponse:
     for item in items:
         if isinstance(item, InferenceResponse):
             return item
@@ -216,17 +251,3 @@ def _no_response(source: object) -> RuntimeError:
         f"the stream of {type(source).__name__} ended without its whole response: a stream "
         "yields its deltas, then exactly one InferenceResponse"
     )
-
-
-def _teller(state: AgentState, request: StepRequest) -> Callable[[InferenceDelta], None]:
-    """Tells the listener a step's deltas, as events of the run."""
-    run_id, index = state.run_id or "", request.step_index
-
-    def told(delta: InferenceDelta) -> None:
-        if delta.text:
-            note_told(run_id, index, delta.text)
-            emit(TextDelta(run_id=run_id, step_index=index, text=delta.text))
-        if delta.reasoning:
-            emit(ReasoningDelta(run_id=run_id, step_index=index, text=delta.reasoning))
-
-    return told

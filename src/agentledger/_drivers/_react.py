@@ -19,11 +19,10 @@ import json
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, ValidationError, field_validator
 
-from .._loop import StepRequest
+from .._loop._driver import StepRequest
 from .._values import (
     LLM,
     REACT_METADATA_KEY,
@@ -43,6 +42,7 @@ from .._values import (
 )
 from ..errors import ConfigurationError, UnstorableTextError
 from ._model_call import (
+    ModelAbilities,
     ask_model,
     checked_response,
     execute_tools,
@@ -266,8 +266,11 @@ class ReActDriver:
     model: str | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
     max_invalid_decisions: int = DEFAULT_MAX_INVALID_DECISIONS
+    _abilities: ModelAbilities = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        # Decided once, here: whether the model can be awaited (its text is never told).
+        object.__setattr__(self, "_abilities", ModelAbilities.of(self.llm))
         if self.max_invalid_decisions < 0:
             raise ConfigurationError(
                 f"ReActDriver(max_invalid_decisions={self.max_invalid_decisions}): give 0 or "
@@ -276,30 +279,28 @@ class ReActDriver:
             )
 
     def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep:
-        started_at = request.clock()
         messages = inference_messages(state, request)
         try:
             inference = self._inference(state, request)
             # Its text is a JSON decision, not words for the user: it is not told as it comes.
-            response = checked_response(ask_model(self.llm, inference, state, request, tell=False))
+            asked = ask_model(self._abilities, inference, state, request, tell=False)
+            response = checked_response(asked)
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
-            return failed_step(exc, messages, request, started_at)
+            return failed_step(exc, messages, request)
         final = request.is_final_response
         decision = _parse_decision(response.content, final=final)
         if final:
             decided = _answered(response, decision)
         elif isinstance(decision, _Malformed):
-            return self._rejected(response, decision, state, messages, request, started_at)
+            return self._rejected(response, decision, state, messages, request)
         else:
             decided = _decided(response, decision)
         try:  # JSON escapes ("\u0000") can decode to text the reply itself did not hold
             checked_response(decided)
         except UnstorableTextError as exc:
-            return failed_step(exc, messages, request, started_at)
-        executions = execute_tools(decided, state, request, started_at)
-        return step_from_response(
-            decided, executions, messages, request, started_at, request.clock()
-        )
+            return failed_step(exc, messages, request)
+        executions = execute_tools(decided, state, request)
+        return step_from_response(decided, executions, messages, request, request.clock())
 
     def _inference(self, state: AgentState, request: StepRequest) -> InferenceRequest:
         prompt = react_system_prompt(request.system_prompt, request.tools.schemas())
@@ -318,7 +319,6 @@ class ReActDriver:
         state: AgentState,
         messages: Messages,
         request: StepRequest,
-        started_at: datetime,
     ) -> AgentStep:
         """The step of a malformed decision: ``invalid_output``, or ``error`` once the model has
         had its ``max_invalid_decisions`` corrections."""
@@ -328,7 +328,7 @@ class ReActDriver:
                 "metadata": _react_metadata(response, error=malformed.error),
             }
         )
-        step = step_from_response(rejected, (), messages, request, started_at, request.clock())
+        step = step_from_response(rejected, (), messages, request, request.clock())
         in_a_row = _invalid_in_a_row(state) + 1
         if in_a_row <= self.max_invalid_decisions:
             return step.model_copy(update={"step_type": StepType.INVALID_OUTPUT})

@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from .._loop import StepRequest, note_step_began
+from .._loop._driver import StepRequest
 from .._values import LLM, AgentState, AgentStep, InferenceRequest, ModelSettings
 from ._model_call import (
+    ModelAbilities,
     ask_model,
     checked_response,
     execute_tools,
@@ -23,15 +24,21 @@ class ToolCallingDriver:
     A failed model call does not raise: it becomes a step of type ``error`` whose ``error``
     says what happened, and the run stops as ``failed``. So does a response holding text the
     ledger cannot store (a NUL character or a lone surrogate): an ``UnstorableTextError``.
+
+    Whether the model streams its text to a listener (``StreamingLLM``) and is awaited in an
+    asynchronous run (``AsyncLLM``) is decided when the driver is made, from the methods the
+    model has then.
     """
 
     llm: LLM
     model: str | None = None
     settings: ModelSettings = field(default_factory=ModelSettings)
+    _abilities: ModelAbilities = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_abilities", ModelAbilities.of(self.llm))
 
     def perform_step(self, state: AgentState, request: StepRequest) -> AgentStep:
-        started_at = request.clock()
-        note_step_began(state.run_id, request.step_index, started_at)  # for a cancel mid-text
         messages = inference_messages(state, request)
         inference = InferenceRequest(
             messages=messages,
@@ -40,10 +47,8 @@ class ToolCallingDriver:
             settings=self.settings,
         )
         try:
-            response = checked_response(ask_model(self.llm, inference, state, request))
+            response = checked_response(ask_model(self._abilities, inference, state, request))
         except Exception as exc:  # the run fails and keeps its buffer; it can be continued
-            return failed_step(exc, messages, request, started_at)
-        executions = execute_tools(response, state, request, started_at)
-        return step_from_response(
-            response, executions, messages, request, started_at, request.clock()
-        )
+            return failed_step(exc, messages, request)
+        executions = execute_tools(response, state, request)
+        return step_from_response(response, executions, messages, request, request.clock())

@@ -3,15 +3,15 @@
 recorder; subagents are runs spawned through a tool.
 
 This package imports the values, the pure code over them (:mod:`agentledger._core`) and the
-recorder interface; never a driver, a provider or the ledger.
+recorder interface; never a driver, a provider or the ledger. A driver sees of it only
+:mod:`._driver`: the ``Driver`` protocol and the ``StepRequest`` that hands it all it needs.
 """
 
 from ._agent import DEFAULT_FINAL_INSTRUCTION, Agent, AgentConfig, FinalResponse
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import TRACEBACK_KEY, ToolExecutor
-from ._partials import PartialFlush, note_step_began, note_told, note_tool_step
-from ._runtime import emit, event_loop, listening, wait_for
+from ._partials import PartialFlush
 from ._streams import AsyncRunStream, RunStream
 from ._subagents import (
     SPAWN_TOOL_NAME,
@@ -46,12 +46,5 @@ __all__ = [
     "ToolExecutor",
     "Tracer",
     "arun_flow",
-    "emit",
-    "event_loop",
-    "listening",
-    "note_step_began",
-    "note_told",
-    "note_tool_step",
     "run_flow",
-    "wait_for",
 ]

@@ -23,6 +23,7 @@ from .._core import (
     ToolSource,
     decide,
     pending_outcome,
+    processor_name,
     run_chain,
 )
 from .._logs import library_logger
@@ -53,8 +54,15 @@ from ..errors import (
 from ._driver import Driver, StepRequest
 from ._engine import Call, Flow, arun_flow, run_flow
 from ._executor import ToolExecutor
-from ._partials import Interruption, PartialFlush, RunWatch, watching
-from ._runtime import cancels, emit, failure_text
+from ._partials import (
+    Interruption,
+    PartialFlush,
+    RunWatch,
+    note_step_began,
+    step_events,
+    watching,
+)
+from ._runtime import awaiter, cancels, emit, failure_text
 from ._sources import ToolSources, close_at_exit
 from ._streams import AsyncRunStream, RunStream
 from ._summaries import summarized
@@ -513,7 +521,7 @@ class Agent:
         if after.current_step is state.current_step:
             raise ProcessorError(
                 "a step ended without reaching the driver: every processor must call next(state) "
-                f"(processors: {', '.join(type(p).__name__ for p in self.config.processors)})"
+                f"(processors: {', '.join(map(processor_name, self.config.processors))})"
             )
         return after
 
@@ -535,6 +543,9 @@ class Agent:
         final = previous is not None and previous.final_response_required
         reason = previous.stop_reason if previous is not None else None
         executor = self._no_tools if final else self._executor
+        started_at = self.config.clock()
+        note_step_began(state.run_id, index, started_at)  # for a cancel mid-text
+        waits = awaiter()
         return StepRequest(
             step_index=index,
             tools=executor.tools,
@@ -545,6 +556,11 @@ class Agent:
             if final
             else None,
             tracer=self.config.tracer,
+            run_id=state.run_id or "",
+            started_at=started_at,
+            events=step_events(state.run_id),
+            wait_for=waits,
+            asynchronous=waits.loop is not None,
         )
 
     def __repr__(self) -> str:

@@ -28,6 +28,7 @@ from .._core import EMPTY_TOOLS, Tool, ToolContext, ToolOutput, ToolSet, tool_me
 from .._logs import library_logger
 from .._values import (
     AgentState,
+    AgentStep,
     Clock,
     Spend,
     ToolCall,
@@ -39,7 +40,7 @@ from .._values import (
     utc_now,
 )
 from ..errors import LedgerError
-from ._partials import note_tool_result, note_tool_started
+from ._partials import note_tool_result, note_tool_started, note_tool_step
 from ._runtime import check_cancelled, emit, event_loop, in_context, in_thread, wait_for
 from ._tracing import Tracer
 
@@ -71,6 +72,20 @@ class ToolExecutor:
         self.clock = clock
         self.max_parallel = max(1, max_parallel)
         self.tracer = tracer
+
+    def execute_step(
+        self, answered: AgentStep, state: AgentState, step_index: int
+    ) -> tuple[ToolExecution, ...]:
+        """Run the tool calls of ``answered``, step ``step_index`` as its model answered it
+        (before its tools ran), within what the run has left counting what that call spent.
+        The step is noted first: a run interrupted while they run records it, each call with
+        its result or the notice that it was cut."""
+        if answered.assistant_message is None or not answered.assistant_message.tool_calls:
+            return ()
+        note_tool_step(state.run_id, step_index, answered)
+        spent = Spend(usage=answered.usage, cost_usd=answered.cost_usd, steps=1)
+        calls = answered.assistant_message.tool_calls
+        return self.execute(calls, state, step_index, in_flight=spent)
 
     def execute(
         self,

@@ -27,7 +27,7 @@ from .._logs import library_logger
 from .._recording import Recorder, RunResult, interrupted_step
 from .._values import AgentStep, Clock, Event, StepExecution, TextDelta, ToolExecution
 from ..errors import ConfigurationError
-from ._runtime import submit
+from ._runtime import EventSink, listener, submit
 
 logger = library_logger(__name__)
 
@@ -325,11 +325,21 @@ def note_tool_step(run_id: str | None, step_index: int, answered: AgentStep) -> 
         watch.tool_step(step_index, answered)
 
 
-def note_told(run_id: str | None, step_index: int, text: str) -> None:
-    """Step ``step_index`` of run ``run_id`` sent ``text`` to the consumer of its stream."""
+def step_events(run_id: str | None) -> EventSink | None:
+    """Where the events of a step of run ``run_id`` go: the listener of the run (None when
+    nobody listens), each text delta of the run noted first as told to the consumer of its
+    stream (what a cancel keeps, once it is shown)."""
+    sink = listener()
     watch = _watch_of(run_id)
-    if watch is not None:
-        watch.told(step_index, text)
+    if sink is None or watch is None:
+        return sink
+
+    def told_then_sent(event: Event) -> None:
+        if isinstance(event, TextDelta) and event.run_id == run_id:
+            watch.told(event.step_index, event.text)
+        sink(event)
+
+    return told_then_sent
 
 
 def note_tool_started(run_id: str | None, call_id: str, at: datetime) -> None:

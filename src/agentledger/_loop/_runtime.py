@@ -6,7 +6,8 @@ asynchronous one (``Agent.arun``). The asynchronous shell takes each step in a w
 (processors and drivers are plain functions) and hands back to its event loop what must be
 awaited: an ``AsyncLLM``'s call, ``async def`` tools. Both facts travel in context variables,
 which worker threads started with ``asyncio.to_thread`` (or :func:`in_context`) inherit, so a
-subagent run started by a tool streams its events to the same listener.
+subagent run started by a tool streams its events to the same listener. They stay the loop's
+own: a driver is handed them in its ``StepRequest`` (the event sink, the awaiter).
 """
 
 from __future__ import annotations
@@ -35,9 +36,9 @@ _LOOP: contextvars.ContextVar[asyncio.AbstractEventLoop | None] = contextvars.Co
 )
 
 
-def listening() -> bool:
-    """Whether a caller streams this run's events (so the model is asked to stream)."""
-    return _SINK.get() is not None
+def listener() -> EventSink | None:
+    """Where this run's events go: the caller streaming them, or None when nobody listens."""
+    return _SINK.get()
 
 
 def emit(event: Event) -> None:
@@ -87,30 +88,50 @@ _IN_FLIGHT: contextvars.ContextVar[_InFlight | None] = contextvars.ContextVar(
 )
 
 
-def wait_for(awaitable: Awaitable[T]) -> T:
-    """The result of ``awaitable``, from synchronous code: on the run's event loop when the
-    run is asynchronous (this code runs in a worker thread of it), else on a private event
-    loop, so an ``async def`` tool works from ``Agent.run`` too. While it runs on the run's
-    loop it is in flight: cancelling the run cancels it (:func:`cancel_in_flight`)."""
-    loop = event_loop()
-    in_flight = _IN_FLIGHT.get()
-    if loop is not None and in_flight is not None and in_flight.cancelled.is_set():
-        if isinstance(awaitable, Coroutine):
-            awaitable.close()
-        raise asyncio.CancelledError  # the run was cancelled: nothing new starts
-    coroutine = _as_coroutine(awaitable)
-    if loop is None:
-        return asyncio.run(coroutine)
-    future = asyncio.run_coroutine_threadsafe(coroutine, loop)
-    if in_flight is not None:
-        in_flight.futures.add(future)
-    try:
-        return future.result()
-    except concurrent.futures.CancelledError:
-        raise asyncio.CancelledError from None  # the run is cancelled: no step's failure
-    finally:
+class RunAwaiter:
+    """Waits, from a step's thread, for what it must await: on the event loop of the
+    asynchronous run the step belongs to, else on a private event loop (so an ``async def``
+    tool works from ``Agent.run`` too). While it runs on the run's loop it is in flight:
+    cancelling the run cancels it (:func:`cancel_in_flight`). Bound when made, so it may be
+    called from any thread."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop | None = None,
+        in_flight: _InFlight | None = None,
+    ) -> None:
+        self.loop = loop
+        self._in_flight = in_flight
+
+    def __call__(self, awaitable: Awaitable[T], /) -> T:
+        loop, in_flight = self.loop, self._in_flight
+        if loop is not None and in_flight is not None and in_flight.cancelled.is_set():
+            if isinstance(awaitable, Coroutine):
+                awaitable.close()
+            raise asyncio.CancelledError  # the run was cancelled: nothing new starts
+        coroutine = _as_coroutine(awaitable)
+        if loop is None:
+            return asyncio.run(coroutine)
+        future = asyncio.run_coroutine_threadsafe(coroutine, loop)
         if in_flight is not None:
-            in_flight.futures.discard(future)
+            in_flight.futures.add(future)
+        try:
+            return future.result()
+        except concurrent.futures.CancelledError:
+            raise asyncio.CancelledError from None  # the run is cancelled: no step's failure
+        finally:
+            if in_flight is not None:
+                in_flight.futures.discard(future)
+
+
+def awaiter() -> RunAwaiter:
+    """The awaiter of the run this code belongs to (its event loop, if it is asynchronous)."""
+    return RunAwaiter(_LOOP.get(), _IN_FLIGHT.get())
+
+
+def wait_for(awaitable: Awaitable[T]) -> T:
+    """The result of ``awaitable``, from synchronous code: see :class:`RunAwaiter`."""
+    return awaiter()(awaitable)
 
 
 def check_cancelled() -> None:
