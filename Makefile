@@ -70,9 +70,11 @@ test: lint typecheck $(SDK_PINNED)/.installed
 	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
 
-# The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
+# The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;
+# and a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous).
+SOAK_MIGRATIONS = tests/test_migrations.py::test_a_ledger_written_at_any_revision_reads_whole_at_the_head_and_downgrades_back
 soak: $(VENV)/.installed-dev
-	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ARGS)
+	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_MIGRATIONS) $(SOAK_ARGS)
 
 # The wheel installed in fresh virtual environments, with no extra and with each one: the base
 # install brings no analytics engine, and each extra what its conversion needs. Slow (packages

@@ -1,6 +1,7 @@
 """The ledger's migrations: from nothing to the newest schema, revision by revision with data in
-every table, down and up again, refusing a newer database, under concurrency, through Alembic's
-own command line, and from an installed wheel. On SQLite and PostgreSQL alike."""
+every table, a ledger written by hand at every revision upgraded whole and downgraded back, down
+and up again, refusing a newer database, under concurrency, through Alembic's own command line,
+and from an installed wheel. On SQLite and PostgreSQL alike."""
 
 from __future__ import annotations
 
@@ -23,15 +24,19 @@ import support.migration_harness as harness
 from agentledger import AgentBuilder, ToolCall, tool
 from agentledger.cli import cli
 from agentledger.errors import SchemaVersionError
-from agentledger.ledger import Ledger
+from agentledger.ledger import Ledger, TraceHit
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support import old_ledgers
+from support.databases import fresh_database
 from support.migration_harness import Database, Rows
+from support.sizes import SOAK
 
 ROOT = Path(__file__).resolve().parents[1]
 VENV_BIN = Path(sys.executable).parent
 HEAD = harness.head()
 PREVIOUS = harness.predecessor(HEAD)
+OLDEST = harness.revisions()[0]
 MODEL_TABLES = sorted(set(ledger_tables.metadata.tables) - harness.CHANGE_TABLES)
 """The tables that hold the ledger's data (not revision 0008's change bookkeeping)."""
 
@@ -129,6 +134,100 @@ def test_upgrading_to_a_revision_keeps_every_row_its_predecessor_held(
     db_url, previous, revision, representative_rows
 ):
     harness.check_upgrade_keeps_rows(db_url, previous, revision, representative_rows)
+
+
+# --- a ledger written at any revision reads whole at the newest ---------------------------------
+
+ON_POSTGRESQL = harness.revisions() if SOAK else [OLDEST, PREVIOUS]
+"""The revisions whose ledger is upgraded on PostgreSQL too: the oldest and the one before the
+newest in ``make test``, every one under ``AGENTLEDGER_SOAK=1`` (``make soak``)."""
+EVERY_REVISION = [
+    *(pytest.param("sqlite", r, id=f"sqlite-{r}") for r in harness.revisions()),
+    *(
+        pytest.param("postgresql", r, id=f"postgresql-{r}", marks=pytest.mark.postgresql)
+        for r in ON_POSTGRESQL
+    ),
+]
+
+
+def stored(database: Database) -> Rows:
+    """Every row as stored (but the change stamps), JSON decoded: a revision that writes a
+    JSON value back writes the same value, in the text its own engine writes."""
+    snapshot = database.snapshot()
+    for rows in snapshot.values():
+        for row in rows:
+            for name in old_ledgers.JSON_COLUMNS & row.keys():
+                if isinstance(row[name], str):
+                    row[name] = json.loads(row[name])
+        rows.sort(key=lambda row: str(row["id"]))
+    return snapshot
+
+
+@pytest.mark.parametrize(("backend", "revision"), EVERY_REVISION)
+def test_a_ledger_written_at_any_revision_reads_whole_at_the_head_and_downgrades_back(
+    backend, revision, request, tmp_path
+):
+    with fresh_database(backend, request, tmp_path) as url:
+        harness.migrate(url, revision)
+        old_ledgers.write(harness.sqlalchemy_url(url), old_ledgers.ledger_at(revision))
+        with Database(url) as database:
+            written = stored(database)
+
+        harness.migrate(url, "head")
+        with Ledger.open(url, migrate=False) as ledger:
+            assert ledger.verify() == []
+            reads_back_the_story(ledger, revision)
+        with Database(url) as database:
+            sealed = {
+                row["id"]: row["checksum"]
+                for rows in database.snapshot().values()
+                for row in rows
+                if "checksum" in row
+            }
+        assert sealed == old_ledgers.checksums_after_upgrade(revision)
+
+        harness.migrate(url, revision, direction="downgrade")
+        with Database(url) as database:
+            assert database.versions() == [revision]
+            assert stored(database) == written
+        if revision == OLDEST:
+            harness.migrate(url, "base", direction="downgrade")
+            with Database(url) as database:
+                assert (database.table_names(), database.versions()) == ([], [])
+
+
+def reads_back_the_story(ledger: Ledger, revision: str) -> None:
+    """What the public API reads of the rows ``old_ledgers`` wrote at ``revision``."""
+    story = old_ledgers
+    conversations = {story.A, story.B}
+    conversations |= {story.C} if revision >= "0010" else set()
+    conversations |= {story.D} if revision >= "0012" else set()
+    assert {c.id for c in ledger.conversations()} == conversations
+    assert [m.content for m in ledger.messages(story.A)] == [story.QUESTION, story.ANSWER]
+    *_, answered = ledger.model_context(story.A)  # a cold load: the stored values checked
+    assert (answered.content, answered.metadata) == (story.ANSWER, story.ANSWER_METADATA)
+    (run,) = ledger.runs(story.A)
+    assert (run.id, run.status, run.cost_usd) == (story.R1, "completed", 0.0021)
+    assert (run.input_tokens, run.cache_write_1h_tokens) == (270, 64 if revision >= "0007" else 0)
+    first, answer = ledger.steps(story.R1)
+    (call,) = first.step.tool_executions
+    assert (call.tool_call.name, call.tool_call.arguments) == ("get_weather", {"city": "Lisbon"})
+    assert call.result == story.LISBON_WEATHER
+    assert answer.step.assistant_message is not None
+    assert answer.step.assistant_message.content == story.ANSWER
+    assert [m.content for m in ledger.buffer(story.R2)] == ["Looking it up.", story.PORTO_WEATHER]
+    assert [r.id for r in ledger.stale_runs(stale_after=0)] == [story.R2]
+    assert ledger.run(story.R2).partial_output == ("Porto is" if revision >= "0006" else None)
+    masked = [c.id for c in ledger.compactions(story.A)]
+    assert masked == ([story.K1] if revision >= "0004" else [])
+    assert {h.message.content for h in ledger.search("Lisbon")} == {story.QUESTION, story.ANSWER}
+    trace = [h for h in ledger.search("sunny", trace=True) if isinstance(h, TraceHit)]
+    assert {h.tool_execution.result for h in trace} == {story.LISBON_WEATHER, story.PORTO_WEATHER}
+    if revision >= "0010":
+        assert ledger.conversation(story.C).owner_id == "ana"
+    if revision >= "0012":
+        (cut,) = ledger.steps(story.R4)
+        assert cut.step.interrupted and cut.step.tool_executions[0].is_error
 
 
 assert PREVIOUS is not None

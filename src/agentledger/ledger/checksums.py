@@ -18,8 +18,11 @@ commit, failure or abandon). Revision 0003, which
 added the column, computed it for the rows already there; 0005, which changed the columns of
 ``step_executions``, computed those rows' checksums again.
 
-A migration that changes what a table's checksum covers uses :func:`checksum_over` with the
-columns of its own time (0003 and 0005 show how); :func:`checksum` is the newest revision's.
+:func:`checksum` is the newest revision's. A migration never imports this module: one that
+seals rows forms their checksums with a frozen copy of the code of its time
+(``agentledger/migrations/_checksums_0003.py``, which 0003 and 0005 use), so that a change
+here never changes what an old upgrade writes; a change of the form here must keep every
+checksum those revisions wrote (``tests/support/old_ledgers.py`` holds some, as literals).
 """
 
 from __future__ import annotations
@@ -140,8 +143,8 @@ def checksum_over(
     """The checksum of ``row``'s ``columns`` (and of the ``added`` columns, named, given as
     name and value), as read back through the ledger's column types.
 
-    A revision that adds a column either lists it in :data:`ADDED` or computes the checksums
-    of existing rows again (0003 shows how), with the columns of its own time.
+    A revision that adds a covered column either lists it in :data:`ADDED` or computes the
+    checksums of existing rows again with a frozen copy of this code (0005 shows how).
     """
     # A row read back holds every column: index it (a RowMapping's .get is slow Python).
     get = row.get if isinstance(row, dict) else row.__getitem__

@@ -3,6 +3,10 @@
 Used two ways: by agentledger itself (``Ledger.open``, ``agentledger db ...``), which passes a
 connection that already holds the migration lock, and by Alembic's own command line from a
 checkout (``alembic upgrade head``), which reads the database from ``AGENTLEDGER_DB``.
+
+Unlike the revisions, the environment may import the live package: it compares the database
+with the current models (``alembic check``), takes the migration lock, and raises a revision's
+refusal again as :class:`~agentledger.errors.MigrationError`.
 """
 
 from __future__ import annotations
@@ -12,8 +16,10 @@ import os
 from alembic import context
 from sqlalchemy import Connection
 
+from agentledger.errors import MigrationError
 from agentledger.ledger import normalize_url, tables
 from agentledger.ledger.migrate import VERSION_TABLE, locked
+from agentledger.migrations._refusal import MigrationRefused
 
 config = context.config
 
@@ -49,8 +55,17 @@ def _configure(connection: Connection) -> None:
         include_object=include_object,
         compare_type=True,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    _run_migrations()
+
+
+def _run_migrations() -> None:
+    """Run the migrations, a revision's refusal raised as the error callers catch (a revision
+    imports nothing of the live package, so cannot raise it itself)."""
+    try:
+        with context.begin_transaction():
+            context.run_migrations()
+    except MigrationRefused as refused:
+        raise MigrationError(str(refused)) from refused
 
 
 def run_offline() -> None:
@@ -62,8 +77,7 @@ def run_offline() -> None:
         render_as_batch=_url().startswith("sqlite"),
         include_object=include_object,
     )
-    with context.begin_transaction():
-        context.run_migrations()
+    _run_migrations()
 
 
 def run_online() -> None:

@@ -2,6 +2,10 @@
 
 Revision ID: 0003
 Revises: 0002
+
+The rows already there are sealed as they are: each row's checksum over the columns it covers at
+this revision (:data:`COVERED`), formed as ``agentledger.migrations._checksums_0003`` forms it
+(running runs stay unsealed: their totals change with every step).
 """
 
 from __future__ import annotations
@@ -11,8 +15,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agentledger.ledger import tables
-from agentledger.ledger.checksums import checksum_over
+from agentledger.migrations._checksums_0003 import checksum_over, shape
 
 revision: str = "0003"
 down_revision: str | None = "0002"
@@ -111,20 +114,7 @@ COVERED: dict[str, list[str]] = {
         "metadata",
     ],
 }
-"""The columns each checksum covers at this revision (``agentledger.ledger.checksums``)."""
-
-RETIRED_TYPES = {"tool_calls": tables.JSONType}
-"""The types of columns this revision reads that later revisions dropped (0005:
-``step_executions.tool_calls``), which the models no longer describe."""
-
-
-def _column(table: sa.Table, name: str) -> sa.ColumnElement[object]:
-    """``table``'s column ``name``, read through the type the ledger gives it (times aware,
-    JSON decoded), as the checksum needs; a column dropped since, through its type then."""
-    if name in table.c:
-        return table.c[name]
-    return sa.column(name, RETIRED_TYPES[name])
-
+"""The columns each checksum covers at this revision."""
 
 _BATCH = 2000
 
@@ -137,8 +127,8 @@ def upgrade() -> None:
     # The rows already there are sealed as they are now: damage from here on shows.
     bind = op.get_bind()
     for name, columns in COVERED.items():
-        table = tables.metadata.tables[name]
-        query = sa.select(*(_column(table, c) for c in columns)).order_by(table.c.id)
+        table = shape(name, columns)
+        query = sa.select(*(table.c[c] for c in columns)).order_by(table.c.id)
         if name == "agent_runs":
             query = query.where(table.c.status != "running")  # sealed when they end
         set_checksum = (

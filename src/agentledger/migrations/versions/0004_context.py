@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agentledger.errors import MigrationError
+from agentledger.migrations._refusal import MigrationRefused
 
 revision: str = "0004"
 down_revision: str | None = "0003"
@@ -117,7 +117,7 @@ def _refuse_to_lose_compactions() -> None:
     ).scalar_one()
     events = bind.execute(sa.text("SELECT COUNT(*) FROM context_compactions")).scalar_one()
     if compacted or events:
-        raise MigrationError(
+        raise MigrationRefused(
             f"cannot downgrade below revision 0004: the ledger holds {events} context "
             f"compaction event(s) and {compacted} message(s) taken out of the model's context "
             "by a summary, which revision 0003 cannot represent (its code would put every "

@@ -10,8 +10,9 @@ Until 0004 every tool call a model made was stored twice: in the step's ``tool_c
 ``tool_call_count``, how many calls the step made, so that a tool row lost from the end of a
 step is still noticed. Before dropping anything it checks, step by step, that the tool rows
 hold every call exactly as ``tool_calls`` held it, and each step row against its checksum; if
-any differs it refuses (:class:`MigrationError`) and changes nothing. Every step row's checksum
-is then computed again, over the new columns.
+any differs it refuses (``MigrationError``) and changes nothing. Every step row's checksum is
+then computed again, over the new columns, formed as 0003 formed it
+(``agentledger.migrations._checksums_0003``).
 
 The downgrade rebuilds ``tool_calls`` from the tool rows, checking that each step has the tool
 rows it counted, and seals the rows again as 0004 did.
@@ -25,9 +26,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import op
 
-from agentledger.errors import MigrationError
-from agentledger.ledger import tables
-from agentledger.ledger.checksums import checksum_over
+from agentledger.migrations._checksums_0003 import JSON, checksum_over, shape
+from agentledger.migrations._refusal import MigrationRefused
 
 revision: str = "0005"
 down_revision: str | None = "0004"
@@ -80,7 +80,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.add_column("step_executions", sa.Column("tool_calls", tables.JSONType, nullable=True))
+    op.add_column("step_executions", sa.Column("tool_calls", JSON, nullable=True))
     if not op.get_context().as_sql:
         _restore_calls_and_seal()
     op.execute("ALTER TABLE step_executions DROP COLUMN tool_call_count")
@@ -96,7 +96,7 @@ def _count_calls_and_seal() -> None:
             _check_sealed(row, COVERED_BEFORE)
             held = calls.get(row["id"], [])
             if list(row["tool_calls"] or ()) != held:
-                raise MigrationError(
+                raise MigrationRefused(
                     f"cannot upgrade to revision 0005: step {row['id']} of run {row['run_id']} "
                     f"holds tool calls {row['tool_calls']} but its tool rows hold {held}, so "
                     "dropping step_executions.tool_calls would lose information. Nothing was "
@@ -120,7 +120,7 @@ def _restore_calls_and_seal() -> None:
             _check_sealed(row, COVERED_AFTER)
             held = calls.get(row["id"], [])
             if len(held) != row["tool_call_count"]:
-                raise MigrationError(
+                raise MigrationRefused(
                     f"cannot downgrade below revision 0005: step {row['id']} of run "
                     f"{row['run_id']} counted {row['tool_call_count']} tool call(s) but has "
                     f"{len(held)} tool row(s), so its tool_calls cannot be rebuilt. Nothing was "
@@ -135,15 +135,14 @@ def _restore_calls_and_seal() -> None:
 
 def _steps(covered: Sequence[str]) -> sa.TableClause:
     """``step_executions`` with the columns ``covered`` and the ones this revision writes,
-    read and written through the ledger's column types (times aware, JSON decoded)."""
-    model = tables.step_executions
-    names = [*covered, "checksum", "tool_calls", "tool_call_count"]
-    columns = dict.fromkeys(names)
-    types: dict[str, Any] = {"tool_calls": tables.JSONType, "tool_call_count": sa.Integer()}
-    return sa.table(
-        "step_executions",
-        *(sa.column(n, types[n] if n in types else model.c[n].type) for n in columns),
-    )
+    read and written through their types at 0003 (times aware, JSON decoded)."""
+    return shape("step_executions", [*covered, "tool_calls", "tool_call_count"])
+
+
+_TOOLS = shape(
+    "tool_executions", ["step_id", "position", "tool_call_id", "tool_name", "arguments", "metadata"]
+)
+"""The columns of ``tool_executions`` that hold a step's calls."""
 
 
 def _pages(bind: sa.Connection, steps: sa.TableClause) -> Iterator[list[dict[str, Any]]]:
@@ -163,7 +162,7 @@ def _pages(bind: sa.Connection, steps: sa.TableClause) -> Iterator[list[dict[str
 
 def _calls_of(bind: sa.Connection, step_ids: Sequence[str]) -> dict[str, list[dict[str, Any]]]:
     """The tool calls each step made, from its tool rows, as ``tool_calls`` held them."""
-    tools = tables.tool_executions
+    tools = _TOOLS
     query = (
         sa.select(
             tools.c.step_id,
@@ -193,7 +192,7 @@ def _check_sealed(row: Mapping[str, Any], covered: Sequence[str]) -> None:
     """Refuse a step row that does not match its checksum: this revision seals every row
     again, and must not seal damage as if it were data."""
     if row["checksum"] is not None and row["checksum"] != checksum_over(covered, row):
-        raise MigrationError(
+        raise MigrationRefused(
             f"cannot migrate past revision 0005: step {row['id']} of run {row['run_id']} does "
             "not match its checksum, so the ledger is damaged. Nothing was changed. Restore it "
             "from a backup; `agentledger db verify` lists every damaged row."

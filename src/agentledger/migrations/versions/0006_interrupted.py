@@ -19,7 +19,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agentledger.errors import MigrationError
+from agentledger.migrations._refusal import MigrationRefused
 
 revision: str = "0006"
 down_revision: str | None = "0005"
@@ -60,7 +60,7 @@ def _refuse_to_lose_interrupted_turns() -> None:
         sa.text("SELECT COUNT(*) FROM agent_runs WHERE stop_reason = 'cancelled'")
     ).scalar_one()
     if flagged or partial or cancelled:
-        raise MigrationError(
+        raise MigrationRefused(
             f"cannot downgrade below revision 0006: the ledger holds {flagged} interrupted "
             f"answer(s), {cancelled} cancelled run(s) and {partial} running run(s) with partial "
             "output, which revision 0005 cannot represent (its code would read an answer cut "

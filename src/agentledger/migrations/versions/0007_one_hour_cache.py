@@ -18,7 +18,7 @@ from collections.abc import Sequence
 import sqlalchemy as sa
 from alembic import op
 
-from agentledger.errors import MigrationError
+from agentledger.migrations._refusal import MigrationRefused
 
 revision: str = "0007"
 down_revision: str | None = "0006"
@@ -58,7 +58,7 @@ def _refuse_to_lose_one_hour_writes() -> None:
     }
     if any(held.values()):
         counts = ", ".join(f"{count} in {table}" for table, count in held.items() if count)
-        raise MigrationError(
+        raise MigrationRefused(
             f"cannot downgrade below revision 0007: the ledger holds rows with one-hour cache "
             f"writes ({counts}), which revision 0006 cannot represent (it would count them as "
             "five-minute writes). Nothing was changed. Restore the backup taken before the "

@@ -37,7 +37,7 @@ import sqlalchemy as sa
 from alembic import op
 from sqlalchemy.dialects import postgresql
 
-from agentledger.errors import MigrationError
+from agentledger.migrations._refusal import MigrationRefused
 
 revision: str = "0010"
 down_revision: str | None = "0009"
@@ -156,7 +156,7 @@ def _refuse_to_lose_owners() -> None:
     ).scalar_one()
     logged = bind.execute(sa.text("SELECT COUNT(*) FROM forget_log")).scalar_one()
     if owned or logged:
-        raise MigrationError(
+        raise MigrationRefused(
             f"cannot downgrade below 0010: {owned} conversations have a tenant or an owner and "
             f"forget_log holds {logged} rows, which revision 0009 has no columns for. Export "
             "what you need first, or clear them by hand if losing them is intended."

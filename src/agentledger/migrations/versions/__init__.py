@@ -1,0 +1,1 @@
+"""The revisions, one module each, oldest first (Alembic loads them by their file names)."""
