@@ -62,12 +62,18 @@ typecheck: $(VENV)/.installed-dev
 # PostgreSQL server and temporary directories; a worker that runs out of tests takes some of
 # another's, so no long test is left alone at the end), then those (marked serial)
 # alone, collected only from the files that mark some. A plain `pytest` runs them all, one
-# after the other.
+# after the other. The checks (`make lint typecheck`) run beside the first part, in the time its
+# workers wait; their output is printed when they end, and either failing fails `make test`.
 WORKERS ?= $(shell echo $$(( $$(nproc) + 1 )))
 SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
+CHECKS_LOG := $(VENV)/checks.log
 
-test: lint typecheck $(SDK_PINNED)/.installed
-	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"
+test: $(VENV)/.installed-dev $(SDK_PINNED)/.installed
+	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"; tests=$$?; \
+	wait $$checks; checked=$$?; \
+	echo "--- make lint typecheck ($$([ $$checked -eq 0 ] && echo passed || echo FAILED)):"; \
+	cat $(CHECKS_LOG); [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;

@@ -666,7 +666,7 @@ def test_the_ledger_behaves_like_its_model_on_sqlite(tmp_path, reliability_repor
 
     steps = size(20, 40)
     machine = ledger_machine(new_database, lambda _url: None, tally)
-    run_state_machine_as_test(machine, settings=machine_settings(size(8, 300), steps))
+    run_state_machine_as_test(machine, settings=machine_settings(size(6, 300), steps))
     reliability_report(report_line(tally, "sqlite", steps))
 
 
@@ -680,5 +680,5 @@ def test_the_ledger_behaves_like_its_model_on_postgresql(pg_databases, reliabili
     new_database, drop_database = pg_databases
     steps = size(15, 30)
     machine = ledger_machine(new_database, drop_database, tally)
-    run_state_machine_as_test(machine, settings=machine_settings(size(4, 60), steps))
+    run_state_machine_as_test(machine, settings=machine_settings(size(3, 60), steps))
     reliability_report(report_line(tally, "postgresql", steps))
