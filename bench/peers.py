@@ -120,8 +120,11 @@ class SessionTurns:
         gc.collect()  # as bench.recording.Turns.turn does
         return self._turn()
 
-    def held(self) -> int:
-        return len(self.loop.run_until_complete(self.session.get_items()))
+    def check(self) -> None:
+        """Every item of every turn is stored."""
+        held = len(self.loop.run_until_complete(self.session.get_items()))
+        if held != ITEMS_PER_TURN * self.turns:
+            raise AssertionError(f"{self.path.name}: {held} items after {self.turns} turns")
 
     def size(self) -> int:
         return checkpointed_size(self.path)

@@ -4,7 +4,7 @@ interleaved: recording a turn, loading a conversation back, and the rows two rea
 Each version runs in worker processes of its own (``bench/_workers.py``): the same benchmark
 code and virtual environment, the version's ``src/`` first on the path, each worker checked to
 have imported its own. The code the workers run (``bench/recording.py``'s ``Turns`` and
-``measure_loads``, :class:`Reads` here) uses only the names both versions export.
+``timed_turns`` and ``timed_loads``, :class:`Reads` here) uses only the names both versions export.
 
 - Recording: a turn as in section 6, at each history length, through ``Agent.run`` and the
   Recorder API alone, at ``synchronous=NORMAL`` and ``FULL``: a worker per version, way,
@@ -19,7 +19,6 @@ have imported its own. The code the workers run (``bench/recording.py``'s ``Turn
 from __future__ import annotations
 
 import gc
-import os
 import sys
 import time
 from contextlib import ExitStack
@@ -33,8 +32,8 @@ from agentledger.ledger import Ledger
 from ._common import ANSWER, MODEL, STEPS_PER_TURN, USAGE, Samples, Sizes, interleaved, ms, us, x
 from ._report import Row, Section
 from ._versions import PREVIOUS, THIS, Version, this_version
-from ._workers import Worker, broadcast, gather, interleaved_calls
-from .recording import HELD, RAW, Turns, measure_loads
+from ._workers import Worker, broadcast
+from .recording import RAW, Turns, timed_loads, timed_turns
 
 WAYS = {"Agent.run": "agent", "recorder alone": "recorder"}
 CONTROL = f"{THIS} (control)"
@@ -161,86 +160,54 @@ def key(version: str, way: str, mode: str, turns: int) -> str:
     return f"{version}: {way} {mode} @ {turns}"
 
 
-def _turn_workers(plan: Plan, tmp: Path, versions: dict[str, Version]) -> dict[str, Worker]:
-    chosen = [
-        (key(v, way, mode, n), v, kind, mode)
+def measure(plan: Plan, tmp: Path, previous: Version) -> Measured:
+    measured = Measured(plan, {THIS: this_version(), PREVIOUS: previous})
+    chosen = {
+        key(v, way, mode, n): (v, kind, mode, n)
         for n in sorted(plan.histories, reverse=True)  # the longest take longest to build
         for mode in plan.modes
         for way, kind in WAYS.items()
-        for v in versions
-    ]
-    chosen.append((CONTROL, THIS, "agent", "NORMAL"))
-    return {
-        name: Worker(
-            name,
-            Turns,
-            source=versions[v].source,
-            path=str(_path(tmp, name)),
-            kind=kind,
-            synchronous=mode,
-        )
-        for name, v, kind, mode in chosen
+        for v in measured.versions
     }
-
-
-def _path(tmp: Path, name: str) -> Path:
-    return tmp / f"versions-{'-'.join(''.join(c if c.isalnum() else ' ' for c in name).split())}.db"
-
-
-def _held(workers: dict[str, Worker], plan: Plan, extra: int) -> None:
-    """Both versions hold every message of every turn, every way, setting and history."""
-    for name, held in broadcast(workers, "held").items():
-        turns = (plan.histories[0] if name == CONTROL else int(name.rsplit(" @ ", 1)[1])) + extra
-        if held != HELD["agent"] * turns:
-            raise AssertionError(f"{name}: {held} messages after {turns} turns")
-
-
-def measure(plan: Plan, tmp: Path, previous: Version) -> Measured:
-    measured = Measured(plan, {THIS: this_version(), PREVIOUS: previous})
+    chosen[CONTROL] = (THIS, "agent", "NORMAL", plan.histories[0])
     with ExitStack() as stack:
-        turns = _turn_workers(plan, tmp, measured.versions)
-        reads = {
-            v: Worker(f"{v} reads", Reads, source=s.source, path=str(_path(tmp, f"{v} reads")))
-            for v, s in measured.versions.items()
-        }
-        for worker in [*turns.values(), *reads.values()]:
-            stack.callback(worker.close)
-        print("  building the histories and the run trees at once ...", file=sys.stderr)
-        for name, worker in turns.items():
-            worker.send(
-                "grow", plan.histories[0] if name == CONTROL else int(name.rsplit(" @ ", 1)[1])
+        workers, reads = {}, {}
+        for name, (v, kind, mode, _) in chosen.items():
+            path, source = _path(tmp, name), measured.versions[v].source
+            workers[name] = Worker(
+                name, Turns, source=source, path=path, kind=kind, synchronous=mode
             )
-        for worker in reads.values():
-            worker.send("build", plan.trees, plan.fanout)
-        gather({**turns, **reads})
-        _held(turns, plan, 0)
-        os.sync()  # the histories' dirty pages go to disk now, not during the timed turns
-        print(f"  {plan.reps} timed turns on each ...", file=sys.stderr, flush=True)
-        measured.turns = interleaved_calls(turns, "turn", plan.reps)
-        _held(turns, plan, plan.reps)
+        for v, version in measured.versions.items():
+            reads[v] = Worker(f"{v} reads", Reads, source=version.source, path=_path(tmp, v))
+            reads[v].send("build", plan.trees, plan.fanout)
+        for worker in [*workers.values(), *reads.values()]:
+            stack.callback(worker.close)
+        histories = {name: n for name, (*_, n) in chosen.items()}
+        measured.turns = timed_turns(workers, histories, plan.reps, building=reads)
         loaded = {
-            v: turns.pop(key(v, "Agent.run", plan.modes[0], plan.histories[-1]))
+            v: workers.pop(key(v, "Agent.run", plan.modes[0], plan.histories[-1]))
             for v in measured.versions
         }
-        for worker in turns.values():
+        for worker in workers.values():
             worker.close()  # their memory back before the loads and reads
-        measured.loads, measured.loaded = measure_loads(loaded, plan.reps)
-        for worker in loaded.values():
-            worker.close()
+        measured.loads, measured.loaded = timed_loads(loaded, plan.reps)
         shapes = set(broadcast(reads, "shape").values())
-        expected = (plan.trees * tree_size(plan.fanout), tree_size(plan.fanout))
-        if shapes != {expected}:
-            raise AssertionError(f"the reads returned {shapes}, not {expected}")
-        measured.shape = expected
+        measured.shape = (plan.trees * tree_size(plan.fanout), tree_size(plan.fanout))
+        if shapes != {measured.shape}:
+            raise AssertionError(f"the reads returned {shapes}, not {measured.shape}")
+        calls = {
+            f"{v} {read}()": (w, read) for v, w in reads.items() for read in ("runs", "run_tree")
+        }
         measured.reads = interleaved(
-            {
-                f"{v} {read}()": (lambda w=w, read=read: float(w.call(read)))
-                for v, w in reads.items()
-                for read in ("runs", "run_tree")
-            },
-            plan.reps,
+            {n: (lambda w=w, r=r: float(w.call(r))) for n, (w, r) in calls.items()}, plan.reps
         )
     return measured
+
+
+def _path(tmp: Path, name: str) -> str:
+    return str(
+        tmp / f"versions-{'-'.join(''.join(c if c.isalnum() else ' ' for c in name).split())}.db"
+    )
 
 
 # -- the report ---------------------------------------------------------------------------------
@@ -335,7 +302,8 @@ def _verdict(ratios: dict[str, float], noise: float) -> str:
     the noise when the worst case is no further off than the control's two identical workers
     are from each other."""
     worst = max(ratios, key=ratios.__getitem__)
-    found = f"{x(ratios[worst])} at worst ({worst}); two identical workers differ by {noise:.2f}"
+    found = f"{x(ratios[worst])} at worst ({worst})"
+    found += f"; two identical workers differ by {noise:.2f}" if noise > 1 else ""
     if ratios[worst] <= TARGET:
         return f"Target met: no slowdown ({THIS} / {PREVIOUS} ≤ {TARGET:.2f}x everywhere): {found}."
     met = "met within the noise" if ratios[worst] <= noise else "missed"
@@ -345,6 +313,7 @@ def _verdict(ratios: dict[str, float], noise: float) -> str:
 def reads_section(measured: Measured) -> Section:
     reads, plan = measured.reads, measured.plan
     rows: list[Row] = []
+    ratios = {r: reads.ratio(f"{THIS} {r}", f"{PREVIOUS} {r}") for r in ("runs()", "run_tree()")}
     for read, count in zip(("runs()", "run_tree()"), measured.shape, strict=True):
         this, previous = f"{THIS} {read}", f"{PREVIOUS} {read}"
         rows += [
@@ -362,4 +331,5 @@ def reads_section(measured: Measured) -> Section:
         "(every run) and `Ledger.run_tree(root)` (one whole tree, each run's usage summed from its "
         f"steps) on an open handle, {plan.reps} times each, interleaved, medians.",
         rows,
+        [_verdict(ratios, 1.0)],
     )

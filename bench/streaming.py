@@ -1,23 +1,15 @@
 """Sections 13 and 14: async and streaming, many conversations in one process.
 
-13. ``conversations`` conversations at once on one event loop, one ledger (a SQLite file; a
-    throwaway PostgreSQL server when one can be started), each an agent of its own consuming
-    ``agent.astream(...)``; ``ScriptedLLM`` streams at about 50 tokens a second. Every figure is
-    taken where a user would see it: by the consumer (the time it is handed each event), by a
-    ticker task on the same loop, and by SQL on the ledger afterwards.
-
-    - turns per second; the loop's lateness (a ticker sleeps 10 ms at a time: actual wake less
-      due wake); a step's end (its last ``TextDelta`` or ``ToolCallFinished`` handed over) to its
-      ``StepRecorded`` (emitted once the step's transaction committed);
-    - the partial-output flushes: rounds with the default flush and with one that never happens
-      within a turn, interleaved; the flush writes counted at the driver's cursor (an UPDATE of
-      ``agent_runs`` setting exactly the partial-output columns);
-    - cancel to committed: ``cancels`` conversations call ``aclose()`` after 20 deltas of the
-      answer; the time ``aclose()`` takes, which returns once the run is recorded as interrupted
-      (checked in SQL: the runs interrupted, their answers flagged).
-
-14. The same turn, not streamed, the model without delay, one turn after another through
-    ``Agent.run`` and through ``await agent.arun``, interleaved.
+13. ``conversations`` conversations at once on one event loop and one ledger (a SQLite file;
+    a throwaway PostgreSQL server when one can be started), each an agent of its own consuming
+    ``agent.astream(...)`` of a model streaming at about 50 tokens a second. Every figure is
+    taken where a user would see it: by the consumer (when it is handed each event), by a
+    ticker task on the same loop (how late it wakes), and by SQL on the ledger afterwards
+    (every turn completed; every cancelled run interrupted, its answer flagged). The rounds
+    with the default partial-output flush and with none in a turn are interleaved; the flush
+    writes are counted at the driver's cursor.
+14. The same turn, not streamed, one turn after another through ``Agent.run`` and through
+    ``await agent.arun``, interleaved.
 """
 
 from __future__ import annotations
@@ -77,7 +69,7 @@ class Plan:
     conversations: int
     turns: int
     reps: int
-    """Rounds of each flush setting (interleaved), and cancel rounds."""
+    """Rounds of each flush setting, and cancel rounds."""
     cancels: int
     sequential_turns: int
     sequential_reps: int
@@ -221,17 +213,12 @@ def concurrent_round(
     flagged = flagged.bindparams(sa.bindparam("ids", expanding=True))
     with ledger.engine.connect() as conn:
         observed.statuses = {str(s): int(n) for s, n in conn.execute(by_status, {"first": first})}
-        if observed.cancelled_runs:
-            observed.interrupted_answers = int(
-                conn.execute(flagged, {"ids": observed.cancelled_runs}).scalar() or 0
-            )
+        ids = observed.cancelled_runs or [""]
+        observed.interrupted_answers = int(conn.execute(flagged, {"ids": ids}).scalar() or 0)
     expected = {"completed": (plan.conversations - cancels) * turns, "interrupted": cancels}
-    if (
-        observed.statuses != {k: v for k, v in expected.items() if v}
-        or observed.interrupted_answers != cancels
-    ):
-        flagged = observed.interrupted_answers
-        raise RuntimeError(f"runs ended {observed.statuses}, {flagged} answers flagged: {expected}")
+    found = (observed.statuses, observed.interrupted_answers)
+    if found != ({k: v for k, v in expected.items() if v}, cancels):
+        raise RuntimeError(f"runs ended {found[0]}, {found[1]} answers flagged: not {expected}")
     return observed
 
 
@@ -287,11 +274,11 @@ def measure_backend(ledger: Ledger, plan: Plan) -> Figures:
         figures.cancel_rounds.append(concurrent_round(ledger, plan, cancels=plan.cancels))
     if figures.flushes_per_turn(RARE):
         raise RuntimeError("a partial-output flush was written with a flush interval of an hour")
-    ways = {"Agent.run": False, "await agent.arun": True}
+    turns = plan.sequential_turns
     figures.sequential = interleaved(
         {
-            way: (lambda a=a: turns_in_a_row(ledger, plan.sequential_turns, asynchronous=a))
-            for way, a in ways.items()
+            "Agent.run": lambda: turns_in_a_row(ledger, turns, asynchronous=False),
+            "await agent.arun": lambda: turns_in_a_row(ledger, turns, asynchronous=True),
         },
         plan.sequential_reps,
     )

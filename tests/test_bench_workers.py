@@ -80,7 +80,7 @@ def test_a_worker_that_cannot_set_its_system_up_says_why(tmp_path):
     )
     try:
         with pytest.raises(WorkerError, match="setting the system up failed"):
-            worker.call("held")
+            worker.call("check")
     finally:
         worker.close()
 
