@@ -32,7 +32,7 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
-from agentledger.analytics import Analytics
+from agentledger import Analytics
 
 from ._common import Samples, Sizes, interleaved, judged, ms, timed, x
 from ._report import Row, Section

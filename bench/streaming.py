@@ -47,7 +47,6 @@ from ._common import (
     x,
 )
 from ._report import Row, Section
-from .statements import throwaway_postgres
 
 PREAMBLE = "Let me look that up for you. "
 """What each tool-calling step says before its call: 29 characters, 8 deltas."""
@@ -294,6 +293,8 @@ class Measured:
 
 
 def measure(plan: Plan, tmp: Path, *, postgres: bool = True) -> Measured:
+    from .statements import throwaway_postgres  # section 10's
+
     measured = Measured(plan)
     with contextlib.ExitStack() as stack:
         urls = {"SQLite": f"sqlite:///{tmp / 'streaming.db'}"}

@@ -38,7 +38,6 @@ from . import peers
 from ._common import STEPS_PER_TURN, Sizes, ms, p99, question, turn_agent
 from ._report import Row, Section
 from ._workers import Worker, broadcast
-from .statements import throwaway_postgres
 
 AGENTLEDGER = "agentledger Agent.run"
 SYSTEMS = {
@@ -276,6 +275,8 @@ def measure(
     only: tuple[str, ...] | None = None,
 ) -> Measured:
     """The curve on each backend, with ``only`` these systems (default: all installed)."""
+    from .statements import throwaway_postgres  # section 10's, not needed in a writer process
+
     measured = Measured(plan)
     if "SQLite" in backends:
         files = lambda system, n: str(tmp / f"writers-{'-'.join(system.lower().split())}-{n}.db")  # noqa: E731
