@@ -1,20 +1,8 @@
 """Benchmarks, reported as ratios measured in one run (machines are shared and noisy).
 
 ``python -m bench [--quick | --full] [--previous REF] [--only 6,15]`` prints a report and
-writes ``bench/RESULTS.md`` (with ``--only``, prints the sections asked for). The sections:
-
-1-2. the agent loop's overhead, and a step's cost on a ledger (``bench/steps.py``);
-5. analytics: DuckDB and its cache against SQLite alone (``bench/analytics.py``);
-6-8. recording a turn at 50, 200 and 1000 turns of history against plain sqlite3 and the
-     OpenAI Agents SDK's session, loading it back, bytes per turn (``bench/recording.py``);
-9, 16. ``import agentledger`` and the read commands as fresh processes (``bench/startup.py``);
-10. the ledger's statements against SQLAlchemy Core's (``bench/statements.py``);
-11-12. with ``--previous REF``, this version against that commit (``bench/previous.py``);
-13-14. async streaming, many conversations at once; ``arun`` against ``run``
-       (``bench/streaming.py``);
-15. many writer processes on one database, against the peers (``bench/writers.py``).
-
-``docs/benchmarks.md`` says what each measures and why a missed target is missed.
+writes ``bench/RESULTS.md`` (with ``--only``, prints those sections alone). What each section
+measures, and why a target is missed: ``docs/benchmarks.md``.
 """
 
 from __future__ import annotations

@@ -1,14 +1,10 @@
-"""The floor: plain ``sqlite3`` writing a run's logical messages, nothing else, and reading them
-back.
+"""The floor: plain ``sqlite3`` writing a turn's logical messages, nothing else, and reading a
+ledger's messages back as an app would.
 
-This is what any agent store must keep of a turn at the least: its messages and the usage of
-its model calls, in the two tables an app would make for them. A turn of 3 tool-calling steps
-is 8 messages (the user's, then per step the assistant's tool call and the tool's result, then
-the answer) and 4 usage rows (one per model call), in 5 transactions (the user message; each
-step; the answer), with time-ordered UUIDv7 text ids, ISO timestamps and JSON text as the
-ledger's. The connection has the ledger's settings (``journal_mode=WAL``, ``foreign_keys=ON``,
-the same ``synchronous``); every transaction starts with ``BEGIN IMMEDIATE``. It loads nothing:
-it looks the next ``seq`` of the conversation up (one indexed ``max``) when a turn begins.
+What any agent store must keep of a turn at the least: its 8 messages (the user's, each tool
+call and its result, the answer) and a usage row per model call, in two plain tables, a
+transaction a step (``BEGIN IMMEDIATE``), with the ledger's connection settings, its kind of ids
+and its JSON text. It loads nothing: one indexed ``max(seq)`` when a turn begins.
 """
 
 from __future__ import annotations

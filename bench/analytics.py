@@ -1,20 +1,9 @@
-"""Analytics at scale: DuckDB's ``run_rollup`` and ``tool_stats`` against SQLite alone.
+"""Section 5: DuckDB's ``run_rollup`` and ``tool_stats`` against SQLite alone, directly and
+through the analytics cache, on a synthetic ledger of a million steps (``bench/_synthetic.py``).
 
-A synthetic ledger of 1,000,000 steps in 100,000 runs (``--quick``: ten times fewer), run trees
-up to depth 5, is built once per benchmark run in the temporary directory
-(``bench/_synthetic.py``). Then the same two questions, interleaved, several repetitions,
-medians:
-
-- DuckDB: :class:`agentledger.analytics.Analytics` over the file (the ``sqlite_scanner``
-  extension, read-only, as many threads as the machine has cores: DuckDB's default),
-  ``SELECT * FROM run_rollup`` and ``SELECT * FROM tool_stats`` materialized in full as Arrow
-  tables (``to_arrow_table()``);
-- SQLite alone: one query each on the same file, :data:`SQLITE_RUN_ROLLUP` (a recursive CTE for
-  the tree, one for the ancestor closure of each run, then inclusive sums) and
-  :data:`SQLITE_TOOL_STATS` (percentiles from ``row_number()`` and ``count()`` windows, as
-  DuckDB's ``quantile_cont`` interpolates them), every row fetched (``fetchall()``).
-
-Both answers are compared, every run and every tool, before anything is timed.
+SQLite alone answers each view with one query of the same columns (:data:`SQLITE_RUN_ROLLUP`,
+:data:`SQLITE_TOOL_STATS`); both answers are compared, every run and every tool, before
+anything is timed.
 """
 
 from __future__ import annotations

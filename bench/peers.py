@@ -1,19 +1,14 @@
 """The peers: what other agent frameworks store of the same turn, through their public APIs.
 
-- The OpenAI Agents SDK's sessions (``SQLiteSession`` on a file, ``SQLAlchemySession`` on
-  PostgreSQL through asyncpg), given what the SDK's ``Runner`` gives its session for a turn:
-  ``get_items()`` as the turn starts (the history, the next model input), then ``add_items``
-  for the user message, for each model response with its tool result (a ``function_call``
-  and its ``function_call_output``) and for the answer: five calls, eight items.
-- LangGraph: a ``StateGraph`` of ``messages`` (``add_messages``), a model node answering from
-  a script, the prebuilt ``ToolNode`` running ``lookup`` and ``tools_condition`` between them,
-  compiled with a ``SqliteSaver`` or ``PostgresSaver``; one ``invoke`` per turn on a thread,
-  LangGraph's default durability (a checkpoint per super-step, each holding the whole thread).
+- The OpenAI Agents SDK's sessions (``SQLiteSession``; ``SQLAlchemySession`` on PostgreSQL
+  through asyncpg), given what the SDK's ``Runner`` gives its session for a turn: ``get_items()``
+  as it starts, then ``add_items`` for the user message, each tool call with its output, and the
+  answer: five calls, eight items.
+- LangGraph: a ``StateGraph`` of ``messages``, a scripted model node, the prebuilt ``ToolNode``
+  and ``tools_condition``, compiled with ``SqliteSaver`` or ``PostgresSaver``; one ``invoke`` a
+  turn on a thread, LangGraph's default durability (a checkpoint per super-step).
 
-:class:`SessionTurns` records section 6's turns; :class:`SessionWriter` and
-:class:`GraphWriter` are section 15's writers (``bench/writers.py``), each with a step's commit
-timed (an ``add_items`` call, a checkpoint's ``put``). The peers are optional
-(``pip install -e '.[bench]'``): :func:`skipped` says which are missing without importing them.
+They are optional (``pip install -e '.[bench]'``): :func:`skipped` says which are missing.
 """
 
 from __future__ import annotations

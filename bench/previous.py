@@ -1,19 +1,10 @@
 """Sections 11 and 12: this version against the previous one (``--previous REF``), in one run,
 interleaved: recording a turn, loading a conversation back, and the rows two reads return.
 
-Each version runs in worker processes of its own (``bench/_workers.py``): the same benchmark
-code and virtual environment, the version's ``src/`` first on the path, each worker checked to
-have imported its own. The code the workers run (``bench/recording.py``'s ``Turns`` and
-``timed_turns`` and ``timed_loads``, :class:`Reads` here) uses only the names both versions export.
-
-- Recording: a turn as in section 6, at each history length, through ``Agent.run`` and the
-  Recorder API alone, at ``synchronous=NORMAL`` and ``FULL``: a worker per version, way,
-  setting and history length. A second worker of this version (``Agent.run``, ``NORMAL``, the
-  shortest history) is the control: this version against itself shows what noise alone does.
-- Loading: each version's ``Agent.run NORMAL`` conversation at the longest history, cold (a
-  fresh handle each time), warm (the worker's handle) and raw (plain sqlite3: a control).
-- Reads: a ledger of run trees per version, ``Ledger.runs()`` over all its runs and
-  ``Ledger.run_tree()`` of one tree.
+Each version runs in worker processes of its own, its ``src/`` first on the path (checked), the
+same benchmark code and virtual environment; what the workers run (``bench/recording.py``'s
+``Turns``, :class:`Reads` here) uses only the names both versions export. A second worker of
+this version, the control, shows what noise alone does to a ratio.
 """
 
 from __future__ import annotations

@@ -1,15 +1,12 @@
 """Sections 9 and 16: what starting agentledger costs. Every system is a fresh process timed from
-the parent, start to exit, its output thrown away; the systems interleaved, the order rotating,
-after a few untimed runs of each that write the bytecode and warm the page cache (as on a
-machine that ran it before); medians, against the bare interpreter (``python -c pass``).
+the parent, start to exit, its output thrown away; interleaved, after a few untimed runs of
+each (a warm bytecode and page cache); medians, against the bare interpreter.
 
-9. ``import agentledger``, against pydantic alone and (with ``--previous``) the previous
-   version's: each interpreter has its version's source first on ``PYTHONPATH``; the figure is
-   the median of each repetition's difference with the bare interpreter's run.
-16. The command line as a user meets it: ``agentledger --help`` and each read command of the
-   installed console script on the demo's ledger, against a fresh interpreter that only
-   imports what a read command imports, and against the ``sqlite3`` shell reading the rows the
-   command prints (or, without the shell, a fresh interpreter's ``sqlite3`` module).
+9. ``import agentledger`` (its version's source first on the path), against pydantic alone and
+   the previous version's, over the bare interpreter: the median of the paired differences.
+16. ``agentledger --help`` and each read command of the installed console script on the demo's
+   ledger, against an interpreter that only imports what a read command imports and the
+   ``sqlite3`` shell reading the rows the command prints.
 """
 
 from __future__ import annotations

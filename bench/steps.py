@@ -1,14 +1,9 @@
 """Sections 1 and 2: what a step costs, in memory and on a ledger.
 
-1. The agent loop's own overhead: turns of an agent (a user message, three tool-calling steps,
-   an answer) with a scripted model, ``Agent.execute`` in memory, against a bare loop making the
-   same model and tool calls with no bookkeeping at all: the price of the immutable state, the
-   processors and the continuation criteria.
-2. A step's write: one ``Agent.run`` of ``RUN_STEPS`` tool-calling steps of two calls each on a
-   SQLite file ledger, at ``synchronous=FULL`` and ``NORMAL``, against the same agent in memory
-   and against plain ``sqlite3`` writing the run's messages alone (``bench/_raw.py``, a
-   transaction a step); then every step of a 200-step run timed, limits judged at each: a step's
-   cost must not grow with the run's length.
+1. ``Agent.execute`` in memory against a bare loop making the same model and tool calls.
+2. ``Agent.run`` of ``RUN_STEPS`` tool-calling steps on a SQLite ledger (FULL, NORMAL) against
+   the same agent in memory and the floor (``bench/_raw.py``); then every step of a 200-step run
+   with limits judged at each: the last against the tenth.
 """
 
 from __future__ import annotations

@@ -1,20 +1,11 @@
-"""Section 15: many writers, turns per second as writer processes are added, against the peers.
+"""Section 15: many writer processes on one database, against the peers.
 
-``writers`` processes write one database at once (a SQLite file; then a database on a throwaway
-PostgreSQL server), each running ``conversations`` conversations of ``turns`` turns: turn 1 of
-each, then turn 2 of each, as a server serves many conversations. All writers of a round start
-at one instant (the parent gives them a start time once all have prepared the round); the
-round's wall time is the last writer's end less that instant. At 1, 2, 4 and 16 writers:
-
-- turns per second in total, median of the rounds;
-- a step's commit, p50 and p99: agentledger's ``record_step`` (a step's end to its transaction
-  committed, lease check and lock waits included), the SDK's ``add_items``, LangGraph's ``put``;
-- lock retries per thousand transactions, as the ledger counts them (``Ledger.lock_retries``,
-  ``Ledger.transactions``); the peers count neither;
-- rows stored per turn, counted in the database afterwards.
-
-The systems' rounds are interleaved (one system works at a time, the order rotating), each
-system in a database of its own.
+Each writer runs its conversations' turns in rounds (turn 1 of each, then turn 2, as a server
+serves many conversations); all writers of a round start at one instant, given by the parent
+once all have prepared, and the round's wall time is the last writer's end less that instant.
+A step's commit is timed where each system makes it durable: agentledger's ``record_step``, the
+SDK's ``add_items``, LangGraph's ``put``. The systems' rounds are interleaved, each system in a
+database of its own.
 """
 
 from __future__ import annotations
