@@ -50,9 +50,9 @@ RETIRED = Section(
         "files grow with the square of the history (about 25 GB at 1000 turns); it was skipped "
         "for want of disk in the last runs. LangGraph is measured in section 15.",
         "The explanations of missed targets (what bounds the many-writers curves, why a checked "
-        "cold load stays above 1.5x, why the DuckDB rollup over the attached file stays near 5x) "
-        "are in docs/benchmarks.md, not computed here; so is section 12's per-run difference, "
-        "which is the medians' difference over the runs returned.",
+        "cold load stays above 1.5x, why the DuckDB rollup over the attached file stays a few "
+        "times SQLite's speed) are in docs/benchmarks.md, not computed here; so is section 12's "
+        "per-run difference, which is the medians' difference over the runs returned.",
     ],
 )
 
