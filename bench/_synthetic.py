@@ -1,18 +1,12 @@
-"""A synthetic ledger for the analytics benchmark, built fast and always the same.
+"""A synthetic ledger for the analytics benchmark, built fast and always the same (one seed).
 
-The schema comes from the real migrations (``Ledger.open`` on a new file); the rows from plain
-``sqlite3`` bulk inserts (``executemany``, one transaction, ``synchronous=OFF`` and
-``journal_mode=OFF`` for the build only, WAL again afterwards, as the ledger keeps its files),
-in the ledger's formats: UUIDv7 text ids that sort by time, timestamps as ISO text in UTC,
-JSON as text, booleans as integers.
-
-Conversations of one to four turns, each turn a run tree up to depth 5 with random fan-out;
-each subagent run in its own ``subagent`` conversation, started by its parent's
-``spawn_subagent`` tool call (``child_run_id``), which lasts as long as the run. About ten
-steps a run (the totals exact), each with a model message, tokens and a cost (``NULL`` for an
-unpriced model and for a few steps of the priced ones); 1% of the runs failed on an ``error``
-step, 0.5% still running; tool calls to five tools with their own error rates and log-normal
-durations. Everything comes from one seed.
+The schema comes from the real migrations (``Ledger.open``), the rows from ``sqlite3`` bulk
+inserts in one transaction, in the ledger's formats (UUIDv7 text ids that sort by time, ISO
+timestamps, JSON text). Conversations of one to four turns, each a run tree to depth 5, each
+subagent run in a conversation of its own, started by its parent's ``spawn_subagent`` call,
+which lasts as long as the run; about ten steps a run with tokens and costs (unknown for an
+unpriced model and a few steps); 1% of the runs failed, 0.5% still running; five tools with
+their own error rates and log-normal durations.
 """
 
 from __future__ import annotations

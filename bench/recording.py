@@ -1,222 +1,405 @@
-"""Recording one turn of an agent: agentledger against plain ``sqlite3`` and against its peers.
+"""Sections 6 to 8: recording one turn at 50, 200 and 1000 turns of history, loading the
+conversation back, and the bytes a turn takes.
 
-A turn is a user message, three tool-calling steps each making one ``lookup`` call with a
-~1 KB result, and a final answer, from a scripted model: recording only, no real model. A step
-is one of its four inferences, so the cost per step is the turn's / 4. Every system records
-that turn in a SQLite file:
+A turn (``bench/_common.py``) is recorded in a SQLite file by ``agentledger Agent.run`` (the
+whole loop on a ledger); ``agentledger recorder alone`` (the Recorder calls an in-memory run
+of the same agent made, prepared before the clock starts and replayed on the ledger's
+recorder); ``raw sqlite3 messages`` (the floor, ``bench/_raw.py``); and the OpenAI Agents
+SDK's ``SQLiteSession`` when installed (``bench/peers.py``).
 
-- ``agentledger Agent.run``: the whole loop, a ``ScriptedLLM`` and ``lookup``, on
-  ``Ledger.open(path, synchronous=...)``;
-- ``agentledger recorder alone``: the same rows through the Recorder API only:
-  ``load_conversation``, ``begin_run``, ``record_step`` x4, ``commit_run``, with the states of
-  an in-memory run of the same agent prepared before the clock starts (``bench/_turns.py``);
-- ``raw sqlite3``: :class:`bench._raw.RawLedger`, the same rows in the same six transactions;
-- LangGraph's ``SqliteSaver`` and the OpenAI Agents SDK's ``SQLiteSession``, when installed
-  (``bench/_peers.py`` says what each does).
-
-agentledger and raw run with ``synchronous=NORMAL`` and ``FULL``; LangGraph with ``NORMAL``
-(its connection is ours to set); the SDK's session at SQLite's default (it opens its own
-connections), which is ``FULL``.
-
-Each system, at each history length, lives in a worker process of its own
-(``bench/_workers.py``) that opens its database once and builds the conversation's history
-(untimed, all workers in parallel); then the parent asks each worker for one timed turn in
-turn, the order rotating, several repetitions, and takes medians. Then loading the
-conversation back for the next inference, at the longest history, and the file size per turn.
+Each system at each history length is a worker process of its own (``bench/_workers.py``)
+that builds its history (untimed, all at once); then one timed turn of each in turn, the order
+rotating. :class:`Turns` runs in those workers, in the previous version's too
+(``bench/previous.py``): it uses only the names both export.
 """
 
 from __future__ import annotations
 
+import cProfile
+import gc
 import os
+import pstats
+import sqlite3
 import sys
 import time
-from contextlib import ExitStack
+from collections.abc import Callable
+from contextlib import ExitStack, closing
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from . import _peers, _turn_profile
-from . import _raw_messages as raw_messages
-from ._common import Sizes
-from ._raw import check_same_rows, row_profile
-from ._recording_plan import (
-    AGENT,
-    COLD,
-    PLANS,
-    RAW,
-    RAW_LOAD,
-    RAW_MESSAGES,
-    RECORDER,
-    WARM,
-    Measured,
-    Plan,
-    System,
-    key,
-    systems,
+from agentledger import AgentState, Message
+from agentledger.ledger import Ledger
+
+from . import peers
+from ._common import (
+    STEPS_PER_TURN,
+    TOOL_STEPS,
+    Samples,
+    Sizes,
+    interleaved,
+    judged,
+    ms,
+    question,
+    turn_agent,
+    us,
+    x,
 )
-from ._recording_report import report
-from ._report import Section
-from ._turns import MESSAGES_PER_TURN, Loads
-from ._workers import Worker, gather, interleaved_calls
+from ._raw import RawMessages, checkpointed_size, raw_load
+from ._report import Row, Section
+from ._workers import Worker, broadcast, gather, interleaved_calls
+
+AGENT, RECORDER = "agentledger Agent.run", "agentledger recorder alone"
+MESSAGES, SESSION = "raw sqlite3 messages", peers.SESSION
+KINDS = {AGENT: "agent", RECORDER: "recorder", MESSAGES: "messages"}
+HELD = {"agent": 2, "recorder": 2, "messages": 8}
+"""Messages a turn adds to each kind of store (the ledger's conversation keeps the user's and
+the answer; the tool trace is in its step and tool rows)."""
+COLD, WARM, RAW = "cold", "warm", "raw"
+
+
+@dataclass
+class Tape:
+    """An in-memory recorder of one conversation that keeps the Recorder calls of its last run,
+    to be replayed on a ledger (and nothing else, so a worker's memory does not grow)."""
+
+    conversation: AgentState | None = None
+    calls: list[tuple[str, tuple[Any, ...], dict[str, Any]]] = field(default_factory=list)
+
+    def load_conversation(self, conversation_id: str | None) -> AgentState:
+        self.calls = [("load_conversation", (conversation_id,), {})]
+        if conversation_id is None or self.conversation is None:
+            return AgentState.empty()
+        state = AgentState.empty(conversation_id=conversation_id)
+        return state.with_message_store(self.conversation.store)
+
+    def begin_run(
+        self, state: AgentState, *, user_message: Message | None, agent_name: str
+    ) -> None:
+        named = {"user_message": user_message, "agent_name": agent_name}
+        self.calls.append(("begin_run", (state,), named))
+
+    def record_step(self, *arguments: Any) -> None:
+        self.calls.append(("record_step", arguments, {}))
+
+    def commit_run(self, state: AgentState) -> None:
+        self.calls.append(("commit_run", (state,), {}))
+        self.conversation = state
+
+    def fail_run(self, state: AgentState, error: str | None = None) -> None:
+        raise RuntimeError(f"the benchmark's in-memory run failed: {error or state.error}")
+
+    def replay(self, recorder: Any) -> str:
+        """The last run's calls made again on ``recorder``; the conversation's id."""
+        for method, args, named in self.calls:
+            getattr(recorder, method)(*args, **named)
+        assert self.conversation is not None
+        return self.conversation.conversation_id
+
+
+class Turns:
+    """One conversation in one database, growing a turn at a time through ``kind``: ``agent``,
+    ``recorder`` (only the replay timed) or ``messages`` (the floor); and loaded back."""
+
+    def __init__(self, path: str, kind: str, synchronous: str) -> None:
+        self.path, self.kind, self.turns, self.id = Path(path), kind, 0, None
+        self.tape, self.read = Tape(), {}
+        self.store: Any = (
+            RawMessages(self.path, synchronous)
+            if kind == "messages"
+            else Ledger.open(self.path, synchronous=synchronous)
+        )
+
+    def _next(self) -> Callable[[], str]:
+        """The next turn, ready to run: its agent built (or its calls prepared), untimed."""
+        text, conversation = question(self.turns), self.id
+        if self.kind == "messages":
+            return lambda: self.store.run(text, conversation, TOOL_STEPS, 1)
+        if self.kind == "agent":
+            agent = turn_agent(self.store)
+            return lambda: agent.run(text, conversation).conversation_id
+        turn_agent(self.tape).run(text, conversation)  # in memory, before the clock starts
+        return lambda: self.tape.replay(self.store.recorder)
+
+    def _timed(self, work: Callable[[], str]) -> float:
+        started = time.perf_counter()
+        self.id = work()
+        self.turns += 1
+        return time.perf_counter() - started
+
+    def grow(self, turns: int) -> float:
+        return sum(self._timed(self._next()) for _ in range(turns))
+
+    def turn(self) -> float:
+        """One more turn; its seconds. The garbage of earlier turns is collected first
+        (untimed), so each timed turn starts alike and pays for its own garbage."""
+        work = self._next()
+        gc.collect()
+        return self._timed(work)
+
+    def check(self) -> None:
+        """Every message of every turn is stored."""
+        if self.kind == "messages":
+            held = self.store.held()
+        else:
+            with closing(sqlite3.connect(self.path)) as conn:
+                held = conn.execute("SELECT count(*) FROM conversation_messages").fetchone()[0]
+        if held != HELD[self.kind] * self.turns:
+            raise AssertionError(f"{self.path.name}: {held} messages after {self.turns} turns")
+
+    def load(self, way: str) -> float:
+        """The conversation loaded for the next inference, its seconds: ``cold``
+        (``load_conversation`` on a fresh handle, opened before the clock starts), ``warm``
+        (on this worker's handle, which loaded it before) or ``raw`` (:func:`raw_load` on a
+        fresh ``sqlite3`` connection, its schema read before the clock starts)."""
+        gc.collect()
+        with ExitStack() as stack:
+            if way == RAW:
+                conn = stack.enter_context(closing(sqlite3.connect(self.path)))
+                conn.execute("SELECT 1 FROM conversation_messages LIMIT 1").fetchall()
+                started = time.perf_counter()
+                self.read[way] = raw_load(conn, str(self.id))
+                return time.perf_counter() - started
+            ledger = self.store if way == WARM else stack.enter_context(Ledger.open(self.path))
+            started = time.perf_counter()
+            state = ledger.recorder.load_conversation(self.id)
+            elapsed = time.perf_counter() - started
+        self.read[way] = sum(len(messages) for messages in state.store.sections.values())
+        return elapsed
+
+    def messages_read(self) -> dict[str, int]:
+        return dict(self.read)
+
+    def size(self) -> int:
+        return checkpointed_size(self.path)
+
+    def close(self) -> None:
+        self.store.close()
+
+
+def timed_turns(
+    workers: dict[str, Worker], histories: dict[str, int], reps: int, *, building: Any = None
+) -> Samples:
+    """Each worker's history built (untimed, all at once, and the ``building`` workers' work
+    waited for too), then ``reps`` timed turns of each in turn; checked before and after: every
+    store holds every message of every turn."""
+    print(f"  building {len(workers)} histories at once ...", file=sys.stderr, flush=True)
+    for name, worker in workers.items():
+        worker.send("grow", histories[name])
+    gather({**workers, **(building or {})})
+    os.sync()  # the histories' dirty pages go to disk now, not during the timed turns
+    broadcast(workers, "check")
+    print(f"  {reps} timed turns on each ...", file=sys.stderr, flush=True)
+    samples = interleaved_calls(workers, "turn", reps)
+    broadcast(workers, "check")
+    return samples
+
+
+def timed_loads(workers: dict[str, Worker], reps: int) -> tuple[Samples, int]:
+    """Each worker's conversation loaded each way, interleaved: the seconds by
+    ``"<name> <way>"``, and how many messages every load read (checked: all the same)."""
+    print(f"  loading the conversations, {reps} times each way ...", file=sys.stderr, flush=True)
+    loads = {
+        f"{name} {way}": (lambda w=w, way=way: float(w.call("load", way)))
+        for name, w in workers.items()
+        for way in (COLD, WARM, RAW)
+    }
+    samples = interleaved(loads, reps)
+    counts = {n for read in broadcast(workers, "messages_read").values() for n in read.values()}
+    if len(counts) != 1:
+        raise AssertionError(f"the loads read {counts} messages")
+    return samples, counts.pop()
+
+
+PROFILE_HISTORY, PROFILE_TURNS = 50, 40
+AREAS = {
+    "sqlite3: statements and commits": ("sqlite3.", "_sqlite3"),
+    "the ledger's Python (rows, checksums, statements)": ("/agentledger/ledger/",),
+    "the scripted model and the tool": ("/agentledger/llm/", "/bench/"),
+    "the loop and the recorder": ("/agentledger/",),
+    "pydantic": ("pydantic",),
+    "SQLAlchemy": ("sqlalchemy",),
+}
+"""Each area and the markers of its code (a file path, or a built-in's owner); the first that
+matches counts, anything else is the standard library and the interpreter's built-ins."""
+
+
+def turn_profile(path: Path, synchronous: str) -> dict[str, float]:
+    """Each area's share of the self time of :data:`PROFILE_TURNS` ``Agent.run`` turns under
+    ``cProfile`` (which adds to every Python call: the shares are the figures, not the times)."""
+    profile, conversation = cProfile.Profile(), None
+    with Ledger.open(path, synchronous=synchronous) as ledger:
+        for turn in range(PROFILE_HISTORY + PROFILE_TURNS):
+            agent = turn_agent(ledger)  # built outside the profile, as the timed turns are
+            if turn >= PROFILE_HISTORY:
+                profile.enable()
+            conversation = agent.run(question(turn), conversation).conversation_id
+            profile.disable()
+    totals: dict[str, float] = {}
+    stats = pstats.Stats(profile).stats  # type: ignore[attr-defined]
+    for (filename, _, name), (_, _, own, _, _) in stats.items():
+        where = filename.replace("\\", "/") if filename != "~" else name
+        area = next((a for a, marks in AREAS.items() if any(m in where for m in marks)), None)
+        area = area or "other: json, datetime, uuid, built-ins"
+        totals[area] = totals.get(area, 0.0) + own
+    return {area: seconds / sum(totals.values()) for area, seconds in totals.items()}
+
+
+# -- measuring and the report -------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Plan:
+    histories: tuple[int, ...]
+    reps: int
+    modes: tuple[str, ...] = ("NORMAL", "FULL")
+
+
+PLANS = {"quick": Plan((50, 200), 15), "default": Plan((50, 200, 1000), 25)}
+PLANS["full"] = Plan((50, 200, 1000), 51)
+
+
+@dataclass
+class Measured:
+    plan: Plan
+    systems: list[str]
+    """Each system's label and ``synchronous``; a worker's name adds `` @ <turns>``."""
+    turns: Samples
+    sizes: dict[str, int]
+    """File sizes once the timed turns were added, by worker."""
+    loads: Samples
+    loaded: int
+    profile: dict[str, float]
+    skipped: list[str]
 
 
 def measure(plan: Plan, tmp: Path) -> Measured:
-    chosen, skipped = systems(plan, tmp)
+    systems = [f"{label} {mode}" for mode in plan.modes for label in (AGENT, RECORDER, MESSAGES)]
+    skipped = peers.skipped(SESSION)
+    systems += [] if skipped else [f"{SESSION} FULL"]  # SQLite's default: it has no setting
+    histories = {f"{s} @ {n}": n for n in sorted(plan.histories, reverse=True) for s in systems}
     with ExitStack() as stack:
-        print(f"  starting {len(chosen) * len(plan.histories)} workers ...", file=sys.stderr)
-        workers, paths = _start(chosen, plan, tmp, stack)
-        build_seconds = _build(workers, plan, skipped)
-        for name in [k for k, (system, _) in workers.items() if system.label in skipped]:
-            workers.pop(name)[1].close()
-        chosen = [s for s in chosen if s.label not in skipped]
-        _check_rows(plan, paths, extra=0)
-        peers = {k: w for k, (system, w) in workers.items() if system.is_peer}
-        stored = {k: w.call("stored") for k, w in peers.items()}
-        _check_peers(stored)
-        synchronous = {workers[k][0].label: int(w.call("synchronous")) for k, w in peers.items()}
-        handles = {k: w for k, (_, w) in workers.items()}
-        sizes = {k: int(w.call("size")) for k, w in handles.items()}
-        print(f"  {plan.reps} timed turns on each ...", file=sys.stderr, flush=True)
-        samples = interleaved_calls(handles, "turn", plan.reps)
-        _check_rows(plan, paths, extra=plan.reps)
-        measured = Measured(
-            plan, chosen, samples, paths, sizes, build_seconds, stored, skipped, synchronous
-        )
-        loaded = key(System(AGENT, plan.modes[0]), plan.histories[-1])
-        conversation_id = handles[loaded].call("conversation_id")
-        _measure_loads(measured, paths[loaded], conversation_id, stack)
-        measured.profile = _profile_turns(tmp, plan.modes[0], stack)
-    return measured
-
-
-def _profile_turns(tmp: Path, mode: str, stack: ExitStack) -> dict[str, float]:
-    """Where an ``Agent.run`` turn's time goes (``bench/_turn_profile.py``), in a worker."""
-    print(f"  profiling {_turn_profile.TURNS} turns of Agent.run ...", file=sys.stderr)
-    path = tmp / f"recording-profile-{mode.lower()}.db"
-    worker = Worker("profile", _turn_profile.TurnProfile, path=str(path), synchronous=mode)
-    stack.callback(worker.close)
-    return {str(k): float(v) for k, v in worker.call("shares").items()}
-
-
-Workers = dict[str, tuple[System, Worker]]
-
-
-def _start(
-    chosen: list[System], plan: Plan, tmp: Path, stack: ExitStack
-) -> tuple[Workers, dict[str, Path]]:
-    workers: Workers = {}
-    paths: dict[str, Path] = {}
-    # The longest histories first: they take longest to build (LangGraph's most of all).
-    for turns in sorted(plan.histories, reverse=True):
-        for system in chosen:
-            name = key(system, turns)
-            slug = "-".join(system.name.lower().replace(".", " ").split())
-            paths[name] = tmp / f"recording-{slug}-{turns}.db"
-            worker = system.worker(paths[name])
-            stack.callback(worker.close)
-            workers[name] = (system, worker)
-    return workers, paths
-
-
-def _turns_of(name: str) -> int:
-    return int(name.rsplit(" @ ", 1)[1])
-
-
-def _build(workers: Workers, plan: Plan, skipped: dict[str, str]) -> dict[str, float]:
-    """Every history built at once (untimed); a peer that fails is skipped, with why."""
-    print(
-        f"  building the histories in parallel (LangGraph's at {plan.histories[-1]} turns "
-        "takes longest: every checkpoint holds the whole thread) ...",
-        file=sys.stderr,
-        flush=True,
-    )
-    for name, (_, worker) in workers.items():
-        worker.send("grow", _turns_of(name))
-    started = time.perf_counter()
-
-    def arrived(name: str, seconds: float) -> None:
-        print(
-            f"    {name} turns built in {seconds:.1f} s "
-            f"({time.perf_counter() - started:.0f} s since the start)",
-            file=sys.stderr,
-            flush=True,
-        )
-
-    failed: dict[str, str] = {}
-    built = gather({k: w for k, (_, w) in workers.items()}, arrived, failed=failed)
-    # The histories' dirty pages (gigabytes of LangGraph checkpoints) go to disk now, not
-    # during the timed turns.
-    os.sync()
-    for name, error in failed.items():
-        system = workers[name][0]
-        if not system.is_peer:
-            raise AssertionError(f"building {name} failed: {error}")
-        last = error.strip().splitlines()[-1]
-        skipped[system.label] = f"failed while building its history: {last}"
-    return {k: float(v) for k, v in built.items()}
-
-
-def _check_rows(plan: Plan, paths: dict[str, Path], *, extra: int) -> None:
-    """agentledger's two systems and raw wrote the same rows (row counts and JSON lengths per
-    table), the conversation holds two messages a turn, and the raw messages writer eight
-    messages and four usage rows a turn."""
-    for mode in plan.modes:
-        for turns in plan.histories:
-            raw = paths[key(System(RAW, mode), turns)]
-            for label in (AGENT, RECORDER):
-                check_same_rows(paths[key(System(label, mode), turns)], raw)
-            messages = row_profile(raw)["conversation_messages"][0]
-            if messages != MESSAGES_PER_TURN * (turns + extra):
-                raise AssertionError(
-                    f"{raw.name}: {messages} conversation messages after {turns + extra} turns"
-                )
-            floor = paths[key(System(RAW_MESSAGES, mode), turns)]
-            held = raw_messages.counts(floor)
-            wanted = (
-                raw_messages.MESSAGES_PER_TURN * (turns + extra),
-                raw_messages.USAGE_PER_TURN * (turns + extra),
-            )
-            if held != wanted:
-                raise AssertionError(
-                    f"{floor.name}: {held} messages and usage rows after {turns + extra} turns, "
-                    f"not {wanted}"
-                )
-
-
-def _check_peers(stored: dict[str, dict[str, int]]) -> None:
-    """Each peer holds every message of every turn."""
-    for name, counts in stored.items():
-        turns = _turns_of(name)
-        held = counts.get("messages", counts.get("items"))
-        if held != _peers.ITEMS_PER_TURN * turns:
-            raise AssertionError(
-                f"{name}: {held} messages after {turns} turns, not "
-                f"{_peers.ITEMS_PER_TURN * turns} (it holds {counts})"
-            )
-
-
-def _measure_loads(measured: Measured, path: Path, conversation_id: str, stack: ExitStack) -> None:
-    plan = measured.plan
-    print(f"  loading the conversation, {plan.load_reps} times each ...", file=sys.stderr)
-    loaders = {
-        kind: Worker(
-            f"load {kind}", Loads, path=str(path), conversation_id=conversation_id, kind=kind
-        )
-        for kind in (COLD, WARM, RAW_LOAD)
-    }
-    for loader in loaders.values():
-        stack.callback(loader.close)
-    counts = {kind: int(loader.call("count")) for kind, loader in loaders.items()}
-    expected = MESSAGES_PER_TURN * (plan.histories[-1] + plan.reps)
-    if set(counts.values()) != {expected}:
-        raise AssertionError(f"the loads read {counts} messages, not {expected} each")
-    measured.loads = interleaved_calls(loaders, "load", plan.load_reps)
-    measured.loaded_messages = expected
+        workers = {}
+        for name in histories:
+            path = str(tmp / f"recording-{'-'.join(name.lower().replace('@', '').split())}.db")
+            label, mode = name.split(" @ ")[0].rsplit(" ", 1)
+            if label == SESSION:
+                workers[name] = Worker(name, peers.SessionTurns, path=path)
+            else:
+                workers[name] = Worker(name, Turns, path=path, kind=KINDS[label], synchronous=mode)
+            stack.callback(workers[name].close)
+        turns = timed_turns(workers, histories, plan.reps)
+        sizes = {name: int(size) for name, size in broadcast(workers, "size").items()}
+        loaded = workers[f"{AGENT} {plan.modes[0]} @ {plan.histories[-1]}"]
+        loads, count = timed_loads({"agentledger": loaded}, plan.reps)
+    profile = turn_profile(tmp / "recording-profile.db", plan.modes[0])
+    return Measured(plan, systems, turns, sizes, loads, count, profile, skipped)
 
 
 def run(sizes: Sizes, tmp: Path) -> list[Section]:
-    plan = PLANS[sizes.name]
-    print(
-        f"recording a turn at {', '.join(map(str, plan.histories))} turns of history ...",
-        file=sys.stderr,
-        flush=True,
+    print("recording a turn at each history length ...", file=sys.stderr, flush=True)
+    return report(measure(PLANS[sizes.name], tmp))
+
+
+def report(measured: Measured) -> list[Section]:
+    return [turn_section(measured), load_section(measured), size_section(measured)]
+
+
+def turn_section(measured: Measured) -> Section:
+    plan, median, rows = measured.plan, measured.turns.median, []
+    small, large = plan.histories[0], plan.histories[-1]
+    peer_mode = "FULL" if "FULL" in plan.modes else plan.modes[0]
+
+    def ratio(top: str, bottom: str, n: int, target: str = "") -> Row:
+        value = median(f"{top} @ {n}") / median(f"{bottom} @ {n}")
+        shown = judged(x(value), value, target) if target else x(value)
+        name = f"@ {n}: {top} / {bottom}" + (f" (target {target}x)" if target else "")
+        return Row(name, "", shown, bool(target) and n == large)
+
+    for n in plan.histories:
+        for s in measured.systems:
+            turn = median(f"{s} @ {n}")
+            rows.append(
+                Row(f"@ {n}: {s}", f"{ms(turn)} a turn, {us(turn / STEPS_PER_TURN)} a step")
+            )
+        for mode in plan.modes:
+            rows.append(ratio(f"{AGENT} {mode}", f"{MESSAGES} {mode}", n, "≤ 3"))
+            rows.append(ratio(f"{RECORDER} {mode}", f"{MESSAGES} {mode}", n))
+        if not measured.skipped:
+            rows.append(ratio(f"{SESSION} FULL", f"{RECORDER} {peer_mode}", n, "> 1"))
+    for s in measured.systems:
+        value, ours = median(f"{s} @ {large}") / median(f"{s} @ {small}"), s.startswith("agent")
+        shown = judged(x(value), value, "≤ 1.2") if ours else x(value)
+        name = f"{s}: turn @ {large} / turn @ {small}" + (" (target ≤ 1.2x)" if ours else "")
+        rows.append(Row(name, "", shown, ours and s.endswith(plan.modes[0])))
+    shares = sorted(measured.profile.items(), key=lambda item: -item[1])
+    notes = [f"{SESSION}: skipped, {why}." for why in measured.skipped]
+    notes.append(
+        f"A profile of {PROFILE_TURNS} `Agent.run` turns ({plan.modes[0]}, on a "
+        f"{PROFILE_HISTORY}-turn history), self time by area (cProfile adds to every Python "
+        "call: read the shares): " + "; ".join(f"{a} {share:.0%}" for a, share in shares) + "."
     )
-    return report(measure(plan, tmp), quick=sizes.name == "quick")
+    return Section(
+        "6. Recording a turn: agentledger against raw sqlite3 and its peers",
+        f"A turn ({TOOL_STEPS} tool-calling steps with ~1 KB results, an answer; scripted) "
+        f"recorded on a conversation of {', '.join(map(str, plan.histories))} turns in a SQLite "
+        f"file; a step is the turn's time / {STEPS_PER_TURN}. Each system and history in a "
+        f"process of its own; one turn each in turn, {plan.reps} repetitions, medians; checked "
+        "before and after: every message stored. Recorder alone: the Recorder calls of an "
+        "in-memory run, replayed. Raw messages: plain `sqlite3` writing the turn's 8 messages "
+        f"and 4 usage rows in 5 transactions. {SESSION}: `get_items()`, then 5 `add_items`, as "
+        "the SDK's `Runner` calls it; it has no `synchronous` setting (SQLite's default, FULL).",
+        rows,
+        notes,
+    )
+
+
+def load_section(measured: Measured) -> Section:
+    cold, warm, raw = (measured.loads.median(f"agentledger {way}") for way in (COLD, WARM, RAW))
+    turns = measured.plan.histories[-1] + measured.plan.reps
+    return Section(
+        "7. Loading a conversation for the next inference",
+        f"The conversation of `{AGENT} {measured.plan.modes[0]}` after {turns} turns "
+        f"({measured.loaded:,} messages), loaded {measured.plan.reps} times each way, "
+        "interleaved, in its worker. Cold: `load_conversation` on a fresh `Ledger` handle. Warm: "
+        "on the worker's handle, which loaded it before. Raw: one `SELECT` on a fresh `sqlite3` "
+        "connection, each row a `dict`, its JSON decoded, nothing checked.",
+        [
+            Row("agentledger: load_conversation, fresh handle (cold)", ms(cold)),
+            Row("agentledger: load_conversation, same handle (warm)", ms(warm)),
+            Row("raw sqlite3: SELECT + decode into dicts", ms(raw)),
+            Row("cold / raw (target ≤ 1.5x)", "", judged(x(cold / raw), cold / raw, "≤ 1.5"), True),
+            Row("warm / raw", "", x(warm / raw)),
+        ],
+    )
+
+
+def size_section(measured: Measured) -> Section:
+    (small, *_, large), mode = measured.plan.histories, measured.plan.modes[0]
+    chosen = [s for s in measured.systems if s.endswith(mode) or s.startswith(SESSION)]
+    grown = {
+        s: (measured.sizes[f"{s} @ {large}"] - measured.sizes[f"{s} @ {small}"]) / (large - small)
+        for s in chosen
+    }
+    floor = grown[f"{MESSAGES} {mode}"]
+    rows = [
+        Row(
+            f"{s}: bytes per turn, {small} → {large} turns (/ raw messages)",
+            f"{grown[s]:,.0f} B",
+            x(grown[s] / floor),
+            s.startswith(AGENT),
+        )
+        for s in chosen
+    ]
+    rows += [
+        Row(f"{s}: file @ {large}", f"{measured.sizes[f'{s} @ {large}'] / 1e6:,.2f} MB")
+        for s in chosen
+    ]
+    return Section(
+        "8. Database size per turn, every system",
+        "Each file's size after `PRAGMA wal_checkpoint(TRUNCATE)`, after the timed turns; per "
+        f"turn = (size @ {large} − size @ {small}) / {large - small}. The ledger keeps a turn's "
+        "run, 4 steps with their usage and timings, the tool executions and two messages, each "
+        "row with a checksum.",
+        rows,
+    )

@@ -1,32 +1,20 @@
-"""Many writers: turns per second as writer processes are added, agentledger against its peers.
+"""Section 15: many writer processes on one database, against the peers.
 
-Section 15: ``writers`` processes write one database at once (a SQLite file; then a database
-on a throwaway PostgreSQL server), each running ``conversations`` conversations of ``turns``
-turns (``bench/_writer_systems.py``): every turn a user message, three tool steps and an
-answer, from a scripted model, no sleeps. All writers of a round start at one instant (the
-parent gives them a start time once all have prepared the round), and the round's wall time
-is the last writer's end less that instant. Measured, at 1, 2, 4 and 16 writers (the curve):
-
-- turns per second in total (all writers' turns / the round's wall time), median of the rounds;
-- a step's commit, p50 and p99 over every step of the rounds: for agentledger the recorder's
-  ``record_step`` (a step's end to its transaction committed, lease check and lock waits
-  included), for the SDK's sessions an ``add_items`` call, for LangGraph a checkpoint ``put``;
-- lock retries per thousand transactions: the ledger counts both (:attr:`Ledger.lock_retries`,
-  :attr:`Ledger.transactions`); the peers count neither;
-- rows stored per turn, counted in the database afterwards.
-
-The systems: agentledger's ``Agent.run``; on SQLite the OpenAI Agents SDK's ``SQLiteSession``
-and LangGraph's ``SqliteSaver``; on PostgreSQL the SDK's ``SQLAlchemySession`` (asyncpg) and
-LangGraph's ``PostgresSaver``. The rounds of the systems are interleaved (one system works at
-a time, the order rotating), each system in its own database.
+Each writer runs its conversations' turns in rounds (turn 1 of each, then turn 2, as a server
+serves many conversations); all writers of a round start at one instant, given by the parent
+once all have prepared, and the round's wall time is the last writer's end less that instant.
+A step's commit is timed where each system makes it durable: agentledger's ``record_step``, the
+SDK's ``add_items``, LangGraph's ``put``. The systems' rounds are interleaved, each system in a
+database of its own.
 """
 
 from __future__ import annotations
 
-import math
+import gc
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,27 +22,20 @@ from typing import Any
 
 from sqlalchemy import create_engine, inspect, text
 
+from agentledger import Agent
 from agentledger.ledger import Ledger
 
-from . import _peers
-from ._common import Sizes, ms
+from . import peers
+from ._common import STEPS_PER_TURN, Sizes, ms, p99, question, turn_agent
 from ._report import Row, Section
-from ._statement_runs import POSTGRES_SETTINGS
-from ._turns import STEPS_PER_TURN
-from ._versions import Version, export
-from ._workers import Worker, WorkerError, broadcast
-from ._writer_systems import GraphWriter, LedgerWriter, SessionWriter
-from .statements import throwaway_postgres
+from ._workers import Worker, broadcast
 
 AGENTLEDGER = "agentledger Agent.run"
-PREVIOUS = "agentledger Agent.run, previous version"
-SQLITE_SESSION, SQLITE_GRAPH = _peers.SESSION, _peers.LANGGRAPH
-ALCHEMY_SESSION, POSTGRES_GRAPH = _peers.POSTGRES_SESSION, _peers.POSTGRES_LANGGRAPH
 SYSTEMS = {
-    "SQLite": (AGENTLEDGER, SQLITE_SESSION, SQLITE_GRAPH),
-    "PostgreSQL": (AGENTLEDGER, ALCHEMY_SESSION, POSTGRES_GRAPH),
+    "SQLite": (AGENTLEDGER, peers.SESSION, peers.SQLITE_GRAPH),
+    "PostgreSQL": (AGENTLEDGER, peers.ALCHEMY_SESSION, peers.POSTGRES_GRAPH),
 }
-SERVER_SETTINGS = {**POSTGRES_SETTINGS, "max_connections": "400"}
+SERVER = {"fsync": "on", "synchronous_commit": "on", "max_connections": "400"}
 """A durable server, with room for every writer's connections (three systems at 16 writers)."""
 START_MARGIN = 0.25
 """Seconds between the parent's go and the round's start: time for every writer to hear it."""
@@ -64,9 +45,7 @@ START_MARGIN = 0.25
 class Plan:
     writers: tuple[int, ...]
     conversations: int
-    """Conversations per writer in a round."""
     turns: int
-    """Turns of each conversation in a round."""
     reps: int
 
 
@@ -77,33 +56,127 @@ PLANS = {
 }
 
 
+# -- the worker side ----------------------------------------------------------------------------
+
+
+class TimedRecorder:
+    """A ledger's recorder whose ``record_step`` calls are timed, into ``commits``."""
+
+    def __init__(self, recorder: Any, commits: list[float]) -> None:
+        self.inner, self.commits = recorder, commits
+
+    def record_step(self, *arguments: Any) -> None:
+        started = time.perf_counter()
+        self.inner.record_step(*arguments)
+        self.commits.append(time.perf_counter() - started)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+class LedgerWriter:
+    """``Agent.run`` on a ledger; a step's commit is the recorder's ``record_step``, timed."""
+
+    def __init__(self, url: str, writer: int) -> None:
+        self.ledger = Ledger.open(url, migrate=False)
+        self.commits: list[float] = []
+        self.recorder = TimedRecorder(self.ledger.recorder, self.commits)
+        self.agents: list[list[Agent]] = []
+        self.ids: list[str | None] = []
+
+    def setup(self) -> None:
+        """The parent migrated the database."""
+
+    def prepare(self, round: int, conversations: int, turns: int) -> None:
+        """An agent per turn, its script fresh, built before the clock starts."""
+        self.agents = [
+            [turn_agent(self.recorder) for _ in range(conversations)] for _ in range(turns)
+        ]
+        self.ids = [None] * conversations
+
+    def turn(self, conversation: int, turn: int) -> None:
+        result = self.agents[turn][conversation].run(question(turn), self.ids[conversation])
+        if result.status != "completed":
+            raise RuntimeError(f"a turn ended {result.status}: {result.error}")
+        self.ids[conversation] = result.conversation_id
+
+    def counts(self) -> tuple[int, int]:
+        return self.ledger.transactions, self.ledger.lock_retries
+
+    def close(self) -> None:
+        self.ledger.close()
+
+
+FACTORIES = {AGENTLEDGER: LedgerWriter, peers.SESSION: peers.SessionWriter}
+FACTORIES |= {peers.ALCHEMY_SESSION: peers.SessionWriter}
+FACTORIES |= {peers.SQLITE_GRAPH: peers.GraphWriter, peers.POSTGRES_GRAPH: peers.GraphWriter}
+
+
+class Writer:
+    """One writer process: its conversations' turns in rounds, through one system."""
+
+    def __init__(self, system: str, url: str, writer: int, conversations: int, turns: int) -> None:
+        self.system = FACTORIES[system](url, writer)
+        self.conversations, self.turns, self.rounds = conversations, turns, 0
+
+    def setup(self) -> None:
+        self.system.setup()
+
+    def prepare(self) -> None:
+        self.rounds += 1
+        self.system.prepare(self.rounds, self.conversations, self.turns)
+
+    def round(self, start_at: float) -> dict[str, Any]:
+        """The round's turns from ``start_at`` (``time.time()``) on: when the last ended, how
+        many, each step's commit, and the transactions and lock retries if counted."""
+        before = self.system.counts()
+        self.system.commits.clear()
+        gc.collect()
+        while (left := start_at - time.time()) > 0:
+            time.sleep(min(left, 0.05))
+        for turn in range(self.turns):
+            for conversation in range(self.conversations):
+                self.system.turn(conversation, turn)
+        end, after = time.time(), self.system.counts()
+        counted = None if before is None else [b - a for a, b in zip(before, after, strict=True)]
+        turns = self.turns * self.conversations
+        return {
+            "end": end,
+            "turns": turns,
+            "commits": list(self.system.commits),
+            "counted": counted,
+        }
+
+    def close(self) -> None:
+        self.system.close()
+
+
+# -- measuring ----------------------------------------------------------------------------------
+
+
 @dataclass
 class Point:
     """One system at one number of writers: its rounds."""
 
     rates: list[float] = field(default_factory=list)
-    """Turns per second, per round."""
     commits: list[float] = field(default_factory=list)
-    transactions: int | None = None
-    retries: int | None = None
     turns: int = 0
-    rows_per_turn: float | None = None
-    failed: str | None = None
+    counted: list[int] | None = None
+    """The ledger's transactions and lock retries, over every round."""
+    rows: float | None = None
+    """Rows stored per turn."""
 
     @property
     def rate(self) -> float:
         return statistics.median(self.rates)
 
     def add(self, start_at: float, answers: list[dict[str, Any]]) -> None:
-        wall = max(a["end"] for a in answers) - start_at
         turns = sum(a["turns"] for a in answers)
-        self.rates.append(turns / wall)
+        self.rates.append(turns / (max(a["end"] for a in answers) - start_at))
         self.turns += turns
         self.commits += [c for a in answers for c in a["commits"]]
-        counted = [a for a in answers if a.get("transactions") is not None]
-        if counted:
-            self.transactions = (self.transactions or 0) + sum(a["transactions"] for a in counted)
-            self.retries = (self.retries or 0) + sum(a["retries"] for a in counted)
+        for counted in (a["counted"] for a in answers if a["counted"] is not None):
+            self.counted = [a + b for a, b in zip(self.counted or [0, 0], counted, strict=True)]
 
 
 @dataclass
@@ -115,166 +188,71 @@ class Measured:
     took: dict[str, float] = field(default_factory=dict)
 
 
-def p99(values: list[float]) -> float:
-    """The 99th percentile by nearest rank."""
-    ordered = sorted(values)
-    return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
-
-
-# --- measuring -----------------------------------------------------------------------------------
-
-
-class Databases:
-    """A new database per system and number of writers: a file in ``tmp``, or a database on
-    the throwaway server."""
-
-    def __init__(self, tmp: Path, server: Any = None) -> None:
-        self.tmp, self.server = tmp, server
-
-    def new(self, system: str, writers: int) -> str:
-        if self.server is not None:
-            return str(self.server.create_database("agentledger_writers"))
-        slug = "-".join(system.lower().replace(".", " ").split())
-        return str(self.tmp / f"writers-{slug}-{writers}.db")
-
-
-def _writer(
-    system: str, url: str, plan: Plan, writer: int, previous: Version | None = None
-) -> Worker:
-    name = f"{system} writer {writer}"
-    sizes = {"conversations": plan.conversations, "turns": plan.turns}
-    if system == AGENTLEDGER:
-        return Worker(name, LedgerWriter, url=url, **sizes)
-    if system == PREVIOUS:
-        assert previous is not None
-        return Worker(name, LedgerWriter, source=previous.source, url=url, **sizes)
-    factory = SessionWriter if system in (SQLITE_SESSION, ALCHEMY_SESSION) else GraphWriter
-    return Worker(name, factory, url=url, writer=writer, **sizes)
-
-
-def _start(
-    system: str,
-    url: str,
-    plan: Plan,
-    writers: int,
-    stack: ExitStack,
-    previous: Version | None = None,
-) -> list[Worker]:
-    """``writers`` workers on a database set up for ``system`` (its schema created once)."""
-    if system in (AGENTLEDGER, PREVIOUS):
-        Ledger.open(url).close()  # migrated here, once
-    started = []
-    for n in range(writers):
-        worker = _writer(system, url, plan, n, previous)
-        stack.callback(worker.close)
-        started.append(worker)
-        if n == 0:
-            worker.call("setup")
-    return started
-
-
-def _round(workers: list[Worker]) -> tuple[float, list[dict[str, Any]]]:
-    named = {str(n): w for n, w in enumerate(workers)}
-    broadcast(named, "prepare")
-    start_at = time.time() + START_MARGIN
-    answers = broadcast(named, "round", start_at)
-    return start_at, list(answers.values())
-
-
 def _rows_per_turn(url: str, turns: int) -> float:
-    """Every row of the database's tables (not the migration's bookkeeping nor a full-text
+    """Every row of the system's tables (not a migration's bookkeeping nor a full-text
     index's shadow tables), per turn."""
-    sqlalchemy_url = url if "://" in url else f"sqlite:///{url}"
-    if sqlalchemy_url.startswith("postgresql://"):
-        sqlalchemy_url = "postgresql+psycopg://" + url.split("://", 1)[1]
-    engine = create_engine(sqlalchemy_url)
+    if url.startswith("postgresql://"):
+        url = "postgresql+psycopg://" + url.split("://", 1)[1]
+    engine = create_engine(url if "://" in url else f"sqlite:///{url}")
     try:
         with engine.connect() as conn:
             tables = [
                 t
                 for t in inspect(conn).get_table_names()
-                if "migration" not in t and "alembic" not in t and "fts" not in t
+                if not any(word in t for word in ("migration", "alembic", "fts"))
             ]
-            count = 'SELECT count(*) FROM "{}"'
-            counts = [conn.execute(text(count.format(t))).scalar_one() for t in tables]
+            return (
+                sum(conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables)
+                / turns
+            )
     finally:
         engine.dispose()
-    return sum(counts) / turns
 
 
 def measure_point(
-    systems: list[str],
-    databases: Databases,
-    plan: Plan,
-    writers: int,
-    previous: Version | None = None,
+    plan: Plan, systems: list[str], urls: dict[str, str], writers: int
 ) -> dict[str, Point]:
     points = {system: Point() for system in systems}
     with ExitStack() as stack:
-        workers: dict[str, list[Worker]] = {}
-        urls: dict[str, str] = {}
+        workers: dict[str, dict[str, Worker]] = {}
         for system in systems:
-            urls[system] = databases.new(system, writers)
-            try:
-                workers[system] = _start(system, urls[system], plan, writers, stack, previous)
-            except WorkerError as exc:
-                if system == AGENTLEDGER:
-                    raise
-                points[system].failed = _last_line(exc)
+            if system == AGENTLEDGER:
+                Ledger.open(urls[system]).close()  # migrated here, once
+            sizes = {"conversations": plan.conversations, "turns": plan.turns}
+            workers[system] = {
+                str(n): Worker(
+                    f"{system} {n}", Writer, system=system, url=urls[system], writer=n, **sizes
+                )
+                for n in range(writers)
+            }
+            for worker in workers[system].values():
+                stack.callback(worker.close)
+            workers[system]["0"].call("setup")
         for rep in range(plan.reps):
-            live = [s for s in systems if s in workers and points[s].failed is None]
-            shift = rep % max(len(live), 1)
-            for system in live[shift:] + live[:shift]:
-                try:
-                    start_at, answers = _round(workers[system])
-                except WorkerError as exc:
-                    if system == AGENTLEDGER:
-                        raise
-                    points[system].failed = _last_line(exc)
-                    continue
-                points[system].add(start_at, answers)
-        for system, point in points.items():
-            if point.turns and point.failed is None:
-                point.rows_per_turn = _rows_per_turn(urls[system], point.turns)
+            shift = rep % len(systems)
+            for system in systems[shift:] + systems[:shift]:
+                broadcast(workers[system], "prepare")
+                start_at = time.time() + START_MARGIN
+                answers = broadcast(workers[system], "round", start_at)
+                points[system].add(start_at, list(answers.values()))
+    for system, point in points.items():
+        point.rows = _rows_per_turn(urls[system], point.turns)
     return points
 
 
-def _last_line(exc: BaseException) -> str:
-    lines = [line.strip() for line in str(exc).strip().splitlines() if line.strip()]
-    return lines[-1][:200] if lines else type(exc).__name__
-
-
-def _systems(backend: str, skipped: list[str]) -> list[str]:
-    chosen = []
+def _curve(measured: Measured, backend: str, url: Callable[[str, int], str], only: Any) -> None:
+    """Every point of ``backend``'s curve, each system on a database ``url(system, writers)``."""
+    started, systems = time.perf_counter(), []
     for system in SYSTEMS[backend]:
-        gone = _peers.missing(system) if system in _peers.REQUIREMENTS else []
-        if gone:
-            skipped.append(
-                f"{backend}: {system} skipped, not installed ({', '.join(gone)}): "
-                "`pip install -e '.[bench]'` (`make bench` does)."
-            )
-        else:
-            chosen.append(system)
-    return chosen
-
-
-def measure_backend(
-    measured: Measured,
-    backend: str,
-    databases: Databases,
-    writers: tuple[int, ...],
-    only: tuple[str, ...] | None = None,
-    previous: Version | None = None,
-) -> None:
-    started = time.perf_counter()
-    systems = [s for s in _systems(backend, measured.skipped) if only is None or s in only]
-    if previous is not None:
-        systems.insert(1, PREVIOUS)
+        why = peers.skipped(system) if system in peers.REQUIREMENTS else []
+        measured.skipped += [f"{backend}: {system} skipped, {reason}." for reason in why]
+        if not why and (only is None or system in only):
+            systems.append(system)
     curve: dict[str, dict[int, Point]] = {system: {} for system in systems}
-    for count in writers:
+    for count in measured.plan.writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
-        points = measure_point(systems, databases, measured.plan, count, previous)
-        for system, point in points.items():
+        urls = {system: url(system, count) for system in systems}
+        for system, point in measure_point(measured.plan, systems, urls, count).items():
             curve[system][count] = point
     measured.points[backend] = curve
     measured.took[backend] = time.perf_counter() - started
@@ -285,21 +263,20 @@ def measure(
     tmp: Path,
     *,
     backends: tuple[str, ...] = ("SQLite", "PostgreSQL"),
-    writers: tuple[int, ...] | None = None,
     only: tuple[str, ...] | None = None,
-    previous: Version | None = None,
 ) -> Measured:
-    """The curve on each backend; ``writers`` instead of the plan's points, ``only`` these
-    systems, and ``previous`` (a version exported from git) measured beside this one."""
+    """The curve on each backend, with ``only`` these systems (default: all installed)."""
+    from .statements import throwaway_postgres  # section 10's, not needed in a writer process
+
     measured = Measured(plan)
-    counts = writers or plan.writers
     if "SQLite" in backends:
-        measure_backend(measured, "SQLite", Databases(tmp), counts, only, previous)
+        files = lambda system, n: str(tmp / f"writers-{'-'.join(system.lower().split())}-{n}.db")  # noqa: E731
+        _curve(measured, "SQLite", files, only)
     if "PostgreSQL" in backends:
-        with throwaway_postgres(SERVER_SETTINGS, measured.skipped) as server:
+        with throwaway_postgres(SERVER, measured.skipped) as server:
             if server is not None:
-                databases = Databases(tmp, server)
-                measure_backend(measured, "PostgreSQL", databases, counts, only, previous)
+                databases = lambda system, n: str(server.create_database("agentledger_writers"))  # noqa: E731
+                _curve(measured, "PostgreSQL", databases, only)
     return measured
 
 
@@ -308,28 +285,12 @@ def run(sizes: Sizes, tmp: Path) -> list[Section]:
     return [report(measure(PLANS[sizes.name], tmp))]
 
 
-# --- the report ----------------------------------------------------------------------------------
+# -- the report ---------------------------------------------------------------------------------
 
 
 def _best_peer(curve: dict[str, dict[int, Point]], writers: int) -> tuple[str, float] | None:
-    rates = [
-        (system, points[writers].rate)
-        for system, points in curve.items()
-        if system not in (AGENTLEDGER, PREVIOUS) and writers in points and points[writers].rates
-    ]
+    rates = [(s, p[writers].rate) for s, p in curve.items() if s != AGENTLEDGER and writers in p]
     return max(rates, key=lambda pair: pair[1]) if rates else None
-
-
-def _retries(point: Point) -> str:
-    if point.transactions is None or point.retries is None:
-        return "—"
-    return f"{1000 * point.retries / point.transactions:.1f}"
-
-
-def _per_turn(point: Point) -> str:
-    if point.transactions is None or not point.turns:
-        return "—"
-    return f"{point.transactions / point.turns:.2f}"
 
 
 def _table(backend: str, curve: dict[str, dict[int, Point]]) -> list[str]:
@@ -340,188 +301,74 @@ def _table(backend: str, curve: dict[str, dict[int, Point]]) -> list[str]:
         "lock retries per 1000 tx | transactions per turn | rows per turn |",
         "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    counts = sorted({n for points in curve.values() for n in points})
-    for writers in counts:
+    for writers in sorted({n for points in curve.values() for n in points}):
         best = _best_peer(curve, writers)
         for system, points in curve.items():
-            point = points.get(writers)
-            if point is None:
-                continue
-            if point.failed is not None or not point.rates:
-                lines.append(f"| {writers} | {system} | failed: {point.failed} | | | | | | |")
-                continue
-            ours = system in (AGENTLEDGER, PREVIOUS)
-            ratio = f"{point.rate / best[1]:.2f}x" if best and ours else ""
-            rows = f"{point.rows_per_turn:.1f}" if point.rows_per_turn is not None else "—"
+            point = points[writers]
+            ratio = f"{point.rate / best[1]:.2f}x" if best and system == AGENTLEDGER else ""
+            retries, per_turn = "—", "—"
+            if point.counted is not None:
+                transactions, retried = point.counted
+                retries = f"{1000 * retried / transactions:.1f}"
+                per_turn = f"{transactions / point.turns:.2f}"
             lines.append(
                 f"| {writers} | {system} | {point.rate:,.1f} | {ratio} | "
                 f"{ms(statistics.median(point.commits))} | {ms(p99(point.commits))} | "
-                f"{_retries(point)} | {_per_turn(point)} | {rows} |"
+                f"{retries} | {per_turn} | {point.rows:.1f} |"
             )
     return [*lines, ""]
 
 
 def _rows(backend: str, curve: dict[str, dict[int, Point]]) -> list[Row]:
     rows = []
-    for writers, point in sorted(curve.get(AGENTLEDGER, {}).items()):
+    ours = curve.get(AGENTLEDGER, {})
+    for writers, point in sorted(ours.items()):
         best = _best_peer(curve, writers)
-        ratio = f"{point.rate / best[1]:.2f}x" if best else ""
+        peer = f", {best[0]}" if best else ""
         rows.append(
             Row(
-                f"{backend}, {writers} writers: agentledger turns/s (ratio: / the best peer"
-                + (f", {best[0]}" if best else "")
-                + ")",
+                f"{backend}, {writers} writers: agentledger turns/s (ratio: / the best peer{peer})",
                 f"{point.rate:,.1f}",
-                ratio,
-                headline=writers in (1, max(curve[AGENTLEDGER])),
+                f"{point.rate / best[1]:.2f}x" if best else "",
+                headline=writers in (min(ours), max(ours)),
             )
         )
     return rows
 
 
-def _verdicts(measured: Measured) -> list[str]:
-    notes = []
-    for backend, curve in measured.points.items():
-        ours = curve.get(AGENTLEDGER, {})
-        behind = [
-            f"{writers} writers ({point.rate:,.1f} against {best[1]:,.1f}, {best[0]})"
-            for writers, point in sorted(ours.items())
-            if (best := _best_peer(curve, writers)) is not None and point.rate < best[1]
-        ]
-        if behind:
-            notes.append(
-                f"Target missed on {backend}: agentledger's turns per second fall behind the "
-                f"best peer's at {'; '.join(behind)}."
-            )
-        else:
-            notes.append(
-                f"Target met on {backend}: agentledger's turns per second are at least the "
-                "best peer's at every point of the curve."
-            )
-        failed = [
-            f"{system} at {writers} writers: {point.failed}"
-            for system, points in curve.items()
-            for writers, point in points.items()
-            if point.failed
-        ]
-        notes += [f"{backend}: {failure}." for failure in failed]
-    return notes + _bounds(measured)
-
-
-def _change(points: dict[int, Point]) -> str:
-    """How a system's rate changed from the fewest writers to the most, as a percentage."""
-    first, last = points[min(points)].rate, points[max(points)].rate
-    return f"{first:,.1f} → {last:,.1f} turns/s ({(last / first - 1) * 100:+.0f}%)"
-
-
-def _bounds(measured: Measured) -> list[str]:
-    """What bounds the curve, on each backend measured."""
-    notes = []
-    sqlite = measured.points.get("SQLite", {})
-    if sqlite.get(AGENTLEDGER) and sqlite.get(SQLITE_SESSION):
-        notes.append(
-            "What bounds SQLite: one writer at a time. A write transaction holds SQLite's write "
-            "lock from `BEGIN IMMEDIATE` to its commit (an fsync at synchronous=FULL), so all "
-            "the writers together complete at most one turn per the time a turn holds the lock; "
-            "more writers only queue for it (a step commit's p99 grows with them, while the lock "
-            "retries stay near zero: the busy handler waits instead of failing, and no "
-            '"database is locked" reached a caller). agentledger writes a turn in 6 write '
-            "transactions (the run's begin, each of its 4 steps as it ends, so that a crash "
-            "loses no finished step, and the commit), with the lease and heartbeat updates and a "
-            "checksum on each row; the session writes its 8 items in 5 `add_items` transactions "
-            "(JSON blobs: no steps, usage, lease or checksum). The Python of a turn (the loop, "
-            "the rows, the checksums) runs outside the lock, and on 2 CPUs the writer processes "
-            f"share it too. From the fewest writers to the most: agentledger "
-            f"{_change(sqlite[AGENTLEDGER])}, {SQLITE_SESSION} {_change(sqlite[SQLITE_SESSION])}. "
-            "Matching the session would take fewer, larger transactions per turn (the steps "
-            "recorded only when the run commits), giving up what a crash keeps, so it was not "
-            "done."
+def _verdict(backend: str, curve: dict[str, dict[int, Point]]) -> str:
+    behind = [
+        f"{writers} writers ({point.rate:,.1f} against {best[1]:,.1f}, {best[0]})"
+        for writers, point in sorted(curve.get(AGENTLEDGER, {}).items())
+        if (best := _best_peer(curve, writers)) is not None and point.rate < best[1]
+    ]
+    if behind:
+        return (
+            f"Target missed on {backend}: agentledger behind the best peer at {'; '.join(behind)}."
         )
-    postgres = measured.points.get("PostgreSQL", {})
-    if postgres.get(AGENTLEDGER):
-        notes.append(
-            "What bounds PostgreSQL: writers of different conversations do not wait on each "
-            "other (row locks only), so the curve rises from one writer to two; beyond that the "
-            "server and the writer processes share the machine's CPUs. agentledger "
-            f"{_change(postgres[AGENTLEDGER])}."
-        )
-    return notes
+    return f"Target met on {backend}: agentledger at least the best peer's turns/s at every point."
 
 
 def report(measured: Measured) -> Section:
-    plan = measured.plan
-    rows: list[Row] = []
-    details: list[str] = []
+    plan, rows, details = measured.plan, [], []
     for backend, curve in measured.points.items():
         rows += _rows(backend, curve)
         details += _table(backend, curve)
     took = ", ".join(f"{backend} {seconds:.0f} s" for backend, seconds in measured.took.items())
+    notes = [*measured.skipped, *(_verdict(b, c) for b, c in measured.points.items())]
     return Section(
-        title="15. Many writers: turns per second as writer processes are added",
-        about=(
-            f"{', '.join(map(str, plan.writers))} writer processes on one database (a SQLite "
-            "file at the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL "
-            "server with fsync and synchronous_commit on), each running "
-            f"{plan.conversations} conversations of {plan.turns} turns (turn 1 of each, then "
-            f"turn 2 ...); a turn is a user message, {STEPS_PER_TURN - 1} tool steps and an "
-            "answer from a scripted model, no sleeps. All writers of a round start at one "
-            "instant; turns/s = the round's turns / (the last writer's end − that instant), "
-            f"median of {plan.reps} rounds, the systems' rounds interleaved, each system in a "
-            "database of its own. A step's commit: agentledger's `record_step` (the step's end "
-            "to its transaction committed), the SDK's `add_items`, LangGraph's checkpoint "
-            "`put`; p50 and p99 over every step of the rounds. Lock retries and transactions: "
-            "counted by the ledger (`Ledger.lock_retries`, `Ledger.transactions`); the peers "
-            "count neither. Rows per turn: every row of the system's tables afterwards, per "
-            f"turn (what each records of a turn: agentledger {STEPS_PER_TURN} step rows with "
-            "their model, usage and timings, the tool executions, the run and its two "
-            f"messages; the sessions their {_peers.ITEMS_PER_TURN} items; LangGraph a "
-            "checkpoint per super-step and its writes)."
-        ),
-        rows=rows,
-        notes=[*measured.skipped, *_verdicts(measured), f"Measuring took: {took}."],
-        details=details,
+        "15. Many writers: turns per second as writer processes are added",
+        f"{', '.join(map(str, plan.writers))} writer processes on one database (a SQLite file at "
+        "the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL server with fsync "
+        f"and synchronous_commit on), each running {plan.conversations} conversations of "
+        f"{plan.turns} turns (a user message, {STEPS_PER_TURN - 1} tool steps, an answer; "
+        "scripted, no sleeps). All writers of a round start at one instant; turns/s = the "
+        f"round's turns / (the last writer's end − that instant), median of {plan.reps} rounds, "
+        "the systems' rounds interleaved, each in a database of its own. A step's commit: "
+        "agentledger's `record_step`, the SDK's `add_items`, LangGraph's `put`; p50 and p99 "
+        "over every step. Lock retries and transactions: `Ledger.lock_retries`, "
+        "`Ledger.transactions`. Rows per turn: every row of the system's tables afterwards.",
+        rows,
+        [*notes, f"Measuring took: {took}."],
+        details,
     )
-
-
-def main() -> None:
-    """``python -m bench.writers [--quick | --full] [--sqlite-only | --postgresql-only]
-    [--writers 1,2,4]``: section 15 alone, printed."""
-    import argparse
-    import tempfile
-
-    parser = argparse.ArgumentParser(prog="python -m bench.writers")
-    size = parser.add_mutually_exclusive_group()
-    size.add_argument("--quick", action="store_true")
-    size.add_argument("--full", action="store_true")
-    only = parser.add_mutually_exclusive_group()
-    only.add_argument("--sqlite-only", action="store_true")
-    only.add_argument("--postgresql-only", action="store_true")
-    parser.add_argument("--writers", default=None, help="the curve's points, e.g. 1,2,4")
-    parser.add_argument(
-        "--previous", metavar="REF", default=None, help="a git commit to measure beside this one"
-    )
-    parser.add_argument(
-        "--ours-only", action="store_true", help="agentledger alone (and --previous), no peer"
-    )
-    args = parser.parse_args()
-    plan = PLANS["quick" if args.quick else "full" if args.full else "default"]
-    backends = (
-        ("SQLite",)
-        if args.sqlite_only
-        else ("PostgreSQL",)
-        if args.postgresql_only
-        else ("SQLite", "PostgreSQL")
-    )
-    writers = tuple(int(n) for n in args.writers.split(",")) if args.writers else None
-    only = (AGENTLEDGER,) if args.ours_only else None
-    with tempfile.TemporaryDirectory(prefix="agentledger-bench-") as tmp:
-        previous = export(args.previous, Path(tmp)) if args.previous else None
-        measured = measure(
-            plan, Path(tmp), backends=backends, writers=writers, only=only, previous=previous
-        )
-        section = report(measured)
-    print("\n".join(section.render()))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,0 +1,160 @@
+"""The benchmarks that run systems in worker processes (``bench/recording.py``,
+``bench/previous.py``, ``bench/writers.py``) run end to end at a tiny size: every worker runs
+the version it was started from, every system records every turn (checked in SQL), the
+recorder's replay writes what ``Agent.run`` writes, and each report gives a figure for every
+system. Correctness only: the timing is ``make bench``'s."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sqlite3
+import subprocess
+from contextlib import closing
+from pathlib import Path
+
+import pytest
+
+from bench import _versions, peers, previous, recording, writers
+from bench._workers import Worker, WorkerError
+
+ROOT = Path(__file__).resolve().parents[1]
+FIGURE = re.compile(r"^\*{0,2}(\d+\.\d\d)x( \[\d+\.\d\d–\d+\.\d\d\])?(, (met|missed))?\*{0,2}$")
+
+
+def table(sections) -> dict[str, tuple[str, str]]:
+    return {row.measure: (row.median, row.ratio) for s in sections for row in s.rows}
+
+
+def counts(path: Path) -> dict[str, int]:
+    tables = ("agent_runs", "conversation_messages", "step_executions", "tool_executions")
+    with closing(sqlite3.connect(path)) as conn:
+        return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, recording.Measured]:
+    tmp = tmp_path_factory.mktemp("bench-recording")
+    return tmp, recording.measure(recording.Plan((2, 3), reps=2, modes=("NORMAL",)), tmp)
+
+
+def test_every_system_records_a_turn_at_every_history_length(recorded):
+    _, measured = recorded
+    found = table(recording.report(measured))
+    for system in measured.systems:
+        for turns in (2, 3):
+            assert re.fullmatch(
+                r"[\d.]+ ms a turn, [\d,]+ µs a step", found[f"@ {turns}: {system}"][0]
+            )
+    assert all(FIGURE.match(ratio) for _, ratio in found.values() if ratio)
+    assert "@ 3: agentledger Agent.run NORMAL / raw sqlite3 messages NORMAL (target ≤ 3x)" in found
+    if not peers.skipped(peers.SESSION):
+        assert (
+            f"@ 3: {peers.SESSION} FULL / agentledger recorder alone NORMAL (target > 1x)" in found
+        )
+
+
+def test_the_recorders_replay_writes_what_agent_run_writes(recorded):
+    tmp, _ = recorded
+    agent = counts(tmp / "recording-agentledger-agent.run-normal-3.db")
+    assert counts(tmp / "recording-agentledger-recorder-alone-normal-3.db") == agent
+    assert agent == {
+        "agent_runs": 5,
+        "conversation_messages": 10,
+        "step_executions": 20,
+        "tool_executions": 15,
+    }
+
+
+def test_the_loads_read_the_whole_conversation_and_the_profile_divides_a_turn(recorded):
+    _, measured = recorded
+    assert measured.loaded == 2 * (3 + 2)
+    assert set(measured.loads.times) == {"agentledger cold", "agentledger warm", "agentledger raw"}
+    assert sum(measured.profile.values()) == pytest.approx(1.0)
+    assert measured.profile["sqlite3: statements and commits"] > 0.01
+
+
+def test_a_worker_that_cannot_set_its_system_up_says_why(tmp_path):
+    worker = Worker(
+        "broken", recording.Turns, path=str(tmp_path), kind="agent", synchronous="NORMAL"
+    )
+    try:
+        with pytest.raises(WorkerError, match="setting the system up failed"):
+            worker.call("check")
+    finally:
+        worker.close()
+
+
+def test_a_worker_whose_source_holds_no_agentledger_refuses_to_start(tmp_path):
+    worker = Worker(
+        "nowhere",
+        recording.Turns,
+        source=tmp_path,
+        path=str(tmp_path / "t.db"),
+        kind="agent",
+        synchronous="NORMAL",
+    )
+    try:
+        with pytest.raises(WorkerError, match=r"setting the system up failed(.|\n)*not from"):
+            worker.call("grow", 1)
+    finally:
+        worker.close()
+
+
+# -- the previous version -----------------------------------------------------------------------
+
+
+def in_git() -> bool:
+    found = subprocess.run(
+        ["git", "-C", str(ROOT), "rev-parse", "HEAD"], capture_output=True, check=False
+    )
+    return shutil.which("git") is not None and found.returncode == 0
+
+
+@pytest.mark.skipif(not in_git(), reason="needs a git checkout to export HEAD from")
+def test_this_version_is_held_against_a_commit_exported_from_git(tmp_path):
+    with pytest.raises(ValueError, match="names no commit"):
+        _versions.resolve("no-such-ref-anywhere")
+    version = _versions.export("HEAD", tmp_path)
+    assert (version.source / "agentledger" / "__init__.py").is_file()
+    plan = previous.Plan((3,), reps=2, trees=1, fanout=(2, 2), modes=("NORMAL",))
+    measured = previous.measure(plan, tmp_path, version)
+    found = table([previous.turn_section(measured), previous.reads_section(measured)])
+    for way in previous.WAYS:
+        assert FIGURE.match(found[f"@ 3, {way} NORMAL: this version / the previous version"][1])
+    for ratio in ("cold load", "warm load", "runs()", "run_tree()"):
+        assert FIGURE.match(found[f"{ratio}: this version / the previous version"][1])
+    assert measured.shape == (7, 7) and measured.loaded == 2 * (3 + 2)
+    assert any(name.startswith("control: ") for name in found)
+
+
+def test_without_a_previous_version_sections_11_and_12_say_how_to_run_them():
+    (section,) = previous.run(previous.Sizes("quick"), Path("."), None)
+    assert "Skipped: no previous version was given" in section.about and not section.rows
+
+
+# -- many writers -------------------------------------------------------------------------------
+
+
+def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tmp_path):
+    plan = writers.Plan((1, 2), conversations=2, turns=2, reps=2)
+    measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=(writers.AGENTLEDGER,))
+    for count, point in measured.points["SQLite"][writers.AGENTLEDGER].items():
+        assert len(point.rates) == plan.reps and point.turns == count * 2 * 2 * plan.reps
+        assert len(point.commits) == 4 * point.turns  # 3 tool steps and the answer
+        # begin, 4 steps, commit; a load for every turn that continues a conversation
+        assert point.counted == [point.turns * 6 + point.turns // 2, 0]
+    path = tmp_path / "writers-agentledger-agent.run-2.db"
+    with closing(sqlite3.connect(path)) as conn:
+        runs = conn.execute("SELECT status, count(*) FROM agent_runs GROUP BY status").fetchall()
+        messages = conn.execute(
+            "SELECT count(*) FROM conversation_messages GROUP BY conversation_id"
+        )
+        assert messages.fetchall() == [(2 * plan.turns,)] * (2 * plan.conversations * plan.reps)
+    assert runs == [("completed", 2 * plan.conversations * plan.reps * plan.turns)]
+    section = writers.report(measured)
+    assert [row.measure for row in section.rows] == [
+        "SQLite, 1 writers: agentledger turns/s (ratio: / the best peer)",
+        "SQLite, 2 writers: agentledger turns/s (ratio: / the best peer)",
+    ]
+    assert "| 2 | agentledger Agent.run |" in "\n".join(section.details)
