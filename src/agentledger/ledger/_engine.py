@@ -10,6 +10,7 @@ whole transaction is retried a bounded number of times with backoff before
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import sqlite3
@@ -30,7 +31,6 @@ from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
-from ._statements import run_on_cursor
 from ._urls import normalize_url, parse_url, sqlite_path
 from .checksums import canonical_json
 
@@ -104,7 +104,7 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
-        run_on_cursor(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -142,6 +142,20 @@ def with_retries(
     )
 
 
+_ENGINE_LOGGER = logging.getLogger("sqlalchemy.engine.Engine")
+"""The logger SQLAlchemy logs an engine's statements on."""
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A connection of the handle's: since when it is kept open between transactions, and
+    whether it logs its statements (SQLAlchemy decides that when it makes the connection)."""
+
+    conn: Connection
+    since: float
+    logs: bool
+
+
 class Connections:
     """The connections of a ledger handle's transactions.
 
@@ -170,7 +184,7 @@ class Connections:
         self.engine = engine
         self._keep = keep
         self._remote = engine.dialect.name != "sqlite"
-        self._idle: dict[bool, list[tuple[Connection, float]]] = {True: [], False: []}
+        self._idle: dict[bool, list[_Kept]] = {True: [], False: []}
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -192,7 +206,8 @@ class Connections:
         committed when the block ends (a read on SQLite is rolled back: it has nothing to
         commit), rolled back when it raises."""
         with self.in_use():
-            conn = self._take(write)
+            taken = self._take(write)
+            conn = taken.conn
             try:
                 transaction = conn.begin()
                 try:
@@ -209,7 +224,7 @@ class Connections:
             except BaseException:
                 conn.close()
                 raise
-            self._give(conn, write)
+            self._give(taken, write)
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
@@ -240,24 +255,34 @@ class Connections:
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=False)
 
-    def _take(self, write: bool) -> Connection:
+    def _take(self, write: bool) -> _Kept:
         with self._lock:
             self.transactions += 1
             if self._pid != os.getpid():  # forked: the parent's connections are not ours
                 self._idle = {True: [], False: []}
                 self._pid = os.getpid()
             idle = self._idle[write]
-            kept, since = idle.pop() if idle else (None, 0.0)
-        if kept is not None and self._remote and not self._fresh(kept, since):
-            kept.close()  # back to the pool, which checks it before it hands it out again
-            kept = None
-        if kept is not None:
-            # SQLAlchemy reads the logging level when it makes a Connection: a kept one
-            # follows echo and the sqlalchemy.engine logger as a new one would.
-            kept._echo = self.engine._should_log_info()
+            kept = idle.pop() if idle else None
+        if kept is not None and self._usable(kept):
             return kept
+        if kept is not None:
+            kept.conn.close()  # back to the pool, which checks it before it hands it out again
+        logs = self._logs()
         conn = self.engine.connect()
-        return conn.execution_options(**WRITE) if write else conn
+        return _Kept(conn.execution_options(**WRITE) if write else conn, 0.0, logs)
+
+    def _usable(self, kept: _Kept) -> bool:
+        """Whether a kept connection may be used again as it is. SQLAlchemy decides whether a
+        connection logs its statements when it makes it: one made before ``echo`` or the
+        ``sqlalchemy.engine`` logger changed is replaced, so that it logs as a new one would."""
+        if kept.logs != self._logs():
+            return False
+        return not self._remote or self._fresh(kept.conn, kept.since)
+
+    def _logs(self) -> bool:
+        """Whether a connection made now would log its statements (``echo``, or the engine's
+        logger at INFO)."""
+        return bool(self.engine.echo) or _ENGINE_LOGGER.isEnabledFor(logging.INFO)
 
     def _fresh(self, conn: Connection, since: float) -> bool:
         """Whether a kept PostgreSQL connection may be used without the pool's check: used
@@ -272,11 +297,12 @@ class Connections:
             return False
         return not readable
 
-    def _give(self, conn: Connection, write: bool) -> None:
+    def _give(self, taken: _Kept, write: bool) -> None:
+        conn = taken.conn
         with self._lock:
             idle = self._idle[write]
             if len(idle) < self._keep and not conn.invalidated and self._pid == os.getpid():
-                idle.append((conn, time.monotonic()))
+                idle.append(_Kept(conn, time.monotonic(), taken.logs))
                 return
         conn.close()
 
@@ -286,7 +312,7 @@ class Connections:
         with self._lock:
             self._closed = True
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=self.CLOSE_WAIT)
-            kept = [conn for conn, _ in [*self._idle[True], *self._idle[False]]]
+            kept = [entry.conn for entry in [*self._idle[True], *self._idle[False]]]
             self._idle = {True: [], False: []}
         for conn in kept:
             with contextlib.suppress(Exception):

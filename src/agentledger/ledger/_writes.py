@@ -105,18 +105,31 @@ class LedgerRecorder:
     records runs with (``ledger.recorder``)."""
 
     def __init__(self, database: Database, lease_seconds: float) -> None:
-        self.database = database
-        self.leases = LeaseKeeper(database, lease_seconds)
-        self.conversations = ConversationLoader(database)
-        self.sql = statements_for(database.engine.dialect)
+        self._hold(database, LeaseKeeper(database, lease_seconds), ConversationLoader(database))
 
     def scoped(self, database: Database) -> LedgerRecorder:
         """The recorder of a scoped handle (``database``): its own reads keep to the scope;
         the leases, their heartbeat and the conversations kept loaded are this one's."""
-        recorder = object.__new__(LedgerRecorder)
-        recorder.database, recorder.leases, recorder.sql = database, self.leases, self.sql
-        recorder.conversations = self.conversations.scoped(database)
+        return self._sharing(database, self.leases, self.conversations.scoped(database))
+
+    @classmethod
+    def _sharing(
+        cls, database: Database, leases: LeaseKeeper, conversations: ConversationLoader
+    ) -> LedgerRecorder:
+        """A recorder on ``database`` with another's ``leases`` (and so its heartbeat): made
+        without ``__init__``, which would start leases of its own."""
+        recorder = cls.__new__(cls)
+        recorder._hold(database, leases, conversations)
         return recorder
+
+    def _hold(
+        self, database: Database, leases: LeaseKeeper, conversations: ConversationLoader
+    ) -> None:
+        """Set every attribute of a recorder: one place for a new one and a scoped one."""
+        self.database = database
+        self.leases = leases
+        self.conversations = conversations
+        self.sql = statements_for(database.engine.dialect)
 
     def close(self) -> None:
         self.leases.close()
