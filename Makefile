@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # in a fraction of pip's time on a fresh machine); pip installs uv itself.
 PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
-.PHONY: demo chat-app test soak extras lint typecheck bench clean schema
+.PHONY: demo chat-app test test-oldest soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -69,6 +69,35 @@ SERIAL_FILES = $(shell grep -rlE --include='test_*.py' 'mark\.serial' tests)
 test: lint typecheck $(SDK_PINNED)/.installed
 	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
+
+# The suite again against the oldest SQLAlchemy, SQLModel, pydantic and Alembic that
+# pyproject.toml allows (their lower bounds, read from it: pydantic>=2.7,<3 installs 2.7), in a
+# virtual environment of its own; `make test` runs it against the newest. The OpenAI Agents SDK
+# and the MCP SDK need newer ones: their extras are not installed, their tests not run (nor the
+# wheel's, which `make extras` runs).
+OLDEST        := $(VENV)/oldest
+OLDEST_LIBS   := sqlalchemy sqlmodel pydantic alembic
+OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette
+OLDEST_SKIP   := test_openai_agents_session.py test_mcp_server.py test_mcp_tools.py \
+                 test_install_extras.py
+LOWER_BOUNDS  := import re, sys, tomllib; \
+    wanted = sys.argv[1:]; \
+    declared = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+    pins = [re.sub(r">=([^,;]+).*", r"==\1", d) for d in declared if re.split(r"[<>=~!\[; ]", d)[0] in wanted]; \
+    assert len(pins) == len(wanted), f"lower bounds of {wanted} in pyproject.toml: {pins}"; \
+    print(*pins)
+
+$(OLDEST)/.installed: pyproject.toml | $(BIN)/uv
+	rm -rf $(OLDEST)
+	$(PYTHON) -m venv $(OLDEST)
+	pins="$$($(BIN)/python -c '$(LOWER_BOUNDS)' $(OLDEST_LIBS))" && \
+	    $(BIN)/uv pip install --quiet --python $(OLDEST)/bin/python -e '.[$(OLDEST_EXTRAS)]' $$pins
+	touch $@
+
+test-oldest: $(OLDEST)/.installed $(SDK_PINNED)/.installed
+	$(OLDEST)/bin/pytest -n $(WORKERS) --dist worksteal -m "not serial" \
+	    $(addprefix --ignore=tests/,$(OLDEST_SKIP))
+	$(if $(SERIAL_FILES),$(OLDEST)/bin/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers.
 soak: $(VENV)/.installed-dev
