@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
+from sqlalchemy import URL, Connection, Engine, RootTransaction, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
@@ -68,6 +68,14 @@ def _read_only_session(dbapi: Any, _record: ConnectionPoolEntry) -> None:
     dbapi.commit()
 
 
+def engine_url(url: str) -> URL:
+    """``url`` as the ledger gives it to SQLAlchemy: a SQLite file named as the ledger reads
+    it (:func:`parse_url`, which decodes ``%20``; SQLAlchemy before 2.1 does not)."""
+    parsed = make_url(url)
+    path = sqlite_path(url)
+    return parsed if path is None else parsed.set(database=str(path))
+
+
 def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None:
@@ -76,7 +84,7 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
         engine = _read_only_sqlite_engine(url, path, settings)
     else:
         engine = create_engine(
-            url,
+            engine_url(url),
             connect_args={"timeout": settings.busy_timeout},
             json_serializer=canonical_json,  # stored JSON is its own canonical form
         )
@@ -129,17 +137,18 @@ def _read_only_sqlite_engine(url: str, path: Path | None, settings: EngineSettin
 
 
 def with_retries(
+    engine: Engine,
     settings: EngineSettings,
     work: Callable[[], T],
     *,
     what: str,
     on_retry: Callable[[], None] | None = None,
 ) -> T:
-    """:func:`._failures.with_retries` for work on the engine, which raises SQLAlchemy's
-    ``DBAPIError`` (or, on a driver's own cursor, the driver's error)."""
-    return _failures.with_retries(
-        settings, work, what=what, on_retry=on_retry, errors=(DBAPIError, sqlite3.DatabaseError)
-    )
+    """:func:`._failures.with_retries` for work on ``engine``, which raises SQLAlchemy's
+    ``DBAPIError``, or the driver's own error: on a driver's own cursor, and from a cursor
+    event's listener (SQLAlchemy 2.0 passes on what ``before_cursor_execute`` raises as it is)."""
+    errors = (DBAPIError, sqlite3.DatabaseError, engine.dialect.loaded_dbapi.Error)
+    return _failures.with_retries(settings, work, what=what, on_retry=on_retry, errors=errors)
 
 
 _ENGINE_LOGGER = logging.getLogger("sqlalchemy.engine.Engine")
@@ -372,7 +381,7 @@ class Database:
 
     def _with_retries(self, work: Callable[[], T], what: str) -> T:
         on_retry = self.connections.note_retry
-        return with_retries(self.settings, work, what=what, on_retry=on_retry)
+        return with_retries(self.engine, self.settings, work, what=what, on_retry=on_retry)
 
     def check_writable(self, what: str) -> None:
         """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""

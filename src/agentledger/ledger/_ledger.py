@@ -165,6 +165,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         engine = make_engine(normalized, settings, read_only=access is not None)
         try:
             with_retries(
+                engine,
                 settings,
                 lambda: prepare(engine, migrate=migrate, verify=verify, read_only=access),
                 what=f"opening {engine.url.render_as_string(hide_password=True)}",
