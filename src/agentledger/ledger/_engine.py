@@ -230,10 +230,19 @@ class Connections:
                     _end_read(conn, transaction)
                 else:
                     transaction.rollback()
-            except BaseException:
-                conn.close()
+            except BaseException as exc:
+                self._discard(conn, exc)
                 raise
             self._give(taken, write)
+
+    def _discard(self, conn: Connection, exc: BaseException) -> None:
+        """Close a connection whose transaction failed. One that a driver error left, which
+        SQLAlchemy did not handle (a cursor listener's, which SQLAlchemy 2.0 passes on as it
+        is), is in a state nobody knows: it is invalidated, not reset and pooled again."""
+        driver_error = self.engine.dialect.loaded_dbapi.Error
+        if isinstance(exc, driver_error) or isinstance(exc.__context__, driver_error):
+            conn.invalidate(exc)
+        conn.close()
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
