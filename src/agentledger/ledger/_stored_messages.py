@@ -33,7 +33,7 @@ from sqlalchemy import CursorResult
 
 from .._values import Message, Role
 from ..errors import LedgerCorruptError
-from ._rows import DAMAGED, message_of, rebuilt, tool_call_of
+from ._row_mapping import DAMAGED, message_of, rebuilt, tool_call_of
 from ._statements import Compiled
 from .checksums import ADDED, CHECKSUM, COVERED
 from .tables import conversation_messages
