@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # in a fraction of pip's time on a fresh machine); pip installs uv itself.
 PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
-.PHONY: demo chat-app test soak extras lint typecheck bench clean schema
+.PHONY: demo chat-app test test-oldest soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -75,6 +75,39 @@ test: $(VENV)/.installed-dev $(SDK_PINNED)/.installed
 	echo "--- make lint typecheck ($$([ $$checked -eq 0 ] && echo passed || echo FAILED)):"; \
 	cat $(CHECKS_LOG); [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
+
+# The suite again against the oldest SQLAlchemy, SQLModel, pydantic and Alembic that
+# pyproject.toml allows (their lower bounds, read from it: pydantic>=2.7,<3 installs 2.7), in a
+# virtual environment of its own; `make test` runs it against the newest. The OpenAI Agents SDK
+# and the MCP SDK need newer ones: their extras are not installed, and the tests that import
+# them (the README's examples, the package's exported members among them) are left out, as is
+# the wheel's (`make extras`).
+OLDEST        := $(VENV)/oldest
+OLDEST_LIBS   := sqlalchemy sqlmodel pydantic alembic
+OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette
+OLDEST_SKIP   := --ignore=tests/test_openai_agents_session.py --ignore=tests/test_mcp_server.py \
+    --ignore=tests/test_mcp_tools.py --ignore=tests/test_install_extras.py \
+    --ignore=tests/test_exported_members.py --ignore=tests/test_readme.py \
+    --deselect=tests/test_layers.py::test_the_agents_sdk_is_loaded_by_its_integration_only \
+    --deselect=tests/test_layers.py::test_the_mcp_sdk_is_loaded_by_its_integrations_only \
+    --deselect=tests/test_scopes.py::test_a_session_on_a_scoped_handle_cannot_read_or_write_another_tenants_session
+LOWER_BOUNDS  := import re, sys, tomllib; \
+    wanted = sys.argv[1:]; \
+    declared = tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]; \
+    pins = [re.sub(r">=([^,;]+).*", r"==\1", d) for d in declared if re.split(r"[<>=~!\[; ]", d)[0] in wanted]; \
+    assert len(pins) == len(wanted), f"lower bounds of {wanted} in pyproject.toml: {pins}"; \
+    print(*pins)
+
+$(OLDEST)/.installed: pyproject.toml | $(BIN)/uv
+	rm -rf $(OLDEST)
+	$(PYTHON) -m venv $(OLDEST)
+	pins="$$($(BIN)/python -c '$(LOWER_BOUNDS)' $(OLDEST_LIBS))" && \
+	    $(BIN)/uv pip install --quiet --python $(OLDEST)/bin/python -e '.[$(OLDEST_EXTRAS)]' $$pins
+	touch $@
+
+test-oldest: $(OLDEST)/.installed $(SDK_PINNED)/.installed
+	$(OLDEST)/bin/pytest -n $(WORKERS) --dist worksteal -m "not serial" $(OLDEST_SKIP)
+	$(if $(SERIAL_FILES),$(OLDEST)/bin/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;
 # and a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous).

@@ -193,11 +193,22 @@ def test_a_ledger_from_a_newer_agentledger_is_refused(tmp_path):
     ],
 )
 def test_a_url_is_read_as_sqlalchemy_reads_it(url):
-    from sqlalchemy.engine import make_url
-
+    from agentledger.ledger._engine import engine_url
     from agentledger.ledger._urls import parse_url, redact
 
-    parsed, theirs = parse_url(url), make_url(url)
+    # what SQLAlchemy reads in the URL the ledger's engine is made with
+    parsed, theirs = parse_url(url), engine_url(url)
     assert (parsed.backend, parsed.database) == (theirs.get_backend_name(), theirs.database)
     if theirs.password is not None:  # shown without it, as SQLAlchemy shows it
         assert redact(url) == theirs.render_as_string(hide_password=True)
+
+
+def test_a_sqlite_url_with_an_escaped_space_names_one_file_for_the_ledger_and_the_reader(tmp_path):
+    """``%20`` in a SQLite URL is a space for the ledger (whatever SQLAlchemy version makes its
+    engine) as for the reader."""
+    url = f"sqlite:///{tmp_path}/a%20b.db"
+    with Ledger.open(url) as ledger:
+        made = ledger.create_conversation(title="spaced")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a b.db"]
+    with LedgerReader.open(url) as reader:
+        assert reader.conversation(made.id).title == "spaced"

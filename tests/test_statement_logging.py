@@ -1,6 +1,6 @@
-"""The statements the ledger compiles once and runs on the driver's cursor are seen as
-SQLAlchemy's own: logged by ``echo`` and the ``sqlalchemy.engine`` logger, their errors passed
-to ``handle_error``."""
+"""The statements the ledger compiles once and sends as SQL text are seen as SQLAlchemy's own:
+logged by ``echo`` and the ``sqlalchemy.engine`` logger, their errors passed to
+``handle_error``."""
 
 from __future__ import annotations
 
@@ -54,7 +54,8 @@ def test_the_engine_logger_shows_every_statement_of_a_run(
     logged = [record.getMessage() for record in caplog.records]
     assert sent
     assert [sql for sql in sent if sql not in logged] == []
-    assert any(message.startswith("[compiled once] ") for message in logged)
+    # ... with their parameters: the run's user message among them
+    assert any("Weather in Paris?" in m for m in logged if m not in sent)
 
 
 def test_echo_shows_the_compiled_statements(db_url: str, caplog: pytest.LogCaptureFixture) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 from datetime import UTC, datetime
 
 import pytest
@@ -159,6 +160,15 @@ def test_messages_cannot_be_changed_in_place():
     with pytest.raises(IMMUTABLE):
         messages[0] = Message.user("other")  # type: ignore[index]
     assert isinstance(messages.root, tuple)
+
+
+@pytest.mark.parametrize("copied", [copy.copy, copy.deepcopy], ids=["copy", "deepcopy"])
+def test_a_copy_of_messages_is_the_same_messages(copied):
+    """Immutable: a copy (pydantic's deep copy of a field default among them) is itself."""
+    messages = Messages.from_string("Hi")
+    assert copied(messages) is messages
+    state = AgentState.empty().with_messages(messages)
+    assert copied(state) == state
 
 
 @pytest.mark.parametrize(

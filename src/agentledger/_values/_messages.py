@@ -147,6 +147,12 @@ class Messages:
     def __delattr__(self, name: str) -> None:
         raise AttributeError("Messages is immutable")
 
+    def __copy__(self) -> Messages:
+        return self  # immutable: a copy would be the same messages
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Messages:
+        return self  # so is a deep copy (pydantic deep-copies a field's default)
+
     def __eq__(self, other: object) -> bool:
         return isinstance(other, Messages) and self.root == other.root
 

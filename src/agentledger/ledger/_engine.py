@@ -10,6 +10,7 @@ whole transaction is retried a bounded number of times with backoff before
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import select
 import sqlite3
@@ -20,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
-from sqlalchemy import Connection, Engine, RootTransaction, create_engine, event
+from sqlalchemy import URL, Connection, Engine, RootTransaction, create_engine, event, make_url
 from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
@@ -30,7 +31,6 @@ from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
-from ._statements import run_on_cursor
 from ._urls import normalize_url, parse_url, sqlite_path
 from .checksums import canonical_json
 
@@ -68,6 +68,14 @@ def _read_only_session(dbapi: Any, _record: ConnectionPoolEntry) -> None:
     dbapi.commit()
 
 
+def engine_url(url: str) -> URL:
+    """``url`` as the ledger gives it to SQLAlchemy: a SQLite file named as the ledger reads
+    it (:func:`parse_url`, which decodes ``%20``; SQLAlchemy before 2.1 does not)."""
+    parsed = make_url(url)
+    path = sqlite_path(url)
+    return parsed if path is None else parsed.set(database=str(path))
+
+
 def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> Engine:
     path = sqlite_path(url)
     if path is not None:
@@ -76,7 +84,7 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
         engine = _read_only_sqlite_engine(url, path, settings)
     else:
         engine = create_engine(
-            url,
+            engine_url(url),
             connect_args={"timeout": settings.busy_timeout},
             json_serializer=canonical_json,  # stored JSON is its own canonical form
         )
@@ -104,7 +112,7 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
-        run_on_cursor(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -129,17 +137,32 @@ def _read_only_sqlite_engine(url: str, path: Path | None, settings: EngineSettin
 
 
 def with_retries(
+    engine: Engine,
     settings: EngineSettings,
     work: Callable[[], T],
     *,
     what: str,
     on_retry: Callable[[], None] | None = None,
 ) -> T:
-    """:func:`._failures.with_retries` for work on the engine, which raises SQLAlchemy's
-    ``DBAPIError`` (or, on a driver's own cursor, the driver's error)."""
-    return _failures.with_retries(
-        settings, work, what=what, on_retry=on_retry, errors=(DBAPIError, sqlite3.DatabaseError)
-    )
+    """:func:`._failures.with_retries` for work on ``engine``, which raises SQLAlchemy's
+    ``DBAPIError``, or the driver's own error: on a driver's own cursor, and from a cursor
+    event's listener (SQLAlchemy 2.0 passes on what ``before_cursor_execute`` raises as it is)."""
+    errors = (DBAPIError, sqlite3.DatabaseError, engine.dialect.loaded_dbapi.Error)
+    return _failures.with_retries(settings, work, what=what, on_retry=on_retry, errors=errors)
+
+
+_ENGINE_LOGGER = logging.getLogger("sqlalchemy.engine.Engine")
+"""The logger SQLAlchemy logs an engine's statements on."""
+
+
+@dataclass(frozen=True)
+class _Kept:
+    """A connection of the handle's: since when it is kept open between transactions, and
+    whether it logs its statements (SQLAlchemy decides that when it makes the connection)."""
+
+    conn: Connection
+    since: float
+    logs: bool
 
 
 class Connections:
@@ -170,7 +193,7 @@ class Connections:
         self.engine = engine
         self._keep = keep
         self._remote = engine.dialect.name != "sqlite"
-        self._idle: dict[bool, list[tuple[Connection, float]]] = {True: [], False: []}
+        self._idle: dict[bool, list[_Kept]] = {True: [], False: []}
         self._pid = os.getpid()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -192,7 +215,8 @@ class Connections:
         committed when the block ends (a read on SQLite is rolled back: it has nothing to
         commit), rolled back when it raises."""
         with self.in_use():
-            conn = self._take(write)
+            taken = self._take(write)
+            conn = taken.conn
             try:
                 transaction = conn.begin()
                 try:
@@ -206,10 +230,19 @@ class Connections:
                     _end_read(conn, transaction)
                 else:
                     transaction.rollback()
-            except BaseException:
-                conn.close()
+            except BaseException as exc:
+                self._discard(conn, exc)
                 raise
-            self._give(conn, write)
+            self._give(taken, write)
+
+    def _discard(self, conn: Connection, exc: BaseException) -> None:
+        """Close a connection whose transaction failed. One that a driver error left, which
+        SQLAlchemy did not handle (a cursor listener's, which SQLAlchemy 2.0 passes on as it
+        is), is in a state nobody knows: it is invalidated, not reset and pooled again."""
+        driver_error = self.engine.dialect.loaded_dbapi.Error
+        if isinstance(exc, driver_error) or isinstance(exc.__context__, driver_error):
+            conn.invalidate(exc)
+        conn.close()
 
     @contextlib.contextmanager
     def in_use(self) -> Iterator[None]:
@@ -240,24 +273,34 @@ class Connections:
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=False)
 
-    def _take(self, write: bool) -> Connection:
+    def _take(self, write: bool) -> _Kept:
         with self._lock:
             self.transactions += 1
             if self._pid != os.getpid():  # forked: the parent's connections are not ours
                 self._idle = {True: [], False: []}
                 self._pid = os.getpid()
             idle = self._idle[write]
-            kept, since = idle.pop() if idle else (None, 0.0)
-        if kept is not None and self._remote and not self._fresh(kept, since):
-            kept.close()  # back to the pool, which checks it before it hands it out again
-            kept = None
-        if kept is not None:
-            # SQLAlchemy reads the logging level when it makes a Connection: a kept one
-            # follows echo and the sqlalchemy.engine logger as a new one would.
-            kept._echo = self.engine._should_log_info()
+            kept = idle.pop() if idle else None
+        if kept is not None and self._usable(kept):
             return kept
+        if kept is not None:
+            kept.conn.close()  # back to the pool, which checks it before it hands it out again
+        logs = self._logs()
         conn = self.engine.connect()
-        return conn.execution_options(**WRITE) if write else conn
+        return _Kept(conn.execution_options(**WRITE) if write else conn, 0.0, logs)
+
+    def _usable(self, kept: _Kept) -> bool:
+        """Whether a kept connection may be used again as it is. SQLAlchemy decides whether a
+        connection logs its statements when it makes it: one made before ``echo`` or the
+        ``sqlalchemy.engine`` logger changed is replaced, so that it logs as a new one would."""
+        if kept.logs != self._logs():
+            return False
+        return not self._remote or self._fresh(kept.conn, kept.since)
+
+    def _logs(self) -> bool:
+        """Whether a connection made now would log its statements (``echo``, or the engine's
+        logger at INFO)."""
+        return bool(self.engine.echo) or _ENGINE_LOGGER.isEnabledFor(logging.INFO)
 
     def _fresh(self, conn: Connection, since: float) -> bool:
         """Whether a kept PostgreSQL connection may be used without the pool's check: used
@@ -272,11 +315,12 @@ class Connections:
             return False
         return not readable
 
-    def _give(self, conn: Connection, write: bool) -> None:
+    def _give(self, taken: _Kept, write: bool) -> None:
+        conn = taken.conn
         with self._lock:
             idle = self._idle[write]
             if len(idle) < self._keep and not conn.invalidated and self._pid == os.getpid():
-                idle.append((conn, time.monotonic()))
+                idle.append(_Kept(conn, time.monotonic(), taken.logs))
                 return
         conn.close()
 
@@ -286,7 +330,7 @@ class Connections:
         with self._lock:
             self._closed = True
             self._settled.wait_for(lambda: self._in_flight == 0, timeout=self.CLOSE_WAIT)
-            kept = [conn for conn, _ in [*self._idle[True], *self._idle[False]]]
+            kept = [entry.conn for entry in [*self._idle[True], *self._idle[False]]]
             self._idle = {True: [], False: []}
         for conn in kept:
             with contextlib.suppress(Exception):
@@ -346,7 +390,7 @@ class Database:
 
     def _with_retries(self, work: Callable[[], T], what: str) -> T:
         on_retry = self.connections.note_retry
-        return with_retries(self.settings, work, what=what, on_retry=on_retry)
+        return with_retries(self.engine, self.settings, work, what=what, on_retry=on_retry)
 
     def check_writable(self, what: str) -> None:
         """Raise :class:`LedgerReadOnlyError` for the write ``what`` on a read-only handle."""

@@ -40,11 +40,11 @@ from ._queries import (
 from ._reading import LedgerReads
 from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
-from ._rows import Row, compaction_of
-from ._run_tree import RunTree
+from ._row_mapping import Row, compaction_of
 from ._scope import EVERYTHING, Scope
-from ._scoped import check_id_free, created_in, refuse_in_scope, within
+from ._scope_conditions import check_id_free, created_in, refuse_in_scope, within
 from ._sql import Reads
+from ._tree_model import RunTree
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
 from ._writes import LedgerRecorder
@@ -79,15 +79,28 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         lease_seconds: float,
         read_only: ReadOnly | None = None,
     ) -> None:
-        self.engine = engine
-        self.settings = settings
-        self.clock = clock
         # A read-only engine opens a connection per transaction (see ._access): none is kept.
         connections = Connections(engine, keep=0 if read_only is not None else 2)
-        self._database = Database(engine, connections, settings, clock, read_only)
-        self.recorder = LedgerRecorder(self._database, lease_seconds)
+        database = Database(engine, connections, settings, clock, read_only)
+        self._hold(database, LedgerRecorder(database, lease_seconds), None)
+
+    @classmethod
+    def _sharing(cls, database: Database, recorder: LedgerRecorder, scoped_from: Ledger) -> Ledger:
+        """A handle on ``database`` (a scoped copy of ``scoped_from``'s) that shares its engine,
+        connections and recorder's leases: made without ``__init__``, which would open more."""
+        handle = cls.__new__(cls)
+        handle._hold(database, recorder, scoped_from)
+        return handle
+
+    def _hold(
+        self, database: Database, recorder: LedgerRecorder, scoped_from: Ledger | None
+    ) -> None:
+        """Set every attribute of a handle: one place for a new handle and a scoped one."""
+        self.engine, self.settings, self.clock = database.engine, database.settings, database.clock
+        self._database = database
+        self.recorder = recorder
         """The :class:`~agentledger._recording.Recorder` that records runs in this ledger."""
-        self._scoped_from: Ledger | None = None
+        self._scoped_from = scoped_from
 
     def scoped(self, tenant_id: str | None = None, owner_id: str | None = None) -> Ledger:
         """A handle on this ledger that sees and writes only the conversations of ``tenant_id``
@@ -101,12 +114,8 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         than its own is a :class:`UsageError`. Closing it closes nothing: what it shares is
         this handle's, which closes it."""
         scope = self.scope.narrowed(tenant_id, owner_id)
-        handle = object.__new__(Ledger)
-        handle.engine, handle.settings, handle.clock = self.engine, self.settings, self.clock
-        handle._database = dataclasses.replace(self._database, scope=scope)
-        handle.recorder = self.recorder.scoped(handle._database)
-        handle._scoped_from = self._scoped_from or self
-        return handle
+        database = dataclasses.replace(self._database, scope=scope)
+        return self._sharing(database, self.recorder.scoped(database), self._scoped_from or self)
 
     @property
     def scope(self) -> Scope:
@@ -156,6 +165,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         engine = make_engine(normalized, settings, read_only=access is not None)
         try:
             with_retries(
+                engine,
                 settings,
                 lambda: prepare(engine, migrate=migrate, verify=verify, read_only=access),
                 what=f"opening {engine.url.render_as_string(hide_password=True)}",

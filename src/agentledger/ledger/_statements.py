@@ -1,25 +1,20 @@
-"""The ledger's one fast path for statements: compiled once per dialect, run on the driver's
-cursor. Every statement of a run's transactions (begin, each step, commit, fail, claim, the
-heartbeat) goes through :func:`statements_for`; reads that are not on a run's hot path use
-SQLAlchemy Core as it is.
+"""The ledger's one fast path for statements: compiled once per dialect, sent as SQL text.
+Every statement of a run's transactions (begin, each step, commit, fail, claim, the heartbeat)
+goes through :func:`statements_for`; reads that are not on a run's hot path use SQLAlchemy
+Core as it is.
 
 A step of a run is a handful of small statements. Sent through SQLAlchemy's ``execute``, each
-pays for looking its compiled form up, building an execution context and wrapping the result:
-several times what the database itself takes. Here a statement is compiled once, with the bind
-processors of its columns' types (the same ones SQLAlchemy would apply, so the stored values
-are exactly the same), and run on the cursor of the SQLAlchemy :class:`Connection` the
-transaction holds. Measured against SQLAlchemy Core in one run (``bench/statements.py``): Core's
-``execute`` takes 1.5x to 1.8x this path's time for a whole step transaction on SQLite and 1.2x
-on PostgreSQL, ``exec_driver_sql`` with the same compiled text 1.2x and 1.1x.
+pays for looking its compiled form up by its cache key and for the result's processing; here a
+statement is compiled once, with the bind processors of its columns' types (the same ones
+SQLAlchemy would apply, so the stored values are exactly the same), kept by the statement's
+identity, and sent with ``Connection.exec_driver_sql``. Measured against Core's ``execute``
+in one run (``bench/statements.py``): see section 10 of ``bench/RESULTS.md``.
 
-What ``execute`` does around the cursor still happens: the connection's
-``before_cursor_execute`` and ``after_cursor_execute`` listeners see every statement (with
-SQLAlchemy's own arguments, the execution context aside, which is ``None``); ``echo=True`` and
-the ``sqlalchemy.engine`` logger at INFO log it, with its parameters (``hide_parameters``
-respected); and a driver error goes through SQLAlchemy's own handling (``handle_error``
-listeners, the :class:`~sqlalchemy.exc.DBAPIError`, a lost connection invalidated), as from
-``execute``. That uses a few of SQLAlchemy's private methods (``Connection._log_info``,
-``_handle_dbapi_exception``), which ``tests/test_statement_logging.py`` pins.
+Everything ``execute`` does around the cursor still happens, by SQLAlchemy's own public path:
+the ``before_cursor_execute`` and ``after_cursor_execute`` listeners see every statement;
+``echo=True`` and the ``sqlalchemy.engine`` logger at INFO log it with its parameters; a driver
+error goes through ``handle_error``, comes out as SQLAlchemy's
+:class:`~sqlalchemy.exc.DBAPIError`, and a lost connection is invalidated.
 """
 
 from __future__ import annotations
@@ -29,11 +24,10 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Insert, Update
+from sqlalchemy import Connection, CursorResult, Insert, Update
 from sqlalchemy.engine import Dialect
 from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
-from sqlalchemy.sql.util import _repr_params
 
 from .tables import STAMPED_TABLES
 
@@ -85,7 +79,7 @@ class Compiled:
         )
         self._results: list[tuple[str, Callable[[Any], Any]]] | None = None
 
-    def params(self, row: Mapping[str, Any]) -> Sequence[Any] | dict[str, Any]:
+    def params(self, row: Mapping[str, Any]) -> tuple[Any, ...] | dict[str, Any]:
         """``row``'s values in the statement's order (or by name), through the bind processors;
         a column the row leaves out takes its scalar default."""
         for name in self._required:
@@ -96,20 +90,24 @@ class Compiled:
         for index, processor in self._to_bind:
             values[index] = processor(values[index])
         if self.positional:
-            return values
+            return tuple(values)
         return dict(zip(self._names, values, strict=True))
 
-    def rows(self, cursor: Any) -> list[dict[str, Any]]:
-        """The rows of a select as dicts by column name, through the result processors."""
-        return self.dicts(cursor, cursor.fetchall())
+    def rows(self, result: CursorResult[*tuple[Any, ...]]) -> list[dict[str, Any]]:
+        """The rows of this select's ``result`` as dicts by column name, through the result
+        processors."""
+        description = result.cursor.description
+        return self.dicts(description, result.fetchall())
 
-    def dicts(self, cursor: Any, fetched: Sequence[Sequence[Any]]) -> list[dict[str, Any]]:
-        """Rows ``fetched`` from ``cursor`` (which ran this select) as dicts by column name,
-        through the result processors."""
+    def dicts(
+        self, description: Sequence[Sequence[Any]], fetched: Sequence[Sequence[Any]]
+    ) -> list[dict[str, Any]]:
+        """Rows ``fetched`` by this select, whose cursor described them as ``description``, as
+        dicts by column name, through the result processors."""
         if self._results is None:  # some drivers' processors depend on the type the cursor says
             results: list[tuple[str, Callable[[Any], Any]]] = []
-            for (name, impl), description in zip(self._selected, cursor.description, strict=True):
-                processor = impl.result_processor(self._dialect, description[1])
+            for (name, impl), column in zip(self._selected, description, strict=True):
+                processor = impl.result_processor(self._dialect, column[1])
                 if processor is not None:
                     results.append((name, processor))
             self._results = results
@@ -158,8 +156,8 @@ class Statements:
         conn: Connection,
         statement: ClauseElement,
         row: Mapping[str, Any] | None = None,
-    ) -> Any:
-        """Run ``statement`` with one row of values; the driver's cursor (``rowcount``).
+    ) -> CursorResult[*tuple[Any, ...]]:
+        """Run ``statement`` with one row of values; its result (``rowcount``).
 
         An insert's row names its columns; so does an update's, which sets those of its keys
         that are columns (its where clause's bind names are not column names)."""
@@ -169,7 +167,7 @@ class Statements:
             row = stamped(conn, statement, row)
             keys = tuple(row)
         compiled = self.of(statement, keys)
-        return run_on_cursor(conn, compiled.sql, compiled.params(row))
+        return conn.exec_driver_sql(compiled.sql, compiled.params(row))
 
     def execute_many(
         self, conn: Connection, statement: Insert, rows: Sequence[Mapping[str, Any]]
@@ -181,16 +179,16 @@ class Statements:
         rows = [stamped(conn, statement, row) for row in rows]
         compiled = self.of(statement, tuple(rows[0]))
         if len(rows) == 1:
-            run_on_cursor(conn, compiled.sql, compiled.params(rows[0]))
+            conn.exec_driver_sql(compiled.sql, compiled.params(rows[0]))
             return
-        run_on_cursor(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
+        conn.exec_driver_sql(compiled.sql, [compiled.params(row) for row in rows])
 
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The rows of a select, as dicts by column name."""
         compiled = self.of(statement)
-        return compiled.rows(run_on_cursor(conn, compiled.sql, compiled.params(row or {})))
+        return compiled.rows(conn.exec_driver_sql(compiled.sql, compiled.params(row or {})))
 
 
 CHANGE_SEQ = "change_seq"
@@ -219,7 +217,7 @@ def change_stamp(conn: Connection) -> int:
     held = conn.info.get(_STAMP)
     if held is not None and held[0] is transaction:
         return int(held[1])
-    stamp = int(run_on_cursor(conn, _NEXT_STAMP).fetchone()[0])
+    stamp = int(conn.exec_driver_sql(_NEXT_STAMP).scalar_one())
     conn.info[_STAMP] = (transaction, stamp)
     return stamp
 
@@ -235,39 +233,3 @@ def statements_for(dialect: Dialect) -> Statements:
         with _BY_DIALECT_LOCK:
             found = _BY_DIALECT.setdefault(dialect, Statements(dialect))
     return found
-
-
-def run_on_cursor(conn: Connection, sql: str, params: Any = (), *, many: bool = False) -> Any:
-    """Run ``sql`` on the driver's cursor of ``conn``, as ``exec_driver_sql`` would (listeners,
-    statement logging, errors and ``handle_error``) at a fraction of its cost; the cursor."""
-    dbapi_connection = conn.connection.dbapi_connection
-    assert dbapi_connection is not None
-    cursor = dbapi_connection.cursor()
-    events = conn.dispatch
-    try:
-        if events.before_cursor_execute:
-            for listener in events.before_cursor_execute:
-                listener(conn, cursor, sql, params, None, many)
-        if conn._echo:  # echo=True, or the sqlalchemy.engine logger at INFO
-            _log(conn, sql, params, many)
-        if many:
-            cursor.executemany(sql, params)
-        else:
-            cursor.execute(sql, params)
-        if events.after_cursor_execute:
-            for listener in events.after_cursor_execute:
-                listener(conn, cursor, sql, params, None, many)
-    except conn.dialect.loaded_dbapi.Error as exc:
-        # SQLAlchemy's own handling, as for execute(): handle_error listeners, the DBAPIError,
-        # the cursor closed, a lost connection invalidated (with the pool's other connections).
-        conn._handle_dbapi_exception(exc, sql, params, cursor, None)
-    return cursor
-
-
-def _log(conn: Connection, sql: str, params: Any, many: bool) -> None:
-    """The statement and its parameters, logged as ``Connection.execute`` logs them."""
-    conn._log_info(sql)
-    if conn.engine.hide_parameters:
-        conn._log_info("[compiled once] [SQL parameters hidden due to hide_parameters=True]")
-    else:
-        conn._log_info("[compiled once] %r", _repr_params(params, batches=10, ismulti=many))

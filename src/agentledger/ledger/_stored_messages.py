@@ -29,9 +29,11 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
+from sqlalchemy import CursorResult
+
 from .._values import Message, Role
 from ..errors import LedgerCorruptError
-from ._rows import DAMAGED, message_of, rebuilt, tool_call_of
+from ._row_mapping import DAMAGED, message_of, rebuilt, tool_call_of
 from ._statements import Compiled
 from .checksums import ADDED, CHECKSUM, COVERED
 from .tables import conversation_messages
@@ -103,17 +105,18 @@ class _Check:
 
 
 def stored_messages(
-    compiled: Compiled, cursor: Any, start: int, what: str
+    compiled: Compiled, result: CursorResult[*tuple[Any, ...]], start: int, what: str
 ) -> dict[str, list[Message]]:
-    """The messages of a select of ``conversation_messages`` rows run on ``cursor`` (all of the
-    table's columns, in ``seq`` order from ``start``), by section, each checked against its
-    checksum; those a summary took out of the model's context left out."""
-    at = {description[0]: index for index, description in enumerate(cursor.description)}
+    """The messages of ``result``, of the select ``compiled`` of ``conversation_messages`` rows
+    (all of the table's columns, in ``seq`` order from ``start``), by section, each checked
+    against its checksum; those a summary took out of the model's context left out."""
+    description = result.cursor.description
+    at = {column[0]: index for index, column in enumerate(description)}
     check = _Check(at)
     fields = itemgetter(*(at[name] for name in _FIELDS))
     seq, section, in_context = at["seq"], at["section"], at["in_context"]
     sections: dict[str, list[Message]] = {}
-    for expected, values in enumerate(cursor.fetchall(), start):
+    for expected, values in enumerate(result.fetchall(), start):
         if values[seq] != expected:
             raise LedgerCorruptError(
                 f"{what}: the row at seq {expected} is missing (the next one read is at "
@@ -123,7 +126,7 @@ def stored_messages(
             continue  # replaced by a summary: kept in the ledger, out of the model's context
         message = _message(*fields(values)) if check(values) else None
         if message is None:  # the general path: decoded, checked in full
-            message = message_of(compiled.dicts(cursor, [values])[0])
+            message = message_of(compiled.dicts(description, [values])[0])
         sections.setdefault(values[section], []).append(message)
     return sections
 

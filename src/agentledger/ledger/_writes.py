@@ -41,8 +41,11 @@ from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
 from ._lookup import not_found
 from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
 from ._recovery import check_claimable, stale_query
-from ._rows import compaction_columns, run_columns_at_end
-from ._run_rows import (
+from ._row_mapping import compaction_columns, run_columns_at_end
+from ._run_ending import end_run, recorded_totals, run_row
+from ._scope import holds
+from ._scope_conditions import within
+from ._state_rows import (
     begun_run_row,
     claim_for_compaction,
     masking_row,
@@ -52,9 +55,6 @@ from ._run_rows import (
     step_rows,
     unpersisted,
 )
-from ._runs import end_run, recorded_totals, run_row
-from ._scope import holds
-from ._scoped import within
 from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (
@@ -105,18 +105,31 @@ class LedgerRecorder:
     records runs with (``ledger.recorder``)."""
 
     def __init__(self, database: Database, lease_seconds: float) -> None:
-        self.database = database
-        self.leases = LeaseKeeper(database, lease_seconds)
-        self.conversations = ConversationLoader(database)
-        self.sql = statements_for(database.engine.dialect)
+        self._hold(database, LeaseKeeper(database, lease_seconds), ConversationLoader(database))
 
     def scoped(self, database: Database) -> LedgerRecorder:
         """The recorder of a scoped handle (``database``): its own reads keep to the scope;
         the leases, their heartbeat and the conversations kept loaded are this one's."""
-        recorder = object.__new__(LedgerRecorder)
-        recorder.database, recorder.leases, recorder.sql = database, self.leases, self.sql
-        recorder.conversations = self.conversations.scoped(database)
+        return self._sharing(database, self.leases, self.conversations.scoped(database))
+
+    @classmethod
+    def _sharing(
+        cls, database: Database, leases: LeaseKeeper, conversations: ConversationLoader
+    ) -> LedgerRecorder:
+        """A recorder on ``database`` with another's ``leases`` (and so its heartbeat): made
+        without ``__init__``, which would start leases of its own."""
+        recorder = cls.__new__(cls)
+        recorder._hold(database, leases, conversations)
         return recorder
+
+    def _hold(
+        self, database: Database, leases: LeaseKeeper, conversations: ConversationLoader
+    ) -> None:
+        """Set every attribute of a recorder: one place for a new one and a scoped one."""
+        self.database = database
+        self.leases = leases
+        self.conversations = conversations
+        self.sql = statements_for(database.engine.dialect)
 
     def close(self) -> None:
         self.leases.close()

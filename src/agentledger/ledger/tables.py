@@ -503,16 +503,12 @@ LEDGER_TABLES = (
 
 Row = TypeVar("Row", bound=LedgerTable)
 
-_FIELD_NAMES: dict[type[LedgerTable], frozenset[str]] = {
-    table: frozenset(table.model_fields) for table in (Conversation, AgentRun)
-}
-"""The fields of the tables whose rows :func:`row_of` builds, every one of them set."""
-
 
 def row_of(table: type[Row], values: Mapping[str, Any]) -> Row:
     """An instance of ``table`` holding ``values``, a row as read through the table's column
     types (keyed by column name: ``metadata`` for ``metadata_``), built as SQLAlchemy builds an
-    instance it loads: not validated again, its attributes settable, detached from any session.
+    instance it loads (through the class's instrumentation, no ``__init__``): not validated
+    again, its attributes settable, detached from any session.
 
     The ledger builds the rows it returns this way, each checked against its checksum first:
     about a tenth of the cost of building it through ``__init__``."""
@@ -520,7 +516,4 @@ def row_of(table: type[Row], values: Mapping[str, Any]) -> Row:
     fields = instance.__dict__
     fields.update(values)
     fields["metadata_"] = fields.pop("metadata")
-    object.__setattr__(instance, "__pydantic_fields_set__", set(_FIELD_NAMES[table]))
-    object.__setattr__(instance, "__pydantic_extra__", None)
-    object.__setattr__(instance, "__pydantic_private__", None)
     return instance
