@@ -110,10 +110,12 @@ test-oldest: $(OLDEST)/.installed $(SDK_PINNED)/.installed
 	$(if $(SERIAL_FILES),$(OLDEST)/bin/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;
-# and a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous).
-SOAK_MIGRATIONS = tests/test_migrations.py::test_a_ledger_written_at_any_revision_reads_whole_at_the_head_and_downgrades_back
+# a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous); and
+# the files whose long tests make test runs on SQLite alone (SQLITE_UNLESS_SOAK), on both.
+SOAK_ALSO = tests/test_migrations.py::test_a_ledger_written_at_any_revision_reads_whole_at_the_head_and_downgrades_back \
+    $(shell grep -rlE --include='test_*.py' '^@SQLITE_UNLESS_SOAK' tests)
 soak: $(VENV)/.installed-dev
-	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_MIGRATIONS) $(SOAK_ARGS)
+	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ALSO) $(SOAK_ARGS)
 
 # The wheel installed in fresh virtual environments, with no extra and with each one: the base
 # install brings no analytics engine, and each extra what its conversion needs. Slow (packages

@@ -36,6 +36,7 @@ from agentledger.cli import cli
 from agentledger.errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from agentledger.ledger import Ledger
 from agentledger.ledger.migrate import head
+from support.databases import SQLITE_UNLESS_SOAK
 from support.interrupted import agent_on, begin, step, stream_shown, tool_step_then_answer
 from support.sizes import SOAK, size
 from support.subagents import Database, Router, Script, prompt
@@ -111,6 +112,7 @@ def _agent(ledger: Ledger) -> Any:
 # --- every kind of change ---------------------------------------------------------------------
 
 
+@SQLITE_UNLESS_SOAK  # the sync of each kind of change on PostgreSQL: the tests below
 def test_the_copy_gives_the_same_views_as_the_ledger_after_every_kind_of_change(
     db_url: str, tmp_path: Path
 ) -> None:

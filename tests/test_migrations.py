@@ -28,7 +28,7 @@ from agentledger.ledger import Ledger, TraceHit
 from agentledger.ledger import tables as ledger_tables
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support import old_ledgers
-from support.databases import fresh_database
+from support.databases import SQLITE_UNLESS_SOAK, fresh_database
 from support.migration_harness import Database, Rows
 from support.sizes import SOAK
 
@@ -481,6 +481,7 @@ def _alembic(*args: str, db: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+@SQLITE_UNLESS_SOAK  # PostgreSQL's migrations are run through Alembic by every other test here
 def test_plain_alembic_from_the_repository_root_migrates_a_database_the_ledger_accepts(db_url):
     path = sqlite_file(db_url)
     db = str(path) if path is not None else db_url  # a plain path, as a user would give it

@@ -32,6 +32,12 @@ BACKENDS = [
 ]
 """``params`` of a fixture that gives one database per backend (see :func:`fresh_database`)."""
 
+SQLITE_UNLESS_SOAK = pytest.mark.parametrize(
+    "db_url", BACKENDS if os.environ.get("AGENTLEDGER_SOAK") == "1" else BACKENDS[:1], indirect=True
+)
+"""For a long test whose PostgreSQL run adds little to what shorter tests check there: SQLite in
+``make test``, both backends in ``make soak``."""
+
 
 def postgres_unavailable() -> str | None:
     """Why this machine cannot run the throwaway server, or ``None`` if it can."""
