@@ -30,7 +30,7 @@ from ._urls import normalize_url, sqlite_path
 if _TYPE_CHECKING:
     from ._forget import Forgotten
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
-    from ._run_tree import RunTree
+    from ._tree_model import RunTree
     from ._writes import LedgerRecorder
     from .tables import AgentRun, Conversation
 
@@ -41,7 +41,7 @@ _LAZY = {
     "Forgotten": "agentledger.ledger._forget",
     "Ledger": "agentledger.ledger._ledger",
     "LedgerRecorder": "agentledger.ledger._writes",
-    "RunTree": "agentledger.ledger._run_tree",
+    "RunTree": "agentledger.ledger._tree_model",
 }
 """Public names loaded when first used: each loads SQLAlchemy (``from agentledger.ledger import
 Ledger``), which :class:`LedgerReader` and the other names do without."""

@@ -18,7 +18,7 @@ from sqlalchemy import Connection, bindparam, insert, select, update
 from .._recording import with_late_result
 from .._values import Message, ToolExecution
 from ._reads import next_seq
-from ._rows import message_columns, tool_columns, tool_execution_of
+from ._row_mapping import message_columns, tool_columns, tool_execution_of
 from .checksums import sealed
 from .tables import (
     agent_runs,

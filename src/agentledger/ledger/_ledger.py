@@ -40,11 +40,11 @@ from ._queries import (
 from ._reading import LedgerReads
 from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
-from ._rows import Row, compaction_of
-from ._run_tree import RunTree
+from ._row_mapping import Row, compaction_of
 from ._scope import EVERYTHING, Scope
-from ._scoped import check_id_free, created_in, refuse_in_scope, within
+from ._scope_conditions import check_id_free, created_in, refuse_in_scope, within
 from ._sql import Reads
+from ._tree_model import RunTree
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
 from ._writes import LedgerRecorder

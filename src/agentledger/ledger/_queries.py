@@ -22,7 +22,7 @@ from ..errors import LedgerCorruptError, UsageError
 from ._arguments import member, row_limit
 from ._columns import ConversationKind
 from ._lookup import check_id, id_by_prefix, not_found
-from ._rows import DAMAGED, Row, in_sequence, message_of, step_execution_of, store_of
+from ._row_mapping import DAMAGED, Row, in_sequence, message_of, step_execution_of, store_of
 from ._scope import Scope, holds
 from ._sql import Reads, in_scope, limited, scope_params, select_rows, time_param
 

@@ -35,7 +35,7 @@ from ._queries import (
 )
 from ._reading import LedgerReads
 from ._revisions import HEAD, check_not_newer, not_at_head, schema_revision, tables
-from ._rows import Row
+from ._row_mapping import Row
 from ._run_nodes import inclusive, walk
 from ._scope import EVERYTHING, Scope
 from ._sql import Reads

@@ -30,7 +30,7 @@ from ._queries import (
     run_rows,
     turns_of,
 )
-from ._rows import Row
+from ._row_mapping import Row
 from ._run_nodes import NOTHING, tree_of, tree_rows
 from ._scope import Scope
 from ._search import SearchHit, TraceHit, search_hits

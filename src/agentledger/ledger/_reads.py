@@ -29,7 +29,7 @@ from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import check_id
 from ._queries import buffer_rows, counted_steps, load_steps, message_rows
-from ._rows import appended, in_sequence, store_of
+from ._row_mapping import appended, in_sequence, store_of
 from ._statements import send, statements_for
 from ._stored_messages import stored_messages
 from .checksums import check_row

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from ._rows import Row
+from ._row_mapping import Row
 from .checksums import check_row
 from .tables import AgentRun, Conversation, row_of
 

@@ -24,7 +24,7 @@ from ..errors import ConversationBusyError, UsageError
 from ._arguments import quiet_since
 from ._engine import Database
 from ._interrupts import append_interrupted_answer, count_new_version
-from ._runs import end_run, recorded_totals, run_row
+from ._run_ending import end_run, recorded_totals, run_row
 from .tables import agent_runs, conversations, execution_buffer_rows
 
 ABANDONED = "abandoned by recover(): its process stopped before the run ended"

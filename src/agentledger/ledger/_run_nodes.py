@@ -10,7 +10,7 @@ from typing import Any, Protocol, TypeVar
 
 from .._values import Spend
 from ._columns import usage_of
-from ._rows import Row, built
+from ._row_mapping import Row, built
 from ._sql import Reads, select_rows
 from .checksums import check_row
 

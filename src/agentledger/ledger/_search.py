@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 
 from .._values import Message, ToolExecution
 from ..errors import UsageError
-from ._rows import message_of, tool_execution_of
+from ._row_mapping import message_of, tool_execution_of
 from ._scope import EVERYTHING, Scope
 from ._sql import Reads, columns, in_scope, scope_params, select_rows
 from .checksums import check_row

@@ -31,7 +31,7 @@ from typing import Any
 
 from .._values import Message, Role
 from ..errors import LedgerCorruptError
-from ._rows import DAMAGED, message_of, rebuilt, tool_call_of
+from ._row_mapping import DAMAGED, message_of, rebuilt, tool_call_of
 from ._statements import Compiled, Sent
 from .checksums import ADDED, CHECKSUM, COVERED
 from .tables import conversation_messages

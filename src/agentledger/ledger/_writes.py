@@ -41,8 +41,11 @@ from ._leases import RESUME_PREFIX, Lease, LeaseKeeper
 from ._lookup import not_found
 from ._reads import ConversationLoader, next_buffer_seq, next_seq, rebuild_state
 from ._recovery import check_claimable, stale_query
-from ._rows import compaction_columns, run_columns_at_end
-from ._run_rows import (
+from ._row_mapping import compaction_columns, run_columns_at_end
+from ._run_ending import end_run, recorded_totals, run_row
+from ._scope import holds
+from ._scope_conditions import within
+from ._state_rows import (
     begun_run_row,
     claim_for_compaction,
     masking_row,
@@ -52,9 +55,6 @@ from ._run_rows import (
     step_rows,
     unpersisted,
 )
-from ._runs import end_run, recorded_totals, run_row
-from ._scope import holds
-from ._scoped import within
 from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (

@@ -15,7 +15,7 @@ from .._values import AgentState, AgentStatus, printable
 from ._connection_reads import ConnectionReads
 from ._lookup import check_id, not_found
 from ._queries import load_steps
-from ._rows import run_columns_at_end
+from ._row_mapping import run_columns_at_end
 from ._statements import statements_for
 from .checksums import sealed
 from .tables import agent_runs

@@ -27,7 +27,13 @@ from .._values import (
 )
 from ..errors import ConversationBusyError, UsageError
 from ._leases import Lease
-from ._rows import budget_json, compaction_columns, message_columns, step_columns, tool_columns
+from ._row_mapping import (
+    budget_json,
+    compaction_columns,
+    message_columns,
+    step_columns,
+    tool_columns,
+)
 from .checksums import sealed
 from .tables import (
     context_compactions,
