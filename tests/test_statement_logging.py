@@ -89,3 +89,19 @@ def test_a_failing_compiled_statement_goes_through_handle_error(db_url: str) -> 
     assert context.statement.startswith("INSERT INTO agent_runs")
     assert not context.is_disconnect
     assert isinstance(context.sqlalchemy_exception, exc.IntegrityError)
+
+
+def test_a_failing_statement_nobody_watches_raises_sqlalchemys_error_all_the_same(
+    db_url: str,
+) -> None:
+    """With no logging and no listener, a statement goes on the driver's cursor; its error
+    comes out as from ``execute``."""
+    with Ledger.open(db_url) as ledger:
+        recorder = ledger.recorder
+        first = recorder.load_conversation(None)
+        begun = first.model_copy(update={"run_id": "run-1", "status": "running"})
+        recorder.begin_run(begun, user_message=None, agent_name="agent")
+        again = AgentState.empty().model_copy(update={"run_id": "run-1", "status": "running"})
+        with pytest.raises(exc.IntegrityError) as raised:
+            recorder.begin_run(again, user_message=None, agent_name="agent")
+    assert str(raised.value.statement).startswith("INSERT INTO agent_runs")

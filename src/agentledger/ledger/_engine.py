@@ -10,7 +10,6 @@ whole transaction is retried a bounded number of times with backoff before
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import select
 import sqlite3
@@ -31,6 +30,7 @@ from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
+from ._statements import logs, send
 from ._urls import normalize_url, parse_url, sqlite_path
 from .checksums import canonical_json
 
@@ -112,7 +112,7 @@ def _sqlite_engine(url: str, settings: EngineSettings, *, read_only: bool) -> En
     @event.listens_for(engine, "begin")
     def _on_begin(conn: Connection) -> None:
         write = conn.get_execution_options().get("agentledger_write", False)
-        conn.exec_driver_sql("BEGIN IMMEDIATE" if write else "BEGIN")
+        send(conn, "BEGIN IMMEDIATE" if write else "BEGIN")
 
     return engine
 
@@ -149,10 +149,6 @@ def with_retries(
     event's listener (SQLAlchemy 2.0 passes on what ``before_cursor_execute`` raises as it is)."""
     errors = (DBAPIError, sqlite3.DatabaseError, engine.dialect.loaded_dbapi.Error)
     return _failures.with_retries(settings, work, what=what, on_retry=on_retry, errors=errors)
-
-
-_ENGINE_LOGGER = logging.getLogger("sqlalchemy.engine.Engine")
-"""The logger SQLAlchemy logs an engine's statements on."""
 
 
 @dataclass(frozen=True)
@@ -300,7 +296,7 @@ class Connections:
     def _logs(self) -> bool:
         """Whether a connection made now would log its statements (``echo``, or the engine's
         logger at INFO)."""
-        return bool(self.engine.echo) or _ENGINE_LOGGER.isEnabledFor(logging.INFO)
+        return logs(self.engine)
 
     def _fresh(self, conn: Connection, since: float) -> bool:
         """Whether a kept PostgreSQL connection may be used without the pool's check: used

@@ -30,7 +30,7 @@ from ._engine import Database
 from ._lookup import check_id
 from ._queries import buffer_rows, counted_steps, load_steps, message_rows
 from ._row_mapping import appended, in_sequence, store_of
-from ._statements import statements_for
+from ._statements import send, statements_for
 from ._stored_messages import stored_messages
 from .checksums import check_row
 from .tables import (
@@ -187,8 +187,8 @@ class ConversationLoader:
             what = f"conversation {conversation_id}"
             if conn.dialect.name == "sqlite":  # from the stored values (a cold load's path)
                 compiled = sql.of(_MESSAGES_AFTER)
-                result = conn.exec_driver_sql(compiled.sql, compiled.params(after))
-                sections = stored_messages(compiled, result, loaded.last_seq + 1, what)
+                sent = send(conn, compiled.sql, compiled.params(after))
+                sections = stored_messages(compiled, sent, loaded.last_seq + 1, what)
                 store = appended(loaded.store, sections)
             else:
                 rows = sql.select(conn, _MESSAGES_AFTER, after)

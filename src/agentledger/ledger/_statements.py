@@ -4,32 +4,39 @@ goes through :func:`statements_for`; reads that are not on a run's hot path use 
 Core as it is.
 
 A step of a run is a handful of small statements. Sent through SQLAlchemy's ``execute``, each
-pays for looking its compiled form up by its cache key and for the result's processing; here a
-statement is compiled once, with the bind processors of its columns' types (the same ones
-SQLAlchemy would apply, so the stored values are exactly the same), kept by the statement's
-identity, and sent with ``Connection.exec_driver_sql``. Measured against Core's ``execute``
-in one run (``bench/statements.py``): see section 10 of ``bench/RESULTS.md``.
+pays for looking its compiled form up by its cache key, building an execution context and
+wrapping the result: several times what the database itself takes. Here a statement is compiled
+once, with the bind processors of its columns' types (the same ones SQLAlchemy would apply, so
+the stored values are exactly the same), kept by the statement's identity, and sent by
+:func:`send`: on the DBAPI cursor of the transaction's connection (``Connection.connection``)
+while nothing watches that connection's statements, else with ``Connection.exec_driver_sql``.
+Measured against Core's ``execute`` in one run: section 10 of ``bench/RESULTS.md``.
 
-Everything ``execute`` does around the cursor still happens, by SQLAlchemy's own public path:
-the ``before_cursor_execute`` and ``after_cursor_execute`` listeners see every statement;
-``echo=True`` and the ``sqlalchemy.engine`` logger at INFO log it with its parameters; a driver
-error goes through ``handle_error``, comes out as SQLAlchemy's
-:class:`~sqlalchemy.exc.DBAPIError`, and a lost connection is invalidated.
+So whatever watches statements sees every one as SQLAlchemy's own: with ``echo=True``, the
+``sqlalchemy.engine`` logger at INFO, or a listener of ``before_cursor_execute``,
+``after_cursor_execute`` or ``handle_error``, each goes through ``exec_driver_sql``. On the
+cursor, a driver error comes out as it does from ``execute``: SQLAlchemy's
+:class:`~sqlalchemy.exc.DBAPIError` around it, a lost connection invalidated.
 """
 
 from __future__ import annotations
 
+import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
-from sqlalchemy import Connection, CursorResult, Insert, Update
+from sqlalchemy import Connection, CursorResult, Engine, Insert, Update
 from sqlalchemy.engine import Dialect
+from sqlalchemy.exc import DBAPIError
 from sqlalchemy.sql import ClauseElement, Select
 from sqlalchemy.sql.compiler import SQLCompiler
 
 from .tables import STAMPED_TABLES
+
+if TYPE_CHECKING:
+    from sqlalchemy.engine.interfaces import DBAPIModule  # SQLAlchemy 2.1's name for it
 
 _MISSING = object()
 
@@ -93,11 +100,11 @@ class Compiled:
             return tuple(values)
         return dict(zip(self._names, values, strict=True))
 
-    def rows(self, result: CursorResult[*tuple[Any, ...]]) -> list[dict[str, Any]]:
-        """The rows of this select's ``result`` as dicts by column name, through the result
+    def rows(self, sent: Sent) -> list[dict[str, Any]]:
+        """The rows of this select, ``sent``, as dicts by column name, through the result
         processors."""
-        description = result.cursor.description
-        return self.dicts(description, result.fetchall())
+        assert sent.description is not None
+        return self.dicts(sent.description, sent.fetchall())
 
     def dicts(
         self, description: Sequence[Sequence[Any]], fetched: Sequence[Sequence[Any]]
@@ -156,8 +163,8 @@ class Statements:
         conn: Connection,
         statement: ClauseElement,
         row: Mapping[str, Any] | None = None,
-    ) -> CursorResult[*tuple[Any, ...]]:
-        """Run ``statement`` with one row of values; its result (``rowcount``).
+    ) -> Sent:
+        """Run ``statement`` with one row of values; what it gives back (``rowcount``).
 
         An insert's row names its columns; so does an update's, which sets those of its keys
         that are columns (its where clause's bind names are not column names)."""
@@ -167,7 +174,7 @@ class Statements:
             row = stamped(conn, statement, row)
             keys = tuple(row)
         compiled = self.of(statement, keys)
-        return conn.exec_driver_sql(compiled.sql, compiled.params(row))
+        return send(conn, compiled.sql, compiled.params(row))
 
     def execute_many(
         self, conn: Connection, statement: Insert, rows: Sequence[Mapping[str, Any]]
@@ -179,16 +186,16 @@ class Statements:
         rows = [stamped(conn, statement, row) for row in rows]
         compiled = self.of(statement, tuple(rows[0]))
         if len(rows) == 1:
-            conn.exec_driver_sql(compiled.sql, compiled.params(rows[0]))
+            send(conn, compiled.sql, compiled.params(rows[0]))
             return
-        conn.exec_driver_sql(compiled.sql, [compiled.params(row) for row in rows])
+        send(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
 
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The rows of a select, as dicts by column name."""
         compiled = self.of(statement)
-        return compiled.rows(conn.exec_driver_sql(compiled.sql, compiled.params(row or {})))
+        return compiled.rows(send(conn, compiled.sql, compiled.params(row or {})))
 
 
 CHANGE_SEQ = "change_seq"
@@ -217,7 +224,7 @@ def change_stamp(conn: Connection) -> int:
     held = conn.info.get(_STAMP)
     if held is not None and held[0] is transaction:
         return int(held[1])
-    stamp = int(conn.exec_driver_sql(_NEXT_STAMP).scalar_one())
+    stamp = int(send(conn, _NEXT_STAMP).fetchall()[0][0])
     conn.info[_STAMP] = (transaction, stamp)
     return stamp
 
@@ -233,3 +240,91 @@ def statements_for(dialect: Dialect) -> Statements:
         with _BY_DIALECT_LOCK:
             found = _BY_DIALECT.setdefault(dialect, Statements(dialect))
     return found
+
+
+class Sent(Protocol):
+    """What a statement sent gives back, read as a DBAPI cursor is."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    @property
+    def description(self) -> Sequence[Sequence[Any]] | None: ...
+
+    def fetchall(self) -> Sequence[Sequence[Any]]: ...
+
+
+class _Result:
+    """SQLAlchemy's result of a statement, read as a DBAPI cursor is."""
+
+    __slots__ = ("_result", "description")
+
+    def __init__(self, result: CursorResult[*tuple[Any, ...]]) -> None:
+        self._result = result
+        self.description = result.cursor.description if result.returns_rows else None
+
+    @property
+    def rowcount(self) -> int:
+        return self._result.rowcount
+
+    def fetchall(self) -> Sequence[Sequence[Any]]:
+        return self._result.fetchall()
+
+
+def send(conn: Connection, sql: str, params: Any = (), *, many: bool = False) -> Sent:
+    """Send ``sql`` with ``params`` (a sequence of them, ``many``) in ``conn``'s transaction:
+    with ``exec_driver_sql`` when anything watches its statements, else on its DBAPI cursor,
+    a driver error raised as ``execute`` raises it."""
+    if watched(conn):
+        return _Result(conn.exec_driver_sql(sql, params))
+    dbapi_connection = conn.connection.dbapi_connection
+    assert dbapi_connection is not None
+    cursor = dbapi_connection.cursor()
+    try:
+        if many:
+            cursor.executemany(sql, params)
+        else:
+            cursor.execute(sql, params)
+    except conn.dialect.loaded_dbapi.Error as exc:
+        raise _as_sqlalchemy_raises(conn, exc, sql, params, cursor, many) from exc
+    return cursor
+
+
+ENGINE_LOGGER = logging.getLogger("sqlalchemy.engine.Engine")
+"""The logger SQLAlchemy logs an engine's statements on."""
+
+
+def logs(engine: Engine) -> bool:
+    """Whether SQLAlchemy logs ``engine``'s statements (``echo``, or its logger at INFO)."""
+    return bool(engine.echo) or ENGINE_LOGGER.isEnabledFor(logging.INFO)
+
+
+def watched(conn: Connection) -> bool:
+    """Whether anything watches ``conn``'s statements: SQLAlchemy's logging, or a listener of
+    its cursor events or of its errors."""
+    if logs(conn.engine):
+        return True
+    events = conn.dispatch
+    cursor_events = events.before_cursor_execute or events.after_cursor_execute
+    return bool(cursor_events or conn.dialect.dispatch.handle_error)
+
+
+def _as_sqlalchemy_raises(
+    conn: Connection, exc: DBAPIModule.Error, sql: str, params: Any, cursor: Any, many: bool
+) -> BaseException:
+    """The driver's error ``exc`` as ``Connection.execute`` raises it: SQLAlchemy's
+    ``DBAPIError`` of its kind around it, the connection invalidated when it was lost."""
+    dialect = conn.dialect
+    lost = dialect.is_disconnect(exc, conn.connection.dbapi_connection, cursor)
+    if lost:
+        conn.invalidate(exc)
+    return DBAPIError.instance(
+        sql,
+        params,
+        exc,
+        dialect.loaded_dbapi.Error,
+        hide_parameters=conn.engine.hide_parameters,
+        connection_invalidated=lost,
+        dialect=dialect,
+        ismulti=many,
+    )

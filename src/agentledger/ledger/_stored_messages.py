@@ -29,12 +29,10 @@ from datetime import UTC, datetime
 from operator import itemgetter
 from typing import Any
 
-from sqlalchemy import CursorResult
-
 from .._values import Message, Role
 from ..errors import LedgerCorruptError
 from ._row_mapping import DAMAGED, message_of, rebuilt, tool_call_of
-from ._statements import Compiled
+from ._statements import Compiled, Sent
 from .checksums import ADDED, CHECKSUM, COVERED
 from .tables import conversation_messages
 
@@ -105,18 +103,19 @@ class _Check:
 
 
 def stored_messages(
-    compiled: Compiled, result: CursorResult[*tuple[Any, ...]], start: int, what: str
+    compiled: Compiled, sent: Sent, start: int, what: str
 ) -> dict[str, list[Message]]:
-    """The messages of ``result``, of the select ``compiled`` of ``conversation_messages`` rows
+    """The messages of ``sent``, the select ``compiled`` of ``conversation_messages`` rows
     (all of the table's columns, in ``seq`` order from ``start``), by section, each checked
     against its checksum; those a summary took out of the model's context left out."""
-    description = result.cursor.description
+    description = sent.description
+    assert description is not None
     at = {column[0]: index for index, column in enumerate(description)}
     check = _Check(at)
     fields = itemgetter(*(at[name] for name in _FIELDS))
     seq, section, in_context = at["seq"], at["section"], at["in_context"]
     sections: dict[str, list[Message]] = {}
-    for expected, values in enumerate(result.fetchall(), start):
+    for expected, values in enumerate(sent.fetchall(), start):
         if values[seq] != expected:
             raise LedgerCorruptError(
                 f"{what}: the row at seq {expected} is missing (the next one read is at "
