@@ -32,7 +32,10 @@ POSTGRES_SETTINGS = {"fsync": "on", "synchronous_commit": "on", "full_page_write
 """A durable server, as in production (the test harness's default is not)."""
 
 WAYS = {
-    "A": "the ledger's path: each statement compiled once, sent with `exec_driver_sql`",
+    "A": (
+        "the ledger's path: each statement compiled once, sent on the DBAPI cursor (through "
+        "`exec_driver_sql` when logging or a cursor or error listener watches)"
+    ),
     "B": "SQLAlchemy Core: `conn.execute(statement, row | rows)`, the ledger's own statements",
 }
 CALLS = ("begin_run", "record_step", "commit_run")

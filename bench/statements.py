@@ -2,9 +2,10 @@
 
 Recording a turn is a few short write transactions (``begin_run``, one ``record_step`` per step,
 ``commit_run``) of a handful of small statements each. The ledger compiles each statement once
-per engine and sends its SQL text with ``Connection.exec_driver_sql`` (SQLAlchemy's public path:
-its events, logging and error handling as for ``execute``). This benchmark measures what that
-saves against ``Connection.execute`` of the same statements, the same rows:
+per engine and sends its SQL text on the transaction's DBAPI cursor, or with
+``Connection.exec_driver_sql`` when SQLAlchemy's logging or a listener of its cursor events or
+errors watches. This benchmark measures what that saves against ``Connection.execute`` of the
+same statements, the same rows:
 
 ``A``  the ledger as it is.
 ``B``  the same ledger, its compiled statements replaced by ``conn.execute(statement, row)``
