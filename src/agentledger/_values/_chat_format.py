@@ -119,6 +119,12 @@ def _role(role: object, where: str) -> Role:
     if role in ("assistant", "tool"):
         return Role(role)
     found = _ROLES.get(str(role))
+    if role is None:
+        raise not_understood(
+            where,
+            "has no role",
+            "give each message its role (Responses input items are read with api='responses')",
+        )
     if found is None:
         raise not_understood(
             where,
@@ -145,13 +151,13 @@ def _assistant(item: Mapping[str, Any], where: str) -> Message:
 def _given_call(given: object, where: str) -> ToolCall:
     """A call of a history: its id is what its result names, so it must have one."""
     call = as_mapping(given, where)
-    check_keys(call, frozenset({"id", "type", "function"}), where)
     if call.get("type", "function") != "function" or not isinstance(call.get("function"), dict):
         raise not_understood(
             where,
             f"is a call of type {call.get('type')!r}",
             "a Message holds function calls (JSON arguments) only",
         )
+    check_keys(call, frozenset({"id", "type", "function"}), where)
     require(call, "id", where)
     function = call["function"]
     check_keys(function, frozenset({"name", "arguments"}), where)
