@@ -49,6 +49,7 @@ from ._messages import (
     ToolCall,
     ToolCalls,
 )
+from ._prices import Price, PriceTable
 from ._state import AgentState, AgentStatus, FiledMessage
 from ._steps import (
     MCP_SERVER_KEY,
@@ -106,6 +107,8 @@ __all__ = [
     "MessageStore",
     "Messages",
     "ModelSettings",
+    "Price",
+    "PriceTable",
     "ReasoningDelta",
     "ResponseFormat",
     "Role",

@@ -17,6 +17,7 @@ from .._values import (
     InferenceResponse,
     Message,
     ModelSettings,
+    PriceTable,
     Role,
     ToolCall,
     ToolSchema,
@@ -24,7 +25,6 @@ from .._values import (
 )
 from ..errors import ConfigurationError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
-from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 from ._structured import forced_tool, output_schema, strict_tool_parameters
