@@ -10,12 +10,17 @@ import threading
 import pytest
 
 from agentledger import (
+    AgentBuilder,
     AgentStatus,
     ConversationBusyError,
+    InferenceResponse,
     Ledger,
+    PriceTable,
+    ScriptedLLM,
     ToolCall,
     Usage,
     UsageError,
+    tool,
 )
 from agentledger.errors import UnstorableTextError
 from support.databases import BACKENDS
@@ -300,3 +305,50 @@ def test_async_turns_record_the_same_and_a_cancelled_task_keeps_what_was_shown(
         ("response", True),  # the answer as far as it was shown
     ]
     assert [c for _, c, _ in conversation(db, other)] == ["again", "ok"]
+
+
+def test_a_recorded_turn_writes_the_rows_agent_run_writes_for_the_same_turn(
+    ledger: Ledger, db: Database
+) -> None:
+    """One write path: what a caller's loop records is what the agent loop records, column for
+    column (but for ids, times and who recorded it)."""
+    first, second = (
+        Usage(input_tokens=812, output_tokens=24),
+        Usage(input_tokens=870, output_tokens=9),
+    )
+    llm = ScriptedLLM(
+        [
+            InferenceResponse(tool_calls=[WEATHER], usage=first, finish_reason="tool_calls"),
+            InferenceResponse(content="Sunny and 22C.", usage=second, finish_reason="stop"),
+        ],
+        model="gpt-4o",
+        prices=PriceTable.default(),
+    )
+
+    @tool
+    def get_weather(city: str) -> str:
+        """Current weather for a city."""
+        return "22C, sunny"
+
+    agent = AgentBuilder().with_llm(llm).with_tools([get_weather]).with_ledger(ledger).build()
+    ran = agent.run(QUESTION)
+    with ledger.turn(user=QUESTION, model="gpt-4o") as turn:
+        turn.step(tool_calls=[WEATHER], usage=first, finish_reason="tool_calls").tool_result(
+            "c1", "22C, sunny"
+        )
+        turn.answer("Sunny and 22C.", usage=second, finish_reason="stop")
+
+    queries = {
+        "agent_runs": "SELECT agent_name, status, stop_reason, error, step_count, model, "
+        "input_tokens, output_tokens, cost_usd, fully_priced, depth FROM agent_runs WHERE id = :id",
+        "step_executions": "SELECT step_index, step_type, model, finish_reason, input_tokens, "
+        "output_tokens, cost_usd, error, interrupted FROM step_executions WHERE run_id = :id "
+        "ORDER BY step_index",
+        "tool_executions": "SELECT step_index, position, tool_name, tool_call_id, arguments, "
+        "result, is_error, error FROM tool_executions WHERE run_id = :id ORDER BY step_index",
+        "conversation_messages": "SELECT seq, role, content, section, tool_calls, in_context, "
+        "interrupted FROM conversation_messages WHERE run_id = :id ORDER BY seq",
+    }
+    for table, sql in queries.items():
+        assert db.rows(sql, id=turn.run_id) == db.rows(sql, id=ran.run_id), table
+    assert db.rows(queries["tool_executions"], id=turn.run_id)  # not two empty lists
