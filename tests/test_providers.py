@@ -1687,9 +1687,9 @@ def test_a_price_table_loads_from_a_json_file(tmp_path: Path) -> None:
 
 
 def test_the_shipped_prices_json_loads_as_a_table() -> None:
-    import agentledger.llm
+    import agentledger._values
 
-    shipped = Path(agentledger.llm.__file__).with_name("prices.json")
+    shipped = Path(agentledger._values.__file__).with_name("prices.json")
 
     assert PriceTable.load(shipped) == PriceTable.default()
 

@@ -27,9 +27,11 @@ from ._loop import RunStream as RunStream
 from ._loop import StepRequest as StepRequest
 from ._loop import SubagentPolicy as SubagentPolicy
 from ._loop import SubagentSpec as SubagentSpec
+from ._recording import AsyncTurn as AsyncTurn
 from ._recording import InMemoryRecorder as InMemoryRecorder
 from ._recording import Recorder as Recorder
 from ._recording import RunResult as RunResult
+from ._recording import Turn as Turn
 from ._values import LLM as LLM
 
 # The values a user constructs or reads

@@ -1,10 +1,12 @@
 """The recorder interface: how the loop records a run (begin, each step, commit or fail), the
-in-memory default, and ``RunResult``.
+in-memory default, ``RunResult``, and ``Turn``: the same recording for code that runs its own
+model calls.
 
 The loop drives a :class:`Recorder`; the SQL ledger implements one. Both import this package,
 and neither imports the other.
 """
 
+from ._aturn import AsyncTurn, AsyncTurnStep
 from ._interrupted import (
     INTERRUPTED_RESULT,
     check_shown,
@@ -15,14 +17,21 @@ from ._interrupted import (
 )
 from ._memory import InMemoryRecorder
 from ._recorder import SPAWNED_BY, HasRecorder, Recorder, RunResult
+from ._turn import RECORDED_BY, Pricing, Turn, TurnStep
 
 __all__ = [
     "INTERRUPTED_RESULT",
+    "RECORDED_BY",
     "SPAWNED_BY",
+    "AsyncTurn",
+    "AsyncTurnStep",
     "HasRecorder",
     "InMemoryRecorder",
+    "Pricing",
     "Recorder",
     "RunResult",
+    "Turn",
+    "TurnStep",
     "check_shown",
     "interrupted_answer",
     "interrupted_step",

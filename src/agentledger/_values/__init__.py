@@ -55,6 +55,7 @@ from ._inference import (
 )
 from ._message import TOOL_ERROR_KEY, Message, Role, ToolCall, ToolCalls
 from ._messages import EMPTY_MESSAGES, MessageLike, Messages, MessageStore, Section
+from ._prices import Price, PriceTable
 from ._responses_format import (
     FUNCTION_CALL_IDS,
     OUTPUT_MESSAGE_ID,
@@ -126,6 +127,8 @@ __all__ = [
     "MessageStore",
     "Messages",
     "ModelSettings",
+    "Price",
+    "PriceTable",
     "ReasoningDelta",
     "ResponseFormat",
     "Role",

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from rich.console import Console
 
     from .._values import Message, StepExecution, ToolExecution
-    from ..ledger import Turn
+    from ..ledger import ConversationTurn
     from ._app import Reading
 
 INDENT = 2
@@ -44,7 +44,12 @@ def print_message(out: Console, message: Message, summarized: set[str]) -> None:
 
 
 def print_turns(
-    ledger: Reading, conversation_id: str, turns: list[Turn], summarized: set[str], *, full: bool
+    ledger: Reading,
+    conversation_id: str,
+    turns: list[ConversationTurn],
+    summarized: set[str],
+    *,
+    full: bool,
 ) -> None:
     """Each turn of a conversation with its run's trace between what was said and what was
     answered (see the module)."""
@@ -133,7 +138,7 @@ def trace_lines(
 
 
 def turn_records(
-    ledger: Reading, turns: list[Turn], conversation_id: str, summarized: set[str]
+    ledger: Reading, turns: list[ConversationTurn], conversation_id: str, summarized: set[str]
 ) -> Iterator[dict[str, Any]]:
     """``show --trace --json``: one object per turn, its run's id, its messages (as ``show
     --json`` prints them) and its run's steps (as ``trace --json`` does)."""

@@ -21,13 +21,14 @@ from typing import Any as _Any
 from ._access import file_to_read, read_only_uri
 from ._columns import ConversationKind
 from ._failures import EngineSettings
-from ._queries import Turn
+from ._queries import ConversationTurn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
 from ._search import SearchHit, TraceHit, search_snippet
 from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
+    from .._recording import AsyncTurn, AsyncTurnStep, Turn, TurnStep
     from ._forget import Forgotten
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
     from ._tree_model import RunTree
@@ -36,12 +37,16 @@ if _TYPE_CHECKING:
 
 _LAZY = {
     "AgentRun": "agentledger.ledger.tables",
+    "AsyncTurn": "agentledger._recording",
+    "AsyncTurnStep": "agentledger._recording",
     "Conversation": "agentledger.ledger.tables",
     "DEFAULT_LEASE_SECONDS": "agentledger.ledger._ledger",
     "Forgotten": "agentledger.ledger._forget",
     "Ledger": "agentledger.ledger._ledger",
     "LedgerRecorder": "agentledger.ledger._writes",
     "RunTree": "agentledger.ledger._tree_model",
+    "Turn": "agentledger._recording",
+    "TurnStep": "agentledger._recording",
 }
 """Public names loaded when first used: each loads SQLAlchemy (``from agentledger.ledger import
 Ledger``), which :class:`LedgerReader` and the other names do without."""
@@ -50,8 +55,11 @@ __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "TENANT_SETTING",
     "AgentRun",
+    "AsyncTurn",
+    "AsyncTurnStep",
     "Conversation",
     "ConversationKind",
+    "ConversationTurn",
     "EngineSettings",
     "Forgotten",
     "Ledger",
@@ -62,6 +70,7 @@ __all__ = [
     "SearchHit",
     "TraceHit",
     "Turn",
+    "TurnStep",
     "file_to_read",
     "normalize_url",
     "read_only_uri",

@@ -13,13 +13,16 @@ from collections.abc import Callable, Iterable
 from datetime import timedelta
 from typing import Any, Self, TypeVar
 
+from pydantic import JsonValue
 from sqlalchemy import Connection, Engine, insert, select
 
+from .._recording import AsyncTurn, Pricing, Turn
 from .._values import (
     AgentState,
     Clock,
     Compaction,
     Messages,
+    PriceTable,
     Spend,
     check_storable,
     new_id,
@@ -279,6 +282,57 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
             return conversation_of(conversation_row(ConnectionReads(conn), created, EVERYTHING))
 
         return self._database.write("creating a conversation", write)
+
+    def turn(
+        self,
+        user: str,
+        *,
+        conversation_id: str | None = None,
+        agent_name: str = "agent",
+        model: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        prices: Pricing | None = None,
+    ) -> Turn:
+        """Record a turn your own code runs (``with ledger.turn(user=...) as turn:``): the
+        user message, each model call (``turn.step``) with its tool results, the text shown
+        while it streams (``turn.shown``) and the answer (``turn.answer``), as a run of
+        ``agent_name`` in conversation ``conversation_id`` (a new one when None; created
+        with that id when it does not exist yet). Steps are priced from ``prices`` (the
+        shipped table unless given) for their model, or ``model``. The same transactions and
+        rules as ``Agent.run``: see docs/recording.md."""
+        return Turn(
+            self.recorder,
+            user=user,
+            conversation_id=conversation_id,
+            agent_name=agent_name,
+            model=model,
+            prices=prices if prices is not None else PriceTable.default(),
+            clock=self.clock,
+            metadata=metadata,
+        )
+
+    def aturn(
+        self,
+        user: str,
+        *,
+        conversation_id: str | None = None,
+        agent_name: str = "agent",
+        model: str | None = None,
+        metadata: dict[str, JsonValue] | None = None,
+        prices: Pricing | None = None,
+    ) -> AsyncTurn:
+        """:meth:`turn` for code on an event loop: ``async with ledger.aturn(...) as turn``,
+        each write awaited in a worker thread."""
+        return AsyncTurn(
+            self.turn(
+                user,
+                conversation_id=conversation_id,
+                agent_name=agent_name,
+                model=model,
+                metadata=metadata,
+                prices=prices,
+            )
+        )
 
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in

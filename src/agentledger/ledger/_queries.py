@@ -100,7 +100,7 @@ def as_seen(row: Row) -> bool:
     return row["section"] in _SEEN
 
 
-class Turn(BaseModel):
+class ConversationTurn(BaseModel):
     """A turn of a conversation as the user saw it: the messages one run wrote (the user's
     message and the run's answer), with the run's id; ``None`` for messages no run wrote
     (added by hand, imported)."""
@@ -111,7 +111,7 @@ class Turn(BaseModel):
     messages: Messages
 
 
-def turns_of(rows: Sequence[Row]) -> list[Turn]:
+def turns_of(rows: Sequence[Row]) -> list[ConversationTurn]:
     """The conversation of ``rows`` (all of its rows, in order) as the user saw it, turn by
     turn: each run of consecutive messages written by the same run."""
     turns: list[tuple[str | None, list[Message]]] = []
@@ -122,7 +122,7 @@ def turns_of(rows: Sequence[Row]) -> list[Turn]:
             turns.append((row["run_id"], []))
         turns[-1][1].append(message_of(row))
     return [
-        Turn.model_construct(run_id=run_id, messages=Messages(tuple(found)))
+        ConversationTurn.model_construct(run_id=run_id, messages=Messages(tuple(found)))
         for run_id, found in turns
     ]
 

@@ -15,7 +15,7 @@ from ._arguments import row_limit
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes
 from ._queries import (
-    Turn,
+    ConversationTurn,
     as_seen,
     buffer_rows,
     conversation_row,
@@ -130,7 +130,7 @@ class LedgerReads(Generic[C, R, N]):
         replaced included (and the summaries left out). No compaction changes it."""
         return self._conversation(conversation_id, lambda rows: messages_in(rows, as_seen))
 
-    def turns(self, conversation_id: str) -> list[Turn]:
+    def turns(self, conversation_id: str) -> list[ConversationTurn]:
         """The conversation as the user saw it (:meth:`history`), turn by turn: the messages
         of each run with the run's id (to read its trace: :meth:`steps`)."""
         return self._conversation(conversation_id, turns_of)

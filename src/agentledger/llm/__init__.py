@@ -18,10 +18,11 @@ from .._values import (
     InferenceRequest,
     InferenceResponse,
     ModelSettings,
+    Price,
+    PriceTable,
     StreamingLLM,
     StreamItem,
 )
-from ._pricing import Price, PriceTable
 from ._scripted import ScriptedLLM, ScriptItem
 
 if _TYPE_CHECKING:

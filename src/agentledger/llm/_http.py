@@ -22,6 +22,7 @@ from .._values import (
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
+    PriceTable,
     StreamItem,
 )
 from ..errors import (
@@ -32,7 +33,6 @@ from ..errors import (
     ProviderTimeoutError,
 )
 from ._failures import Failures
-from ._pricing import PriceTable
 from ._retries import Failure, Retries, RetryPolicy
 from ._sse import EventDecoder, StreamAssembler, StreamErrorEvent
 from ._statuses import is_error_body

@@ -14,6 +14,7 @@ from .._values import (
     InferenceRequest,
     InferenceResponse,
     ModelSettings,
+    PriceTable,
     ToolCall,
     ToolSchema,
     Usage,
@@ -23,7 +24,6 @@ from .._values import (
 )
 from ..errors import ProviderResponseError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
-from ._pricing import PriceTable
 from ._retries import RetryPolicy, status_of_error
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 from ._structured import forced_tool, output_schema, strict_tool_parameters

@@ -7,9 +7,8 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 
-from .._values import InferenceDelta, InferenceRequest, InferenceResponse, StreamItem
+from .._values import InferenceDelta, InferenceRequest, InferenceResponse, PriceTable, StreamItem
 from ..errors import ScriptExhaustedError, UsageError
-from ._pricing import PriceTable
 
 ScriptItem = InferenceResponse | Callable[[InferenceRequest], InferenceResponse]
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeFloat, ValidationError
 
-from .._values import Usage
 from ..errors import ConfigurationError
+from ._usage import Usage
 
 _PER_TOKEN = 1_000_000
 _SNAPSHOT = re.compile(r"-(?:\d{4}-\d{2}-\d{2}|\d{8}|latest)$")
