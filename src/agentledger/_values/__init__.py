@@ -6,6 +6,21 @@ and compaction records; with the time-ordered ids and the rule for storable text
 imports pydantic and the error tree only.
 """
 
+from ._anthropic_format import (
+    BLOCK_ORDER,
+    KEPT_BLOCKS,
+    THINKING_BLOCKS,
+    anthropic_system,
+    anthropic_turns,
+    assistant_from_blocks,
+)
+from ._chat_format import (
+    chat_message,
+    chat_reasoning,
+    chat_tool_call,
+    json_arguments,
+    tool_call_from_chat,
+)
 from ._compaction import Compaction, CompactionKind, CompactionStatus
 from ._continuation import (
     ContinuationDecision,
@@ -38,24 +53,23 @@ from ._inference import (
     ToolChoice,
     ToolSchema,
 )
-from ._messages import (
-    EMPTY_MESSAGES,
-    Message,
-    MessageLike,
-    Messages,
-    MessageStore,
-    Role,
-    Section,
-    ToolCall,
-    ToolCalls,
-)
+from ._message import TOOL_ERROR_KEY, Message, Role, ToolCall, ToolCalls
+from ._messages import EMPTY_MESSAGES, MessageLike, Messages, MessageStore, Section
 from ._prices import Price, PriceTable
+from ._responses_format import (
+    FUNCTION_CALL_IDS,
+    OUTPUT_MESSAGE_ID,
+    REASONING_ITEMS,
+    function_call_item,
+    input_items,
+    reasoning_summary,
+    tool_call_from_item,
+)
 from ._state import AgentState, AgentStatus, FiledMessage
 from ._steps import (
     MCP_SERVER_KEY,
     MCP_TOOL_KEY,
     REACT_METADATA_KEY,
-    TOOL_ERROR_KEY,
     AgentStep,
     ContextMasking,
     StepExecution,
@@ -76,13 +90,19 @@ from ._times import moment, time_ago
 from ._usage import UNPRICED, Spend, Usage, cost_text, money
 
 __all__ = [
+    "BLOCK_ORDER",
     "EMPTY_MESSAGES",
+    "FUNCTION_CALL_IDS",
+    "KEPT_BLOCKS",
     "LLM",
     "MCP_SERVER_KEY",
     "MCP_TOOL_KEY",
+    "OUTPUT_MESSAGE_ID",
     "REACT_METADATA_KEY",
+    "REASONING_ITEMS",
     "SHORT_ID_LENGTH",
     "STORABLE_TEXT_RULE",
+    "THINKING_BLOCKS",
     "TOOL_ERROR_KEY",
     "UNPRICED",
     "AgentState",
@@ -133,17 +153,29 @@ __all__ = [
     "Unstorable",
     "Usage",
     "Verdict",
+    "anthropic_system",
+    "anthropic_turns",
+    "assistant_from_blocks",
+    "chat_message",
+    "chat_reasoning",
+    "chat_tool_call",
     "check_storable",
     "cost_text",
     "find_unstorable",
+    "function_call_item",
+    "input_items",
+    "json_arguments",
     "moment",
     "money",
     "new_id",
     "output_error",
     "printable",
+    "reasoning_summary",
     "short_ids",
     "split_output",
     "terminal_text",
     "time_ago",
+    "tool_call_from_chat",
+    "tool_call_from_item",
     "utc_now",
 ]

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ._continuation import StopReason
-from ._messages import ToolCall
+from ._message import ToolCall
 from ._state import AgentStatus
 from ._usage import Usage
 

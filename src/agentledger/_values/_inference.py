@@ -10,7 +10,8 @@ from typing import Any, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from ._messages import EMPTY_MESSAGES, Messages, Role, ToolCalls
+from ._message import Role, ToolCalls
+from ._messages import EMPTY_MESSAGES, Messages
 from ._usage import Usage
 
 

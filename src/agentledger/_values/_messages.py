@@ -1,121 +1,26 @@
-"""Messages, ordered collections of them, and the sectioned message store.
+"""Ordered collections of messages, and the sectioned message store.
+
+A collection reads and writes the shapes the provider SDKs hold messages in (``from_openai``,
+``to_openai``, ``from_anthropic``, ``to_anthropic``) with the code the HTTP providers send
+with: one module per format beside this one.
 
 Everything here is an immutable value: "changing" a collection or a store returns a new one.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime
-from enum import StrEnum
-from typing import Annotated, Any, overload
+from typing import Any, Literal, overload
 
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    GetCoreSchemaHandler,
-    JsonValue,
-    model_validator,
-)
+from pydantic import BaseModel, ConfigDict, Field, GetCoreSchemaHandler
 from pydantic_core import core_schema
 
-from ._ids import new_id, utc_now
-
-
-class Role(StrEnum):
-    """Who a message is from. A ``StrEnum``: ``Role.USER == "user"``."""
-
-    SYSTEM = "system"
-    USER = "user"
-    ASSISTANT = "assistant"
-    TOOL = "tool"
-
-
-class ToolCall(BaseModel):
-    """A model's request to call one tool: ``arguments`` as the model sent them.
-
-    ``raw_arguments`` is set only when the model's arguments were not a JSON object (providers
-    send them as text): it keeps that text, ``arguments`` is then empty, and the call is
-    answered with an error result that asks the model for valid JSON.
-    """
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
-
-    id: str
-    name: str
-    arguments: Mapping[str, JsonValue] = Field(default_factory=dict)
-    raw_arguments: str | None = None
-
-
-def _none_as_empty(value: object) -> object:
-    return "" if value is None else value
-
-
-def _as_tuple(calls: Sequence[ToolCall]) -> tuple[ToolCall, ...]:
-    return tuple(calls)
-
-
-ToolCalls = Annotated[Sequence[ToolCall], AfterValidator(_as_tuple)]
-"""Tool calls as any sequence going in (a list is fine), stored as a tuple."""
-
-
-class Message(BaseModel):
-    """One message of a conversation or of an execution trace.
-
-    Tool calls are a field of their own (``tool_calls``), never hidden in ``metadata``; a tool
-    result is a ``tool`` message whose ``tool_call_id`` names the call it answers.
-    """
-
-    model_config = ConfigDict(frozen=True, defer_build=True)
-
-    role: Role
-    content: Annotated[str, BeforeValidator(_none_as_empty)] = ""
-    name: str | None = None
-    tool_calls: ToolCalls = ()
-    tool_call_id: str | None = None
-    reasoning: str | None = None
-    metadata: dict[str, JsonValue] = Field(default_factory=dict)
-    id: str = Field(default_factory=new_id)
-    created_at: datetime = Field(default_factory=utc_now)
-    interrupted: bool = False
-    """An answer cut short: the part of a streamed answer the user was shown before the run
-    was cancelled (or its process died), kept as it was shown."""
-
-    @model_validator(mode="after")
-    def _check_shape(self) -> Message:
-        if self.role is Role.TOOL and not self.tool_call_id:
-            raise ValueError("a tool message needs the tool_call_id of the call it answers")
-        if self.tool_calls and self.role is not Role.ASSISTANT:
-            raise ValueError(f"only assistant messages carry tool_calls, not {self.role} ones")
-        return self
-
-    @classmethod
-    def system(cls, content: str) -> Message:
-        return cls(role=Role.SYSTEM, content=content)
-
-    @classmethod
-    def user(cls, content: str) -> Message:
-        return cls(role=Role.USER, content=content)
-
-    @classmethod
-    def assistant(cls, content: str = "", *, tool_calls: Iterable[ToolCall] = ()) -> Message:
-        return cls(role=Role.ASSISTANT, content=content, tool_calls=tuple(tool_calls))
-
-    @classmethod
-    def tool(cls, content: str, *, tool_call_id: str, name: str | None = None) -> Message:
-        return cls(role=Role.TOOL, content=content, tool_call_id=tool_call_id, name=name)
-
-    def has_tool_calls(self) -> bool:
-        return bool(self.tool_calls)
-
-    def is_tool_trace(self) -> bool:
-        """True for a tool result or an assistant message that calls tools."""
-        return self.role is Role.TOOL or bool(self.tool_calls)
-
+from ..errors import UsageError
+from ._anthropic_format import anthropic_system, anthropic_turns, messages_from_anthropic
+from ._chat_format import chat_message, messages_from_chat
+from ._message import Message, Role
+from ._responses_format import input_items, is_responses_input, messages_from_items
 
 MessageLike = Message | Iterable[Message]
 
@@ -188,6 +93,51 @@ class Messages:
         return cls._wrap((Message(role=Role(role), content=text),))
 
     @classmethod
+    def from_openai(cls, items: Iterable[object], *, api: OpenAIApi | None = None) -> Messages:
+        """Messages in an OpenAI SDK's shape: Chat Completions messages (``api="chat"``) or
+        Responses input items (``api="responses"``), as dicts or as the SDK's own objects (a
+        response's ``output`` items, a completion's ``message``). Without ``api`` the items
+        say which: Responses items have a ``type``, Chat Completions messages none (a plain
+        ``{"role", "content"}`` reads the same either way). A ``developer`` message is a
+        system one. What a message cannot hold (an image, a built-in tool's item, a key
+        this reading does not know) raises ``UsageError`` naming the item: nothing is
+        dropped unread."""
+        given = list(items)
+        if _openai_api(api, is_responses_input(given)) == "responses":
+            return cls._wrap(messages_from_items(given))
+        return cls._wrap(messages_from_chat(given))
+
+    def to_openai(self, *, api: OpenAIApi = "chat") -> list[dict[str, Any]]:
+        """The messages as the OpenAI SDK's create call takes them: ``messages=`` of
+        ``client.chat.completions.create`` (``api="chat"``), or ``input=`` of
+        ``client.responses.create`` (``api="responses"``, the system messages as ``system``
+        items, the reasoning items kept with an assistant message sent back as they came).
+        The same code writes what ``OpenAIChat`` and ``OpenAIResponses`` send."""
+        if _openai_api(api, False) == "responses":
+            return [i for m in self.root for i in input_items(m, unencrypted_reasoning=True)]
+        return [chat_message(m) for m in self.root]
+
+    @classmethod
+    def from_anthropic(cls, messages: Iterable[object], system: object = None) -> Messages:
+        """Messages in the Anthropic SDK's shape: the ``messages`` turns of
+        ``client.messages.create`` (dicts, or the SDK's objects, such as a response's
+        ``content`` blocks) and its ``system`` (text or text blocks), which comes first as
+        a system message. Each block of a user turn is a message (a ``tool_result`` a tool
+        message, ``is_error`` kept); an assistant turn is one message, its thinking, server
+        tool and unknown blocks kept whole. An image or a document raises ``UsageError``
+        naming the block: nothing is dropped unread."""
+        return cls._wrap(messages_from_anthropic(messages, system))
+
+    def to_anthropic(self) -> dict[str, Any]:
+        """The messages as ``client.messages.create`` takes them, to pass with ``**``:
+        ``{"messages": [...turns...]}``, with ``"system"`` (the system messages' text, joined
+        by blank lines) when there is any. The same code writes what ``AnthropicMessages``
+        sends (without its cache marks)."""
+        request: dict[str, Any] = {"messages": anthropic_turns(self.root)}
+        system = anthropic_system(self.root)
+        return request if system is None else {"system": system} | request
+
+    @classmethod
     def _wrap(cls, messages: tuple[Message, ...]) -> Messages:
         """``messages`` (already a tuple of messages) as a collection, without checking them."""
         wrapped = object.__new__(cls)
@@ -240,6 +190,21 @@ class Messages:
 
 def _root(messages: Messages) -> tuple[Message, ...]:
     return messages.root
+
+
+OpenAIApi = Literal["chat", "responses"]
+"""The two OpenAI APIs whose message shapes ``Messages`` reads and writes."""
+_OPENAI_APIS: dict[object, OpenAIApi] = {"chat": "chat", "responses": "responses"}
+
+
+def _openai_api(api: object, responses: bool) -> OpenAIApi:
+    """The API named, or the one the items look like."""
+    if api is None:
+        return "responses" if responses else "chat"
+    found = _OPENAI_APIS.get(api)
+    if found is None:
+        raise UsageError(f"api={api!r} is not an OpenAI API: pass api='chat' or api='responses'")
+    return found
 
 
 EMPTY_MESSAGES = Messages()

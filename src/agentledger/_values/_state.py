@@ -10,7 +10,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ._continuation import ContinuationOutcome, ExecutionBudget, StopReason
 from ._ids import new_id
-from ._messages import EMPTY_MESSAGES, Message, MessageLike, Messages, MessageStore
+from ._message import Message
+from ._messages import EMPTY_MESSAGES, MessageLike, Messages, MessageStore
 from ._steps import AgentStep, StepExecution
 from ._usage import Spend, Usage
 

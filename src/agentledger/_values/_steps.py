@@ -16,7 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from ._continuation import ContinuationOutcome
 from ._ids import new_id
-from ._messages import EMPTY_MESSAGES, Message, Messages, Role, ToolCall
+from ._message import TOOL_ERROR_KEY, Message, Role, ToolCall
+from ._messages import EMPTY_MESSAGES, Messages
 from ._usage import Spend, Usage
 
 
@@ -30,10 +31,6 @@ call went to; the agent's own tools have none."""
 
 MCP_TOOL_KEY = "mcp_tool"
 """The metadata key naming the tool as its MCP server knows it (the agent may prefix it)."""
-
-TOOL_ERROR_KEY = "is_error"
-"""The metadata key of a ``tool`` message whose result is an error (the tool raised, or its
-arguments were refused): a provider that can say so (Anthropic's ``is_error``) tells the model."""
 
 
 class ToolExecution(BaseModel):

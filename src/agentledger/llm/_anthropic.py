@@ -4,24 +4,23 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable, Mapping
-from typing import Any, ClassVar, Literal, cast
+from collections.abc import Mapping
+from typing import Any, ClassVar, Literal
 
 import httpx
 from pydantic import JsonValue
 
 from .._values import (
-    TOOL_ERROR_KEY,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
-    Message,
     ModelSettings,
     PriceTable,
-    Role,
-    ToolCall,
     ToolSchema,
     Usage,
+    anthropic_system,
+    anthropic_turns,
+    assistant_from_blocks,
 )
 from ..errors import ConfigurationError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
@@ -31,23 +30,6 @@ from ._structured import forced_tool, output_schema, strict_tool_parameters
 
 API_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
-THINKING_BLOCKS = "thinking_blocks"
-"""The metadata key of an assistant message that keeps its thinking blocks, signatures and
-all, so they can be sent back within the run as the API requires."""
-BLOCK_ORDER = "block_order"
-"""The metadata key that keeps the types of an assistant message's content blocks in the
-order they came (``["thinking", "tool_use", "thinking", "tool_use"]`` for interleaved
-thinking): the blocks go back to the API in that order, as it requires."""
-KEPT_BLOCKS = "kept_blocks"
-"""The metadata key of an assistant message that keeps whole the content blocks that are
-neither its text, its thinking nor its tool calls: server tool calls and their results
-(``server_tool_use``, ``web_search_tool_result``, ``code_execution_tool_result``, ...) and
-any block type this client does not know yet (such a block is kept, never a failure). When
-there are some, or citations, the text blocks are kept too, one by one with their
-citations. They go back to the API within the run, in the order
-``BLOCK_ORDER`` keeps, as the server tools require."""
-_READ = frozenset({"text", "thinking", "redacted_thinking", "tool_use"})
-"""The block types ``parse`` reads into the response's fields."""
 
 _TOOL_CHOICE = {"auto": "auto", "required": "any", "none": "none"}
 CacheSetting = Literal["5m", "1h"] | None
@@ -129,14 +111,14 @@ class AnthropicMessages(HttpProvider):
         return headers | {"x-api-key": api_key} if api_key else headers
 
     def payload(self, request: InferenceRequest) -> dict[str, Any]:
-        system = [m.content for m in request.messages if m.role is Role.SYSTEM and m.content]
+        system = anthropic_system(request.messages)
         body: dict[str, Any] = {
             "model": request.model or self.model,
             "max_tokens": request.settings.max_output_tokens or self.max_tokens,
-            "messages": _turns(m for m in request.messages if m.role is not Role.SYSTEM),
+            "messages": anthropic_turns(request.messages),
         }
         if system:
-            body["system"] = "\n\n".join(system)
+            body["system"] = system
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
         body.update(_settings(request.settings, bool(request.tools)))
@@ -146,36 +128,22 @@ class AnthropicMessages(HttpProvider):
         return body
 
     def parse(self, body: Mapping[str, Any]) -> InferenceResponse:
-        """The text blocks joined, the thinking as reasoning, the ``tool_use`` blocks as tool
-        calls; thinking, server tool and unknown blocks are kept whole in the metadata
-        (``THINKING_BLOCKS``, ``KEPT_BLOCKS``, in the order ``BLOCK_ORDER`` says), so that an
-        unknown block type never fails the parse and everything goes back as it came."""
-        blocks = [_block(b) for b in body["content"]]
-        thinking = [b for b in blocks if b["type"] in ("thinking", "redacted_thinking")]
-        texts = [b for b in blocks if b["type"] == "text"]
+        """The message's blocks read as an assistant message reads them (text joined, thinking
+        as reasoning, ``tool_use`` blocks as tool calls; thinking, server tool and unknown
+        blocks kept whole in the metadata, so that an unknown block type never fails the
+        parse and everything goes back as it came), with the usage and the stop reason."""
+        message = assistant_from_blocks(body["content"])
         metadata: dict[str, JsonValue] = {}
         if body.get("id"):
             metadata["response_id"] = body["id"]
-        if thinking:
-            metadata[THINKING_BLOCKS] = cast(list[JsonValue], thinking)
-        kept = _kept(blocks, texts)
-        if kept:
-            metadata[KEPT_BLOCKS] = kept
-        if thinking or kept:
-            metadata[BLOCK_ORDER] = [b["type"] for b in blocks]
-        reasoning = "\n\n".join(b["thinking"] for b in thinking if b["type"] == "thinking")
         return InferenceResponse(
-            content="".join(b["text"] for b in texts),
-            tool_calls=[
-                ToolCall(id=b["id"], name=b["name"], arguments=b.get("input") or {})
-                for b in blocks
-                if b["type"] == "tool_use"
-            ],
-            reasoning=reasoning or None,
+            content=message.content,
+            tool_calls=message.tool_calls,
+            reasoning=message.reasoning,
             usage=_usage(body.get("usage") or {}),
             finish_reason=body.get("stop_reason"),
             model=body.get("model"),
-            metadata=metadata,
+            metadata=metadata | message.metadata,
         )
 
     def continuation(
@@ -277,99 +245,6 @@ class _EventAssembler(StreamAssembler):
             if "input" not in self.blocks[i] or i in self.whole
         ]
         return self.message | {"content": blocks, "stop_reason": None}
-
-
-def _turns(messages: Iterable[Message]) -> list[dict[str, Any]]:
-    """Alternating user and assistant turns; messages of the same role in a row share one."""
-    turns: list[dict[str, Any]] = []
-    for message in messages:
-        role = "assistant" if message.role is Role.ASSISTANT else "user"
-        blocks = _blocks(message)
-        if not blocks:
-            continue
-        if turns and turns[-1]["role"] == role:
-            turns[-1]["content"].extend(blocks)
-        else:
-            turns.append({"role": role, "content": blocks})
-    return turns
-
-
-def _blocks(message: Message) -> list[dict[str, Any]]:
-    if message.role is Role.TOOL:
-        result = {
-            "type": "tool_result",
-            "tool_use_id": message.tool_call_id,
-            "content": message.content,
-        }
-        return [result | {"is_error": True} if message.metadata.get(TOOL_ERROR_KEY) else result]
-    assistant = message.role is Role.ASSISTANT
-    kept = _kept_blocks(message) if assistant else []
-    queues: dict[str, list[dict[str, Any]]] = {
-        "thinking": _thinking(message) if assistant else [],
-        "text": _texts(message, [b for b in kept if b["type"] == "text"]),
-        "tool_use": [
-            {"type": "tool_use", "id": c.id, "name": c.name, "input": dict(c.arguments)}
-            for c in message.tool_calls
-        ],
-    }
-    for block in kept:
-        if block["type"] != "text":
-            queues.setdefault(block["type"], []).append(block)
-    blocks = _in_order(queues, message.metadata.get(BLOCK_ORDER))
-    return [b for b in blocks if b.get("type") != "thinking" or b.get("signature")]
-
-
-def _in_order(queues: dict[str, list[dict[str, Any]]], order: object) -> list[dict[str, Any]]:
-    """The blocks in the order they came (thinking interleaved with tool calls, server tool
-    calls before their results, must go back so); the text goes where its first block was
-    unless its blocks were kept one by one. Blocks the order does not place (a message from
-    before the order was kept) follow in the usual order: thinking, text, the kept blocks,
-    tool calls."""
-    blocks: list[dict[str, Any]] = []
-    for kind in order if isinstance(order, list) else ():
-        queue = queues.get("thinking" if kind == "redacted_thinking" else str(kind))
-        if queue:
-            blocks.append(queue.pop(0))
-    last = ("thinking", "text")
-    rest = [b for kind, queue in queues.items() if kind not in (*last, "tool_use") for b in queue]
-    return blocks + queues["thinking"] + queues["text"] + rest + queues["tool_use"]
-
-
-def _kept(blocks: list[dict[str, Any]], texts: list[dict[str, Any]]) -> list[JsonValue]:
-    """The blocks ``KEPT_BLOCKS`` keeps: those ``parse`` does not read, and the text blocks
-    as they came when there are such blocks or citations."""
-    others = [b for b in blocks if b["type"] not in _READ]
-    whole = others or any(b.get("citations") for b in texts)
-    kept = [b for b in blocks if b["type"] not in _READ or (whole and b["type"] == "text")]
-    return cast(list[JsonValue], kept)
-
-
-def _texts(message: Message, kept: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """The text blocks kept one by one (citations and all) while they still say the
-    message's content; else the content as one block."""
-    if kept and "".join(str(b.get("text") or "") for b in kept) == message.content:
-        return kept
-    return [{"type": "text", "text": message.content}] if message.content else []
-
-
-def _kept_blocks(message: Message) -> list[dict[str, Any]]:
-    kept = message.metadata.get(KEPT_BLOCKS)
-    blocks = [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
-    return [b for b in blocks if isinstance(b.get("type"), str)]
-
-
-def _block(wire: object) -> dict[str, Any]:
-    if not isinstance(wire, dict) or not isinstance(wire.get("type"), str):
-        raise TypeError(f"a content block must be an object with a type, not {wire!r}")
-    return wire
-
-
-def _thinking(message: Message) -> list[dict[str, Any]]:
-    """The thinking blocks kept with an assistant message, to send back unchanged (a thinking
-    block a stream was cut in before its signature came is left out later: the API refuses
-    it)."""
-    kept = message.metadata.get(THINKING_BLOCKS)
-    return [dict(b) for b in kept if isinstance(b, dict)] if isinstance(kept, list) else []
 
 
 def _add_cache_breakpoints(body: dict[str, Any], cache: CacheSetting) -> None:

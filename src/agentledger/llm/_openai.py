@@ -13,14 +13,14 @@ from .._values import (
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
-    Message,
     ModelSettings,
     PriceTable,
-    Role,
     ToolCall,
     ToolSchema,
     Usage,
-    new_id,
+    chat_message,
+    chat_reasoning,
+    tool_call_from_chat,
 )
 from ..errors import ProviderResponseError
 from ._http import DEFAULT_TIMEOUT, HttpProvider
@@ -84,7 +84,7 @@ class OpenAIChat(HttpProvider):
     def payload(self, request: InferenceRequest) -> dict[str, Any]:
         body: dict[str, Any] = {
             "model": request.model or self.model,
-            "messages": [_wire_message(m) for m in request.messages],
+            "messages": [chat_message(m) for m in request.messages],
         }
         if request.tools:
             body["tools"] = [_wire_tool(t) for t in request.tools]
@@ -101,7 +101,7 @@ class OpenAIChat(HttpProvider):
         return InferenceResponse(
             content=message.get("content") or refusal or "",
             tool_calls=[self._tool_call(c) for c in message.get("tool_calls") or ()],
-            reasoning=message.get("reasoning_content") or message.get("reasoning") or None,
+            reasoning=chat_reasoning(message),
             usage=_usage(body.get("usage") or {}),
             finish_reason="refusal" if refusal else choice.get("finish_reason"),
             model=body.get("model"),
@@ -111,7 +111,7 @@ class OpenAIChat(HttpProvider):
     def _tool_call(self, wire: Mapping[str, Any]) -> ToolCall:
         if wire.get("type") == "custom":
             raise custom_tool_call(self.provider, (wire.get("custom") or {}).get("name"))
-        return _tool_call(wire)
+        return tool_call_from_chat(wire)
 
     def stream_payload(self, request: InferenceRequest) -> dict[str, Any]:
         return super().stream_payload(request) | {"stream_options": {"include_usage": True}}
@@ -218,29 +218,6 @@ def _name(value: object) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def _wire_message(message: Message) -> dict[str, Any]:
-    if message.role is Role.TOOL:
-        return {"role": "tool", "tool_call_id": message.tool_call_id, "content": message.content}
-    wire: dict[str, Any] = {"role": message.role.value, "content": message.content}
-    if message.tool_calls:
-        wire["content"] = message.content or None
-        wire["tool_calls"] = [_wire_tool_call(c) for c in message.tool_calls]
-    if message.name and message.role is Role.USER:
-        wire["name"] = message.name
-    return wire
-
-
-def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
-    """A call as the API takes it back. Arguments that were not JSON go back as ``{}`` (a
-    server may refuse invalid JSON in the history); the error result quotes the text."""
-    arguments = json.dumps(dict(call.arguments), ensure_ascii=False)
-    return {
-        "id": call.id,
-        "type": "function",
-        "function": {"name": call.name, "arguments": arguments},
-    }
-
-
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
     function = {
         "name": schema.name,
@@ -277,31 +254,6 @@ def _settings(settings: ModelSettings, max_tokens_parameter: str, tools: bool) -
         "parallel_tool_calls": settings.parallel_tool_calls if tools else None,
     }
     return {k: v for k, v in wire.items() if v is not None} | settings.extra
-
-
-def _tool_call(wire: Mapping[str, Any]) -> ToolCall:
-    function = wire["function"]
-    arguments, raw = _arguments(function.get("arguments"))
-    return ToolCall(
-        id=wire.get("id") or f"call_{new_id()}",
-        name=function["name"],
-        arguments=arguments,
-        raw_arguments=raw,
-    )
-
-
-def _arguments(value: object) -> tuple[dict[str, JsonValue], str | None]:
-    """Parsed arguments, or empty ones and the text when it is not a JSON object."""
-    if isinstance(value, dict):  # some servers send an object, not text
-        return value, None
-    if value is None or (isinstance(value, str) and not value.strip()):
-        return {}, None
-    text = value if isinstance(value, str) else json.dumps(value)
-    try:
-        parsed = json.loads(text)
-    except (ValueError, RecursionError):  # not JSON, or nested deeper than Python parses
-        return {}, text
-    return (parsed, None) if isinstance(parsed, dict) else ({}, text)
 
 
 def _usage(wire: Mapping[str, Any]) -> Usage:

@@ -9,27 +9,22 @@ from typing import Any, ClassVar, cast
 from pydantic import JsonValue
 
 from .._values import (
+    REASONING_ITEMS,
     InferenceDelta,
     InferenceRequest,
     InferenceResponse,
-    Message,
     ModelSettings,
-    Role,
-    ToolCall,
     ToolSchema,
     Usage,
-    new_id,
+    input_items,
+    reasoning_summary,
+    tool_call_from_item,
 )
 from ..errors import ConfigurationError
 from ._http import HttpProvider
-from ._openai import _arguments, _details, _stream_error, custom_tool_call
+from ._openai import _details, _stream_error, custom_tool_call
 from ._sse import ServerSentEvent, StreamAssembler, StreamErrorEvent
 from ._structured import forced_tool, output_schema, strict_tool_parameters
-
-REASONING_ITEMS = "reasoning_items"
-"""The metadata key of an assistant message that keeps the reasoning items the model returned,
-encrypted content and all, so they are sent back with the next requests: nothing is stored at
-OpenAI (``store: false``), and a resumed run has them from the ledger."""
 
 _FINISH = {"max_output_tokens": "length"}
 """Why a response is incomplete, as the finish reason ``OpenAIChat`` gives for the same end."""
@@ -66,7 +61,7 @@ class OpenAIResponses(HttpProvider):
         messages = request.messages.root[1:] if instructions is not None else request.messages
         body: dict[str, Any] = {
             "model": request.model or self.model,
-            "input": [item for m in messages for item in _items(m)],
+            "input": [item for m in messages for item in input_items(m)],
             "store": False,
             "include": ["reasoning.encrypted_content"],
         }
@@ -91,18 +86,17 @@ class OpenAIResponses(HttpProvider):
         custom = [i for i in output if i["type"] == "custom_tool_call"]
         if custom:
             raise custom_tool_call(self.provider, custom[0].get("name"))
-        calls = [_tool_call(i) for i in output if i["type"] == "function_call"]
+        calls = [tool_call_from_item(i) for i in output if i["type"] == "function_call"]
         reasoning = [i for i in output if i["type"] == "reasoning"]
         metadata: dict[str, JsonValue] = {}
         if body.get("id"):
             metadata["response_id"] = body["id"]
         if reasoning:
             metadata[REASONING_ITEMS] = cast(list[JsonValue], reasoning)
-        summaries = [s.get("text") or "" for i in reasoning for s in i.get("summary") or ()]
         return InferenceResponse(
             content=text + refusal,
             tool_calls=calls,
-            reasoning="\n\n".join(s for s in summaries if s) or None,
+            reasoning=reasoning_summary(reasoning),
             usage=_usage(body.get("usage") or {}),
             finish_reason="refusal" if refusal else _finish_reason(body, bool(calls)),
             model=body.get("model"),
@@ -185,45 +179,6 @@ class _ResponseAssembler(StreamAssembler):
         return None
 
 
-def _items(message: Message) -> list[dict[str, Any]]:
-    """The input items of one message, in the order the model produced them."""
-    if message.role is Role.TOOL:
-        return [
-            {
-                "type": "function_call_output",
-                "call_id": message.tool_call_id,
-                "output": message.content,
-            }
-        ]
-    if message.role is not Role.ASSISTANT:
-        return [{"role": message.role.value, "content": message.content}]
-    items = _reasoning(message)
-    if message.content:
-        items.append({"role": "assistant", "content": message.content})
-    items.extend(_wire_tool_call(c) for c in message.tool_calls)
-    return items
-
-
-def _reasoning(message: Message) -> list[dict[str, Any]]:
-    """The reasoning items kept with an assistant message, to send back unchanged; one without
-    encrypted content (a stream cut before the item was whole) is left out: without stored
-    state the API cannot read it."""
-    kept = message.metadata.get(REASONING_ITEMS)
-    items = [dict(i) for i in kept if isinstance(i, dict)] if isinstance(kept, list) else []
-    return [i for i in items if i.get("encrypted_content")]
-
-
-def _wire_tool_call(call: ToolCall) -> dict[str, Any]:
-    """A call as the API takes it back. Arguments that were not JSON go back as ``{}``; the
-    error result quotes the text."""
-    return {
-        "type": "function_call",
-        "call_id": call.id,
-        "name": call.name,
-        "arguments": json.dumps(dict(call.arguments), ensure_ascii=False),
-    }
-
-
 def _wire_tool(schema: ToolSchema) -> dict[str, Any]:
     """A function tool, flat; ``strict`` only when the tool asks for it (its schema is then
     made strict), since a schema need not meet strict mode's rules (every property required,
@@ -276,16 +231,6 @@ def _item(wire: object) -> dict[str, Any]:
     if not isinstance(wire, dict) or not isinstance(wire.get("type"), str):
         raise TypeError(f"an output item must be an object with a type, not {wire!r}")
     return wire
-
-
-def _tool_call(wire: Mapping[str, Any]) -> ToolCall:
-    arguments, raw = _arguments(wire.get("arguments"))
-    return ToolCall(
-        id=wire.get("call_id") or f"call_{new_id()}",
-        name=wire["name"],
-        arguments=arguments,
-        raw_arguments=raw,
-    )
 
 
 def _finish_reason(body: Mapping[str, Any], calls: bool) -> str | None:
