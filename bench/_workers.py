@@ -6,7 +6,7 @@ another version (``bench/previous.py``) is a fresh interpreter (``python -P -c``
 ``PYTHONPATH`` puts that version's ``agentledger`` first, then this ``bench/``, and checks that
 it imported that version before it builds its system. Either talks to the parent over a pipe.
 The parent sends one command and waits for its answer before it sends the next
-(:meth:`Worker.call`, :func:`interleaved_calls`), so only one system works while it is timed;
+(:meth:`Worker.call`, :meth:`Worker.caller`), so only one system works while it is timed;
 :func:`broadcast` sends a command to every worker first and then collects the answers, for
 untimed work that may run in parallel (building histories).
 """
@@ -24,8 +24,6 @@ from collections.abc import Callable, Mapping
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
-
-from ._common import Samples, interleaved
 
 BENCH_ROOT = Path(__file__).resolve().parent.parent
 """The directory that holds ``bench/``."""
@@ -85,6 +83,11 @@ class Worker:
     def call(self, command: str, *args: Any) -> Any:
         self.send(command, *args)
         return self.receive()
+
+    def caller(self, command: str, *args: Any) -> Callable[[], float]:
+        """A timed system of :func:`bench._common.interleaved`: ``command``, which answers
+        with seconds."""
+        return lambda: float(self.call(command, *args))
 
     def agentledger_file(self) -> str:
         return str(self.call(_WHERE))
@@ -190,13 +193,3 @@ def gather(workers: Mapping[str, Worker]) -> dict[str, Any]:
     if errors:
         raise WorkerError("\n".join(errors))
     return answers
-
-
-def interleaved_calls(workers: Mapping[str, Worker], command: str, reps: int) -> Samples:
-    """``command`` (which returns seconds) on each worker once per repetition, one worker at a
-    time, the order rotating (:func:`bench._common.interleaved`)."""
-    return interleaved({name: _caller(w, command) for name, w in workers.items()}, reps)
-
-
-def _caller(worker: Worker, command: str) -> Callable[[], float]:
-    return lambda: float(worker.call(command))

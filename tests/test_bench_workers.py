@@ -35,7 +35,8 @@ def counts(path: Path) -> dict[str, int]:
 @pytest.fixture(scope="module")
 def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, recording.Measured]:
     tmp = tmp_path_factory.mktemp("bench-recording")
-    return tmp, recording.measure(recording.Plan((2, 3), reps=2, modes=("NORMAL",)), tmp)
+    plan = recording.Plan((2, 3), reps=2, modes=("NORMAL",), profiled=(2, 5))
+    return tmp, recording.measure(plan, tmp)
 
 
 def test_every_system_records_a_turn_at_every_history_length(recorded):
@@ -139,7 +140,7 @@ def test_without_a_previous_version_sections_11_and_12_say_how_to_run_them():
 def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tmp_path):
     plan = writers.Plan((1, 2), conversations=2, turns=2, reps=2)
     measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=(writers.AGENTLEDGER,))
-    for count, point in measured.points["SQLite"][writers.AGENTLEDGER].items():
+    for count, point in measured.curves["SQLite"][writers.AGENTLEDGER].items():
         assert len(point.rates) == plan.reps and point.turns == count * 2 * 2 * plan.reps
         assert len(point.commits) == 4 * point.turns  # 3 tool steps and the answer
         # begin, 4 steps, commit; a load for every turn that continues a conversation
