@@ -58,20 +58,19 @@ def question(turn: int) -> str:
     return f"question {turn}"
 
 
-def tool_calls(step: int, calls: int) -> list[ToolCall]:
-    return [
-        ToolCall(id=call_id(step, p), name=TOOL_NAME, arguments=call_arguments(step, p))
-        for p in range(calls)
-    ]
-
-
-def script(tool_steps: int, calls: int, *, said: str = "", answer: str = ANSWER) -> list[Any]:
+def script(
+    tool_steps: int, calls: int, *, said: str = "", answer: str = ANSWER
+) -> list[InferenceResponse]:
     """One run: ``tool_steps`` steps each calling ``lookup`` ``calls`` times (saying ``said``),
     then ``answer``."""
-    steps = [
-        InferenceResponse(content=said, tool_calls=tool_calls(s, calls), usage=USAGE)
+    asked = [
+        [
+            ToolCall(id=call_id(s, p), name=TOOL_NAME, arguments=call_arguments(s, p))
+            for p in range(calls)
+        ]
         for s in range(tool_steps)
     ]
+    steps = [InferenceResponse(content=said, tool_calls=c, usage=USAGE) for c in asked]
     return [*steps, InferenceResponse(content=answer, usage=USAGE)]
 
 

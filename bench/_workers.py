@@ -31,8 +31,8 @@ BOOT = "import sys; from bench._workers import serve; serve(int(sys.argv[1]), sy
 PRELOAD = ["bench.recording", "bench.writers", "agentledger.ledger.migrate"]
 """What the fork server imports once for every worker of this version (the migrations' too,
 which a new ledger runs)."""
-_STOP, _WHERE = "_stop", "_where"
-"""The commands every worker answers: stop, and the file its ``agentledger`` came from."""
+STOP = "_stop"
+"""The command every worker answers: its system closed, it stops."""
 
 
 class WorkerError(RuntimeError):
@@ -59,8 +59,7 @@ class Worker:
             path = os.pathsep.join([str(source), str(BENCH_ROOT)])
             argv = [sys.executable, "-P", "-c", BOOT, str(child.fileno()), str(source)]
             env = {**os.environ, "PYTHONPATH": path}
-            popen = subprocess.Popen(argv, env=env, pass_fds=[child.fileno()], cwd=BENCH_ROOT)
-            self._process = _Started(popen)
+            self._process = _Interpreter(argv, env=env, pass_fds=[child.fileno()], cwd=BENCH_ROOT)
             self.connection.send((factory.__module__, factory.__qualname__, kwargs))
         child.close()
 
@@ -89,15 +88,12 @@ class Worker:
         with seconds."""
         return lambda: float(self.call(command, *args))
 
-    def agentledger_file(self) -> str:
-        return str(self.call(_WHERE))
-
     def close(self) -> None:
         """Stop the worker: told to (its system closed first) when it is idle, killed when it
         is still working on a command (the parent gave up on it)."""
         if self._process.is_alive() and not self._pending:
             with contextlib.suppress(OSError):
-                self.connection.send((_STOP, ()))
+                self.connection.send((STOP, ()))
                 self._process.join(30)
         if self._process.is_alive():
             self._process.kill()
@@ -105,25 +101,17 @@ class Worker:
         self.connection.close()
 
 
-class _Started:
-    """A started interpreter with the methods of ``multiprocessing.Process`` a worker uses."""
+class _Interpreter(subprocess.Popen[bytes]):
+    """A fresh interpreter, with the methods of ``multiprocessing.Process`` a worker uses."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.process.poll()
+    exitcode = property(subprocess.Popen.poll)
 
     def is_alive(self) -> bool:
-        return self.process.poll() is None
+        return self.poll() is None
 
     def join(self, timeout: float | None) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout)
-
-    def kill(self) -> None:
-        self.process.kill()
+            self.wait(timeout)
 
 
 def serve(fd: int, source: str) -> None:
@@ -155,11 +143,9 @@ def _serve(conn: Connection, factory: Callable[..., Any], kwargs: dict[str, Any]
             command, args = conn.recv()
         except EOFError:  # the parent is gone
             break
-        if command == _STOP:
+        if command == STOP:
             break
-        if command == _WHERE:
-            conn.send(("ok", sys.modules["agentledger"].__file__))
-        elif system is None:
+        if system is None:
             conn.send(("error", setup_error))
         else:
             try:

@@ -24,7 +24,7 @@ from ._common import ANSWER, MODEL, USAGE, Samples, Sizes, database, interleaved
 from ._report import Row, Section
 from ._versions import PREVIOUS, THIS, Version, this_version
 from ._workers import Worker, broadcast
-from .recording import per_turn, timed_loads, timed_turns, turn_workers
+from .recording import per_turn, timed_loads, timed_turns
 
 WAYS = {"Agent.run": "agent", "recorder alone": "recorder"}
 READS = ("runs", "run_tree")
@@ -156,15 +156,13 @@ def measure(plan: Plan, tmp: Path, previous: Version) -> Measured:
     }
     chosen[CONTROL] = (source[THIS], "agent", "NORMAL", plan.histories[0])
     with ExitStack() as stack:
-        workers = turn_workers(stack, tmp, chosen, "versions")
         reads = {}
         for v in source:
             path = str(database(tmp, "reads", v))
             reads[v] = Worker(f"{v} reads", Reads, source=source[v], path=path)
             stack.callback(reads[v].close)
             reads[v].send("build", plan.trees, plan.fanout)
-        histories = {name: spec[-1] for name, spec in chosen.items()}
-        measured.turns = timed_turns(workers, histories, plan.reps, building=reads)
+        workers, measured.turns = timed_turns(stack, tmp, chosen, plan.reps, reads)
         longest = {v: key(v, "Agent.run", plan.modes[0], plan.histories[-1]) for v in source}
         loaded = {v: workers.pop(name) for v, name in longest.items()}
         for worker in workers.values():

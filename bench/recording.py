@@ -1,16 +1,10 @@
 """Sections 6 to 8: recording one turn at 50, 200 and 1000 turns of history, loading the
 conversation back, and the bytes a turn takes.
 
-A turn (``bench/_common.py``) is recorded in a SQLite file by ``agentledger Agent.run`` (the
-whole loop on a ledger); ``agentledger recorder alone`` (the Recorder calls an in-memory run
-of the same agent made, prepared before the clock starts and replayed on the ledger's
-recorder); ``raw sqlite3 messages`` (the floor, ``bench/_raw.py``); and the OpenAI Agents
-SDK's ``SQLiteSession`` when installed (``bench/peers.py``).
-
-Each system at each history length is a worker process of its own (``bench/_workers.py``)
-that builds its history (untimed, all at once); then one timed turn of each in turn, the order
-rotating. :class:`Turns` runs in those workers, in the previous version's too
-(``bench/previous.py``): it uses only the names both export.
+Each system (:data:`KINDS`) at each history length is a worker process of its own
+(``bench/_workers.py``) that builds its history (untimed, all at once); then one timed turn of
+each in turn, the order rotating. :class:`Turns` runs in those workers, in the previous
+version's too (``bench/previous.py``): it uses only the names both export.
 """
 
 from __future__ import annotations
@@ -183,35 +177,31 @@ class Turns:
         self.store.close()
 
 
-def turn_workers(
-    stack: ExitStack, tmp: Path, chosen: dict[str, tuple[Path | None, str, str, int]], prefix: str
-) -> dict[str, Worker]:
-    """A worker of :class:`Turns` for each name: its version's source (None: this version's),
-    its kind, ``synchronous`` and history, a database named for it."""
+def timed_turns(
+    stack: ExitStack,
+    tmp: Path,
+    chosen: dict[str, tuple[Path | None, str, str, int]],
+    reps: int,
+    building: dict[str, Worker] | None = None,
+) -> tuple[dict[str, Worker], Samples]:
+    """A worker of :class:`Turns` for each name, with its version's source (None: this
+    version's), kind, ``synchronous`` and history (built untimed, all at once, the work of the
+    ``building`` workers waited for too); then ``reps`` timed turns of each in turn; checked
+    before and after: every store holds every message."""
     workers = {}
-    for name, (source, kind, mode, _) in chosen.items():
-        path = str(database(tmp, prefix, name))
+    for name, (source, kind, mode, turns) in chosen.items():
+        path = str(database(tmp, name))
         workers[name] = Worker(name, Turns, source=source, path=path, kind=kind, synchronous=mode)
         stack.callback(workers[name].close)
-    return workers
-
-
-def timed_turns(
-    workers: dict[str, Worker], histories: dict[str, int], reps: int, *, building: Any = None
-) -> Samples:
-    """Each worker's history built (untimed, all at once, and the ``building`` workers' work
-    waited for too), then ``reps`` timed turns of each in turn; checked before and after: every
-    store holds every message of every turn."""
+        workers[name].send("grow", turns)
     print(f"  building {len(workers)} histories at once ...", file=sys.stderr, flush=True)
-    for name, worker in workers.items():
-        worker.send("grow", histories[name])
-    gather({**workers, **(building or {})})
+    gather(workers | (building or {}))
     os.sync()  # the histories' dirty pages go to disk now, not during the timed turns
     broadcast(workers, "check")
     print(f"  {reps} timed turns on each ...", file=sys.stderr, flush=True)
     samples = interleaved({name: w.caller("turn") for name, w in workers.items()}, reps)
     broadcast(workers, "check")
-    return samples
+    return workers, samples
 
 
 def timed_loads(workers: dict[str, Worker], reps: int) -> tuple[Samples, int]:
@@ -305,8 +295,7 @@ def measure(plan: Plan, tmp: Path) -> Measured:
         for s in systems
     }
     with ExitStack() as stack:
-        workers = turn_workers(stack, tmp, chosen, "recording")
-        turns = timed_turns(workers, {n: c[-1] for n, c in chosen.items()}, plan.reps)
+        workers, turns = timed_turns(stack, tmp, chosen, plan.reps)
         sizes = {name: int(size) for name, size in broadcast(workers, "size").items()}
         loaded = workers[f"{AGENT} {plan.modes[0]} @ {plan.histories[-1]}"]
         loads, count = timed_loads({"agentledger": loaded}, plan.reps)

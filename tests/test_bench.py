@@ -231,13 +231,9 @@ TINY = streaming.Plan(
 )
 
 
-@pytest.fixture(scope="module")
-def streamed(tmp_path_factory: pytest.TempPathFactory) -> streaming.Measured:
-    return streaming.measure(TINY, tmp_path_factory.mktemp("bench-streaming"), with_postgres=False)
-
-
-def test_every_streamed_turn_completed_and_every_cancel_committed_as_interrupted(streamed):
-    figures = streamed.backends["SQLite"]
+def test_every_streamed_turn_and_cancel_is_recorded_and_reported_with_its_target(tmp_path):
+    measured = streaming.measure(TINY, tmp_path, with_postgres=False)
+    figures = measured.backends["SQLite"]
     for variant in (streaming.DEFAULT, streaming.RARE):
         (observed,) = figures.rounds[variant]
         assert observed.statuses == {"completed": TINY.conversations * TINY.turns}
@@ -247,18 +243,13 @@ def test_every_streamed_turn_completed_and_every_cancel_committed_as_interrupted
     assert cancelled.interrupted_answers == len(cancelled.cancels) == TINY.cancels
     assert figures.flushes_per_turn(streaming.DEFAULT) > 0  # a 1.2 s answer, flushed at 0.5 s
     assert figures.flushes_per_turn(streaming.RARE) == 0
-
-
-def test_the_streaming_report_gives_every_figure_with_its_target(streamed):
-    sections = streaming.report(streamed)
+    sections = streaming.report(measured)
     found = cells(sections[0]) | cells(sections[1])
-    assert re.fullmatch(
-        r"[\d.,]+ ms, (met|missed)", found["SQLite: event loop lateness, p99 (target < 20 ms)"][0]
-    )
-    assert re.fullmatch(
-        r"[\d.,]+ ms, (met|missed)",
-        found["SQLite: cancel → committed interrupted, p99 (target < 200 ms)"][0],
-    )
+    for late in (
+        "event loop lateness, p99 (target < 20 ms)",
+        "cancel → committed interrupted, p99 (target < 200 ms)",
+    ):
+        assert re.fullmatch(r"[\d.,]+ ms, (met|missed)", found[f"SQLite: {late}"][0])
     assert RATIO.match(found["SQLite: arun / run, per turn (target ≤ 1.2x)"][1])
     assert "PostgreSQL: not measured in this run." in sections[0].notes
 
