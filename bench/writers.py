@@ -321,11 +321,12 @@ def report(measured: Measured) -> Section:
     return Section(
         "15. Many writers: turns per second as writer processes are added",
         f"{', '.join(map(str, plan.writers))} writer processes on one database (a SQLite file at "
-        "the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL server with fsync "
-        f"and synchronous_commit on), each running {plan.conversations} conversations of "
-        f"{plan.turns} turns (a user message, {STEPS_PER_TURN - 1} tool steps, an answer; "
-        "scripted, no sleeps). All writers of a round start at one instant; turns/s = the "
-        f"round's turns / (the last writer's end − that instant), median of {plan.reps} rounds, "
+        "the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL server with fsync, "
+        f"synchronous_commit and full_page_writes on), each running {plan.conversations} "
+        f"conversations of {plan.turns} turns (a user message, {STEPS_PER_TURN - 1} tool "
+        "steps, an answer; scripted, no sleeps). All writers of a round start at one instant; "
+        "turns/s = the round's turns / (the last writer's end − that instant), median of "
+        f"{plan.reps} rounds, "
         "the systems' rounds interleaved, each in a database of its own. A step's commit: "
         "agentledger's `record_step`, the SDK's `add_items`, LangGraph's `put`; p50 and p99 "
         "over every step. Lock retries and transactions: `Ledger.lock_retries`, "
