@@ -34,7 +34,8 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
 RETIRED = Section(
     "Retired figures",
     "What the report measured before and no longer does, and why. The figures: the last run "
-    "that measured them (commit 2086672's bench/RESULTS.md).",
+    "that measured them (commit 2086672's bench/RESULTS.md, and for section 10 the run of "
+    "c98c525).",
     notes=[
         "Sections 2, 3, 4, 6 and 8 held agentledger against a raw `sqlite3` writer of the "
         "ledger's own rows (`agentledger / raw, per step` 2.66x FULL and 3.02x NORMAL; raw with "
@@ -49,6 +50,16 @@ RETIRED = Section(
         "LangGraph's `SqliteSaver` in section 6: every checkpoint holds the whole thread, so its "
         "files grow with the square of the history (about 25 GB at 1000 turns); it was skipped "
         "for want of disk in the last runs. LangGraph is measured in section 15.",
+        "Section 10's D, SQLAlchemy's private `Connection._cursor_execute` (a step transaction "
+        "D/A 1.01x FULL, 1.11x NORMAL, 1.00x and 1.05x on PostgreSQL): the ledger no longer "
+        "has that path (it uses SQLAlchemy's public APIs only), so there is nothing left to "
+        "hold against it.",
+        "Section 10's replay of captured statements, one transaction at a time, and its "
+        "per-statement table (B/A 1.17x to 7.57x a statement): the section now records whole "
+        "turns through `Agent.run` each way and times each recorder call (one transaction) and "
+        "the statements in it, the same comparison where a user meets it. Its visibility table "
+        "(every statement shown to `echo`, the engine's logger, cursor events and `handle_error`, "
+        "each way) was a check, not a figure: tests/test_statement_logging.py asserts it.",
         "The explanations of missed targets (what bounds the many-writers curves, why a checked "
         "cold load stays above 1.5x, why the DuckDB rollup over the attached file stays a few "
         "times SQLite's speed) are in docs/benchmarks.md, not computed here; so is section 12's "
@@ -93,12 +104,12 @@ def main(argv: list[str] | None = None) -> None:
             if only is None or only & set(numbers)
             for section in runner(sizes, Path(tmp), before)
         ]
-    command = " ".join(["python -m bench", *args_list])
+    sections.sort(key=lambda section: int(section.title.split(".", 1)[0]))
     report = render(
-        command=command,
+        command=" ".join(["python -m bench", *args_list]),
         mode=sizes.name,
         env=env,
-        sections=sorted(sections, key=_number) + ([RETIRED] if only is None else []),
+        sections=sections + ([RETIRED] if only is None else []),
         elapsed=time.perf_counter() - started,
     )
     print(report)
@@ -106,10 +117,6 @@ def main(argv: list[str] | None = None) -> None:
     if output is not None:
         output.write_text(report, encoding="utf-8")
         print(f"written to {output}", file=sys.stderr)
-
-
-def _number(section: Section) -> int:
-    return int(section.title.split(".", 1)[0])
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import random
 import sqlite3
 import time
 import uuid
+from contextlib import closing
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,10 +34,8 @@ CREATE TABLE IF NOT EXISTS usage (
 );
 """
 INSERT_MESSAGE = "INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
-INSERT_USAGE = (
-    "INSERT INTO usage (conversation_id, message_id, model, input_tokens, output_tokens, "
-    "created_at) VALUES (?, ?, ?, ?, ?, ?)"
-)
+INSERT_USAGE = "INSERT INTO usage (conversation_id, message_id, model, input_tokens, "
+INSERT_USAGE += "output_tokens, created_at) VALUES (?, ?, ?, ?, ?, ?)"
 dumps = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode
 """JSON as the ledger stores it on SQLite: sorted keys, no spaces, UTF-8 text."""
 
@@ -48,19 +47,14 @@ def new_id() -> str:
     return str(uuid.UUID(int=value | random.getrandbits(62)))
 
 
-def connect(path: Path, synchronous: str) -> sqlite3.Connection:
-    """A connection with the ledger's settings; transactions are issued by hand."""
-    conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
-    for pragma in ("journal_mode=WAL", "foreign_keys=ON", f"synchronous={synchronous}"):
-        conn.execute(f"PRAGMA {pragma}")
-    return conn
-
-
 class RawMessages:
-    """Writes runs as messages and usage rows with plain ``sqlite3``, a transaction a step."""
+    """Writes runs as messages and usage rows with plain ``sqlite3``, a transaction a step, on
+    a connection with the ledger's settings."""
 
     def __init__(self, path: Path, synchronous: str) -> None:
-        self.conn = connect(path, synchronous)
+        self.conn = sqlite3.connect(path, isolation_level=None, timeout=5.0)
+        for pragma in ("journal_mode=WAL", "foreign_keys=ON", f"synchronous={synchronous}"):
+            self.conn.execute(f"PRAGMA {pragma}")
         self.conn.executescript(f"BEGIN;\n{SCHEMA}\nCOMMIT;")
 
     def close(self) -> None:
@@ -70,9 +64,8 @@ class RawMessages:
         """One run's messages and usage; the conversation's id."""
         conversation_id = conversation_id or new_id()
         with self._transaction() as conn:
-            last = conn.execute(
-                "SELECT max(seq) FROM messages WHERE conversation_id = ?", (conversation_id,)
-            ).fetchone()[0]
+            query = "SELECT max(seq) FROM messages WHERE conversation_id = ?"
+            last = conn.execute(query, (conversation_id,)).fetchone()[0]
             seq = 0 if last is None else last + 1
             conn.execute(INSERT_MESSAGE, _row(conversation_id, seq, "user", text))
         for index in range(tool_steps):
@@ -82,18 +75,28 @@ class RawMessages:
             ]
             with self._transaction() as conn:
                 seq += 1
-                assistant = _row(conversation_id, seq, "assistant", "", calls=asked)
-                conn.execute(INSERT_MESSAGE, assistant)
-                conn.execute(INSERT_USAGE, _usage(conversation_id, assistant))
+                self._answer(conn, _row(conversation_id, seq, "assistant", "", calls=asked))
                 for call in asked:
                     seq += 1
-                    result = _row(conversation_id, seq, "tool", RESULT, call=call["id"])
-                    conn.execute(INSERT_MESSAGE, result)
+                    conn.execute(
+                        INSERT_MESSAGE, _row(conversation_id, seq, "tool", RESULT, call["id"])
+                    )
         with self._transaction() as conn:
-            answer = _row(conversation_id, seq + 1, "assistant", ANSWER)
-            conn.execute(INSERT_MESSAGE, answer)
-            conn.execute(INSERT_USAGE, _usage(conversation_id, answer))
+            self._answer(conn, _row(conversation_id, seq + 1, "assistant", ANSWER))
         return conversation_id
+
+    def _answer(self, conn: sqlite3.Connection, message: tuple[Any, ...]) -> None:
+        """A model's message, and its usage row."""
+        conn.execute(INSERT_MESSAGE, message)
+        usage = (
+            message[1],
+            message[0],
+            MODEL,
+            USAGE.input_tokens,
+            USAGE.output_tokens,
+            message[-1],
+        )
+        conn.execute(INSERT_USAGE, usage)
 
     def _transaction(self) -> sqlite3.Connection:
         """A transaction begun: the connection, as a context manager, commits it (or rolls it
@@ -111,25 +114,13 @@ def _row(
     seq: int,
     role: str,
     content: str,
-    *,
-    calls: list[dict[str, Any]] | None = None,
     call: str | None = None,
+    *,
+    calls: Any = None,
 ) -> tuple[Any, ...]:
-    name = TOOL_NAME if call is not None else None
-    tool_calls = dumps(calls) if calls else None
     stamp = datetime.now(UTC).strftime("%Y-%m-%d %H:%M:%S.%f")
+    name, tool_calls = TOOL_NAME if call is not None else None, dumps(calls) if calls else None
     return (new_id(), conversation_id, seq, role, content, name, tool_calls, call, stamp)
-
-
-def _usage(conversation_id: str, message: tuple[Any, ...]) -> tuple[Any, ...]:
-    return (
-        conversation_id,
-        message[0],
-        MODEL,
-        USAGE.input_tokens,
-        USAGE.output_tokens,
-        message[-1],
-    )
 
 
 RAW_LOAD = (
@@ -157,11 +148,8 @@ def raw_load(conn: sqlite3.Connection, conversation_id: str) -> int:
 
 def checkpointed_size(path: Path) -> int:
     """The database's size in bytes after ``PRAGMA wal_checkpoint(TRUNCATE)``."""
-    conn = sqlite3.connect(path)
-    try:
+    with closing(sqlite3.connect(path)) as conn:
         busy, _, _ = conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
-    finally:
-        conn.close()
     if busy:
         raise RuntimeError(f"could not checkpoint {path}: a reader or writer holds it")
     wal = path.with_name(path.name + "-wal")

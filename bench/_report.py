@@ -1,25 +1,36 @@
-"""The report: the machine and versions, then one table per benchmark."""
+"""The report: the machine and versions, then one table per benchmark, each figure a row and
+each target judged (met or missed) where it is shown."""
 
 from __future__ import annotations
 
+import operator
 import os
 import platform
+import re
 import sqlite3
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
+from ._common import ms, x
+
 PACKAGES = ("agentledger", "pydantic", "pydantic-core", "SQLAlchemy", "sqlmodel", "alembic")
-PEERS = (
-    "langgraph",
-    "langgraph-checkpoint-sqlite",
-    "langgraph-checkpoint-postgres",
-    "langchain-core",
-    "openai-agents",
-    "asyncpg",
-)
-"""The peers of ``bench/recording.py`` and ``bench/writers.py`` (the ``bench`` extra), named in
-the report's header."""
+PEERS = ("langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres")
+PEERS += ("langchain-core", "openai-agents", "asyncpg")
+"""The peers of ``bench/peers.py`` (the ``bench`` extra), named in the report's header."""
+TARGET = re.compile(r"([<>≤≥]) ([\d.]+) ?(x|s|ms)")
+OPERATORS = {"<": operator.lt, "≤": operator.le, ">": operator.gt, "≥": operator.ge}
+UNITS = {"x": 1.0, "s": 1.0, "ms": 1e-3}
+
+
+def judged(shown: str, value: float, target: str) -> str:
+    """``shown``, and whether ``value`` (a ratio, or seconds) meets ``target``: a comparison, a
+    bound and its unit (``"≤ 3x"``, ``"< 300 ms"``)."""
+    found = TARGET.fullmatch(target)
+    assert found is not None, target
+    op, bound, unit = found.groups()
+    return f"{shown}, {'met' if OPERATORS[op](value, float(bound) * UNITS[unit]) else 'missed'}"
 
 
 @dataclass(frozen=True)
@@ -30,11 +41,42 @@ class Row:
     headline: bool = False
     """A figure of the summary at the top of the report (shown in bold)."""
 
-    def cells(self) -> str:
-        if not self.headline:
-            return f"| {self.measure} | {self.median} | {self.ratio} |"
-        bold = [f"**{cell}**" if cell else "" for cell in (self.measure, self.median, self.ratio)]
-        return "| " + " | ".join(bold) + " |"
+    def cells(self) -> list[str]:
+        cells = [self.measure, self.median, self.ratio]
+        return [f"**{c}**" if c and self.headline else c for c in cells]
+
+
+def ratio(measure: str, value: float, target: str = "", headline: bool = False) -> Row:
+    """A ratio's row; with a ``target``, the target named and judged."""
+    if not target:
+        return Row(measure, ratio=x(value), headline=headline)
+    return Row(
+        f"{measure} (target {target})", ratio=judged(x(value), value, target), headline=headline
+    )
+
+
+def seconds(
+    measure: str,
+    value: float,
+    target: str = "",
+    *,
+    headline: bool = False,
+    shown: Callable[[float], str] = ms,
+) -> Row:
+    """A time's row; with a ``target``, the target named and judged."""
+    if not target:
+        return Row(measure, shown(value), headline=headline)
+    named = f"{measure} (target {target})"
+    return Row(named, judged(shown(value), value, target), headline=headline)
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]], align: str = "") -> list[str]:
+    """A Markdown table; ``align`` gives each column's side, ``l`` or ``r`` (by default the
+    first column left, the others right)."""
+    align = align or "l" + "r" * (len(header) - 1)
+    rule = "|" + "|".join("---:" if side == "r" else "---" for side in align) + "|"
+    lines = [f"| {' | '.join(cells)} |" for cells in rows]
+    return [f"| {' | '.join(header)} |", rule, *lines, ""]
 
 
 @dataclass
@@ -51,15 +93,10 @@ class Section:
     def render(self) -> list[str]:
         lines = [f"## {self.title}", "", self.about, ""]
         if self.rows:  # a section skipped says why in its notes, with no table
-            lines += ["| measure | median | ratio |", "|---|---:|---:|"]
-            lines += [row.cells() for row in self.rows]
-            lines.append("")
+            lines += table(("measure", "median", "ratio"), (row.cells() for row in self.rows))
         if self.notes:
-            lines += [f"- {note}" for note in self.notes]
-            lines.append("")
-        if self.details:
-            lines += [*self.details, ""]
-        return lines
+            lines += [*(f"- {note}" for note in self.notes), ""]
+        return lines + ([*self.details, ""] if self.details else [])
 
 
 def _cpu() -> str:
@@ -71,22 +108,23 @@ def _cpu() -> str:
     return platform.processor() or "unknown CPU"
 
 
-def _version(package: str) -> str:
-    try:
-        return version(package)
-    except PackageNotFoundError:
-        return "not installed"
+def _versions(packages: Sequence[str]) -> str:
+    def installed(package: str) -> str:
+        try:
+            return version(package)
+        except PackageNotFoundError:
+            return "not installed"
+
+    return ", ".join(f"{p} {installed(p)}" for p in packages)
 
 
 def environment(tempdir: str) -> list[str]:
-    packages = ", ".join(f"{p} {_version(p)}" for p in PACKAGES)
-    peers = ", ".join(f"{p} {_version(p)}" for p in PEERS)
     return [
         f"Machine: {platform.machine()}, {_cpu()}, {os.cpu_count()} CPUs, "
         f"{platform.system()} {platform.release()}.",
         f"Python {platform.python_version()} ({platform.python_implementation()}), "
-        f"SQLite {sqlite3.sqlite_version}; {packages}.",
-        f"Peers: {peers}.",
+        f"SQLite {sqlite3.sqlite_version}; {_versions(PACKAGES)}.",
+        f"Peers: {_versions(PEERS)}.",
         f"Database files in a temporary directory under `{tempdir}`.",
     ]
 
@@ -94,6 +132,12 @@ def environment(tempdir: str) -> list[str]:
 def render(
     *, command: str, mode: str, env: list[str], sections: list[Section], elapsed: float
 ) -> str:
+    summary = [
+        [f"{s.title.split('.', 1)[0]}. {r.measure}", r.median, r.ratio]
+        for s in sections
+        for r in s.rows
+        if r.headline
+    ]
     lines = [
         "# Benchmark results",
         "",
@@ -104,16 +148,10 @@ def render(
         "interleaved, several repetitions, medians. The ratios are the figures to compare; "
         "absolute times are printed for scale only.",
         "",
+        "## Summary",
+        "",
+        *table(("measure", "median", "ratio"), summary),
     ]
-    lines += ["## Summary", "", "| measure | median | ratio |", "|---|---:|---:|"]
-    for section in sections:
-        number = section.title.split(".", 1)[0]
-        lines += [
-            f"| {number}. {r.measure} | {r.median} | {r.ratio} |"
-            for r in section.rows
-            if r.headline
-        ]
-    lines.append("")
     for section in sections:
         lines += section.render()
     return "\n".join(lines)

@@ -16,53 +16,44 @@ import math
 import random
 import sqlite3
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentledger.ledger import Ledger
 
-SEED = 20300101
-MAX_DEPTH = 5
+SEED, MAX_DEPTH = 20300101, 5
 FAN_OUT = (0, 0, 0, 0, 1, 1, 2, 3)
 """Subagent runs a run above ``MAX_DEPTH`` starts, drawn uniformly (0.875 on average)."""
 CALLS = (1, 1, 1, 1, 2)
 """Ordinary tool calls per tool-calling step, drawn uniformly."""
-FAILED, RUNNING = 0.01, 0.005
-"""The fractions of runs that failed (their last step an ``error`` step) and still running."""
-UNPRICED_STEPS = 0.02
-"""The fraction of a priced model's steps whose cost is unknown all the same."""
-START = datetime(2030, 1, 1)
-"""The synthetic clock's origin (UTC, naive as the ledger stores times on SQLite)."""
-EPOCH_MS = 1_893_456_000_000
-"""``START`` in Unix milliseconds, for the ids."""
+FAILED, RUNNING, UNPRICED_STEPS = 0.01, 0.005, 0.02
+"""The fractions of runs that failed (their last step an ``error`` step) and still running, and
+of a priced model's steps whose cost is unknown all the same."""
+START, EPOCH_MS = datetime(2030, 1, 1), 1_893_456_000_000
+"""The synthetic clock's origin (UTC, naive as the ledger stores times on SQLite), and in Unix
+milliseconds, for the ids."""
 ROOT_AGENT, SUBAGENTS = "assistant", ("researcher", "coder", "reviewer", "summarizer")
-SPAWN = "spawn_subagent"
-BUDGET = json.dumps({"max_steps": 50})
+SPAWN, BUDGET = "spawn_subagent", json.dumps({"max_steps": 50})
 TEXT = "The quick brown fox jumps over the lazy dog; " * 12
 
 
-@dataclass(frozen=True)
-class Model:
+class Model(NamedTuple):
     name: str
-    input_price: float | None
-    """USD per input token; ``None`` for a model with no known price."""
+    input_price: float | None  # USD per token; None for a model with no known price
     output_price: float | None
     reasons: bool
 
 
-@dataclass(frozen=True)
-class Tool:
+class Tool(NamedTuple):
     name: str
     median_ms: float
-    sigma: float
-    """The spread of the log-normal duration."""
+    sigma: float  # the spread of the log-normal duration
     error_rate: float
-    timeout_ms: float | None = None
-    """When set, the tool's errors are timeouts: they take this long."""
+    timeout_ms: float | None = None  # when set, the tool's errors are timeouts of this long
 
 
 MODELS = (
@@ -77,8 +68,6 @@ TOOLS = (
     Tool("run_python", 1500, 1.0, 0.08),
     Tool("http_get", 400, 1.2, 0.04, timeout_ms=30_000),
 )
-
-TABLES = ("conversations", "agent_runs", "step_executions", "tool_executions")
 COLUMNS = {
     "conversations": "id kind title parent_run_id version lease_holder lease_run_id "
     "lease_expires_at created_at updated_at metadata",
@@ -93,37 +82,42 @@ COLUMNS = {
     "validated_arguments result is_error error started_at finished_at duration_ms child_run_id "
     "metadata",
 }
+TABLES = tuple(COLUMNS)
 INSERTS = {
     table: f"INSERT INTO {table} ({', '.join(names.split())}) "
     f"VALUES ({', '.join('?' * len(names.split()))})"
     for table, names in COLUMNS.items()
 }
 FLUSH_ROWS = 50_000
-
+STEPS = {  # a step's kind: finish_reason, stop_reason, decided_by, outcome_detail, content
+    "tool_use": ("tool_calls", None, "tool_calls", "{} tool call(s)", ""),
+    "response": ("stop", "completed", "tool_calls", "the model answered", TEXT[:120]),
+    "error": (None, "error", "error", "the model call failed", None),
+}
 Rows = dict[str, list[tuple[Any, ...]]]
+Tree = list["Tree"]
+"""A run tree's shape: a run is the list of the runs it started."""
 
 
-def _stamp(us: int) -> str:
+def _stamp(us: int | None) -> str | None:
     """A time on the synthetic clock, as the ledger stores it on SQLite."""
-    return (START + timedelta(microseconds=us)).isoformat(" ", "microseconds")
+    return (
+        None if us is None else (START + timedelta(microseconds=us)).isoformat(" ", "microseconds")
+    )
 
 
-@dataclass
 class _Ids:
     """Deterministic ids in the ledger's format: UUIDv7 text from the row's time and a counter,
     so that they sort by time as the ledger's do."""
 
-    counter: int = 0
+    def __init__(self, counter: int = 0) -> None:
+        self.counter = counter
 
     def __call__(self, us: int) -> str:
         self.counter += 1
         value = ((EPOCH_MS + us // 1000) << 80) | (0x7 << 76) | (0b10 << 62) | self.counter
         h = f"{value:032x}"
         return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
-
-
-Tree = list["Tree"]
-"""A run tree's shape: a run is the list of the runs it started."""
 
 
 def tree_shape(rng: random.Random, limit: int, *, deep: bool = False) -> Tree:
@@ -140,8 +134,7 @@ def tree_shape(rng: random.Random, limit: int, *, deep: bool = False) -> Tree:
             levels.add(depth)
             fan_out = max(fan_out, 1)
         for _ in range(min(fan_out, limit - size)):
-            child: Tree = []
-            children.append(child)
+            children.append(child := [])
             queue.append((child, depth + 1))
             size += 1
     return root
@@ -182,24 +175,14 @@ class _Run:
     cost: float | None = None
     unpriced: bool = False
 
-    def add(self, usage: Sequence[int], cost: float | None, *, unpriced: bool) -> None:
-        self.steps += 1
-        self.usage = [a + b for a, b in zip(self.usage, usage, strict=True)]
-        if cost is not None:
-            self.cost = cost + (self.cost or 0.0)
-        self.unpriced = self.unpriced or unpriced
 
-
-@dataclass
 class _Synthesizer:
     """Makes the rows of whole conversations, each run tree depth first, so that a
     ``spawn_subagent`` call lasts as long as the subagent run it started."""
 
-    rng: random.Random
-    counts: Iterator[int]
-    ids: _Ids = field(default_factory=_Ids)
-    rows: Rows = field(default_factory=lambda: {table: [] for table in TABLES})
-    runs: int = 0
+    def __init__(self, rng: random.Random, counts: Iterator[int], ids: _Ids) -> None:
+        self.rng, self.counts, self.ids, self.runs = rng, counts, ids, 0
+        self.rows: Rows = {table: [] for table in TABLES}
 
     def take(self) -> Rows:
         """The rows made since the last call."""
@@ -210,23 +193,20 @@ class _Synthesizer:
         """A main conversation of one turn per tree; when its last turn ended."""
         conversation_id, at = self.ids(start_us), start_us
         for tree in trees:
-            _, at = self.run(tree, conversation_id, at, parent=None)
+            _, at = self.run(tree, conversation_id, at, None)
             at += self.rng.randint(5_000_000, 120_000_000)  # the user reads and answers
-        self._conversation(conversation_id, "main", None, (start_us, at), len(trees))
+        self._conversation(conversation_id, "main", None, start_us, at, runs=len(trees))
         return at
 
     def run(
-        self, tree: Tree, conversation_id: str, start_us: int, *, parent: _Run | None
+        self, tree: Tree, conversation_id: str, start_us: int, parent: _Run | None
     ) -> tuple[str, int]:
         """One run and its subtree; the run's id and when it last did something."""
         rng, run_id = self.rng, self.ids(start_us)
         self.runs += 1
         model = rng.choice(MODELS[:2] if parent is None else MODELS)
-        if parent is None:
-            run = _Run(run_id, run_id, 0, model)
-        else:
-            run = _Run(run_id, parent.root_id, parent.depth + 1, model)
-        fate = rng.random()
+        root, depth = (run_id, 0) if parent is None else (parent.root_id, parent.depth + 1)
+        run, fate = _Run(run_id, root, depth, model), rng.random()
         status = "failed" if fate < FAILED else "running" if fate < FAILED + RUNNING else ""
         steps = next(self.counts)
         tool_steps = steps if status == "running" else steps - 1
@@ -235,13 +215,21 @@ class _Synthesizer:
             spawns[i % tool_steps].append(child)
         at = start_us + rng.randint(2_000, 20_000)
         for index in range(steps):
-            kind = "tool_use"
-            if index == tool_steps:
-                kind = "error" if status == "failed" else "response"
+            kind = "response" if status != "failed" else "error"
+            kind = "tool_use" if index < tool_steps else kind
             at = self._step(run, index, kind, spawns[index], at) + rng.randint(200, 3_000)
         agent = ROOT_AGENT if parent is None else rng.choice(SUBAGENTS)
-        times = (start_us, None if status == "running" else at, at)
-        self._run_row(run, conversation_id, parent, agent, status or "completed", times)
+        stop, error = {"": ("completed", None), "failed": ("error", "the model call failed")}.get(
+            status, (None, None)
+        )
+        self.rows["agent_runs"].append(
+            (
+                *(run.id, conversation_id, None if parent is None else parent.id, run.root_id),
+                *(run.depth, agent, model.name, status or "completed", stop, error),
+                *(_stamp(start_us), _stamp(None if status == "running" else at), _stamp(at)),
+                *(run.steps, *run.usage, run.cost, not run.unpriced, BUDGET, None),
+            )
+        )
         return run_id, at
 
     def _step(self, run: _Run, index: int, kind: str, children: list[Tree], start_us: int) -> int:
@@ -252,24 +240,22 @@ class _Synthesizer:
         if kind == "tool_use":
             tools += [rng.choice(TOOLS) for _ in range(rng.choice(CALLS))]
         tools += [None] * len(children)  # None: a spawn_subagent call
-        calls, rows, spawned = [], [], iter(children)
+        rows, spawned = [], iter(children)
         for position, tool in enumerate(tools):
             call_id = f"call_{index}_{position}_{self.ids.counter:x}"
-            task = f"task {index}.{position}"
-            name = SPAWN if tool is None else tool.name
-            calls.append({"id": call_id, "name": name, "arguments": {"task": task}})
+            task, child, error = f"task {index}.{position}", None, None
             if tool is None:
                 child, ends = self._subagent(run, next(spawned), at)
-                error = None
-                result = TEXT[: rng.randint(32, len(TEXT))]
             else:
-                child, ends, error = None, at + self._duration(tool), None
+                duration = rng.lognormvariate(math.log(tool.median_ms * 1000), tool.sigma)
+                ends = at + max(1, int(duration))
                 if rng.random() < tool.error_rate:
                     error = f"{tool.name} failed: error {rng.randint(1, 99)}"
                     if tool.timeout_ms is not None:
                         ends, error = at + int(tool.timeout_ms * 1000), f"{tool.name} timed out"
-                result = error or TEXT[: rng.randint(32, len(TEXT))]
+            result = error or TEXT[: rng.randint(32, len(TEXT))]
             arguments = f'{{"task": "{task}"}}'  # as json.dumps writes it, faster
+            name = SPAWN if tool is None else tool.name
             rows.append(
                 (
                     *(self.ids(at), run.id, step_id, index, position, call_id, name),
@@ -278,7 +264,7 @@ class _Synthesizer:
                 )
             )
             at = ends
-        self._step_row(run, step_id, index, kind, calls, (start_us, at))
+        self._step_row(run, step_id, index, kind, len(tools), start_us, at)
         self.rows["tool_executions"] += rows
         return at
 
@@ -286,12 +272,9 @@ class _Synthesizer:
         """A subagent run in its own conversation; its id, and when the call returned."""
         conversation_id = self.ids(called_us)
         start = called_us + self.rng.randint(1_000, 10_000)
-        run_id, end = self.run(tree, conversation_id, start, parent=parent)
-        self._conversation(conversation_id, "subagent", parent.id, (start, end), 1)
+        run_id, end = self.run(tree, conversation_id, start, parent)
+        self._conversation(conversation_id, "subagent", parent.id, start, end, runs=1)
         return run_id, end + self.rng.randint(1_000, 10_000)
-
-    def _duration(self, tool: Tool) -> int:
-        return max(1, int(self.rng.lognormvariate(math.log(tool.median_ms * 1000), tool.sigma)))
 
     def _usage(self, run: _Run, index: int) -> tuple[tuple[int, ...], float | None]:
         """A model call's tokens (the prompt grows with the run) and its cost, if known."""
@@ -301,78 +284,38 @@ class _Synthesizer:
         cached = prompt * rng.randint(50, 90) // 100 if index else 0
         written = rng.randint(0, 700) if index == 0 else 0
         reasoning = rng.randint(0, output // 2) if model.reasons else 0
-        cost = None
         priced = model.input_price is not None and model.output_price is not None
+        cost = None
         if priced and rng.random() >= UNPRICED_STEPS:
-            cost = prompt * model.input_price + output * model.output_price
+            cost = prompt * model.input_price + output * model.output_price  # type: ignore[operator]
         return (prompt, output, cached, written, reasoning), cost
 
     def _step_row(
-        self,
-        run: _Run,
-        step_id: str,
-        index: int,
-        kind: str,
-        calls: list[dict[str, Any]],
-        times: tuple[int, int],
+        self, run: _Run, step_id: str, index: int, kind: str, calls: int, start: int, end: int
     ) -> None:
-        start, end = times
         if kind == "error":  # the model call failed: no message, no usage
             usage, cost, message_id = (0, 0, 0, 0, 0), None, None
         else:
             (usage, cost), message_id = self._usage(run, index), self.ids(end)
-        run.add(usage, cost, unpriced=message_id is not None and cost is None)
-        finish, stop, decided, detail, content = {
-            "tool_use": ("tool_calls", None, "tool_calls", f"{len(calls)} tool call(s)", ""),
-            "response": ("stop", "completed", "tool_calls", "the model answered", TEXT[:120]),
-            "error": (None, "error", "error", "the model call failed", None),
-        }[kind]
-        error = "the provider answered 500" if kind == "error" else None
+        run.steps += 1
+        run.usage = [a + b for a, b in zip(run.usage, usage, strict=True)]
+        run.cost = run.cost if cost is None else cost + (run.cost or 0.0)
+        run.unpriced = run.unpriced or (message_id is not None and cost is None)
+        finish, stop, decided, detail, content = STEPS[kind]
         self.rows["step_executions"].append(
             (
                 *(step_id, run.id, index, kind, run.model.name, finish, _stamp(start)),
                 *(_stamp(end), (end - start) / 1000, *usage, cost, kind == "tool_use"),
-                *(stop, decided, detail, False, error, message_id, content),
-                *(None, None, len(calls)),
+                *(stop, decided, detail.format(calls), False),
+                *("the provider answered 500" if kind == "error" else None, message_id, content),
+                *(None, None, calls),
             )
         )
 
-    def _run_row(
-        self,
-        run: _Run,
-        conversation_id: str,
-        parent: _Run | None,
-        agent: str,
-        status: str,
-        times: tuple[int, int | None, int],
-    ) -> None:
-        start, finished, beat = times
-        stop = {"completed": "completed", "failed": "error"}.get(status)
-        error = "the model call failed" if status == "failed" else None
-        self.rows["agent_runs"].append(
-            (
-                *(run.id, conversation_id, None if parent is None else parent.id, run.root_id),
-                *(run.depth, agent, run.model.name, status, stop, error, _stamp(start)),
-                *(None if finished is None else _stamp(finished), _stamp(beat), run.steps),
-                *(*run.usage, run.cost, not run.unpriced, BUDGET, None),
-            )
-        )
-
-    def _conversation(
-        self,
-        conversation_id: str,
-        kind: str,
-        parent_run_id: str | None,
-        times: tuple[int, int],
-        runs: int,
-    ) -> None:
-        created, updated = times
-        self.rows["conversations"].append(
-            (
-                *(conversation_id, kind, None, parent_run_id, runs, None, None, None),
-                *(_stamp(created), _stamp(updated), None),
-            )
-        )
+    def _conversation(self, id: str, kind: str, parent: str | None, *times: int, runs: int) -> None:
+        start, end = map(_stamp, times)
+        row = (id, kind, None, parent, runs, None, None, None, start, end, None)
+        self.rows["conversations"].append(row)
 
 
 def synthesize(*, runs: int, steps: int, seed: int = SEED, first_id: int = 0) -> Iterator[Rows]:
@@ -384,13 +327,24 @@ def synthesize(*, runs: int, steps: int, seed: int = SEED, first_id: int = 0) ->
     while maker.runs < runs:
         trees: list[Tree] = []
         for _ in range(rng.randint(1, 4)):
-            left = runs - maker.runs - sum(map(tree_size, trees))
-            if left:
+            if left := runs - maker.runs - sum(map(tree_size, trees)):
                 trees.append(tree_shape(rng, left, deep=maker.runs == 0 and not trees))
         at = maker.conversation(trees, at) + rng.randint(0, 60_000_000)
         if len(maker.rows["step_executions"]) >= FLUSH_ROWS:
             yield maker.take()
     yield maker.take()
+
+
+def _insert(conn: sqlite3.Connection, **synthesized: Any) -> int:
+    """The rows of :func:`synthesize` inserted in one transaction; the steps added."""
+    conn.execute("BEGIN")
+    added = 0
+    for batch in synthesize(**synthesized):
+        added += len(batch["step_executions"])
+        for table in TABLES:
+            conn.executemany(INSERTS[table], batch[table])
+    conn.execute("COMMIT")
+    return added
 
 
 @dataclass(frozen=True)
@@ -403,25 +357,16 @@ class Built:
     trees: int
     max_depth: int
 
-    @property
-    def total_rows(self) -> int:
-        return sum(self.rows.values())
-
 
 def build(path: Path, *, runs: int, steps: int, seed: int = SEED) -> Built:
     """A new ledger at ``path``, migrated by the ledger itself, then filled with ``steps``
     steps in ``runs`` runs by bulk inserts in one transaction."""
     started = time.perf_counter()
-    with Ledger.open(path):
-        pass
+    Ledger.open(path).close()
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
         conn.execute("PRAGMA journal_mode=OFF")  # for the build only: it is a fixture
         conn.execute("PRAGMA synchronous=OFF")
-        conn.execute("BEGIN")
-        for batch in synthesize(runs=runs, steps=steps, seed=seed):
-            for table in TABLES:
-                conn.executemany(INSERTS[table], batch[table])
-        conn.execute("COMMIT")
+        _insert(conn, runs=runs, steps=steps, seed=seed)
         conn.execute("PRAGMA journal_mode=WAL")  # as the ledger keeps its files
         seconds = time.perf_counter() - started
         rows = {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in TABLES}
@@ -436,11 +381,4 @@ def append(path: Path, *, runs: int, steps: int, seed: int, first_id: int) -> in
     ledger at ``path`` in one ordinary transaction, the change triggers firing as for any
     writer; the steps added."""
     with closing(sqlite3.connect(path, isolation_level=None)) as conn:
-        conn.execute("BEGIN")
-        added = 0
-        for batch in synthesize(runs=runs, steps=steps, seed=seed, first_id=first_id):
-            added += len(batch["step_executions"])
-            for table in TABLES:
-                conn.executemany(INSERTS[table], batch[table])
-        conn.execute("COMMIT")
-    return added
+        return _insert(conn, runs=runs, steps=steps, seed=seed, first_id=first_id)

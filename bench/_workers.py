@@ -6,7 +6,7 @@ another version (``bench/previous.py``) is a fresh interpreter (``python -P -c``
 ``PYTHONPATH`` puts that version's ``agentledger`` first, then this ``bench/``, and checks that
 it imported that version before it builds its system. Either talks to the parent over a pipe.
 The parent sends one command and waits for its answer before it sends the next
-(:meth:`Worker.call`, :func:`interleaved_calls`), so only one system works while it is timed;
+(:meth:`Worker.call`, :meth:`Worker.caller`), so only one system works while it is timed;
 :func:`broadcast` sends a command to every worker first and then collects the answers, for
 untimed work that may run in parallel (building histories).
 """
@@ -25,16 +25,14 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from ._common import Samples, interleaved
-
 BENCH_ROOT = Path(__file__).resolve().parent.parent
 """The directory that holds ``bench/``."""
 BOOT = "import sys; from bench._workers import serve; serve(int(sys.argv[1]), sys.argv[2])"
 PRELOAD = ["bench.recording", "bench.writers", "agentledger.ledger.migrate"]
 """What the fork server imports once for every worker of this version (the migrations' too,
 which a new ledger runs)."""
-_STOP, _WHERE = "_stop", "_where"
-"""The commands every worker answers: stop, and the file its ``agentledger`` came from."""
+STOP = "_stop"
+"""The command every worker answers: its system closed, it stops."""
 
 
 class WorkerError(RuntimeError):
@@ -61,8 +59,7 @@ class Worker:
             path = os.pathsep.join([str(source), str(BENCH_ROOT)])
             argv = [sys.executable, "-P", "-c", BOOT, str(child.fileno()), str(source)]
             env = {**os.environ, "PYTHONPATH": path}
-            popen = subprocess.Popen(argv, env=env, pass_fds=[child.fileno()], cwd=BENCH_ROOT)
-            self._process = _Started(popen)
+            self._process = _Interpreter(argv, env=env, pass_fds=[child.fileno()], cwd=BENCH_ROOT)
             self.connection.send((factory.__module__, factory.__qualname__, kwargs))
         child.close()
 
@@ -86,15 +83,17 @@ class Worker:
         self.send(command, *args)
         return self.receive()
 
-    def agentledger_file(self) -> str:
-        return str(self.call(_WHERE))
+    def caller(self, command: str, *args: Any) -> Callable[[], float]:
+        """A timed system of :func:`bench._common.interleaved`: ``command``, which answers
+        with seconds."""
+        return lambda: float(self.call(command, *args))
 
     def close(self) -> None:
         """Stop the worker: told to (its system closed first) when it is idle, killed when it
         is still working on a command (the parent gave up on it)."""
         if self._process.is_alive() and not self._pending:
             with contextlib.suppress(OSError):
-                self.connection.send((_STOP, ()))
+                self.connection.send((STOP, ()))
                 self._process.join(30)
         if self._process.is_alive():
             self._process.kill()
@@ -102,25 +101,17 @@ class Worker:
         self.connection.close()
 
 
-class _Started:
-    """A started interpreter with the methods of ``multiprocessing.Process`` a worker uses."""
+class _Interpreter(subprocess.Popen[bytes]):
+    """A fresh interpreter, with the methods of ``multiprocessing.Process`` a worker uses."""
 
-    def __init__(self, process: subprocess.Popen[bytes]) -> None:
-        self.process = process
-
-    @property
-    def exitcode(self) -> int | None:
-        return self.process.poll()
+    exitcode = property(subprocess.Popen.poll)
 
     def is_alive(self) -> bool:
-        return self.process.poll() is None
+        return self.poll() is None
 
     def join(self, timeout: float | None) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
-            self.process.wait(timeout)
-
-    def kill(self) -> None:
-        self.process.kill()
+            self.wait(timeout)
 
 
 def serve(fd: int, source: str) -> None:
@@ -152,11 +143,9 @@ def _serve(conn: Connection, factory: Callable[..., Any], kwargs: dict[str, Any]
             command, args = conn.recv()
         except EOFError:  # the parent is gone
             break
-        if command == _STOP:
+        if command == STOP:
             break
-        if command == _WHERE:
-            conn.send(("ok", sys.modules["agentledger"].__file__))
-        elif system is None:
+        if system is None:
             conn.send(("error", setup_error))
         else:
             try:
@@ -190,13 +179,3 @@ def gather(workers: Mapping[str, Worker]) -> dict[str, Any]:
     if errors:
         raise WorkerError("\n".join(errors))
     return answers
-
-
-def interleaved_calls(workers: Mapping[str, Worker], command: str, reps: int) -> Samples:
-    """``command`` (which returns seconds) on each worker once per repetition, one worker at a
-    time, the order rotating (:func:`bench._common.interleaved`)."""
-    return interleaved({name: _caller(w, command) for name, w in workers.items()}, reps)
-
-
-def _caller(worker: Worker, command: str) -> Callable[[], float]:
-    return lambda: float(worker.call(command))

@@ -19,37 +19,30 @@ from dataclasses import dataclass
 from datetime import datetime
 from importlib.metadata import version
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from agentledger import Analytics
 
-from ._common import Samples, Sizes, interleaved, judged, ms, timed, x
-from ._report import Row, Section
+from ._common import Samples, Sizes, interleaved, ms, timed, x
+from ._report import Row, Section, judged, ratio, seconds
 from ._synthetic import append, build
 
-# -- sizes ------------------------------------------------------------------------------------
 
-
-@dataclass(frozen=True)
-class Scale:
-    """The synthetic ledger's size and the repetitions, per mode."""
+class Scale(NamedTuple):
+    """The synthetic ledger's size and the repetitions, per mode (SQLite's at most ``reps``:
+    its queries take far longer than DuckDB's)."""
 
     steps: int
     runs: int
     reps: int
     sqlite_reps: int
-    """SQLite's repetitions, at most ``reps``: its queries take far longer than DuckDB's."""
 
 
 SCALES = {
-    "quick": Scale(steps=100_000, runs=10_000, reps=3, sqlite_reps=3),
-    "default": Scale(steps=1_000_000, runs=100_000, reps=5, sqlite_reps=5),
-    "full": Scale(steps=1_000_000, runs=100_000, reps=9, sqlite_reps=5),
+    "quick": Scale(100_000, 10_000, reps=3, sqlite_reps=3),
+    "default": Scale(1_000_000, 100_000, reps=5, sqlite_reps=5),
+    "full": Scale(1_000_000, 100_000, reps=9, sqlite_reps=5),
 }
-
-
-# -- SQLite alone -------------------------------------------------------------------------------
-
 _TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 _TOKENS += ("reasoning_tokens", "cache_write_1h_tokens")
 _SUMS = ("steps", *_TOKENS, "cost_usd", "unpriced_steps", "tool_calls", "tool_errors")
@@ -162,46 +155,31 @@ def sqlite_connect(path: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
 
 
-# -- both answers compared ----------------------------------------------------------------------
-
 TOLERANCES = {"wall_ms": 1.5}
 """Absolute tolerances: DuckDB's ``epoch_ms`` counts whole milliseconds, SQLite's
 ``julianday`` is a float of days."""
 
 
-def _normal(column: str, value: Any) -> Any:
-    """A SQLite value as DuckDB returns it: ``path`` a list, timestamps datetimes."""
-    if value is None or not isinstance(value, str):
-        return value
-    if column == "path":
-        return value.split(",")
-    if column.endswith("_at"):
-        return datetime.fromisoformat(value)
-    return value
-
-
 def _same(column: str, ours: Any, theirs: Any) -> bool:
-    if isinstance(ours, float) or isinstance(theirs, float):
-        if ours is None or theirs is None:
-            return ours is theirs
-        return math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=TOLERANCES.get(column, 1e-9))
-    return bool(ours == theirs)
+    """Whether DuckDB's value is SQLite's (``path`` a list there, timestamps datetimes), floats
+    within a relative 1e-9."""
+    if isinstance(theirs, str) and column == "path":
+        theirs = theirs.split(",")
+    elif isinstance(theirs, str) and column.endswith("_at"):
+        theirs = datetime.fromisoformat(theirs)
+    if None in (ours, theirs) or (not isinstance(ours, float) and not isinstance(theirs, float)):
+        return bool(ours == theirs)
+    return math.isclose(ours, theirs, rel_tol=1e-9, abs_tol=TOLERANCES.get(column, 1e-9))
 
 
-def differences(
-    columns: Sequence[str],
-    duckdb_rows: Sequence[Sequence[Any]],
-    sqlite_rows: Sequence[Sequence[Any]],
-) -> list[str]:
-    """Where two answers with the same ``columns`` disagree, rows matched on the first column;
-    floats within a relative 1e-9."""
-    duck = {row[0]: row for row in duckdb_rows}
-    lite = {row[0]: row for row in sqlite_rows}
+def differences(columns: Sequence[str], duckdb_rows: Any, sqlite_rows: Any) -> list[str]:
+    """Where two answers with the same ``columns`` disagree, rows matched on the first column."""
+    duck, lite = ({row[0]: row for row in rows} for rows in (duckdb_rows, sqlite_rows))
     found = [f"only in DuckDB: {key}" for key in duck.keys() - lite.keys()]
     found += [f"only in SQLite: {key}" for key in lite.keys() - duck.keys()]
     for key in duck.keys() & lite.keys():
         for column, ours, theirs in zip(columns, duck[key], lite[key], strict=True):
-            if not _same(column, ours, _normal(column, theirs)):
+            if not _same(column, ours, theirs):
                 found.append(f"{key}, {column}: DuckDB {ours!r}, SQLite {theirs!r}")
     return sorted(found)
 
@@ -214,39 +192,45 @@ def check_same_answers(analytics: Analytics, conn: sqlite3.Connection) -> None:
         relation = analytics.sql(f"SELECT * FROM {view}")
         if relation.columns != columns:
             raise AssertionError(f"{view}: DuckDB has {relation.columns}, SQLite {columns}")
-        found = differences(columns, relation.fetchall(), cursor.fetchall())
-        if found:
+        if found := differences(columns, relation.fetchall(), cursor.fetchall()):
             raise AssertionError(
                 f"{view}: SQLite alone no longer answers as DuckDB does ({len(found)} "
                 f"differences, first {found[:5]}); update bench/analytics.py"
             )
 
 
-# -- the benchmark ------------------------------------------------------------------------------
-
-DUCK_ROLLUP, DUCK_TUPLES, DUCK_TOOLS = "duckdb run_rollup", "duckdb tuples", "duckdb tool_stats"
-DUCK_TREE, DUCK_OWN = "duckdb run_tree", "duckdb run_own_usage"
-LITE_ROLLUP, LITE_TOOLS = "sqlite run_rollup", "sqlite tool_stats"
-CACHE_ROLLUP, CACHE_TOOLS = "cache run_rollup", "cache tool_stats"
 ADDED_STEPS = 10_000
+DUCK = {  # what is timed of DuckDB, on the attached file (and the cache's, "cache ...")
+    "duckdb run_rollup": "SELECT * FROM run_rollup",
+    "duckdb run_tree": "SELECT * FROM run_tree",
+    "duckdb run_own_usage": "SELECT * FROM run_own_usage",
+    "duckdb tool_stats": "SELECT * FROM tool_stats",
+}
+CACHED = ("duckdb run_rollup", "duckdb tool_stats")
+LITE = {"sqlite run_rollup": SQLITE_RUN_ROLLUP, "sqlite tool_stats": SQLITE_TOOL_STATS}
 
 
 @dataclass(frozen=True)
 class Measured:
     scale: Scale
     rows: dict[str, int]
-    """The synthetic ledger's rows per table, and ``trees``."""
+    """The synthetic ledger's rows per table."""
     build_seconds: float
     samples: Samples
-    full_sync: float
-    """The first sync of the cache: every table copied."""
-    incremental_sync: float
-    """The sync after :data:`ADDED_STEPS` new steps."""
+    syncs: tuple[float, float]
+    """The first sync of the cache (every table copied), and one after :data:`ADDED_STEPS`."""
     facts: str
 
 
-def _arrow(analytics: Analytics, view: str) -> Any:
-    return analytics.sql(f"SELECT * FROM {view}").to_arrow_table()
+def _timed_reads(direct: Analytics, cached: Analytics, conn: sqlite3.Connection) -> dict[str, Any]:
+    """Each view read whole as Arrow (and ``run_rollup`` as Python tuples), on the attached
+    file and in the cache; each SQLite query with ``fetchall()``: their timed callables."""
+    views = [(n, direct, sql) for n, sql in DUCK.items()]
+    views += [(n.replace("duckdb", "cache"), cached, DUCK[n]) for n in CACHED]
+    reads = {n: (lambda a=a, q=q: timed(lambda: a.sql(q).to_arrow_table())) for n, a, q in views}
+    reads["duckdb tuples"] = lambda: timed(lambda: direct.run_rollup().fetchall())
+    lite = {n: (lambda q=q: timed(lambda: conn.execute(q).fetchall())) for n, q in LITE.items()}
+    return reads | lite
 
 
 def measure(scale: Scale, tmp: Path) -> Measured:
@@ -256,44 +240,28 @@ def measure(scale: Scale, tmp: Path) -> Measured:
     started = time.perf_counter()
     cached = Analytics.open(built.path, cache=tmp / "analytics.duckdb")
     full_sync = time.perf_counter() - started
-    with (
-        cached,
-        Analytics.open(built.path) as direct,
-        closing(sqlite_connect(built.path)) as conn,
-    ):
+    with cached, Analytics.open(built.path) as direct, closing(sqlite_connect(built.path)) as conn:
         print("  comparing the answers ...", file=sys.stderr, flush=True)
         check_same_answers(direct, conn)  # which warms both up, too
         check_same_answers(cached, conn)
         threads = direct.sql("SELECT current_setting('threads')").fetchone()[0]
-        duck = {
-            DUCK_ROLLUP: lambda: timed(lambda: _arrow(direct, "run_rollup")),
-            DUCK_TUPLES: lambda: timed(lambda: direct.run_rollup().fetchall()),
-            DUCK_TREE: lambda: timed(lambda: _arrow(direct, "run_tree")),
-            DUCK_OWN: lambda: timed(lambda: _arrow(direct, "run_own_usage")),
-            DUCK_TOOLS: lambda: timed(lambda: _arrow(direct, "tool_stats")),
-            CACHE_ROLLUP: lambda: timed(lambda: _arrow(cached, "run_rollup")),
-            CACHE_TOOLS: lambda: timed(lambda: _arrow(cached, "tool_stats")),
-        }
-        lite = {
-            LITE_ROLLUP: lambda: timed(lambda: conn.execute(SQLITE_RUN_ROLLUP).fetchall()),
-            LITE_TOOLS: lambda: timed(lambda: conn.execute(SQLITE_TOOL_STATS).fetchall()),
-        }
+        reads = _timed_reads(direct, cached, conn)
+        duck = {name: read for name, read in reads.items() if name not in LITE}
         print(f"  {scale.reps} repetitions ...", file=sys.stderr, flush=True)
         load = os.getloadavg()[0]
-        samples = interleaved({**duck, **lite}, scale.sqlite_reps)
+        samples = interleaved(reads, scale.sqlite_reps)
         for name, times in interleaved(duck, scale.reps - scale.sqlite_reps).times.items():
             samples.times[name] += times
         load_after = os.getloadavg()[0]
         print(f"  {ADDED_STEPS:,} more steps, then a sync ...", file=sys.stderr, flush=True)
-        added = append(
-            built.path, runs=ADDED_STEPS // 10, steps=ADDED_STEPS, seed=7, first_id=1 << 40
-        )
+        more = {"runs": ADDED_STEPS // 10, "steps": ADDED_STEPS, "seed": 7, "first_id": 1 << 40}
+        added = append(built.path, **more)
         started = time.perf_counter()
         synced = cached.sync()
         incremental = time.perf_counter() - started
         if synced.full or synced.rows["step_executions"] != added:
             raise AssertionError(f"the sync after {added:,} new steps read {synced}")
-    rows = built.rows
+    rows, packages = built.rows, ("duckdb", "duckdb-extension-sqlite-scanner", "pyarrow")
     facts = (
         f"DuckDB: {scale.reps} repetitions, SQLite: {scale.sqlite_reps}; DuckDB ran with {threads} "
         f"threads, its default: the machine's cores; the load average was {load:.1f} when the "
@@ -301,80 +269,51 @@ def measure(scale: Scale, tmp: Path) -> Measured:
         f"conversations, {rows['agent_runs']:,} runs in {built.trees:,} trees (depth ≤ "
         f"{built.max_depth}), {rows['step_executions']:,} steps, {rows['tool_executions']:,} tool "
         f"calls; {built.path.stat().st_size / 1e6:,.0f} MB. Versions: "
-        + ", ".join(
-            f"{p} {version(p)}" for p in ("duckdb", "duckdb-extension-sqlite-scanner", "pyarrow")
-        )
+        + ", ".join(f"{p} {version(p)}" for p in packages)
         + "."
     )
-    return Measured(scale, rows, built.seconds, samples, full_sync, incremental, facts)
+    return Measured(scale, rows, built.seconds, samples, (full_sync, incremental), facts)
 
 
 def report(measured: Measured) -> Section:
-    samples = measured.samples
-    median = lambda name: ms(samples.median(name))  # noqa: E731
-    ratio = lambda top, bottom: x(samples.ratio(top, bottom))  # noqa: E731
+    samples, (full, later), built = measured.samples, measured.syncs, measured.build_seconds
+    median, rate = samples.median, samples.ratio
+    rollup, cache = median("duckdb run_rollup"), median("cache run_rollup")
+    lite_over_cache = rate("sqlite run_rollup", "cache run_rollup")
 
-    def judge(top: str, bottom: str, target: str) -> str:
-        return judged(ratio(top, bottom), samples.ratio(top, bottom), target)
+    def over(name: str, top: str, bottom: str, target: str = "") -> Row:
+        return ratio(name, rate(f"sqlite {top}", f"{bottom} {top}"), target, headline=True)
 
-    rollup, cache = samples.median(DUCK_ROLLUP), samples.median(CACHE_ROLLUP)
-    total, full, later = sum(measured.rows.values()), measured.full_sync, measured.incremental_sync
     rows = [
-        Row(f"building the ledger: {total:,} rows", f"{measured.build_seconds:,.1f} s"),
-        Row(
-            "DuckDB: run_rollup, as Arrow (target < 2 s)",
-            judged(ms(rollup), rollup, "< 2"),
-            "",
-            True,
-        ),
-        Row("SQLite alone: run_rollup, fetchall()", median(LITE_ROLLUP)),
-        Row(
-            "run_rollup: SQLite / DuckDB (target ≥ 10x)",
-            "",
-            judge(LITE_ROLLUP, DUCK_ROLLUP, "≥ 10"),
-            True,
-        ),
+        Row(f"building the ledger: {sum(measured.rows.values()):,} rows", f"{built:,.1f} s"),
+        seconds("DuckDB: run_rollup, as Arrow", rollup, "< 2 s", headline=True),
+        seconds("SQLite alone: run_rollup, fetchall()", median("sqlite run_rollup")),
+        over("run_rollup: SQLite / DuckDB", "run_rollup", "duckdb", "≥ 10x"),
         Row(
             "DuckDB: run_rollup, fetchall() (Python tuples, as SQLite's); SQLite / it",
-            median(DUCK_TUPLES),
-            ratio(LITE_ROLLUP, DUCK_TUPLES),
+            ms(median("duckdb tuples")),
+            x(rate("sqlite run_rollup", "duckdb tuples")),
         ),
-        Row("DuckDB: run_tree alone, as Arrow", median(DUCK_TREE)),
-        Row("DuckDB: run_own_usage alone, as Arrow", median(DUCK_OWN)),
-        Row("DuckDB: tool_stats, as Arrow", median(DUCK_TOOLS)),
-        Row("SQLite alone: tool_stats, fetchall()", median(LITE_TOOLS)),
-        Row("tool_stats: SQLite / DuckDB", "", ratio(LITE_TOOLS, DUCK_TOOLS), headline=True),
+        seconds("DuckDB: run_tree alone, as Arrow", median("duckdb run_tree")),
+        seconds("DuckDB: run_own_usage alone, as Arrow", median("duckdb run_own_usage")),
+        seconds("DuckDB: tool_stats, as Arrow", median("duckdb tool_stats")),
+        seconds("SQLite alone: tool_stats, fetchall()", median("sqlite tool_stats")),
+        over("tool_stats: SQLite / DuckDB", "tool_stats", "duckdb"),
         Row(
             "cache: first full sync of the ledger; / one direct rollup (target < 10x)",
             ms(full),
-            judged(x(full / rollup), full / rollup, "< 10"),
+            judged(x(full / rollup), full / rollup, "< 10x"),
             True,
         ),
-        Row(
-            "cache: run_rollup, as Arrow (target < 300 ms)",
-            judged(ms(cache), cache, "< 0.3"),
-            "",
-            True,
-        ),
+        seconds("cache: run_rollup, as Arrow", cache, "< 300 ms", headline=True),
         Row(
             "run_rollup: SQLite / cache (target ≥ 10x); direct attach / cache",
-            "",
-            f"{judge(LITE_ROLLUP, CACHE_ROLLUP, '≥ 10')}; {ratio(DUCK_ROLLUP, CACHE_ROLLUP)}",
+            ratio=f"{judged(x(lite_over_cache), lite_over_cache, '≥ 10x')}; {x(rollup / cache)}",
             headline=True,
         ),
-        Row("cache: tool_stats, as Arrow", median(CACHE_TOOLS)),
-        Row(
-            "tool_stats: SQLite / cache (target ≥ 30x)",
-            "",
-            judge(LITE_TOOLS, CACHE_TOOLS, "≥ 30"),
-            True,
-        ),
-        Row(
-            f"cache: sync after {ADDED_STEPS:,} new steps (target < 1 s)",
-            judged(ms(later), later, "< 1"),
-            "",
-            True,
-        ),
+        seconds("cache: tool_stats, as Arrow", median("cache tool_stats")),
+        over("tool_stats: SQLite / cache", "tool_stats", "cache", "≥ 30x"),
+        seconds(f"cache: sync after {ADDED_STEPS:,} new steps", later, "< 1 s", headline=True),
     ]
     notes = [measured.facts]
     if measured.scale.steps < 1_000_000:

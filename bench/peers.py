@@ -8,19 +8,19 @@
   and ``tools_condition``, compiled with ``SqliteSaver`` or ``PostgresSaver``; one ``invoke`` a
   turn on a thread, LangGraph's default durability (a checkpoint per super-step).
 
-They are optional (``pip install -e '.[bench]'``): :func:`skipped` says which are missing.
+Each is a writer of section 15 (``setup``, ``prepare`` a round, a ``turn`` of a conversation,
+each step's commit timed into ``commits``); the session is section 6's peer too. They are
+optional (``pip install -e '.[bench]'``): :func:`skipped` says which are missing.
 """
 
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import sqlite3
 import time
 from collections.abc import Iterator
 from importlib.metadata import PackageNotFoundError, version
-from pathlib import Path
 from typing import Any
 
 from ._common import (
@@ -33,8 +33,8 @@ from ._common import (
     call_id,
     lookup,
     question,
+    timing,
 )
-from ._raw import checkpointed_size
 
 SESSION, ALCHEMY_SESSION = "OpenAI Agents SQLiteSession", "OpenAI Agents SQLAlchemySession"
 SQLITE_GRAPH, POSTGRES_GRAPH = "LangGraph SqliteSaver", "LangGraph PostgresSaver"
@@ -90,48 +90,11 @@ async def session_turn(session: Any, turn: int, commits: list[float]) -> float:
     return time.perf_counter() - started
 
 
-class SessionTurns:
-    """A ``SQLiteSession`` in a file growing by a turn at a time (section 6's peer). One event
-    loop for the worker's life: the session's calls run in its thread pool, each thread
-    keeping its connection, as in a long-lived app."""
-
-    def __init__(self, path: str) -> None:
-        from agents import SQLiteSession
-
-        self.path = Path(path)
-        self.session = SQLiteSession("bench", self.path)
-        self.loop = asyncio.new_event_loop()
-        self.turns = 0
-
-    def _turn(self) -> float:
-        elapsed = self.loop.run_until_complete(session_turn(self.session, self.turns, []))
-        self.turns += 1
-        return elapsed
-
-    def grow(self, turns: int) -> float:
-        return sum(self._turn() for _ in range(turns))
-
-    def turn(self) -> float:
-        gc.collect()  # as bench.recording.Turns.turn does
-        return self._turn()
-
-    def check(self) -> None:
-        """Every item of every turn is stored."""
-        held = len(self.loop.run_until_complete(self.session.get_items()))
-        if held != ITEMS_PER_TURN * self.turns:
-            raise AssertionError(f"{self.path.name}: {held} items after {self.turns} turns")
-
-    def size(self) -> int:
-        return checkpointed_size(self.path)
-
-    def close(self) -> None:
-        self.session.close()
-        self.loop.close()
-
-
 class SessionWriter:
     """One session per conversation: ``SQLiteSession`` on a file path, ``SQLAlchemySession``
-    on a ``postgresql://`` URL (its engine shared by the writer's sessions, as an app would)."""
+    on a ``postgresql://`` URL (its engine shared by the writer's sessions, as an app would).
+    One event loop for the writer's life: a ``SQLiteSession``'s calls run in its thread pool,
+    each thread keeping its connection, as in a long-lived app."""
 
     def __init__(self, url: str, writer: int) -> None:
         self.url, self.writer = url, writer
@@ -163,11 +126,13 @@ class SessionWriter:
             self._session(f"w{self.writer}-r{round}-c{c}") for c in range(conversations)
         ]
 
-    def turn(self, conversation: int, turn: int) -> None:
-        self.loop.run_until_complete(session_turn(self.sessions[conversation], turn, self.commits))
+    def turn(self, conversation: int, turn: int) -> float:
+        work = session_turn(self.sessions[conversation], turn, self.commits)
+        return self.loop.run_until_complete(work)
 
-    def counts(self) -> None:
-        """The sessions count neither transactions nor lock retries."""
+    def held(self) -> int:
+        """The items the first conversation holds."""
+        return len(self.loop.run_until_complete(self.sessions[0].get_items()))
 
     def _close_sessions(self) -> None:
         for session in self.sessions:
@@ -246,16 +211,7 @@ class GraphWriter:
             self.conn.execute("PRAGMA synchronous=FULL")
             self.saver = SqliteSaver(self.conn)
         self.commits: list[float] = []
-        put = self.saver.put
-
-        def timed_put(*arguments: Any, **keywords: Any) -> Any:
-            started = time.perf_counter()
-            try:
-                return put(*arguments, **keywords)
-            finally:
-                self.commits.append(time.perf_counter() - started)
-
-        self.saver.put = timed_put
+        self.saver.put = timing(self.saver.put, self.commits)
         self.graph = _graph(self.saver, lambda state: {"messages": [next(self._script)]})
         self._script: Iterator[Any] = iter(())
 
@@ -272,9 +228,6 @@ class GraphWriter:
         thread = f"w{self.writer}-r{self.round}-c{conversation}"
         inputs = {"messages": [("user", question(turn))]}
         self.graph.invoke(inputs, {"configurable": {"thread_id": thread}})
-
-    def counts(self) -> None:
-        """LangGraph counts neither transactions nor lock retries."""
 
     def close(self) -> None:
         self.conn.close()

@@ -20,19 +20,17 @@ from typing import Any
 from agentledger import AgentBuilder, InferenceResponse, SubagentPolicy, SubagentSpec, ToolCall
 from agentledger.ledger import Ledger
 
-from ._common import ANSWER, MODEL, STEPS_PER_TURN, USAGE, Samples, Sizes, interleaved, ms, us, x
+from ._common import ANSWER, MODEL, USAGE, Samples, Sizes, database, interleaved, ms, us, x
 from ._report import Row, Section
 from ._versions import PREVIOUS, THIS, Version, this_version
 from ._workers import Worker, broadcast
-from .recording import RAW, Turns, timed_loads, timed_turns
+from .recording import per_turn, timed_loads, timed_turns
 
 WAYS = {"Agent.run": "agent", "recorder alone": "recorder"}
+READS = ("runs", "run_tree")
 CONTROL = f"{THIS} (control)"
 TARGET = 1.10
 """No slowdown beyond noise: this version / the previous one at most this."""
-
-
-# -- the reads' worker side ---------------------------------------------------------------------
 
 
 class Spawner:
@@ -46,12 +44,13 @@ class Spawner:
     def complete(self, request: Any) -> InferenceResponse:
         last = request.messages.root[-1]
         if self.spawns and getattr(last.role, "value", last.role) != "tool":
-            arguments = [
-                {"subagent": self.subagent, "task": f"part {n}"} for n in range(self.spawns)
-            ]
             calls = [
-                ToolCall(id=f"spawn-{n}", name="spawn_subagent", arguments=a)
-                for n, a in enumerate(arguments)
+                ToolCall(
+                    id=f"spawn-{n}",
+                    name="spawn_subagent",
+                    arguments={"subagent": self.subagent, "task": f"part {n}"},
+                )
+                for n in range(self.spawns)
             ]
             return InferenceResponse(tool_calls=calls, usage=USAGE, model=MODEL)
         return InferenceResponse(content=ANSWER, usage=USAGE, model=MODEL)
@@ -84,37 +83,31 @@ class Reads:
         self.ledger = Ledger.open(Path(path), synchronous="NORMAL")
         self.roots: list[str] = []
 
-    def build(self, trees: int, fanout: tuple[int, ...]) -> float:
-        started = time.perf_counter()
+    def build(self, trees: int, fanout: tuple[int, ...]) -> None:
         builder = AgentBuilder().with_llm(Spawner(fanout[0], "level1")).with_max_steps(None)
-        builder = builder.with_subagents(
-            [_spec(fanout, 1)], policy=SubagentPolicy(max_depth=len(fanout))
-        )
+        policy = SubagentPolicy(max_depth=len(fanout))
+        builder = builder.with_subagents([_spec(fanout, 1)], policy=policy)
         for n in range(trees):
             self.roots.append(builder.with_ledger(self.ledger).build().run(f"tree {n}").run_id)
-        return time.perf_counter() - started
 
     def shape(self) -> tuple[int, int]:
         """How many runs ``runs()`` returns, and ``run_tree()``."""
         return len(self.ledger.runs()), sum(1 for _ in self.ledger.run_tree(self.roots[0]).walk())
 
-    def runs(self) -> float:
+    def _timed(self, read: Any) -> float:
         gc.collect()
         started = time.perf_counter()
-        self.ledger.runs()
+        read()
         return time.perf_counter() - started
 
+    def runs(self) -> float:
+        return self._timed(self.ledger.runs)
+
     def run_tree(self) -> float:
-        gc.collect()
-        started = time.perf_counter()
-        self.ledger.run_tree(self.roots[0])
-        return time.perf_counter() - started
+        return self._timed(lambda: self.ledger.run_tree(self.roots[0]))
 
     def close(self) -> None:
         self.ledger.close()
-
-
-# -- measuring ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -140,7 +133,7 @@ class Measured:
     turns: Samples = field(default_factory=Samples)
     """Seconds per turn, by ``"<version>: <way> <mode> @ <turns>"`` (and ``CONTROL``)."""
     loads: Samples = field(default_factory=Samples)
-    """Seconds per load, by ``"<version> <cold|warm>"``."""
+    """Seconds per load, by ``"<version> <cold|warm|raw>"``."""
     loaded: int = 0
     reads: Samples = field(default_factory=Samples)
     """Seconds per read, by ``"<version> runs()"`` and ``"<version> run_tree()"``."""
@@ -153,32 +146,25 @@ def key(version: str, way: str, mode: str, turns: int) -> str:
 
 def measure(plan: Plan, tmp: Path, previous: Version) -> Measured:
     measured = Measured(plan, {THIS: this_version(), PREVIOUS: previous})
+    source = {v: version.source for v, version in measured.versions.items()}
     chosen = {
-        key(v, way, mode, n): (v, kind, mode, n)
+        key(v, way, mode, n): (source[v], kind, mode, n)
         for n in sorted(plan.histories, reverse=True)  # the longest take longest to build
         for mode in plan.modes
         for way, kind in WAYS.items()
-        for v in measured.versions
+        for v in source
     }
-    chosen[CONTROL] = (THIS, "agent", "NORMAL", plan.histories[0])
+    chosen[CONTROL] = (source[THIS], "agent", "NORMAL", plan.histories[0])
     with ExitStack() as stack:
-        workers, reads = {}, {}
-        for name, (v, kind, mode, _) in chosen.items():
-            path, source = _path(tmp, name), measured.versions[v].source
-            workers[name] = Worker(
-                name, Turns, source=source, path=path, kind=kind, synchronous=mode
-            )
-        for v, version in measured.versions.items():
-            reads[v] = Worker(f"{v} reads", Reads, source=version.source, path=_path(tmp, v))
+        reads = {}
+        for v in source:
+            path = str(database(tmp, "reads", v))
+            reads[v] = Worker(f"{v} reads", Reads, source=source[v], path=path)
+            stack.callback(reads[v].close)
             reads[v].send("build", plan.trees, plan.fanout)
-        for worker in [*workers.values(), *reads.values()]:
-            stack.callback(worker.close)
-        histories = {name: n for name, (*_, n) in chosen.items()}
-        measured.turns = timed_turns(workers, histories, plan.reps, building=reads)
-        loaded = {
-            v: workers.pop(key(v, "Agent.run", plan.modes[0], plan.histories[-1]))
-            for v in measured.versions
-        }
+        workers, measured.turns = timed_turns(stack, tmp, chosen, plan.reps, reads)
+        longest = {v: key(v, "Agent.run", plan.modes[0], plan.histories[-1]) for v in source}
+        loaded = {v: workers.pop(name) for v, name in longest.items()}
         for worker in workers.values():
             worker.close()  # their memory back before the loads and reads
         measured.loads, measured.loaded = timed_loads(loaded, plan.reps)
@@ -186,22 +172,9 @@ def measure(plan: Plan, tmp: Path, previous: Version) -> Measured:
         measured.shape = (plan.trees * tree_size(plan.fanout), tree_size(plan.fanout))
         if shapes != {measured.shape}:
             raise AssertionError(f"the reads returned {shapes}, not {measured.shape}")
-        calls = {
-            f"{v} {read}()": (w, read) for v, w in reads.items() for read in ("runs", "run_tree")
-        }
-        measured.reads = interleaved(
-            {n: (lambda w=w, r=r: float(w.call(r))) for n, (w, r) in calls.items()}, plan.reps
-        )
+        calls = {f"{v} {r}()": w.caller(r) for v, w in reads.items() for r in READS}
+        measured.reads = interleaved(calls, plan.reps)
     return measured
-
-
-def _path(tmp: Path, name: str) -> str:
-    return str(
-        tmp / f"versions-{'-'.join(''.join(c if c.isalnum() else ' ' for c in name).split())}.db"
-    )
-
-
-# -- the report ---------------------------------------------------------------------------------
 
 
 def run(sizes: Sizes, tmp: Path, previous: Version | None) -> list[Section]:
@@ -219,55 +192,40 @@ def run(sizes: Sizes, tmp: Path, previous: Version | None) -> list[Section]:
     return [turn_section(measured), reads_section(measured)]
 
 
-def _pairs(plan: Plan) -> list[tuple[str, str, str]]:
-    """Each recording comparison: its name, this version's key, the previous version's."""
-    return [
-        (f"{way} {mode} @ {n}", key(THIS, way, mode, n), key(PREVIOUS, way, mode, n))
-        for n in plan.histories
-        for mode in plan.modes
-        for way in WAYS
-    ]
-
-
-def _per_turn(seconds: float) -> str:
-    return f"{ms(seconds)} a turn, {us(seconds / STEPS_PER_TURN)} a step"
+def _versus(
+    samples: Samples, what: str, names: tuple[str, str], label: Any, shown: Any, headline: bool
+) -> list[Row]:
+    """Each version's median (its row named by ``label``, its time shown by ``shown``), then
+    this version's over the previous version's."""
+    rows = [Row(label(name), shown(samples.median(name))) for name in names]
+    paired = samples.paired(*names)
+    return [*rows, Row(f"{what}: {THIS} / {PREVIOUS}", ratio=paired, headline=headline)]
 
 
 def turn_section(measured: Measured) -> Section:
     plan, turns, loads = measured.plan, measured.turns, measured.loads
-    edges = (plan.histories[0], plan.histories[-1])
-    rows: list[Row] = []
+    edges, rows = (plan.histories[0], plan.histories[-1]), []
     ratios: dict[str, float] = {}
-    for name, this, previous in _pairs(plan):
-        way_mode, count = name.split(" @ ")
-        ratios[name] = turns.ratio(this, previous)
-        rows += [
-            Row(f"@ {count}: {this.split(' @ ')[0]}", _per_turn(turns.median(this))),
-            Row(f"@ {count}: {previous.split(' @ ')[0]}", _per_turn(turns.median(previous))),
-            Row(
-                f"@ {count}, {way_mode}: {THIS} / {PREVIOUS}",
-                "",
-                turns.paired(this, previous),
-                headline=way_mode.endswith(plan.modes[0]) and int(count) in edges,
-            ),
-        ]
+    for n in plan.histories:
+        for mode in plan.modes:
+            for way in WAYS:
+                names = (key(THIS, way, mode, n), key(PREVIOUS, way, mode, n))
+                ratios[f"{way} {mode} @ {n}"] = turns.ratio(*names)
+                label = lambda name, n=n: f"@ {n}: {name.split(' @ ')[0]}"  # noqa: E731
+                headline = mode == plan.modes[0] and n in edges
+                rows += _versus(turns, f"@ {n}, {way} {mode}", names, label, per_turn, headline)
     control = key(THIS, "Agent.run", "NORMAL", plan.histories[0])
     rows.append(
         Row(
             f"control: @ {plan.histories[0]}, Agent.run NORMAL: {THIS} / {THIS} (a second worker)",
-            "",
-            turns.paired(CONTROL, control),
+            ratio=turns.paired(CONTROL, control),
         )
     )
-    for kind in ("cold", "warm", RAW):
-        this, previous = f"{THIS} {kind}", f"{PREVIOUS} {kind}"
-        if kind != RAW:  # plain sqlite3 in both: a control
-            ratios[f"{kind} load"] = loads.ratio(this, previous)
-        rows += [
-            Row(f"{this} load", ms(loads.median(this))),
-            Row(f"{previous} load", ms(loads.median(previous))),
-            Row(f"{kind} load: {THIS} / {PREVIOUS}", "", loads.paired(this, previous), kind != RAW),
-        ]
+    for kind in ("cold", "warm", "raw"):
+        names = (f"{THIS} {kind}", f"{PREVIOUS} {kind}")
+        if kind != "raw":  # plain sqlite3 in both: a control
+            ratios[f"{kind} load"] = loads.ratio(*names)
+        rows += _versus(loads, f"{kind} load", names, "{} load".format, ms, kind != "raw")
     noise = turns.ratio(CONTROL, control)
     return Section(
         "11. This version against the previous version: recording and loading",
@@ -302,18 +260,13 @@ def _verdict(ratios: dict[str, float], noise: float) -> str:
 
 
 def reads_section(measured: Measured) -> Section:
-    reads, plan = measured.reads, measured.plan
-    rows: list[Row] = []
-    ratios = {r: reads.ratio(f"{THIS} {r}", f"{PREVIOUS} {r}") for r in ("runs()", "run_tree()")}
-    for read, count in zip(("runs()", "run_tree()"), measured.shape, strict=True):
-        this, previous = f"{THIS} {read}", f"{PREVIOUS} {read}"
-        rows += [
-            Row(f"{v} {read}: {count:,} runs", f"{ms(t)}, {us(t / count)} a run")
-            for v, t in ((THIS, reads.median(this)), (PREVIOUS, reads.median(previous)))
-        ]
-        rows.append(
-            Row(f"{read}: {THIS} / {PREVIOUS}", "", reads.paired(this, previous), headline=True)
-        )
+    reads, plan, rows = measured.reads, measured.plan, []
+    ratios = {f"{r}()": reads.ratio(f"{THIS} {r}()", f"{PREVIOUS} {r}()") for r in READS}
+    for read, count in zip(ratios, measured.shape, strict=True):
+        label = lambda name, count=count: f"{name}: {count:,} runs"  # noqa: E731
+        shown = lambda t, count=count: f"{ms(t)}, {us(t / count)} a run"  # noqa: E731
+        names = (f"{THIS} {read}", f"{PREVIOUS} {read}")
+        rows += _versus(reads, read, names, label, shown, headline=True)
     return Section(
         "12. Rows returned by reads: this version against the previous version",
         f"A ledger per version of {plan.trees} run trees of {tree_size(plan.fanout)} runs (the "

@@ -1,16 +1,10 @@
 """Sections 6 to 8: recording one turn at 50, 200 and 1000 turns of history, loading the
 conversation back, and the bytes a turn takes.
 
-A turn (``bench/_common.py``) is recorded in a SQLite file by ``agentledger Agent.run`` (the
-whole loop on a ledger); ``agentledger recorder alone`` (the Recorder calls an in-memory run
-of the same agent made, prepared before the clock starts and replayed on the ledger's
-recorder); ``raw sqlite3 messages`` (the floor, ``bench/_raw.py``); and the OpenAI Agents
-SDK's ``SQLiteSession`` when installed (``bench/peers.py``).
-
-Each system at each history length is a worker process of its own (``bench/_workers.py``)
-that builds its history (untimed, all at once); then one timed turn of each in turn, the order
-rotating. :class:`Turns` runs in those workers, in the previous version's too
-(``bench/previous.py``): it uses only the names both export.
+Each system (:data:`KINDS`) at each history length is a worker process of its own
+(``bench/_workers.py``) that builds its history (untimed, all at once); then one timed turn of
+each in turn, the order rotating. :class:`Turns` runs in those workers, in the previous
+version's too (``bench/previous.py``): it uses only the names both export.
 """
 
 from __future__ import annotations
@@ -37,8 +31,8 @@ from ._common import (
     TOOL_STEPS,
     Samples,
     Sizes,
+    database,
     interleaved,
-    judged,
     ms,
     question,
     turn_agent,
@@ -46,13 +40,13 @@ from ._common import (
     x,
 )
 from ._raw import RawMessages, checkpointed_size, raw_load
-from ._report import Row, Section
-from ._workers import Worker, broadcast, gather, interleaved_calls
+from ._report import Row, Section, ratio
+from ._workers import Worker, broadcast, gather
 
 AGENT, RECORDER = "agentledger Agent.run", "agentledger recorder alone"
 MESSAGES, SESSION = "raw sqlite3 messages", peers.SESSION
-KINDS = {AGENT: "agent", RECORDER: "recorder", MESSAGES: "messages"}
-HELD = {"agent": 2, "recorder": 2, "messages": 8}
+KINDS = {AGENT: "agent", RECORDER: "recorder", MESSAGES: "messages", SESSION: "session"}
+HELD = {"agent": 2, "recorder": 2, "messages": 8, "session": peers.ITEMS_PER_TURN}
 """Messages a turn adds to each kind of store (the ledger's conversation keeps the user's and
 the answer; the tool trace is in its step and tool rows)."""
 COLD, WARM, RAW = "cold", "warm", "raw"
@@ -99,29 +93,35 @@ class Tape:
 
 class Turns:
     """One conversation in one database, growing a turn at a time through ``kind``: ``agent``,
-    ``recorder`` (only the replay timed) or ``messages`` (the floor); and loaded back."""
+    ``recorder`` (only the replay timed), ``messages`` (the floor) or ``session`` (the SDK's
+    ``SQLiteSession``, SQLite's default ``synchronous``: it has no setting); and loaded back."""
 
     def __init__(self, path: str, kind: str, synchronous: str) -> None:
         self.path, self.kind, self.turns, self.id = Path(path), kind, 0, None
         self.tape, self.read = Tape(), {}
-        self.store: Any = (
-            RawMessages(self.path, synchronous)
-            if kind == "messages"
-            else Ledger.open(self.path, synchronous=synchronous)
-        )
+        self.store: Any
+        if kind == "messages":
+            self.store = RawMessages(self.path, synchronous)
+        elif kind == "session":
+            self.store = peers.SessionWriter(path, 0)
+            self.store.prepare(0, 1, 0)
+        else:
+            self.store = Ledger.open(self.path, synchronous=synchronous)
 
-    def _next(self) -> Callable[[], str]:
+    def _next(self) -> Callable[[], object]:
         """The next turn, ready to run: its agent built (or its calls prepared), untimed."""
         text, conversation = question(self.turns), self.id
         if self.kind == "messages":
             return lambda: self.store.run(text, conversation, TOOL_STEPS, 1)
+        if self.kind == "session":
+            return lambda: self.store.turn(0, self.turns)
         if self.kind == "agent":
             agent = turn_agent(self.store)
             return lambda: agent.run(text, conversation).conversation_id
         turn_agent(self.tape).run(text, conversation)  # in memory, before the clock starts
         return lambda: self.tape.replay(self.store.recorder)
 
-    def _timed(self, work: Callable[[], str]) -> float:
+    def _timed(self, work: Callable[[], object]) -> float:
         started = time.perf_counter()
         self.id = work()
         self.turns += 1
@@ -139,7 +139,7 @@ class Turns:
 
     def check(self) -> None:
         """Every message of every turn is stored."""
-        if self.kind == "messages":
+        if self.kind in ("messages", "session"):
             held = self.store.held()
         else:
             with closing(sqlite3.connect(self.path)) as conn:
@@ -178,21 +178,30 @@ class Turns:
 
 
 def timed_turns(
-    workers: dict[str, Worker], histories: dict[str, int], reps: int, *, building: Any = None
-) -> Samples:
-    """Each worker's history built (untimed, all at once, and the ``building`` workers' work
-    waited for too), then ``reps`` timed turns of each in turn; checked before and after: every
-    store holds every message of every turn."""
+    stack: ExitStack,
+    tmp: Path,
+    chosen: dict[str, tuple[Path | None, str, str, int]],
+    reps: int,
+    building: dict[str, Worker] | None = None,
+) -> tuple[dict[str, Worker], Samples]:
+    """A worker of :class:`Turns` for each name, with its version's source (None: this
+    version's), kind, ``synchronous`` and history (built untimed, all at once, the work of the
+    ``building`` workers waited for too); then ``reps`` timed turns of each in turn; checked
+    before and after: every store holds every message."""
+    workers = {}
+    for name, (source, kind, mode, turns) in chosen.items():
+        path = str(database(tmp, name))
+        workers[name] = Worker(name, Turns, source=source, path=path, kind=kind, synchronous=mode)
+        stack.callback(workers[name].close)
+        workers[name].send("grow", turns)
     print(f"  building {len(workers)} histories at once ...", file=sys.stderr, flush=True)
-    for name, worker in workers.items():
-        worker.send("grow", histories[name])
-    gather({**workers, **(building or {})})
+    gather(workers | (building or {}))
     os.sync()  # the histories' dirty pages go to disk now, not during the timed turns
     broadcast(workers, "check")
     print(f"  {reps} timed turns on each ...", file=sys.stderr, flush=True)
-    samples = interleaved_calls(workers, "turn", reps)
+    samples = interleaved({name: w.caller("turn") for name, w in workers.items()}, reps)
     broadcast(workers, "check")
-    return samples
+    return workers, samples
 
 
 def timed_loads(workers: dict[str, Worker], reps: int) -> tuple[Samples, int]:
@@ -200,9 +209,7 @@ def timed_loads(workers: dict[str, Worker], reps: int) -> tuple[Samples, int]:
     ``"<name> <way>"``, and how many messages every load read (checked: all the same)."""
     print(f"  loading the conversations, {reps} times each way ...", file=sys.stderr, flush=True)
     loads = {
-        f"{name} {way}": (lambda w=w, way=way: float(w.call("load", way)))
-        for name, w in workers.items()
-        for way in (COLD, WARM, RAW)
+        f"{n} {way}": w.caller("load", way) for n, w in workers.items() for way in (COLD, WARM, RAW)
     }
     samples = interleaved(loads, reps)
     counts = {n for read in broadcast(workers, "messages_read").values() for n in read.values()}
@@ -211,7 +218,10 @@ def timed_loads(workers: dict[str, Worker], reps: int) -> tuple[Samples, int]:
     return samples, counts.pop()
 
 
-PROFILE_HISTORY, PROFILE_TURNS = 50, 40
+def per_turn(seconds: float) -> str:
+    return f"{ms(seconds)} a turn, {us(seconds / STEPS_PER_TURN)} a step"
+
+
 AREAS = {
     "sqlite3: statements and commits": ("sqlite3.", "_sqlite3"),
     "the ledger's Python (rows, checksums, statements)": ("/agentledger/ledger/",),
@@ -224,14 +234,14 @@ AREAS = {
 matches counts, anything else is the standard library and the interpreter's built-ins."""
 
 
-def turn_profile(path: Path, synchronous: str) -> dict[str, float]:
-    """Each area's share of the self time of :data:`PROFILE_TURNS` ``Agent.run`` turns under
-    ``cProfile`` (which adds to every Python call: the shares are the figures, not the times)."""
+def turn_profile(path: Path, synchronous: str, history: int, turns: int) -> dict[str, float]:
+    """Each area's share of the self time of ``turns`` ``Agent.run`` turns after ``history``,
+    under ``cProfile`` (which adds to every Python call: the shares are the figures)."""
     profile, conversation = cProfile.Profile(), None
     with Ledger.open(path, synchronous=synchronous) as ledger:
-        for turn in range(PROFILE_HISTORY + PROFILE_TURNS):
+        for turn in range(history + turns):
             agent = turn_agent(ledger)  # built outside the profile, as the timed turns are
-            if turn >= PROFILE_HISTORY:
+            if turn >= history:
                 profile.enable()
             conversation = agent.run(question(turn), conversation).conversation_id
             profile.disable()
@@ -253,6 +263,8 @@ class Plan:
     histories: tuple[int, ...]
     reps: int
     modes: tuple[str, ...] = ("NORMAL", "FULL")
+    profiled: tuple[int, int] = (50, 40)
+    """The profile's history and its turns."""
 
 
 PLANS = {"quick": Plan((50, 200), 15), "default": Plan((50, 200, 1000), 25)}
@@ -276,23 +288,18 @@ class Measured:
 def measure(plan: Plan, tmp: Path) -> Measured:
     systems = [f"{label} {mode}" for mode in plan.modes for label in (AGENT, RECORDER, MESSAGES)]
     skipped = peers.skipped(SESSION)
-    systems += [] if skipped else [f"{SESSION} FULL"]  # SQLite's default: it has no setting
-    histories = {f"{s} @ {n}": n for n in sorted(plan.histories, reverse=True) for s in systems}
+    systems += [] if skipped else [f"{SESSION} FULL"]
+    chosen = {
+        f"{s} @ {n}": (None, KINDS[s.rsplit(" ", 1)[0]], s.split()[-1], n)
+        for n in sorted(plan.histories, reverse=True)  # the longest take longest to build
+        for s in systems
+    }
     with ExitStack() as stack:
-        workers = {}
-        for name in histories:
-            path = str(tmp / f"recording-{'-'.join(name.lower().replace('@', '').split())}.db")
-            label, mode = name.split(" @ ")[0].rsplit(" ", 1)
-            if label == SESSION:
-                workers[name] = Worker(name, peers.SessionTurns, path=path)
-            else:
-                workers[name] = Worker(name, Turns, path=path, kind=KINDS[label], synchronous=mode)
-            stack.callback(workers[name].close)
-        turns = timed_turns(workers, histories, plan.reps)
+        workers, turns = timed_turns(stack, tmp, chosen, plan.reps)
         sizes = {name: int(size) for name, size in broadcast(workers, "size").items()}
         loaded = workers[f"{AGENT} {plan.modes[0]} @ {plan.histories[-1]}"]
         loads, count = timed_loads({"agentledger": loaded}, plan.reps)
-    profile = turn_profile(tmp / "recording-profile.db", plan.modes[0])
+    profile = turn_profile(tmp / "recording-profile.db", plan.modes[0], *plan.profiled)
     return Measured(plan, systems, turns, sizes, loads, count, profile, skipped)
 
 
@@ -310,33 +317,26 @@ def turn_section(measured: Measured) -> Section:
     small, large = plan.histories[0], plan.histories[-1]
     peer_mode = "FULL" if "FULL" in plan.modes else plan.modes[0]
 
-    def ratio(top: str, bottom: str, n: int, target: str = "") -> Row:
+    def against(top: str, bottom: str, n: int, target: str = "") -> Row:
         value = median(f"{top} @ {n}") / median(f"{bottom} @ {n}")
-        shown = judged(x(value), value, target) if target else x(value)
-        name = f"@ {n}: {top} / {bottom}" + (f" (target {target}x)" if target else "")
-        return Row(name, "", shown, bool(target) and n == large)
+        return ratio(f"@ {n}: {top} / {bottom}", value, target, bool(target) and n == large)
 
     for n in plan.histories:
-        for s in measured.systems:
-            turn = median(f"{s} @ {n}")
-            rows.append(
-                Row(f"@ {n}: {s}", f"{ms(turn)} a turn, {us(turn / STEPS_PER_TURN)} a step")
-            )
+        rows += [Row(f"@ {n}: {s}", per_turn(median(f"{s} @ {n}"))) for s in measured.systems]
         for mode in plan.modes:
-            rows.append(ratio(f"{AGENT} {mode}", f"{MESSAGES} {mode}", n, "≤ 3"))
-            rows.append(ratio(f"{RECORDER} {mode}", f"{MESSAGES} {mode}", n))
+            rows.append(against(f"{AGENT} {mode}", f"{MESSAGES} {mode}", n, "≤ 3x"))
+            rows.append(against(f"{RECORDER} {mode}", f"{MESSAGES} {mode}", n))
         if not measured.skipped:
-            rows.append(ratio(f"{SESSION} FULL", f"{RECORDER} {peer_mode}", n, "> 1"))
+            rows.append(against(f"{SESSION} FULL", f"{RECORDER} {peer_mode}", n, "> 1x"))
     for s in measured.systems:
         value, ours = median(f"{s} @ {large}") / median(f"{s} @ {small}"), s.startswith("agent")
-        shown = judged(x(value), value, "≤ 1.2") if ours else x(value)
-        name = f"{s}: turn @ {large} / turn @ {small}" + (" (target ≤ 1.2x)" if ours else "")
-        rows.append(Row(name, "", shown, ours and s.endswith(plan.modes[0])))
+        name, target = f"{s}: turn @ {large} / turn @ {small}", "≤ 1.2x" if ours else ""
+        rows.append(ratio(name, value, target, ours and s.endswith(plan.modes[0])))
     shares = sorted(measured.profile.items(), key=lambda item: -item[1])
     notes = [f"{SESSION}: skipped, {why}." for why in measured.skipped]
     notes.append(
-        f"A profile of {PROFILE_TURNS} `Agent.run` turns ({plan.modes[0]}, on a "
-        f"{PROFILE_HISTORY}-turn history), self time by area (cProfile adds to every Python "
+        f"A profile of {plan.profiled[1]} `Agent.run` turns ({plan.modes[0]}, on a "
+        f"{plan.profiled[0]}-turn history), self time by area (cProfile adds to every Python "
         "call: read the shares): " + "; ".join(f"{a} {share:.0%}" for a, share in shares) + "."
     )
     return Section(
@@ -368,18 +368,21 @@ def load_section(measured: Measured) -> Section:
             Row("agentledger: load_conversation, fresh handle (cold)", ms(cold)),
             Row("agentledger: load_conversation, same handle (warm)", ms(warm)),
             Row("raw sqlite3: SELECT + decode into dicts", ms(raw)),
-            Row("cold / raw (target ≤ 1.5x)", "", judged(x(cold / raw), cold / raw, "≤ 1.5"), True),
-            Row("warm / raw", "", x(warm / raw)),
+            ratio("cold / raw", cold / raw, "≤ 1.5x", headline=True),
+            ratio("warm / raw", warm / raw),
         ],
     )
 
 
 def size_section(measured: Measured) -> Section:
-    (small, *_, large), mode = measured.plan.histories, measured.plan.modes[0]
+    (small, *_, large), mode, sizes = (
+        measured.plan.histories,
+        measured.plan.modes[0],
+        measured.sizes,
+    )
     chosen = [s for s in measured.systems if s.endswith(mode) or s.startswith(SESSION)]
     grown = {
-        s: (measured.sizes[f"{s} @ {large}"] - measured.sizes[f"{s} @ {small}"]) / (large - small)
-        for s in chosen
+        s: (sizes[f"{s} @ {large}"] - sizes[f"{s} @ {small}"]) / (large - small) for s in chosen
     }
     floor = grown[f"{MESSAGES} {mode}"]
     rows = [
@@ -392,8 +395,7 @@ def size_section(measured: Measured) -> Section:
         for s in chosen
     ]
     rows += [
-        Row(f"{s}: file @ {large}", f"{measured.sizes[f'{s} @ {large}'] / 1e6:,.2f} MB")
-        for s in chosen
+        Row(f"{s}: file @ {large}", f"{sizes[f'{s} @ {large}'] / 1e6:,.2f} MB") for s in chosen
     ]
     return Section(
         "8. Database size per turn, every system",

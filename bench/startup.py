@@ -18,12 +18,12 @@ import sqlite3
 import statistics
 import subprocess
 import sys
-import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from contextlib import closing
 from pathlib import Path
 
-from ._common import Samples, Sizes, interleaved, judged, x
-from ._report import Row, Section
+from ._common import Samples, Sizes, interleaved, timed, x
+from ._report import Row, Section, judged, ratio, seconds
 from ._versions import PREVIOUS, THIS, Version, this_version
 
 BARE, PYDANTIC, IMPORTS, HELP = (
@@ -36,18 +36,8 @@ IMPORT = "import agentledger"
 IMPORTED = "import agentledger.cli, agentledger.ledger, rich.console, rich.table, rich.tree"
 """What a read command imports before it reads a row: the command line (click), the reader
 with the values (pydantic), and rich."""
-HEAVY = (
-    "pydantic",
-    "httpx",
-    "sqlalchemy",
-    "sqlmodel",
-    "alembic",
-    "duckdb",
-    "pyarrow",
-    "rich",
-    "click",
-    "psycopg",
-)
+HEAVY = ("pydantic", "httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "pyarrow", "rich")
+HEAVY += ("click", "psycopg")
 """The third-party packages worth naming when an import loads them."""
 WARM_UP = 3
 REPS = {"quick": (10, 5), "default": (40, 20), "full": (100, 50)}
@@ -61,31 +51,18 @@ def environment(source: Path | None = None) -> dict[str, str]:
     """This process's environment as a user's shell has it: bytecode written, no ledger,
     scope or width of the benchmark's own; ``source`` first on the path."""
     left_out = {"PYTHONDONTWRITEBYTECODE", "AGENTLEDGER_DB", "AGENTLEDGER_TENANT"}
-    env = {
-        k: v for k, v in os.environ.items() if k not in left_out | {"AGENTLEDGER_OWNER", "COLUMNS"}
-    }
+    left_out |= {"AGENTLEDGER_OWNER", "COLUMNS"}
+    env = {k: v for k, v in os.environ.items() if k not in left_out}
     return env | ({"PYTHONPATH": str(source)} if source is not None else {})
 
 
-@dataclass(frozen=True)
-class Process:
-    """One system: a command line run to its end, its output discarded."""
-
-    argv: tuple[str, ...]
-    env: dict[str, str]
-    cwd: Path | None = None
-
-    def run(self) -> float:
-        started = time.perf_counter()
-        subprocess.run(self.argv, cwd=self.cwd, env=self.env, check=True, stdout=subprocess.DEVNULL)
-        return time.perf_counter() - started
-
-
-def timed_processes(systems: dict[str, Process], reps: int) -> Samples:
-    for _ in range(WARM_UP):
-        for process in systems.values():
-            process.run()
-    return interleaved({name: process.run for name, process in systems.items()}, reps)
+def process(*argv: str, source: Path | None = None, cwd: Path | None = None) -> Callable[[], float]:
+    """A fresh process of ``argv`` (a user's environment, ``source`` first on the path), run
+    to its end, its output discarded: its seconds, start to exit."""
+    env = environment(source)
+    return lambda: timed(
+        lambda: subprocess.run(argv, cwd=cwd, env=env, check=True, stdout=subprocess.DEVNULL)
+    )
 
 
 def over(samples: Samples, name: str, base: str) -> list[float]:
@@ -100,9 +77,6 @@ def _ms(seconds: float) -> str:
 def _iqr(values: list[float]) -> str:
     q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
     return f"{q1 * 1e3:,.0f}–{q3 * 1e3:,.0f} ms"
-
-
-# -- 9. import agentledger ----------------------------------------------------------------------
 
 
 def loaded(version: Version) -> list[str]:
@@ -122,42 +96,43 @@ def loaded(version: Version) -> list[str]:
 
 def import_section(reps: int, versions: list[Version]) -> Section:
     here, labels = versions[0].source, [v.label for v in versions]
-    codes = {BARE: ("pass", here), PYDANTIC: ("from pydantic import BaseModel", here)}
-    codes |= {v.label: (IMPORT, v.source) for v in versions}
     systems = {
-        n: Process((sys.executable, "-P", "-c", c), environment(s)) for n, (c, s) in codes.items()
+        BARE: process(sys.executable, "-P", "-c", "pass", source=here),
+        PYDANTIC: process(
+            sys.executable, "-P", "-c", "from pydantic import BaseModel", source=here
+        ),
+    }
+    systems |= {
+        v.label: process(sys.executable, "-P", "-c", IMPORT, source=v.source) for v in versions
     }
     modules = {v.label: loaded(v) for v in versions}
-    samples = timed_processes(systems, reps)
+    samples = interleaved(systems, reps, WARM_UP)
     extra = {name: statistics.median(over(samples, name, BARE)) for name in [*labels, PYDANTIC]}
     rows = [Row(f"{name}: start to exit", _ms(samples.median(name))) for name in systems]
     rows.append(Row(f"{PYDANTIC}: over the bare interpreter", _ms(extra[PYDANTIC])))
     for v in labels:
-        shown = judged(_ms(extra[v]), extra[v], "< 0.15") if v == THIS else _ms(extra[v])
-        target = " (target < 150 ms)" if v == THIS else ""
-        rows.append(Row(f"{v}: over the bare interpreter{target}", shown, headline=True))
+        target = "< 150 ms" if v == THIS else ""
+        rows.append(
+            seconds(f"{v}: over the bare interpreter", extra[v], target, headline=True, shown=_ms)
+        )
     rows.append(
-        Row(f"{THIS} / {PYDANTIC}, over the bare interpreter", "", x(extra[THIS] / extra[PYDANTIC]))
+        ratio(f"{THIS} / {PYDANTIC}, over the bare interpreter", extra[THIS] / extra[PYDANTIC])
     )
     if PREVIOUS in labels:
-        rows.append(
-            Row(
+        rows += [
+            ratio(
                 f"{THIS} / {PREVIOUS}, over the bare interpreter",
-                "",
-                x(extra[THIS] / extra[PREVIOUS]),
-                True,
-            )
-        )
-        rows.append(
-            Row(f"{THIS} / {PREVIOUS}, start to exit", "", x(samples.ratio(THIS, PREVIOUS)))
-        )
-    notes = []
-    for v in versions:
-        heavy = ", ".join(p for p in HEAVY if p in modules[v.label]) or "none"
-        notes.append(
-            f"{v.label.capitalize()} ({v.described}): `{IMPORT}` leaves {len(modules[v.label])} "
-            f"modules loaded; of the heavy packages: {heavy}."
-        )
+                extra[THIS] / extra[PREVIOUS],
+                headline=True,
+            ),
+            ratio(f"{THIS} / {PREVIOUS}, start to exit", samples.ratio(THIS, PREVIOUS)),
+        ]
+    notes = [
+        f"{v.label.capitalize()} ({v.described}): `{IMPORT}` leaves {len(modules[v.label])} "
+        f"modules loaded; of the heavy packages: "
+        f"{', '.join(p for p in HEAVY if p in modules[v.label]) or 'none'}."
+        for v in versions
+    ]
     spread = ", ".join(f"{name} {_iqr(over(samples, name, BARE))}" for name in extra)
     notes.append(
         f"Spread (interquartile range of the differences over the bare interpreter): {spread}."
@@ -173,16 +148,13 @@ def import_section(reps: int, versions: list[Version]) -> Section:
     )
 
 
-# -- 16. the read commands ----------------------------------------------------------------------
-
-
 def commands(conversation: str, run: str) -> dict[str, tuple[tuple[str, ...], str]]:
     """Each read command over the demo's ``conversation`` and its ``run``: its arguments, and
     the SQL that reads the rows it prints."""
     tree = f"JOIN agent_runs r ON r.id = s.run_id WHERE r.root_run_id = '{run}'"
     fts = (
-        "SELECT {t}.* FROM {index} f JOIN {table} {t} ON {t}.id = f.{column} "
-        "WHERE {index} MATCH '\"{word}\"' ORDER BY f.rank LIMIT 20;"
+        "SELECT {t}.* FROM {table}_fts f JOIN {table} {t} ON {t}.id = f.{column} "
+        f"WHERE {{table}}_fts MATCH '\"{WORD}\"' ORDER BY f.rank LIMIT 20;"
     )
     return {
         "conversations": (
@@ -205,21 +177,9 @@ def commands(conversation: str, run: str) -> dict[str, tuple[tuple[str, ...], st
         ),
         "search": (
             ("search", WORD),
-            fts.format(
-                t="m",
-                index="conversation_messages_fts",
-                table="conversation_messages",
-                column="message_id",
-                word=WORD,
-            )
+            fts.format(t="m", table="conversation_messages", column="message_id")
             + " "
-            + fts.format(
-                t="t",
-                index="tool_executions_fts",
-                table="tool_executions",
-                column="tool_execution_id",
-                word=WORD,
-            ),
+            + fts.format(t="t", table="tool_executions", column="tool_execution_id"),
         ),
     }
 
@@ -227,8 +187,7 @@ def commands(conversation: str, run: str) -> dict[str, tuple[tuple[str, ...], st
 def shell(database: Path, sql: str) -> tuple[str, ...]:
     """The ``sqlite3`` shell reading ``sql`` from ``database`` (or, where no shell is
     installed, a fresh interpreter's ``sqlite3`` module doing the same)."""
-    found = shutil.which("sqlite3")
-    if found is not None:
+    if (found := shutil.which("sqlite3")) is not None:
         return (found, "-readonly", str(database), sql)
     code = (
         "import sqlite3, sys; c = sqlite3.connect(sys.argv[1]); "
@@ -243,56 +202,58 @@ def demo_ledger(folder: Path) -> tuple[Path, str, str]:
     path = folder / "agentledger-demo.db"
     argv = [str(CONSOLE), "--db", str(path), "demo"]
     subprocess.run(argv, cwd=folder, env=environment(), check=True, capture_output=True)
-    with sqlite3.connect(path) as database:
+    with closing(sqlite3.connect(path)) as database:
+        first = "SELECT id FROM {} WHERE {} ORDER BY {} LIMIT 1"
         (conversation,) = database.execute(
-            "SELECT id FROM conversations WHERE kind = 'main' ORDER BY created_at LIMIT 1"
+            first.format("conversations", "kind = 'main'", "created_at")
         ).fetchone()
         (run,) = database.execute(
-            "SELECT id FROM agent_runs WHERE conversation_id = ? ORDER BY started_at LIMIT 1",
-            (conversation,),
+            first.format("agent_runs", "conversation_id = ?", "started_at"), (conversation,)
         ).fetchone()
-    database.close()
     return path, str(conversation), str(run)
 
 
 def command_section(reps: int, folder: Path) -> Section:
     database, conversation, run = demo_ledger(folder)
-    chosen, env = commands(conversation, run), environment()
+    chosen = commands(conversation, run)
     systems = {
-        BARE: Process((sys.executable, "-c", "pass"), env, folder),
-        HELP: Process((str(CONSOLE), "--help"), env, folder),
-        IMPORTS: Process((sys.executable, "-c", IMPORTED), env, folder),
+        BARE: process(sys.executable, "-c", "pass", cwd=folder),
+        HELP: process(str(CONSOLE), "--help", cwd=folder),
+        IMPORTS: process(sys.executable, "-c", IMPORTED, cwd=folder),
     }
     for name, (args, sql) in chosen.items():
-        systems[name] = Process((str(CONSOLE), "--db", str(database), *args), env, folder)
-        systems[f"{name}: the same rows read by sqlite3"] = Process(
-            shell(database, sql), env, folder
+        systems[name] = process(str(CONSOLE), "--db", str(database), *args, cwd=folder)
+        systems[f"{name}: the same rows read by sqlite3"] = process(
+            *shell(database, sql), cwd=folder
         )
-    samples = timed_processes(systems, reps)
-    return command_report(samples, chosen, reps)
+    return command_report(interleaved(systems, reps, WARM_UP), chosen, reps)
 
 
 def command_report(
     samples: Samples, chosen: dict[str, tuple[tuple[str, ...], str]], reps: int
 ) -> Section:
-    median = samples.median
-    help_shown = judged(_ms(median(HELP)), median(HELP), "< 0.15")
+    median, rate = samples.median, samples.ratio
     rows = [
         Row(f"{BARE}: start to exit", _ms(median(BARE))),
         Row(
             f"{IMPORTS} (what a read command imports); / bare",
             _ms(median(IMPORTS)),
-            x(samples.ratio(IMPORTS, BARE)),
+            x(rate(IMPORTS, BARE)),
         ),
-        Row(f"{HELP} (target < 150 ms); / bare", help_shown, x(samples.ratio(HELP, BARE)), True),
+        Row(
+            f"{HELP} (target < 150 ms); / bare",
+            judged(_ms(median(HELP)), median(HELP), "< 150 ms"),
+            x(rate(HELP, BARE)),
+            True,
+        ),
     ]
     for name in chosen:
         reading = f"{name}: the same rows read by sqlite3"
         rows += [
             Row(
                 f"agentledger {name} (target < 300 ms); / bare; / sqlite3",
-                judged(_ms(median(name)), median(name), "< 0.3"),
-                f"{x(samples.ratio(name, BARE))}; {x(samples.ratio(name, reading))}",
+                judged(_ms(median(name)), median(name), "< 300 ms"),
+                f"{x(rate(name, BARE))}; {x(rate(name, reading))}",
                 headline=True,
             ),
             Row(reading, _ms(median(reading))),

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from agentledger import (
-    AgentBuilder,
     AgentState,
     ExecutionBudget,
     InferenceRequest,
@@ -32,19 +31,17 @@ from ._common import (
     STEPS_PER_TURN,
     TOOL_STEPS,
     Sizes,
+    builder,
     interleaved,
-    judged,
     lookup,
     script,
     timed,
     us,
-    x,
 )
 from ._raw import RawMessages
-from ._report import Row, Section
+from ._report import Row, Section, ratio
 
-RUN_STEPS, CALLS = 25, 2
-LONG_RUN = 200
+RUN_STEPS, CALLS, LONG_RUN = 25, 2, 200
 TENTH, LAST = slice(5, 15), slice(LONG_RUN - 10, LONG_RUN)
 """The steps of the long run compared: around the tenth, and the last ten."""
 LIMITS = ExecutionBudget(max_tokens=10**12, max_cost_usd=1e9)
@@ -63,8 +60,7 @@ PLANS = {"quick": Plan(20, 3, 7), "default": Plan(100, 5, 15), "full": Plan(400,
 
 
 def agent_loop(turns: int) -> float:
-    llm = ScriptedLLM(script(TOOL_STEPS, 1) * turns)
-    agent = AgentBuilder().with_llm(llm).with_tools([lookup]).build()
+    agent = builder(ScriptedLLM(script(TOOL_STEPS, 1) * turns)).build()
     state = AgentState.empty()
     started = time.perf_counter()
     for i in range(turns):
@@ -80,26 +76,24 @@ def bare_loop(turns: int) -> float:
     for i in range(turns):
         conversation.append(Message.user(f"question {i}"))
         trace: list[Message] = []
-        while True:
-            request = InferenceRequest(messages=Messages(tuple(conversation + trace)))
-            response = llm.complete(request)
-            if not response.tool_calls:
-                conversation.append(Message.assistant(response.content))
-                break
+        while (response := llm.complete(_request(conversation + trace))).tool_calls:
             trace.append(Message.assistant(tool_calls=response.tool_calls))
             for call in response.tool_calls:
                 result = lookup.function(**call.arguments)
                 trace.append(Message.tool(str(result), tool_call_id=call.id, name=call.name))
+        conversation.append(Message.assistant(response.content))
     return time.perf_counter() - started
+
+
+def _request(messages: list[Message]) -> InferenceRequest:
+    return InferenceRequest(messages=Messages(tuple(messages)))
 
 
 def loop_section(plan: Plan) -> Section:
     turns = plan.loop_turns
-    samples = interleaved(
-        {"agent loop": lambda: agent_loop(turns), "bare loop": lambda: bare_loop(turns)},
-        plan.loop_reps,
-    )
-    agent, bare = (samples.median(n) / (turns * STEPS_PER_TURN) for n in samples.times)
+    systems = {"agent loop": lambda: agent_loop(turns), "bare loop": lambda: bare_loop(turns)}
+    samples = interleaved(systems, plan.loop_reps)
+    agent, bare = (samples.median(n) / (turns * STEPS_PER_TURN) for n in systems)
     return Section(
         "1. The agent loop, no database",
         f"{turns} turns of {STEPS_PER_TURN} steps (3 tool-calling steps with ~1 KB results, an "
@@ -108,24 +102,10 @@ def loop_section(plan: Plan) -> Section:
         [
             Row("agent loop: time per step", us(agent)),
             Row("bare loop: time per step", us(bare)),
-            Row("agent loop / bare loop, per step", "", x(agent / bare), headline=True),
+            ratio("agent loop / bare loop, per step", agent / bare, headline=True),
             Row("agent loop: steps per second", f"{1 / agent:,.0f}"),
         ],
     )
-
-
-def _library_run(ledger: Ledger | None) -> Callable[[], float]:
-    def run() -> float:
-        llm = ScriptedLLM(script(RUN_STEPS, CALLS))
-        builder = AgentBuilder().with_llm(llm).with_tools([lookup]).with_max_steps(None)
-        agent = (builder.with_ledger(ledger) if ledger is not None else builder).build()
-        return timed(lambda: agent.run("go"))
-
-    return run
-
-
-def _raw_run(raw: RawMessages) -> Callable[[], float]:
-    return lambda: timed(lambda: raw.run("go", None, RUN_STEPS, CALLS))
 
 
 class _Clocked(ScriptedLLM):
@@ -144,31 +124,32 @@ class _Clocked(ScriptedLLM):
 def step_times(ledger: Ledger | None) -> list[float]:
     """Each step's time along one run of :data:`LONG_RUN` tool-calling steps with limits."""
     llm = _Clocked(script(LONG_RUN, CALLS))
-    builder = AgentBuilder().with_llm(llm).with_tools([lookup]).with_max_steps(None)
-    builder = builder.with_budget(LIMITS)
-    (builder.with_ledger(ledger) if ledger is not None else builder).build().run("go")
+    builder(llm, ledger).with_max_steps(None).with_budget(LIMITS).build().run("go")
     return [later - earlier for earlier, later in zip(llm.asked, llm.asked[1:], strict=False)]
 
 
 def _long_run_rows(plan: Plan, tmp: Path) -> list[Row]:
     rows: list[Row] = []
-    runs = max(3, plan.step_reps // 3)
     with Ledger.open(tmp / "long-run.db", synchronous="NORMAL") as ledger:
         for where, target in (("in memory", None), ("on a SQLite ledger", ledger)):
-            times = [step_times(target) for _ in range(runs)]
+            times = [step_times(target) for _ in range(max(3, plan.step_reps // 3))]
             tenth = statistics.median(t for run in times for t in run[TENTH])
             last = statistics.median(t for run in times for t in run[LAST])
+            name = f"{LONG_RUN}-step run {where}"
             rows += [
-                Row(f"{LONG_RUN}-step run {where}: a step around the tenth", us(tenth)),
-                Row(f"{LONG_RUN}-step run {where}: one of the last ten steps", us(last)),
-                Row(
-                    f"{LONG_RUN}-step run {where}: last / tenth (target ≤ 1.2x)",
-                    "",
-                    judged(x(last / tenth), last / tenth, "≤ 1.2"),
-                    headline=True,
-                ),
+                Row(f"{name}: a step around the tenth", us(tenth)),
+                Row(f"{name}: one of the last ten steps", us(last)),
+                ratio(f"{name}: last / tenth", last / tenth, "≤ 1.2x", headline=True),
             ]
     return rows
+
+
+def _library_run(ledger: Ledger | None) -> Callable[[], float]:
+    def run() -> float:
+        agent = builder(ScriptedLLM(script(RUN_STEPS, CALLS)), ledger).with_max_steps(None).build()
+        return timed(lambda: agent.run("go"))
+
+    return run
 
 
 def step_section(plan: Plan, tmp: Path) -> Section:
@@ -179,33 +160,24 @@ def step_section(plan: Plan, tmp: Path) -> Section:
             raw = RawMessages(tmp / f"steps-raw-{mode}.db", mode)
             stack.callback(raw.close)
             systems[f"agentledger {mode}"] = _library_run(ledger)
-            systems[f"raw {mode}"] = _raw_run(raw)
-        for run in systems.values():  # warm-up: statement caches, imports, first pages
-            run()
-        samples = interleaved(systems, plan.step_reps)
-
-    def step(name: str) -> float:
-        return samples.median(name) / RUN_STEPS
-
-    rows = [Row("the same agent, no ledger (in-memory recorder), per step", us(step("in memory")))]
+            systems[f"raw {mode}"] = lambda raw=raw: timed(
+                lambda: raw.run("go", None, RUN_STEPS, CALLS)
+            )
+        samples = interleaved(systems, plan.step_reps, warm_up=1)
+    step = {name: samples.median(name) / RUN_STEPS for name in systems}
+    rows = [Row("the same agent, no ledger (in-memory recorder), per step", us(step["in memory"]))]
     for mode in MODES:
-        ours, raw = step(f"agentledger {mode}"), step(f"raw {mode}")
+        ours, raw = step[f"agentledger {mode}"], step[f"raw {mode}"]
         rows += [
             Row(f"{mode}: agentledger (`Agent.run` on a ledger), per step", us(ours)),
             Row(f"{mode}: raw sqlite3, the run's messages, per step", us(raw)),
-            Row(f"{mode}: agentledger / raw messages, per step", "", x(ours / raw), True),
-            Row(
-                f"{mode}: the ledger's part (− in memory) / raw",
-                "",
-                x((ours - step("in memory")) / raw),
+            ratio(f"{mode}: agentledger / raw messages, per step", ours / raw, headline=True),
+            ratio(
+                f"{mode}: the ledger's part (− in memory) / raw", (ours - step["in memory"]) / raw
             ),
         ]
     rows.append(
-        Row(
-            "agentledger FULL / NORMAL",
-            "",
-            x(step("agentledger FULL") / step("agentledger NORMAL")),
-        )
+        ratio("agentledger FULL / NORMAL", step["agentledger FULL"] / step["agentledger NORMAL"])
     )
     return Section(
         "2. The ledger's cost per step",

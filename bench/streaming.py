@@ -15,38 +15,34 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import sqlalchemy as sa
 
-from agentledger import Agent, AgentBuilder, AgentStatus, InferenceResponse, ScriptedLLM, ToolCall
+from agentledger import Agent, AgentStatus, ScriptedLLM
 from agentledger.events import RunFinished, RunStarted, StepRecorded, TextDelta, ToolCallFinished
 from agentledger.ledger import Ledger
 
 from ._common import (
-    TOOL_NAME,
     TOOL_STEPS,
-    USAGE,
     Samples,
     Sizes,
-    call_arguments,
-    call_id,
+    builder,
     interleaved,
-    judged,
-    lookup,
     ms,
     p99,
+    postgres,
     question,
-    x,
+    script,
 )
-from ._report import Row, Section
+from ._report import Row, Section, ratio, seconds, table
 
 PREAMBLE = "Let me look that up for you. "
 """What each tool-calling step says before its call: 29 characters, 8 deltas."""
@@ -55,12 +51,10 @@ ANSWER = "The answer, from the three lookups: " + "all of them agree on it. " * 
 CHUNK_SIZE, CHUNK_DELAY, CANCEL_AFTER, TICK = 4, 0.02, 20, 0.01
 """Characters a delta (about a token), seconds between deltas, deltas of the answer read
 before a cancel, the ticker's period."""
-RARE_FLUSH = {"seconds": 3600.0, "characters": 10**9}
 FLUSH_COLUMNS = {"heartbeat_at", "partial_output", "partial_step_index"}
 """The columns a flush's write sets, and no others (recording a step clears them along with
 its other columns)."""
 DEFAULT, RARE = "default flush", "no flush in a turn"
-SERVER = {"fsync": "on", "synchronous_commit": "on", "full_page_writes": "on"}
 
 
 @dataclass(frozen=True)
@@ -83,22 +77,18 @@ PLANS = {
 
 def agent(ledger: Ledger, turns: int, *, streamed: bool = True, rare_flush: bool = False) -> Agent:
     """An agent of its own (its own script) for one conversation, on the shared ledger."""
-    calls = [
-        ToolCall(id=call_id(s, 0), name=TOOL_NAME, arguments=call_arguments(s, 0))
-        for s in range(TOOL_STEPS)
-    ]
-    responses = [InferenceResponse(content=PREAMBLE, tool_calls=[c], usage=USAGE) for c in calls]
-    responses = [*responses, InferenceResponse(content=ANSWER, usage=USAGE)] * turns
-    delay = {"chunk_size": CHUNK_SIZE, "chunk_delay": CHUNK_DELAY} if streamed else {}
-    builder = AgentBuilder().with_llm(ScriptedLLM(responses, **delay)).with_tools([lookup])
-    if rare_flush:
-        builder = builder.with_partial_flush(**RARE_FLUSH)
-    return builder.with_ledger(ledger).build()
+    responses = script(TOOL_STEPS, 1, said=PREAMBLE, answer=ANSWER) * turns
+    delays = {"chunk_size": CHUNK_SIZE, "chunk_delay": CHUNK_DELAY} if streamed else {}
+    agent = builder(ScriptedLLM(responses, **delays), ledger)  # type: ignore[arg-type]
+    if rare_flush:  # an hour, and more characters than a turn has
+        agent = agent.with_partial_flush(seconds=3600.0, characters=10**9)
+    return agent.build()
 
 
 @dataclass
 class Observed:
-    """One round of concurrent conversations, as its consumers and its ticker saw it."""
+    """One round of concurrent conversations, as its consumers and its ticker saw it, and its
+    runs counted by status in ``agent_runs``."""
 
     turn_times: list[float] = field(default_factory=list)
     step_lags: list[float] = field(default_factory=list)
@@ -108,8 +98,11 @@ class Observed:
     flushes: int = 0
     wall: float = 0.0
     statuses: dict[str, int] = field(default_factory=dict)
-    """The round's runs, counted by status, from ``agent_runs``."""
     interrupted_answers: int = 0
+
+    def seen(self, conn: object, cursor: object, statement: str, *args: object) -> None:
+        """A ``before_cursor_execute`` listener counting the flushes."""
+        self.flushes += is_flush(statement)
 
 
 def is_flush(statement: str) -> bool:
@@ -118,18 +111,6 @@ def is_flush(statement: str) -> bool:
     found = re.match(r"\s*update agent_runs set (.*?) where ", statement, re.I | re.S)
     columns = {part.split("=")[0].strip() for part in found.group(1).split(",")} if found else set()
     return columns - {"change_seq"} == FLUSH_COLUMNS
-
-
-@contextlib.contextmanager
-def counting_flushes(ledger: Ledger, observed: Observed) -> Iterator[None]:
-    def seen(conn: object, cursor: object, statement: str, *args: object) -> None:
-        observed.flushes += is_flush(statement)
-
-    sa.event.listen(ledger.engine, "before_cursor_execute", seen)
-    try:
-        yield
-    finally:
-        sa.event.remove(ledger.engine, "before_cursor_execute", seen)
 
 
 async def converse(agent: Agent, turns: int, observed: Observed) -> None:
@@ -157,10 +138,9 @@ async def converse_and_cancel(agent: Agent, observed: Observed) -> None:
     async for event in stream:
         if isinstance(event, RunStarted):
             observed.cancelled_runs.append(event.run_id)
-        if isinstance(event, TextDelta) and event.step_index == TOOL_STEPS:
-            answered += 1
-            if answered == CANCEL_AFTER:
-                break
+        answered += isinstance(event, TextDelta) and event.step_index == TOOL_STEPS
+        if answered == CANCEL_AFTER:
+            break
     started = time.perf_counter()
     await stream.aclose()
     observed.cancels.append(time.perf_counter() - started)
@@ -168,7 +148,8 @@ async def converse_and_cancel(agent: Agent, observed: Observed) -> None:
         raise RuntimeError(f"a cancelled run ended {stream.result.status}: {stream.result.error}")
 
 
-async def _round(work: list[Callable[[], object]], observed: Observed) -> None:
+async def _round(work: list[Coroutine[Any, Any, None]], observed: Observed) -> None:
+    """``work`` at once, beside a ticker that notes how late the loop wakes it."""
     stop = asyncio.Event()
 
     async def ticker() -> None:
@@ -180,8 +161,8 @@ async def _round(work: list[Callable[[], object]], observed: Observed) -> None:
     tick = asyncio.create_task(ticker())
     started = time.perf_counter()
     async with asyncio.TaskGroup() as group:
-        for start in work:
-            group.create_task(start())  # type: ignore[arg-type]
+        for conversation in work:
+            group.create_task(conversation)
     observed.wall = time.perf_counter() - started
     stop.set()
     await tick
@@ -195,16 +176,23 @@ def concurrent_round(
     every turn completed, every cancelled run interrupted with its answer flagged."""
     observed, turns = Observed(), 1 if cancels else plan.turns
     agents = [agent(ledger, turns, rare_flush=rare_flush) for _ in range(plan.conversations)]
-    work: list[Callable[[], object]] = [
-        (lambda a=a: converse_and_cancel(a, observed))
-        if i < cancels
-        else (lambda a=a: converse(a, turns, observed))
-        for i, a in enumerate(agents)
-    ]
     with ledger.engine.connect() as conn:
         first = str(conn.exec_driver_sql("SELECT max(id) FROM agent_runs").scalar() or "")
-    with counting_flushes(ledger, observed):
-        asyncio.run(_round(work, observed))
+    sa.event.listen(ledger.engine, "before_cursor_execute", observed.seen)
+    try:
+        asyncio.run(
+            _round(
+                [
+                    converse_and_cancel(a, observed)
+                    if i < cancels
+                    else converse(a, turns, observed)
+                    for i, a in enumerate(agents)
+                ],
+                observed,
+            )
+        )
+    finally:
+        sa.event.remove(ledger.engine, "before_cursor_execute", observed.seen)
     by_status = sa.text("SELECT status, count(*) FROM agent_runs WHERE id > :first GROUP BY status")
     flagged = sa.text(
         "SELECT count(*) FROM conversation_messages WHERE interrupted AND run_id IN :ids"
@@ -225,11 +213,6 @@ def turns_in_a_row(ledger: Ledger, turns: int, *, asynchronous: bool) -> float:
     """``turns`` turns one after another, a new conversation each, through ``Agent.run`` or
     ``await agent.arun`` on one event loop (its start and end left out): seconds a turn."""
     plain = agent(ledger, turns, streamed=False)
-    if not asynchronous:
-        started = time.perf_counter()
-        for turn in range(turns):
-            plain.run(question(turn))
-        return (time.perf_counter() - started) / turns
 
     async def in_a_row() -> float:
         started = time.perf_counter()
@@ -237,7 +220,12 @@ def turns_in_a_row(ledger: Ledger, turns: int, *, asynchronous: bool) -> float:
             await plain.arun(question(turn))
         return (time.perf_counter() - started) / turns
 
-    return asyncio.run(in_a_row())
+    if asynchronous:
+        return asyncio.run(in_a_row())
+    started = time.perf_counter()
+    for turn in range(turns):
+        plain.run(question(turn))
+    return (time.perf_counter() - started) / turns
 
 
 @dataclass
@@ -249,7 +237,8 @@ class Figures:
     sequential: Samples = field(default_factory=Samples)
 
     def pooled(self, variant: str, what: str) -> list[float]:
-        return [value for observed in self.rounds[variant] for value in getattr(observed, what)]
+        rounds = self.cancel_rounds if variant == "cancel" else self.rounds[variant]
+        return [value for observed in rounds for value in getattr(observed, what)]
 
     def turns_per_second(self, variant: str) -> float:
         return statistics.median(len(o.turn_times) / o.wall for o in self.rounds[variant])
@@ -258,29 +247,22 @@ class Figures:
         rounds = self.rounds[variant]
         return sum(o.flushes for o in rounds) / sum(len(o.turn_times) for o in rounds)
 
-    @property
-    def cancels(self) -> list[float]:
-        return [value for observed in self.cancel_rounds for value in observed.cancels]
-
 
 def measure_backend(ledger: Ledger, plan: Plan) -> Figures:
     figures = Figures()
     for rep in range(plan.reps):
         for variant in [DEFAULT, RARE] if rep % 2 == 0 else [RARE, DEFAULT]:
-            figures.rounds[variant].append(
-                concurrent_round(ledger, plan, rare_flush=variant == RARE)
-            )
+            observed = concurrent_round(ledger, plan, rare_flush=variant == RARE)
+            figures.rounds[variant].append(observed)
         figures.cancel_rounds.append(concurrent_round(ledger, plan, cancels=plan.cancels))
     if figures.flushes_per_turn(RARE):
         raise RuntimeError("a partial-output flush was written with a flush interval of an hour")
     turns = plan.sequential_turns
-    figures.sequential = interleaved(
-        {
-            "Agent.run": lambda: turns_in_a_row(ledger, turns, asynchronous=False),
-            "await agent.arun": lambda: turns_in_a_row(ledger, turns, asynchronous=True),
-        },
-        plan.sequential_reps,
-    )
+    systems: dict[str, Callable[[], float]] = {
+        "Agent.run": lambda: turns_in_a_row(ledger, turns, asynchronous=False),
+        "await agent.arun": lambda: turns_in_a_row(ledger, turns, asynchronous=True),
+    }
+    figures.sequential = interleaved(systems, plan.sequential_reps)
     return figures
 
 
@@ -292,19 +274,11 @@ class Measured:
     skipped: list[str] = field(default_factory=list)
 
 
-def measure(plan: Plan, tmp: Path, *, postgres: bool = True) -> Measured:
-    from .statements import throwaway_postgres  # section 10's
-
+def measure(plan: Plan, tmp: Path, *, with_postgres: bool = True) -> Measured:
     measured = Measured(plan)
-    with contextlib.ExitStack() as stack:
+    with postgres(measured.skipped, wanted=with_postgres) as new_database:
         urls = {"SQLite": f"sqlite:///{tmp / 'streaming.db'}"}
-        server = (
-            stack.enter_context(throwaway_postgres(SERVER, measured.skipped)) if postgres else None
-        )
-        if server is not None:
-            urls["PostgreSQL"] = server.create_database("agentledger_bench")
-        elif not postgres:
-            measured.skipped.append("PostgreSQL: not measured in this run.")
+        urls |= {"PostgreSQL": new_database()} if new_database else {}
         for title, url in urls.items():
             print(f"  {title} ...", file=sys.stderr, flush=True)
             started = time.perf_counter()
@@ -319,84 +293,64 @@ def run(sizes: Sizes, tmp: Path) -> list[Section]:
     return report(measure(PLANS[sizes.name], tmp))
 
 
-# -- the report ---------------------------------------------------------------------------------
-
-
 def _streaming(title: str, figures: Figures) -> tuple[list[Row], list[str]]:
     """Section 13's rows and table for one backend."""
-    late, lags, cancels = (
-        p99(figures.pooled(DEFAULT, "lateness")),
-        figures.pooled(DEFAULT, "step_lags"),
-        figures.cancels,
-    )
+    lags, cancels = figures.pooled(DEFAULT, "step_lags"), figures.pooled("cancel", "cancels")
     turns = [statistics.median(figures.pooled(v, "turn_times")) for v in (DEFAULT, RARE)]
+    late = p99(figures.pooled(DEFAULT, "lateness"))
     rows = [
         Row(f"{title}: turns per second", f"{figures.turns_per_second(DEFAULT):,.1f}"),
-        Row(
-            f"{title}: event loop lateness, p99 (target < 20 ms)",
-            judged(ms(late), late, "< 0.02"),
-            "",
-            True,
-        ),
-        Row(f"{title}: a step's end → its StepRecorded, median", ms(statistics.median(lags))),
-        Row(f"{title}: a step's end → its StepRecorded, p99", ms(p99(lags)), headline=True),
+        seconds(f"{title}: event loop lateness, p99", late, "< 20 ms", headline=True),
+        seconds(f"{title}: a step's end → its StepRecorded, median", statistics.median(lags)),
+        seconds(f"{title}: a step's end → its StepRecorded, p99", p99(lags), headline=True),
         Row(f"{title}: flush writes per turn", f"{figures.flushes_per_turn(DEFAULT):.2f}"),
-        Row(
+        ratio(
             f"{title}: turn time, default flush / no flush in a turn",
-            "",
-            x(turns[0] / turns[1]),
-            True,
-        ),
-        Row(
-            f"{title}: cancel → committed interrupted, p99 (target < 200 ms)",
-            judged(ms(p99(cancels)), p99(cancels), "< 0.2"),
+            turns[0] / turns[1],
             headline=True,
         ),
+        seconds(
+            f"{title}: cancel → committed interrupted, p99", p99(cancels), "< 200 ms", headline=True
+        ),
     ]
-    table = [
-        f"### {title}",
-        "",
-        "| flush | turns/s | turn, median | turn, p99 | loop lateness, median | loop lateness, p99 "
-        "| step's end → StepRecorded, median | p99 | flush writes per turn |",
-        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    cells = []
     for variant in (DEFAULT, RARE):
         pooled = [figures.pooled(variant, what) for what in ("turn_times", "lateness", "step_lags")]
-        spread = " | ".join(f"{ms(statistics.median(p))} | {ms(p99(p))}" for p in pooled)
-        per_turn = f"{figures.turns_per_second(variant):,.1f}"
-        table.append(
-            f"| {variant} | {per_turn} | {spread} | {figures.flushes_per_turn(variant):.2f} |"
-        )
-    late_then = p99([value for o in figures.cancel_rounds for value in o.lateness])
-    table += [
+        spread = [shown for p in pooled for shown in (ms(statistics.median(p)), ms(p99(p)))]
+        per_second, flushes = figures.turns_per_second(variant), figures.flushes_per_turn(variant)
+        cells.append([variant, f"{per_second:,.1f}", *spread, f"{flushes:.2f}"])
+    header = ["flush", "turns/s", "turn, median", "turn, p99", "loop lateness, median"]
+    header += [
+        "loop lateness, p99",
+        "step's end → StepRecorded, median",
+        "p99",
+        "flush writes per turn",
+    ]
+    table_lines = [
+        f"### {title}",
         "",
+        *table(header, cells),
         f"Cancel rounds: {len(cancels)} cancels; cancel → committed median "
         f"{ms(statistics.median(cancels))}, p99 {ms(p99(cancels))}, max {ms(max(cancels))}; "
-        f"loop lateness p99 during them {ms(late_then)}.",
+        f"loop lateness p99 during them {ms(p99(figures.pooled('cancel', 'lateness')))}.",
         "",
     ]
-    return rows, table
+    return rows, table_lines
 
 
 def report(measured: Measured) -> list[Section]:
-    plan = measured.plan
-    rows: list[Row] = []
-    details: list[str] = []
-    sequential: list[Row] = []
+    plan, rows, details, sequential = measured.plan, [], [], []
     for title, figures in measured.backends.items():
-        more, table = _streaming(title, figures)
-        rows, details = rows + more, details + table
-        samples, ratio = (
-            figures.sequential,
-            figures.sequential.ratio("await agent.arun", "Agent.run"),
-        )
+        more, lines = _streaming(title, figures)
+        rows, details = rows + more, details + lines
+        samples = figures.sequential
         sequential += [
-            Row(f"{title}: Agent.run, per turn", ms(samples.median("Agent.run"))),
-            Row(f"{title}: await agent.arun, per turn", ms(samples.median("await agent.arun"))),
-            Row(
-                f"{title}: arun / run, per turn (target ≤ 1.2x)",
-                "",
-                judged(x(ratio), ratio, "≤ 1.2"),
+            seconds(f"{title}: Agent.run, per turn", samples.median("Agent.run")),
+            seconds(f"{title}: await agent.arun, per turn", samples.median("await agent.arun")),
+            ratio(
+                f"{title}: arun / run, per turn",
+                samples.ratio("await agent.arun", "Agent.run"),
+                "≤ 1.2x",
                 True,
             ),
         ]

@@ -26,8 +26,18 @@ from agentledger import Agent
 from agentledger.ledger import Ledger
 
 from . import peers
-from ._common import STEPS_PER_TURN, Sizes, ms, p99, question, turn_agent
-from ._report import Row, Section
+from ._common import (
+    STEPS_PER_TURN,
+    Sizes,
+    TimedRecorder,
+    database,
+    ms,
+    p99,
+    postgres,
+    question,
+    turn_agent,
+)
+from ._report import Row, Section, table
 from ._workers import Worker, broadcast
 
 AGENTLEDGER = "agentledger Agent.run"
@@ -35,8 +45,6 @@ SYSTEMS = {
     "SQLite": (AGENTLEDGER, peers.SESSION, peers.SQLITE_GRAPH),
     "PostgreSQL": (AGENTLEDGER, peers.ALCHEMY_SESSION, peers.POSTGRES_GRAPH),
 }
-SERVER = {"fsync": "on", "synchronous_commit": "on", "max_connections": "400"}
-"""A durable server, with room for every writer's connections (three systems at 16 writers)."""
 START_MARGIN = 0.25
 """Seconds between the parent's go and the round's start: time for every writer to hear it."""
 
@@ -56,36 +64,18 @@ PLANS = {
 }
 
 
-# -- the worker side ----------------------------------------------------------------------------
-
-
-class TimedRecorder:
-    """A ledger's recorder whose ``record_step`` calls are timed, into ``commits``."""
-
-    def __init__(self, recorder: Any, commits: list[float]) -> None:
-        self.inner, self.commits = recorder, commits
-
-    def record_step(self, *arguments: Any) -> None:
-        started = time.perf_counter()
-        self.inner.record_step(*arguments)
-        self.commits.append(time.perf_counter() - started)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self.inner, name)
-
-
 class LedgerWriter:
     """``Agent.run`` on a ledger; a step's commit is the recorder's ``record_step``, timed."""
 
     def __init__(self, url: str, writer: int) -> None:
-        self.ledger = Ledger.open(url, migrate=False)
-        self.commits: list[float] = []
-        self.recorder = TimedRecorder(self.ledger.recorder, self.commits)
+        self.ledger = Ledger.open(url, migrate=False)  # the parent migrated it
+        self.recorder = TimedRecorder(self.ledger.recorder, "record_step")
+        self.commits = self.recorder.times["record_step"]
         self.agents: list[list[Agent]] = []
         self.ids: list[str | None] = []
 
     def setup(self) -> None:
-        """The parent migrated the database."""
+        """Nothing: the parent migrated the database."""
 
     def prepare(self, round: int, conversations: int, turns: int) -> None:
         """An agent per turn, its script fresh, built before the clock starts."""
@@ -118,6 +108,8 @@ class Writer:
     def __init__(self, system: str, url: str, writer: int, conversations: int, turns: int) -> None:
         self.system = FACTORIES[system](url, writer)
         self.conversations, self.turns, self.rounds = conversations, turns, 0
+        # The ledger's transactions and lock retries (the peers count neither).
+        self.counts = getattr(self.system, "counts", lambda: None)
 
     def setup(self) -> None:
         self.system.setup()
@@ -129,7 +121,7 @@ class Writer:
     def round(self, start_at: float) -> dict[str, Any]:
         """The round's turns from ``start_at`` (``time.time()``) on: when the last ended, how
         many, each step's commit, and the transactions and lock retries if counted."""
-        before = self.system.counts()
+        before = self.counts()
         self.system.commits.clear()
         gc.collect()
         while (left := start_at - time.time()) > 0:
@@ -137,21 +129,13 @@ class Writer:
         for turn in range(self.turns):
             for conversation in range(self.conversations):
                 self.system.turn(conversation, turn)
-        end, after = time.time(), self.system.counts()
+        end, after = time.time(), self.counts()
         counted = None if before is None else [b - a for a, b in zip(before, after, strict=True)]
-        turns = self.turns * self.conversations
-        return {
-            "end": end,
-            "turns": turns,
-            "commits": list(self.system.commits),
-            "counted": counted,
-        }
+        turns, commits = self.turns * self.conversations, list(self.system.commits)
+        return {"end": end, "turns": turns, "commits": commits, "counted": counted}
 
     def close(self) -> None:
         self.system.close()
-
-
-# -- measuring ----------------------------------------------------------------------------------
 
 
 @dataclass
@@ -163,7 +147,7 @@ class Point:
     turns: int = 0
     counted: list[int] | None = None
     """The ledger's transactions and lock retries, over every round."""
-    rows: float | None = None
+    rows: float = 0.0
     """Rows stored per turn."""
 
     @property
@@ -179,11 +163,14 @@ class Point:
             self.counted = [a + b for a, b in zip(self.counted or [0, 0], counted, strict=True)]
 
 
+Curve = dict[str, dict[int, Point]]
+"""A backend's points, by system and number of writers."""
+
+
 @dataclass
 class Measured:
     plan: Plan
-    points: dict[str, dict[str, dict[int, Point]]] = field(default_factory=dict)
-    """By backend, system and number of writers."""
+    curves: dict[str, Curve] = field(default_factory=dict)
     skipped: list[str] = field(default_factory=list)
     took: dict[str, float] = field(default_factory=dict)
 
@@ -196,41 +183,34 @@ def _rows_per_turn(url: str, turns: int) -> float:
     engine = create_engine(url if "://" in url else f"sqlite:///{url}")
     try:
         with engine.connect() as conn:
-            tables = [
-                t
-                for t in inspect(conn).get_table_names()
-                if not any(word in t for word in ("migration", "alembic", "fts"))
+            names = inspect(conn).get_table_names()
+            tables = [t for t in names if not any(w in t for w in ("migration", "alembic", "fts"))]
+            counts = [
+                conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables
             ]
-            return (
-                sum(conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables)
-                / turns
-            )
+            return sum(counts) / turns
     finally:
         engine.dispose()
 
 
-def measure_point(
-    plan: Plan, systems: list[str], urls: dict[str, str], writers: int
-) -> dict[str, Point]:
-    points = {system: Point() for system in systems}
+def measure_point(plan: Plan, urls: dict[str, str], writers: int) -> dict[str, Point]:
+    """Each system's rounds at ``writers`` writers, on its database at ``urls[system]``."""
+    points, systems = {system: Point() for system in urls}, list(urls)
     with ExitStack() as stack:
         workers: dict[str, dict[str, Worker]] = {}
-        for system in systems:
+        for system, url in urls.items():
             if system == AGENTLEDGER:
-                Ledger.open(urls[system]).close()  # migrated here, once
+                Ledger.open(url).close()  # migrated here, once
             sizes = {"conversations": plan.conversations, "turns": plan.turns}
             workers[system] = {
-                str(n): Worker(
-                    f"{system} {n}", Writer, system=system, url=urls[system], writer=n, **sizes
-                )
+                str(n): Worker(f"{system} {n}", Writer, system=system, url=url, writer=n, **sizes)
                 for n in range(writers)
             }
             for worker in workers[system].values():
                 stack.callback(worker.close)
             workers[system]["0"].call("setup")
         for rep in range(plan.reps):
-            shift = rep % len(systems)
-            for system in systems[shift:] + systems[:shift]:
+            for system in systems[rep % len(systems) :] + systems[: rep % len(systems)]:
                 broadcast(workers[system], "prepare")
                 start_at = time.time() + START_MARGIN
                 answers = broadcast(workers[system], "round", start_at)
@@ -248,13 +228,13 @@ def _curve(measured: Measured, backend: str, url: Callable[[str, int], str], onl
         measured.skipped += [f"{backend}: {system} skipped, {reason}." for reason in why]
         if not why and (only is None or system in only):
             systems.append(system)
-    curve: dict[str, dict[int, Point]] = {system: {} for system in systems}
+    curve: Curve = {system: {} for system in systems}
     for count in measured.plan.writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
         urls = {system: url(system, count) for system in systems}
-        for system, point in measure_point(measured.plan, systems, urls, count).items():
+        for system, point in measure_point(measured.plan, urls, count).items():
             curve[system][count] = point
-    measured.points[backend] = curve
+    measured.curves[backend] = curve
     measured.took[backend] = time.perf_counter() - started
 
 
@@ -266,17 +246,13 @@ def measure(
     only: tuple[str, ...] | None = None,
 ) -> Measured:
     """The curve on each backend, with ``only`` these systems (default: all installed)."""
-    from .statements import throwaway_postgres  # section 10's, not needed in a writer process
-
     measured = Measured(plan)
     if "SQLite" in backends:
-        files = lambda system, n: str(tmp / f"writers-{'-'.join(system.lower().split())}-{n}.db")  # noqa: E731
-        _curve(measured, "SQLite", files, only)
-    if "PostgreSQL" in backends:
-        with throwaway_postgres(SERVER, measured.skipped) as server:
-            if server is not None:
-                databases = lambda system, n: str(server.create_database("agentledger_writers"))  # noqa: E731
-                _curve(measured, "PostgreSQL", databases, only)
+        _curve(measured, "SQLite", lambda s, n: str(database(tmp, "writers", s, n)), only)
+    wanted = "PostgreSQL" in backends
+    with postgres(measured.skipped, wanted=wanted, max_connections="400") as new_database:
+        if new_database is not None:  # room for every writer's connections: 3 systems at 16
+            _curve(measured, "PostgreSQL", lambda s, n: new_database(), only)
     return measured
 
 
@@ -285,22 +261,13 @@ def run(sizes: Sizes, tmp: Path) -> list[Section]:
     return [report(measure(PLANS[sizes.name], tmp))]
 
 
-# -- the report ---------------------------------------------------------------------------------
-
-
-def _best_peer(curve: dict[str, dict[int, Point]], writers: int) -> tuple[str, float] | None:
+def _best_peer(curve: Curve, writers: int) -> tuple[str, float] | None:
     rates = [(s, p[writers].rate) for s, p in curve.items() if s != AGENTLEDGER and writers in p]
     return max(rates, key=lambda pair: pair[1]) if rates else None
 
 
-def _table(backend: str, curve: dict[str, dict[int, Point]]) -> list[str]:
-    lines = [
-        f"### {backend}",
-        "",
-        "| writers | system | turns/s | / best peer | step commit p50 | step commit p99 | "
-        "lock retries per 1000 tx | transactions per turn | rows per turn |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+def _details(backend: str, curve: Curve) -> list[str]:
+    cells = []
     for writers in sorted({n for points in curve.values() for n in points}):
         best = _best_peer(curve, writers)
         for system, points in curve.items():
@@ -311,17 +278,16 @@ def _table(backend: str, curve: dict[str, dict[int, Point]]) -> list[str]:
                 transactions, retried = point.counted
                 retries = f"{1000 * retried / transactions:.1f}"
                 per_turn = f"{transactions / point.turns:.2f}"
-            lines.append(
-                f"| {writers} | {system} | {point.rate:,.1f} | {ratio} | "
-                f"{ms(statistics.median(point.commits))} | {ms(p99(point.commits))} | "
-                f"{retries} | {per_turn} | {point.rows:.1f} |"
-            )
-    return [*lines, ""]
+            commits = [ms(statistics.median(point.commits)), ms(p99(point.commits))]
+            rate, rows = f"{point.rate:,.1f}", f"{point.rows:.1f}"
+            cells.append([str(writers), system, rate, ratio, *commits, retries, per_turn, rows])
+    header = ["writers", "system", "turns/s", "/ best peer", "step commit p50", "step commit p99"]
+    header += ["lock retries per 1000 tx", "transactions per turn", "rows per turn"]
+    return [f"### {backend}", "", *table(header, cells, "rl" + "r" * 7)]
 
 
-def _rows(backend: str, curve: dict[str, dict[int, Point]]) -> list[Row]:
-    rows = []
-    ours = curve.get(AGENTLEDGER, {})
+def _rows(backend: str, curve: Curve) -> list[Row]:
+    rows, ours = [], curve.get(AGENTLEDGER, {})
     for writers, point in sorted(ours.items()):
         best = _best_peer(curve, writers)
         peer = f", {best[0]}" if best else ""
@@ -336,7 +302,7 @@ def _rows(backend: str, curve: dict[str, dict[int, Point]]) -> list[Row]:
     return rows
 
 
-def _verdict(backend: str, curve: dict[str, dict[int, Point]]) -> str:
+def _verdict(backend: str, curve: Curve) -> str:
     behind = [
         f"{writers} writers ({point.rate:,.1f} against {best[1]:,.1f}, {best[0]})"
         for writers, point in sorted(curve.get(AGENTLEDGER, {}).items())
@@ -350,25 +316,26 @@ def _verdict(backend: str, curve: dict[str, dict[int, Point]]) -> str:
 
 
 def report(measured: Measured) -> Section:
-    plan, rows, details = measured.plan, [], []
-    for backend, curve in measured.points.items():
-        rows += _rows(backend, curve)
-        details += _table(backend, curve)
+    plan, curves = measured.plan, measured.curves
     took = ", ".join(f"{backend} {seconds:.0f} s" for backend, seconds in measured.took.items())
-    notes = [*measured.skipped, *(_verdict(b, c) for b, c in measured.points.items())]
     return Section(
         "15. Many writers: turns per second as writer processes are added",
         f"{', '.join(map(str, plan.writers))} writer processes on one database (a SQLite file at "
-        "the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL server with fsync "
-        f"and synchronous_commit on), each running {plan.conversations} conversations of "
-        f"{plan.turns} turns (a user message, {STEPS_PER_TURN - 1} tool steps, an answer; "
-        "scripted, no sleeps). All writers of a round start at one instant; turns/s = the "
-        f"round's turns / (the last writer's end − that instant), median of {plan.reps} rounds, "
+        "the ledger's defaults: WAL, synchronous=FULL; a throwaway PostgreSQL server with fsync, "
+        f"synchronous_commit and full_page_writes on), each running {plan.conversations} "
+        f"conversations of {plan.turns} turns (a user message, {STEPS_PER_TURN - 1} tool "
+        "steps, an answer; scripted, no sleeps). All writers of a round start at one instant; "
+        "turns/s = the round's turns / (the last writer's end − that instant), median of "
+        f"{plan.reps} rounds, "
         "the systems' rounds interleaved, each in a database of its own. A step's commit: "
         "agentledger's `record_step`, the SDK's `add_items`, LangGraph's `put`; p50 and p99 "
         "over every step. Lock retries and transactions: `Ledger.lock_retries`, "
         "`Ledger.transactions`. Rows per turn: every row of the system's tables afterwards.",
-        rows,
-        [*notes, f"Measuring took: {took}."],
-        details,
+        [row for backend, curve in curves.items() for row in _rows(backend, curve)],
+        [
+            *measured.skipped,
+            *(_verdict(b, c) for b, c in curves.items()),
+            f"Measuring took: {took}.",
+        ],
+        [line for backend, curve in curves.items() for line in _details(backend, curve)],
     )

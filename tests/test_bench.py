@@ -1,8 +1,8 @@
 """The benchmarks that run in one process (``bench/steps.py``, ``bench/analytics.py``,
-``bench/startup.py``, ``bench/streaming.py``) run end to end at a tiny size: every system
-measured does the work it is held to (checked in SQL), the floors and SQLite-alone queries
-answer what agentledger answers, and each report gives its figures with its targets judged.
-Correctness only: the timing is ``make bench``'s."""
+``bench/startup.py``, ``bench/statements.py``, ``bench/streaming.py``) run end to end at a tiny
+size: every system measured does the work it is held to (checked in SQL), the floors and
+SQLite-alone queries answer what agentledger answers, and each report gives its figures with
+its targets judged. Correctness only: the timing is ``make bench``'s."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import pytest
 
 from agentledger import Analytics
 from agentledger.ledger import Ledger, LedgerReader
-from bench import _raw, _synthetic, analytics, startup, steps, streaming
+from bench import _raw, _synthetic, analytics, startup, statements, steps, streaming
 from bench._common import Samples
 from bench._report import Section
 from bench._versions import THIS, Version, this_version
@@ -171,7 +171,7 @@ def test_without_the_shell_a_fresh_interpreter_reads_the_rows(monkeypatch, tmp_p
         conn.execute("CREATE TABLE conversations (id)")
     argv = startup.shell(tmp_path / "x.db", "SELECT * FROM conversations;")
     assert argv[0] == sys.executable
-    assert startup.Process(argv, startup.environment()).run() > 0
+    assert startup.process(*argv)() > 0
 
 
 def test_the_commands_report_judges_each_command_against_its_target():
@@ -202,6 +202,28 @@ def test_the_import_is_measured_over_the_bare_interpreter_in_its_own_version(tmp
         startup.loaded(elsewhere)
 
 
+# -- the statements -----------------------------------------------------------------------------
+
+
+def test_each_way_of_sending_the_statements_records_the_same_turns_on_both_sqlite_settings(
+    tmp_path,
+):
+    measured = statements.measure(2, tmp_path, with_postgres=False)
+    assert list(measured.backends) == ["SQLite, synchronous=FULL", "SQLite, synchronous=NORMAL"]
+    for samples in measured.backends.values():
+        for way in statements.WAYS:
+            parts = [samples.times[f"{way} {part}"] for part in statements.PARTS.values()]
+            whole, *calls, alone = parts
+            for turn in range(2):
+                recorded = sum(call[turn] for call in calls)
+                assert 0 < alone[turn] < recorded < whole[turn]
+    section = statements.report(measured)
+    paired = [row.ratio for row in section.rows if row.ratio]
+    assert len(paired) == 2 * 2 * len(statements.PARTS)  # B/A and C/A, on two settings
+    assert all(re.fullmatch(r"\*{0,2}\d+\.\d\dx \[\d+\.\d\d–\d+\.\d\d\]\*{0,2}", r) for r in paired)
+    assert "- PostgreSQL: not measured in this run." in section.render()
+
+
 # -- streaming ----------------------------------------------------------------------------------
 
 TINY = streaming.Plan(
@@ -209,13 +231,9 @@ TINY = streaming.Plan(
 )
 
 
-@pytest.fixture(scope="module")
-def streamed(tmp_path_factory: pytest.TempPathFactory) -> streaming.Measured:
-    return streaming.measure(TINY, tmp_path_factory.mktemp("bench-streaming"), postgres=False)
-
-
-def test_every_streamed_turn_completed_and_every_cancel_committed_as_interrupted(streamed):
-    figures = streamed.backends["SQLite"]
+def test_every_streamed_turn_and_cancel_is_recorded_and_reported_with_its_target(tmp_path):
+    measured = streaming.measure(TINY, tmp_path, with_postgres=False)
+    figures = measured.backends["SQLite"]
     for variant in (streaming.DEFAULT, streaming.RARE):
         (observed,) = figures.rounds[variant]
         assert observed.statuses == {"completed": TINY.conversations * TINY.turns}
@@ -225,18 +243,13 @@ def test_every_streamed_turn_completed_and_every_cancel_committed_as_interrupted
     assert cancelled.interrupted_answers == len(cancelled.cancels) == TINY.cancels
     assert figures.flushes_per_turn(streaming.DEFAULT) > 0  # a 1.2 s answer, flushed at 0.5 s
     assert figures.flushes_per_turn(streaming.RARE) == 0
-
-
-def test_the_streaming_report_gives_every_figure_with_its_target(streamed):
-    sections = streaming.report(streamed)
+    sections = streaming.report(measured)
     found = cells(sections[0]) | cells(sections[1])
-    assert re.fullmatch(
-        r"[\d.,]+ ms, (met|missed)", found["SQLite: event loop lateness, p99 (target < 20 ms)"][0]
-    )
-    assert re.fullmatch(
-        r"[\d.,]+ ms, (met|missed)",
-        found["SQLite: cancel → committed interrupted, p99 (target < 200 ms)"][0],
-    )
+    for late in (
+        "event loop lateness, p99 (target < 20 ms)",
+        "cancel → committed interrupted, p99 (target < 200 ms)",
+    ):
+        assert re.fullmatch(r"[\d.,]+ ms, (met|missed)", found[f"SQLite: {late}"][0])
     assert RATIO.match(found["SQLite: arun / run, per turn (target ≤ 1.2x)"][1])
     assert "PostgreSQL: not measured in this run." in sections[0].notes
 

@@ -32,14 +32,9 @@ def counts(path: Path) -> dict[str, int]:
         return {t: conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in tables}
 
 
-@pytest.fixture(scope="module")
-def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, recording.Measured]:
-    tmp = tmp_path_factory.mktemp("bench-recording")
-    return tmp, recording.measure(recording.Plan((2, 3), reps=2, modes=("NORMAL",)), tmp)
-
-
-def test_every_system_records_a_turn_at_every_history_length(recorded):
-    _, measured = recorded
+def test_every_system_records_every_turn_at_every_history_and_the_loads_read_them_all(tmp_path):
+    plan = recording.Plan((2, 3), reps=2, modes=("NORMAL",), profiled=(2, 5))
+    measured = recording.measure(plan, tmp_path)
     found = table(recording.report(measured))
     for system in measured.systems:
         for turns in (2, 3):
@@ -52,22 +47,15 @@ def test_every_system_records_a_turn_at_every_history_length(recorded):
         assert (
             f"@ 3: {peers.SESSION} FULL / agentledger recorder alone NORMAL (target > 1x)" in found
         )
-
-
-def test_the_recorders_replay_writes_what_agent_run_writes(recorded):
-    tmp, _ = recorded
-    agent = counts(tmp / "recording-agentledger-agent.run-normal-3.db")
-    assert counts(tmp / "recording-agentledger-recorder-alone-normal-3.db") == agent
+    # The recorder's replay writes what Agent.run writes.
+    agent = counts(tmp_path / "agentledger-agent.run-normal-3.db")
+    assert counts(tmp_path / "agentledger-recorder-alone-normal-3.db") == agent
     assert agent == {
         "agent_runs": 5,
         "conversation_messages": 10,
         "step_executions": 20,
         "tool_executions": 15,
     }
-
-
-def test_the_loads_read_the_whole_conversation_and_the_profile_divides_a_turn(recorded):
-    _, measured = recorded
     assert measured.loaded == 2 * (3 + 2)
     assert set(measured.loads.times) == {"agentledger cold", "agentledger warm", "agentledger raw"}
     assert sum(measured.profile.values()) == pytest.approx(1.0)
@@ -139,7 +127,7 @@ def test_without_a_previous_version_sections_11_and_12_say_how_to_run_them():
 def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tmp_path):
     plan = writers.Plan((1, 2), conversations=2, turns=2, reps=2)
     measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=(writers.AGENTLEDGER,))
-    for count, point in measured.points["SQLite"][writers.AGENTLEDGER].items():
+    for count, point in measured.curves["SQLite"][writers.AGENTLEDGER].items():
         assert len(point.rates) == plan.reps and point.turns == count * 2 * 2 * plan.reps
         assert len(point.commits) == 4 * point.turns  # 3 tool steps and the answer
         # begin, 4 steps, commit; a load for every turn that continues a conversation
