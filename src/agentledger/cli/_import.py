@@ -43,8 +43,8 @@ def import_(
 
     \b
     Examples:
-      agentledger --db app.db import sessions.db --dry-run
-      agentledger --db app.db import "$(llm logs path)" --tenant acme --owner ann
+      agentledger import sessions.db --db app.db --dry-run
+      agentledger import "$(llm logs path)" --db app.db --tenant acme --owner ann
     """
     if not dry_run:
         refuse_read_only(ctx, "import")
