@@ -40,6 +40,7 @@ PRINTS_ROWS = {
     "analytics sync",
     "export parquet",
     "export otlp",
+    "import",
     "forget",
 }
 

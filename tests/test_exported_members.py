@@ -87,6 +87,7 @@ def test_every_public_package_is_covered_and_the_layers_are_private():
         "agentledger.ledger",
         "agentledger.analytics",
         "agentledger.cli",
+        "agentledger.importing",
         "agentledger.integrations.datasette",
         "agentledger.integrations.otel",
         "agentledger.integrations.mcp",

@@ -8,7 +8,8 @@
     │   ├── ToolDefinitionError       a function cannot be turned into a tool
     │   ├── NotFoundError             no conversation or run has that id
     │   │   └── AmbiguousIdError      the prefix given for an id begins more than one
-    │   └── UnstorableTextError       text with a NUL character or a lone surrogate
+    │   ├── UnstorableTextError       text with a NUL character or a lone surrogate
+    │   └── ImportSourceError         a file to import is of another kind or version
     ├── RunError                      a run could not go on: the state says how far it got
     │   ├── LLMError                  the model call failed
     │   │   ├── ScriptExhaustedError  a ScriptedLLM was asked for more responses than it holds
@@ -55,6 +56,7 @@ __all__ = [
     "ConfigurationError",
     "ConversationBusyError",
     "ExportError",
+    "ImportSourceError",
     "LLMError",
     "LeaseLostError",
     "LedgerBusyError",
@@ -236,6 +238,12 @@ class AmbiguousIdError(NotFoundError):
 class UnstorableTextError(UsageError):
     """Text the ledger cannot store on every backend: a NUL character (PostgreSQL refuses it)
     or a lone surrogate (not encodable as UTF-8). The message says where the character is."""
+
+
+class ImportSourceError(UsageError):
+    """A file given to ``agentledger import`` is not one it reads: not a SQLite database, of
+    another kind than asked, or of a version of its program that the importer does not know.
+    The message names what was found in it."""
 
 
 class LedgerError(AgentLedgerError):

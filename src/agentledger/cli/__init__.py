@@ -2,13 +2,23 @@
 
 ``cli`` is the click group; ``main`` is the console script. The commands live by concept:
 reading a ledger (``_browse``), migrations and verification (``_db``), forgetting
-(``_forget``), talking to a model (``_talk``), analytics and exports (``_analytics``), traces
-out (``_otlp``), Datasette's metadata (``_datasette``), the MCP server (``_mcp``); the offline
-demo is :mod:`.demo`.
+(``_forget``), importing other programs' files (``_import``), talking to a model (``_talk``),
+analytics and exports (``_analytics``), traces out (``_otlp``), Datasette's metadata
+(``_datasette``), the MCP server (``_mcp``); the offline demo is :mod:`.demo`.
 """
 
 # They register their commands.
-from . import _analytics, _browse, _datasette, _db, _forget, _mcp, _otlp, _talk  # noqa: F401
+from . import (  # noqa: F401
+    _analytics,
+    _browse,
+    _datasette,
+    _db,
+    _forget,
+    _import,
+    _mcp,
+    _otlp,
+    _talk,
+)
 from ._app import cli, main
 
 __all__ = ["cli", "main"]

@@ -120,6 +120,17 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         database = dataclasses.replace(self._database, scope=scope)
         return self._sharing(database, self.recorder.scoped(database), self._scoped_from or self)
 
+    def with_clock(self, clock: Clock) -> Ledger:
+        """A handle on this ledger whose writes are stamped by ``clock`` instead: every time
+        a turn, a run, a step and a conversation records (their ``created_at``,
+        ``started_at``, ``finished_at``, ``updated_at``) is what ``clock`` says when it is
+        written. For recording what happened earlier at the time it happened (``agentledger
+        import`` moves the clock to each imported message's time before writing it). Shares
+        this handle's engine, connections, leases and scope, as :meth:`scoped` does; closing
+        it closes nothing."""
+        database = dataclasses.replace(self._database, clock=clock)
+        return self._sharing(database, self.recorder.scoped(database), self._scoped_from or self)
+
     @property
     def scope(self) -> Scope:
         """The tenant and owner this handle keeps to (``Scope()``: the whole ledger)."""

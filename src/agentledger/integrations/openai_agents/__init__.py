@@ -10,7 +10,7 @@ from ._sdk import require_sdk as _require_sdk
 
 _require_sdk()  # before the modules that import the SDK
 
-from ._items import (  # noqa: E402 (after the check above)
+from ..._agents_sdk_items import (  # noqa: E402 (after the check above)
     AGENT_KEY,
     CLEARED_KEY,
     INDEX_KEY,

@@ -23,10 +23,7 @@ from agents.memory import SessionSettings
 from agents.memory.session_settings import resolve_session_limit
 from pydantic import JsonValue
 
-from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
-from ...errors import ConversationBusyError, NotFoundError, UsageError
-from ...ledger import AgentRun, Ledger
-from ._items import (
+from ..._agents_sdk_items import (
     CLEARED_KEY,
     INDEX_KEY,
     ITEM_KEY,
@@ -40,6 +37,9 @@ from ._items import (
     stored_items,
     text_of,
 )
+from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
+from ...errors import ConversationBusyError, NotFoundError, UsageError
+from ...ledger import AgentRun, Ledger
 from ._steps import ModelCall, step_execution, usage_of
 
 AGENT_NAME = "openai-agents"

@@ -10,6 +10,16 @@ from typing import Any
 
 from pydantic import JsonValue
 
+from ..._agents_sdk_items import (
+    AGENT_KEY,
+    ITEMS_KEY,
+    Item,
+    StepItems,
+    function_calls,
+    output_text,
+    reasoning_of,
+    text_of,
+)
 from ..._values import (
     AgentStep,
     ContinuationOutcome,
@@ -21,16 +31,6 @@ from ..._values import (
     ToolCall,
     ToolExecution,
     Usage,
-)
-from ._items import (
-    AGENT_KEY,
-    ITEMS_KEY,
-    Item,
-    StepItems,
-    call_arguments,
-    output_text,
-    reasoning_of,
-    text_of,
 )
 
 DECIDED_BY = "openai_agents"
@@ -74,7 +74,7 @@ def step_execution(
 
 def _step(items: StepItems, call: ModelCall | None, now: datetime) -> AgentStep:
     trace = items.trace
-    calls = _calls([item for _, item in trace])
+    calls = function_calls([item for _, item in trace])
     executions = _executions(calls, [item for _, item in items.outputs], now)
     answered = {e.tool_call.id for e in executions}
     metadata: dict[str, JsonValue] = {ITEMS_KEY: [{"index": n, "item": i} for n, i in trace]}
@@ -96,19 +96,6 @@ def _step(items: StepItems, call: ModelCall | None, now: datetime) -> AgentStep:
         started_at=now,
         finished_at=now,
     )
-
-
-def _calls(trace: list[Item]) -> dict[str, ToolCall]:
-    """The step's function calls, by call id."""
-    calls = {}
-    for item in trace:
-        call_id, name = item.get("call_id"), item.get("name")
-        if item.get("type") == "function_call" and isinstance(call_id, str):
-            arguments, raw = call_arguments(item)
-            calls[call_id] = ToolCall(
-                id=call_id, name=str(name), arguments=arguments, raw_arguments=raw
-            )
-    return calls
 
 
 def _executions(

@@ -1,5 +1,8 @@
 """How the OpenAI Agents SDK's session items map onto the ledger: pure code over their JSON.
 
+No part of the SDK is imported here: ``LedgerSession`` (the ``openai-agents`` extra) and
+``agentledger import`` of a ``SQLiteSession`` file (which needs no SDK) both read items so.
+
 A batch of items (one ``add_items`` call) is split into the conversation (user and assistant
 messages) and the execution trace (function calls and their outputs, reasoning, handoffs,
 hosted tool calls, anything else), grouped into steps: a step is what one model call produced
@@ -17,8 +20,8 @@ from typing import Any
 
 from pydantic import JsonValue
 
-from ..._values import Role, check_storable
-from ...errors import UsageError
+from ._values import Role, ToolCall, check_storable
+from .errors import UsageError
 
 SESSION_KEY = "openai_agents_session"
 """In a run's metadata: the id of the session whose ``add_items`` (or removal) it recorded."""
@@ -204,3 +207,16 @@ def output_text(item: Item) -> str:
     if isinstance(output, str):
         return output
     return json.dumps(output, ensure_ascii=False)
+
+
+def function_calls(items: Sequence[Item]) -> dict[str, ToolCall]:
+    """The function calls among ``items``, by call id."""
+    calls = {}
+    for item in items:
+        call_id, name = item.get("call_id"), item.get("name")
+        if item.get("type") == "function_call" and isinstance(call_id, str):
+            arguments, raw = call_arguments(item)
+            calls[call_id] = ToolCall(
+                id=call_id, name=str(name), arguments=arguments, raw_arguments=raw
+            )
+    return calls

@@ -1,0 +1,25 @@
+"""``agentledger import``: the history people already have, brought into a ledger.
+
+``import_history(ledger, "sessions.db")`` reads another program's SQLite file with
+sqlite-utils (the ``import`` extra) and records each of its turns through ``ledger.turn``, at
+the time the file says it happened: an OpenAI Agents SDK ``SQLiteSession`` file (``agents-sdk``)
+or an ``llm`` logs database (``llm``). :data:`SOURCES` lists the kinds of file it reads.
+"""
+
+from ._importer import (
+    IMPORTED_FROM,
+    SOURCE_ID,
+    SOURCES,
+    ImportSummary,
+    import_history,
+)
+from ._sources import Source
+
+__all__ = [
+    "IMPORTED_FROM",
+    "SOURCES",
+    "SOURCE_ID",
+    "ImportSummary",
+    "Source",
+    "import_history",
+]
