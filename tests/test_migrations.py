@@ -244,6 +244,7 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
             ledger,
             compaction=len(cannot) < len(compactions.columns),
             forgetting=ledger_tables.forget_log.name not in ONLY_AT_HEAD,
+            graph=ledger_tables.graph_checkpoints.name not in ONLY_AT_HEAD,
         )
     with Database(db_url) as database:
         database.fill_empty_columns(skip=ONLY_AT_HEAD)

@@ -50,8 +50,15 @@ from sqlalchemy import (
 from sqlalchemy import types as sqltypes
 
 from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
+from agentledger._values import new_id
 from agentledger.cli import cli
-from agentledger.ledger import Ledger
+from agentledger.ledger import (
+    ChannelValue,
+    CheckpointKey,
+    Ledger,
+    PendingWrite,
+    StoredCheckpoint,
+)
 from agentledger.ledger import tables as ledger_tables
 from agentledger.ledger.checksums import ADDED, COVERED, canonical_json, checksum_over
 from agentledger.llm import InferenceResponse, ScriptedLLM
@@ -489,7 +496,7 @@ def _answer(text_: str, **fields: Any) -> InferenceResponse:
 
 
 def record_representative_runs(
-    ledger: Ledger, *, compaction: bool = True, forgetting: bool = True
+    ledger: Ledger, *, compaction: bool = True, forgetting: bool = True, graph: bool = True
 ) -> dict[str, str]:
     """Real agents recorded in ``ledger``, so that every table gets rows; their ids by name.
 
@@ -571,11 +578,50 @@ def record_representative_runs(
     ids.update(failed=result.conversation_id, failed_run=result.run_id)
 
     ids.update(zip(("stale", "stale_run"), begin_stale_run(ledger), strict=True))
+    if graph:
+        ids.update(record_graph_checkpoints(ledger))
     if compaction:
         ids.update(record_compactions(ledger))
     if forgetting:
         ids.update(record_forgetting(ledger))
     return ids
+
+
+def record_graph_checkpoints(ledger: Ledger) -> dict[str, str]:
+    """``graph``: a graph thread of two checkpoints, as a framework's saver stores them through
+    ``ledger.graph_checkpoints`` (serialized values it made; the ledger never decodes them):
+    a channel of plain values, one of messages (the ids of the ``trip`` conversation's first
+    two messages), and a pending write."""
+    thread = f"graph-thread-{new_id()}"
+    message_ids = tuple(m.id for m in ledger.messages(_first_conversation(ledger))[:2])
+    store = ledger.graph_checkpoints
+    parent = None
+    for n, checkpoint_id in enumerate(
+        ("1ef00000-0000-6000-8000-000000000001", "1ef00000-0000-6000-8000-000000000002")
+    ):
+        versions = {"count": f'"{n + 1}"', "messages": '"1"'}
+        key = CheckpointKey(thread, "", checkpoint_id)
+        stored = StoredCheckpoint(
+            key=key,
+            parent_checkpoint_id=parent,
+            checkpoint_type="msgpack",
+            checkpoint=bytes([0x80 + n]),
+            channel_versions=versions,
+            metadata={"source": "loop", "step": n, "parents": {}, "run_id": f"graph-run-{n}"},
+        )
+        new = {("count", versions["count"]): ChannelValue("msgpack", bytes([n]))}
+        if n == 0:
+            new[("messages", '"1"')] = ChannelValue(message_ids=message_ids)
+        store.put(stored, new)
+        parent = checkpoint_id
+    store.put_writes(
+        key, [PendingWrite("task-1", 0, "count", "msgpack", b"\x03", "~__pregel_pull")]
+    )
+    return {"graph": thread}
+
+
+def _first_conversation(ledger: Ledger) -> str:
+    return ledger.conversations()[-1].id
 
 
 def record_forgetting(ledger: Ledger) -> dict[str, str]:
@@ -656,9 +702,15 @@ def representative_source(
     upgraded."""
     path = directory / "representative.db"
     with Ledger.open(path) as ledger:
-        ids = record_representative_runs(ledger, compaction=compaction, forgetting=compaction)
+        ids = record_representative_runs(
+            ledger, compaction=compaction, forgetting=compaction, graph=compaction
+        )
     with Database(path) as database:
-        skip = {} if compaction else {**ONLY_SINCE_0004, "forget_log": FORGET_LOG_COLUMNS}
+        skip = (
+            {}
+            if compaction
+            else {**ONLY_SINCE_0004, "forget_log": FORGET_LOG_COLUMNS, **ONLY_SINCE_0014}
+        )
         database.fill_empty_columns(skip=skip)
         assert database.empty_columns() == skip
         yield database.typed_rows(), ids
@@ -693,7 +745,17 @@ ONLY_SINCE_0010 = {
 }
 """What revision 0009 cannot hold: whose each conversation is, and what was forgotten."""
 
-CANNOT_HOLD = {"0003": ONLY_SINCE_0004, "0005": ONLY_SINCE_0006, "0009": ONLY_SINCE_0010}
+ONLY_SINCE_0014 = {
+    table.name: [c.name for c in table.columns] for table in ledger_tables.GRAPH_TABLES
+}
+"""What revision 0013 cannot hold: graph checkpoints."""
+
+CANNOT_HOLD = {
+    "0003": ONLY_SINCE_0004,
+    "0005": ONLY_SINCE_0006,
+    "0009": ONLY_SINCE_0010,
+    "0013": ONLY_SINCE_0014,
+}
 """What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
 revisions not listed can hold everything the newest can."""
 

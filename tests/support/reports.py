@@ -18,7 +18,14 @@ SECTION = "reliability: what was done and checked"
 INSTALL = "install"
 """The ``user_properties`` name of a line on what an install brought
 (``tests/test_install_extras.py``)."""
-SECTIONS = {RELIABILITY: SECTION, INSTALL: "install: what the base install and each extra bring"}
+CONFORMANCE = "conformance"
+"""The ``user_properties`` name of a line of a framework's conformance suite's report
+(``tests/test_langgraph_conformance.py``)."""
+SECTIONS = {
+    RELIABILITY: SECTION,
+    INSTALL: "install: what the base install and each extra bring",
+    CONFORMANCE: "conformance: the frameworks' own suites run against our stores",
+}
 """Each kind of line, and the title of the summary section that prints them."""
 
 

@@ -21,6 +21,13 @@ from typing import Any as _Any
 from ._access import file_to_read, read_only_uri
 from ._columns import ConversationKind
 from ._failures import EngineSettings
+from ._graph_values import (
+    ChannelValue,
+    CheckpointKey,
+    CheckpointQuery,
+    PendingWrite,
+    StoredCheckpoint,
+)
 from ._queries import ConversationTurn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
@@ -30,6 +37,7 @@ from ._urls import normalize_url, sqlite_path
 if _TYPE_CHECKING:
     from .._recording import AsyncTurn, AsyncTurnStep, Turn, TurnStep
     from ._forget import Forgotten
+    from ._graph_checkpoints import GraphCheckpoints
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
     from ._tree_model import RunTree
     from ._writes import LedgerRecorder
@@ -42,6 +50,7 @@ _LAZY = {
     "Conversation": "agentledger.ledger.tables",
     "DEFAULT_LEASE_SECONDS": "agentledger.ledger._ledger",
     "Forgotten": "agentledger.ledger._forget",
+    "GraphCheckpoints": "agentledger.ledger._graph_checkpoints",
     "Ledger": "agentledger.ledger._ledger",
     "LedgerRecorder": "agentledger.ledger._writes",
     "RunTree": "agentledger.ledger._tree_model",
@@ -57,17 +66,23 @@ __all__ = [
     "AgentRun",
     "AsyncTurn",
     "AsyncTurnStep",
+    "ChannelValue",
+    "CheckpointKey",
+    "CheckpointQuery",
     "Conversation",
     "ConversationKind",
     "ConversationTurn",
     "EngineSettings",
     "Forgotten",
+    "GraphCheckpoints",
     "Ledger",
     "LedgerReader",
     "LedgerRecorder",
+    "PendingWrite",
     "RunTree",
     "Scope",
     "SearchHit",
+    "StoredCheckpoint",
     "TraceHit",
     "Turn",
     "TurnStep",

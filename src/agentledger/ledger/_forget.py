@@ -53,6 +53,7 @@ from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
 from .tables import (
+    GRAPH_TABLES,
     LEDGER_TABLES,
     ConversationKind,
     agent_runs,
@@ -65,7 +66,7 @@ from .tables import (
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(table.name for table in LEDGER_TABLES)
+FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES))
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
 
@@ -315,6 +316,7 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     of every statement): ``(table, column, ids)``."""
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
+        *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
         (tool_executions, tool_executions.c.run_id, run_ids),
         (step_executions, step_executions.c.run_id, run_ids),

@@ -36,6 +36,7 @@ from ._connection_reads import ConnectionReads
 from ._engine import Connections, Database, make_engine, with_retries
 from ._failures import EngineSettings, Synchronous
 from ._forget import Choose, Forgotten
+from ._graph_checkpoints import GraphCheckpoints
 from ._opening import prepare
 from ._queries import (
     conversation_row,
@@ -344,6 +345,13 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
                 prices=prices,
             )
         )
+
+    @property
+    def graph_checkpoints(self) -> GraphCheckpoints:
+        """The checkpoints graph frameworks keep in this ledger (revision 0014's tables), in
+        this handle's scope: what ``agentledger.integrations.langgraph.LedgerSaver`` reads and
+        writes."""
+        return GraphCheckpoints(self._database)
 
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in

@@ -116,6 +116,26 @@ COVERED: dict[str, tuple[str, ...]] = {
 }
 """The columns each table's checksum always covers, in table order (and :data:`ADDED`)."""
 
+COVERED.update(
+    {
+        "graph_checkpoints": (
+            "id", "thread_id", "checkpoint_ns", "checkpoint_id", "parent_checkpoint_id",
+            "graph_run_id", "checkpoint_type", "checkpoint", "channel_versions", "metadata",
+            "created_at", "tenant_id",
+        ),
+        "graph_channel_values": (
+            "id", "thread_id", "checkpoint_ns", "channel", "version", "value_type", "value",
+            "message_ids", "tenant_id",
+        ),
+        "graph_writes": (
+            "id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel",
+            "value_type", "value", "task_path", "tenant_id",
+        ),
+    }
+)  # fmt: skip
+# The checkpoint tables (revision 0014): every column of rows that never change. Their bytes are
+# covered by their own CRC-32 (a serialized value is covered without being copied into text).
+
 
 def checksum(table: Table, row: Mapping[Any, Any]) -> int:
     """The checksum of ``row`` (its covered columns; a missing one counts as NULL, a missing
@@ -180,11 +200,11 @@ def damaged_rows(conn: Connection) -> list[str]:
     """Every row of the ledger whose checksum does not match it, one line each."""
     from sqlalchemy import select  # only here: the rest of this module reads without it
 
-    from .tables import LEDGER_TABLES
+    from .tables import GRAPH_TABLES, LEDGER_TABLES
 
     return [
         f"row {row['id']!r} of {table.name} does not match its checksum"
-        for table in LEDGER_TABLES
+        for table in (*LEDGER_TABLES, *GRAPH_TABLES)
         for row in conn.execute(select(table).where(table.c[CHECKSUM].is_not(None))).mappings()
         if row[CHECKSUM] != checksum(table, row)
     ]
@@ -204,11 +224,17 @@ def _canonical(value: Any) -> str:
         return _time(value)
     if isinstance(value, dict | list | tuple):
         return _json(value)
+    if isinstance(value, bytes | memoryview):
+        return _bytes(value)
     raise TypeError(f"no canonical form for a {kind.__name__} column value")
 
 
 def _time(value: datetime) -> str:
     return "t" + (value if value.tzinfo is UTC else value.astimezone(UTC)).isoformat()
+
+
+def _bytes(value: bytes | memoryview) -> str:
+    return f"b{zlib.crc32(value)}"
 
 
 def _float(value: float) -> str:
@@ -242,6 +268,8 @@ _FORMS = _Forms(
         dict: _json,
         list: _json,
         tuple: _json,
+        bytes: _bytes,
+        memoryview: _bytes,
     }
 )
 

@@ -29,6 +29,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     Index,
+    LargeBinary,
     MetaData,
     UniqueConstraint,
     false,
@@ -478,6 +479,76 @@ class ForgetLogRow(LedgerTable, table=True):
     counts: dict[str, JsonValue] = _json("counts", nullable=False)
 
 
+def _thread_id() -> Any:
+    """``thread_id``: the graph's thread, which is a conversation (revision 0014)."""
+    return Field(foreign_key="conversations.id")
+
+
+class GraphCheckpointRow(LedgerTable, table=True):
+    """A checkpoint of a graph framework's thread (LangGraph's), without its channel values
+    (``graph_channel_values``), as the framework serialized it (revision 0014)."""
+
+    __tablename__ = "graph_checkpoints"
+    __table_args__ = (UniqueConstraint("thread_id", "checkpoint_ns", "checkpoint_id"),)
+
+    id: str = Field(primary_key=True)
+    thread_id: str = _thread_id()
+    checkpoint_ns: str
+    checkpoint_id: str
+    parent_checkpoint_id: str | None = None
+    graph_run_id: str | None = Field(default=None, index=True)
+    """The framework's own run id (the checkpoint metadata's ``run_id``)."""
+    checkpoint_type: str
+    checkpoint: bytes = Field(sa_type=LargeBinary)
+    channel_versions: dict[str, JsonValue] = _json("channel_versions", nullable=False)
+    """The version of each channel the checkpoint holds (``graph_channel_values.version``)."""
+    metadata_: dict[str, JsonValue] = _json("metadata", nullable=False)
+    created_at: datetime = _time()
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class GraphChannelValueRow(LedgerTable, table=True):
+    """One version of one channel of a thread: the framework's serialized value, or, for a
+    channel of messages, the ids of the ledger rows that hold them (revision 0014)."""
+
+    __tablename__ = "graph_channel_values"
+    __table_args__ = (UniqueConstraint("thread_id", "checkpoint_ns", "channel", "version"),)
+
+    id: str = Field(primary_key=True)
+    thread_id: str = _thread_id()
+    checkpoint_ns: str
+    channel: str
+    version: str
+    value_type: str | None = None
+    value: bytes | None = Field(default=None, sa_type=LargeBinary)
+    message_ids: list[JsonValue] | None = _json("message_ids")
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class GraphWriteRow(LedgerTable, table=True):
+    """A write of a task whose step is not checkpointed yet (a pending write, revision 0014)."""
+
+    __tablename__ = "graph_writes"
+    __table_args__ = (
+        UniqueConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
+    )
+
+    id: str = Field(primary_key=True)
+    thread_id: str = _thread_id()
+    checkpoint_ns: str
+    checkpoint_id: str
+    task_id: str
+    idx: int
+    channel: str
+    value_type: str
+    value: bytes = Field(sa_type=LargeBinary)
+    task_path: str
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
 
 conversations = metadata.tables["conversations"]
@@ -488,6 +559,9 @@ step_executions = metadata.tables["step_executions"]
 tool_executions = metadata.tables["tool_executions"]
 context_compactions = metadata.tables["context_compactions"]
 forget_log = metadata.tables["forget_log"]
+graph_checkpoints = metadata.tables["graph_checkpoints"]
+graph_channel_values = metadata.tables["graph_channel_values"]
+graph_writes = metadata.tables["graph_writes"]
 
 LEDGER_TABLES = (
     conversations,
@@ -499,6 +573,9 @@ LEDGER_TABLES = (
     context_compactions,
 )
 """The ledger's tables, each written before the ones that refer to it."""
+
+GRAPH_TABLES = (graph_checkpoints, graph_channel_values, graph_writes)
+"""The tables of the graph frameworks' checkpoints (revision 0014), each a thread's rows."""
 
 
 Row = TypeVar("Row", bound=LedgerTable)

@@ -1,0 +1,489 @@
+"""``GraphCheckpoints``: the checkpoint tables of revision 0014, read and written for a graph
+framework's saver (``ledger.graph_checkpoints``; LangGraph's is
+``agentledger.integrations.langgraph.LedgerSaver``).
+
+A thread is a conversation: the first checkpoint of a thread creates the conversation whose
+id is the thread's (in the handle's scope), and every row of the thread carries its tenant.
+Each operation is one transaction. The values are plain data (:mod:`._graph_values`): the
+framework serializes and reads them; the ledger keeps them, checks their checksums and
+forgets them with their conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
+
+from .._values import new_id
+from ..errors import UsageError
+from ._engine import Database
+from ._graph_values import (
+    ChannelValue,
+    CheckpointKey,
+    CheckpointQuery,
+    PendingWrite,
+    StoredCheckpoint,
+)
+from .checksums import check_row, sealed
+from .tables import (
+    ConversationKind,
+    conversations,
+    graph_channel_values,
+    graph_checkpoints,
+    graph_writes,
+)
+
+GRAPH_THREAD_KEY = "graph_thread"
+"""The key, in the metadata of a conversation a thread's first checkpoint created, holding the
+thread's id."""
+
+_CHUNK = 500
+"""Keys bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
+
+
+class GraphCheckpoints:
+    """The checkpoints of a graph framework's threads in this ledger (see the module)."""
+
+    def __init__(self, database: Database) -> None:
+        self._database = database
+
+    # --- writes -------------------------------------------------------------------------------
+
+    def put(
+        self, stored: StoredCheckpoint, new_values: dict[tuple[str, str], ChannelValue]
+    ) -> None:
+        """Store a checkpoint (replacing one of the same key) and the channel versions it
+        brings, keyed by ``(channel, version)`` (a version already stored is kept)."""
+        key = stored.key
+
+        def write(conn: Connection) -> None:
+            tenant = self._thread(conn, key.thread_id)
+            conn.execute(delete(graph_checkpoints).where(_at(graph_checkpoints, key)))
+            conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
+            for (channel, version), value in new_values.items():
+                self._put_value(conn, key, channel, version, value, tenant)
+
+        self._database.write("storing a checkpoint", write)
+
+    def put_writes(self, key: CheckpointKey, writes: Sequence[PendingWrite]) -> None:
+        """Store the pending writes of a checkpoint's next step: a task's write already there
+        is kept, but a special write (negative ``idx``: an error, an interrupt) replaces its
+        earlier one."""
+        if not writes:
+            return
+
+        def write(conn: Connection) -> None:
+            tenant = self._thread(conn, key.thread_id)
+            for pending in writes:
+                where = _at(graph_writes, key) & (graph_writes.c.task_id == pending.task_id)
+                where &= graph_writes.c.idx == pending.idx
+                if pending.idx < 0:
+                    conn.execute(delete(graph_writes).where(where))
+                elif conn.execute(select(graph_writes.c.id).where(where)).first():
+                    continue
+                conn.execute(insert(graph_writes), _write_row(key, pending, tenant))
+
+        self._database.write("storing a checkpoint's pending writes", write)
+
+    def delete_thread(self, thread_id: str) -> None:
+        """Delete every checkpoint of a thread, their channel values and writes (its
+        conversation and its messages stay: ``Ledger.forget`` deletes those)."""
+
+        def write(conn: Connection) -> None:
+            for table in (graph_writes, graph_channel_values, graph_checkpoints):
+                conn.execute(
+                    delete(table).where(self._scoped(table, table.c.thread_id == thread_id))
+                )
+
+        self._database.write("deleting a thread's checkpoints", write)
+
+    def delete_runs(self, graph_run_ids: Sequence[str]) -> None:
+        """Delete the checkpoints the framework's runs ``graph_run_ids`` made, with their
+        writes and the channel versions no checkpoint left holds."""
+        if not graph_run_ids:
+            return
+
+        def write(conn: Connection) -> None:
+            query = select(graph_checkpoints).where(
+                self._scoped(graph_checkpoints, graph_checkpoints.c.graph_run_id.in_(graph_run_ids))
+            )
+            doomed = [_key_of(row) for row in conn.execute(query).mappings()]
+            self._delete_checkpoints(conn, doomed)
+
+        self._database.write("deleting runs' checkpoints", write)
+
+    def prune(self, thread_ids: Sequence[str], *, keep_latest: bool) -> None:
+        """Delete the checkpoints of ``thread_ids``: all of them, or (``keep_latest``) all but
+        the newest of each namespace, with their writes and the channel versions no
+        checkpoint left holds."""
+
+        def write(conn: Connection) -> None:
+            for thread_id in thread_ids:
+                rows = conn.execute(
+                    select(graph_checkpoints.c.checkpoint_ns, graph_checkpoints.c.checkpoint_id)
+                    .where(
+                        self._scoped(graph_checkpoints, graph_checkpoints.c.thread_id == thread_id)
+                    )
+                    .order_by(graph_checkpoints.c.checkpoint_id.desc())
+                ).all()
+                kept: set[str] = set()
+                doomed = []
+                for ns, checkpoint_id in rows:
+                    if keep_latest and ns not in kept:
+                        kept.add(ns)
+                        continue
+                    doomed.append(CheckpointKey(thread_id, ns, checkpoint_id))
+                self._delete_checkpoints(conn, doomed)
+
+        self._database.write("pruning threads' checkpoints", write)
+
+    def copy_thread(
+        self, source: str, target: str, values: dict[tuple[str, str, str], ChannelValue]
+    ) -> None:
+        """Copy every checkpoint of thread ``source``, with its channel values and writes, to
+        thread ``target``. ``values`` replaces the stored value of some channel versions,
+        keyed by ``(namespace, channel, version)`` (the saver gives the messages of a channel
+        as a serialized value there: the copy does not refer to ``source``'s rows)."""
+
+        def write(conn: Connection) -> None:
+            checkpoints = self._rows(conn, graph_checkpoints, source)
+            if not checkpoints:
+                return
+            tenant = self._thread(conn, target)
+            for row in checkpoints:
+                conn.execute(
+                    insert(graph_checkpoints), _moved(graph_checkpoints, row, target, tenant)
+                )
+            for row in self._rows(conn, graph_channel_values, source):
+                replaced = values.get((row["checkpoint_ns"], row["channel"], row["version"]))
+                if replaced is not None:
+                    row = {**row, **_value_columns(replaced)}
+                conn.execute(
+                    insert(graph_channel_values), _moved(graph_channel_values, row, target, tenant)
+                )
+            for row in self._rows(conn, graph_writes, source):
+                conn.execute(insert(graph_writes), _moved(graph_writes, row, target, tenant))
+
+        self._database.write("copying a thread's checkpoints", write)
+
+    # --- reads --------------------------------------------------------------------------------
+
+    def get(
+        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+    ) -> StoredCheckpoint | None:
+        """A checkpoint of a thread's namespace, with its values and writes: the one with
+        ``checkpoint_id``, or the newest (``None``); ``None`` when there is none."""
+        query = CheckpointQuery(thread_id, checkpoint_ns, checkpoint_id, limit=1)
+        return next(iter(self.find(query)), None)
+
+    def find(self, query: CheckpointQuery) -> list[StoredCheckpoint]:
+        """The checkpoints ``query`` chooses, newest first, with their values and writes."""
+        return self._database.read("reading checkpoints", lambda conn: self._listed(conn, query))
+
+    def message_ids(self, thread_id: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
+        """The message ids every channel version of a thread that holds messages refers to,
+        keyed by ``(namespace, channel, version)``."""
+
+        def read(conn: Connection) -> dict[tuple[str, str, str], tuple[str, ...]]:
+            table = graph_channel_values
+            return {
+                (row["checkpoint_ns"], row["channel"], row["version"]): tuple(
+                    str(i) for i in row["message_ids"]
+                )
+                for row in self._rows(conn, table, thread_id)
+                if row["message_ids"] is not None
+            }
+
+        return self._database.read("reading a thread's message ids", read)
+
+    # --- inside a transaction -------------------------------------------------------------------
+
+    def _now(self) -> Any:
+        return self._database.clock()
+
+    def _scoped(self, table: Table, condition: Any) -> Any:
+        """``condition``, kept to the threads of the handle's scope."""
+        scope = self._database.scope
+        if scope.everything:
+            return condition
+        in_scope = select(conversations.c.id).where(scope.where(conversations))
+        return condition & table.c.thread_id.in_(in_scope)
+
+    def _thread(self, conn: Connection, thread_id: str) -> str | None:
+        """The tenant of thread ``thread_id``'s conversation, created in the handle's scope
+        when the thread is new."""
+        scope = self._database.scope
+        found = conn.execute(
+            select(conversations.c.tenant_id, conversations.c.owner_id).where(
+                conversations.c.id == thread_id
+            )
+        ).first()
+        if found is None:
+            self._create_thread(conn, thread_id)
+            return scope.tenant_id
+        tenant, owner = found
+        if (scope.tenant_id not in (None, tenant)) or (scope.owner_id not in (None, owner)):
+            raise UsageError(
+                f"the thread id {thread_id!r} is a conversation outside this handle's scope: "
+                "choose another thread id, or use a handle of that conversation's scope"
+            )
+        return str(tenant) if tenant is not None else None
+
+    def _create_thread(self, conn: Connection, thread_id: str) -> None:
+        """Create thread ``thread_id``'s conversation in the handle's scope; nothing when a
+        transaction beside this one created it first (LangGraph writes a step's tasks at once)."""
+        scope = self._database.scope
+        now = self._now()
+        row = {
+            "id": thread_id,
+            "kind": ConversationKind.MAIN.value,
+            "title": None,
+            "parent_run_id": None,
+            "version": 0,
+            "created_at": now,
+            "updated_at": now,
+            "metadata": {GRAPH_THREAD_KEY: thread_id},
+            **scope.columns(),
+        }
+        conn.execute(_insert_if_absent(conn), sealed(conversations, row))
+
+    def _put_value(
+        self,
+        conn: Connection,
+        key: CheckpointKey,
+        channel: str,
+        version: str,
+        value: ChannelValue,
+        tenant: str | None,
+    ) -> None:
+        table = graph_channel_values
+        where = (table.c.thread_id == key.thread_id) & (table.c.checkpoint_ns == key.checkpoint_ns)
+        where &= (table.c.channel == channel) & (table.c.version == version)
+        if conn.execute(select(table.c.id).where(where)).first() is not None:
+            return
+        row = {
+            "id": new_id(),
+            "thread_id": key.thread_id,
+            "checkpoint_ns": key.checkpoint_ns,
+            "channel": channel,
+            "version": version,
+            **_value_columns(value),
+            "tenant_id": tenant,
+        }
+        conn.execute(insert(table), sealed(table, row))
+
+    def _delete_checkpoints(self, conn: Connection, doomed: Sequence[CheckpointKey]) -> None:
+        """Delete the checkpoints ``doomed``, their writes, and the channel versions of their
+        threads that no checkpoint left holds."""
+        for chunk in _chunks(doomed):
+            keys = [(k.thread_id, k.checkpoint_ns, k.checkpoint_id) for k in chunk]
+            for table in (graph_writes, graph_checkpoints):
+                columns = tuple_(table.c.thread_id, table.c.checkpoint_ns, table.c.checkpoint_id)
+                conn.execute(delete(table).where(columns.in_(keys)))
+        for thread_id in sorted({k.thread_id for k in doomed}):
+            self._collect_values(conn, thread_id)
+
+    def _collect_values(self, conn: Connection, thread_id: str) -> None:
+        """Delete the channel versions of a thread no checkpoint of it holds any longer."""
+        held = {
+            (row["checkpoint_ns"], channel, version)
+            for row in self._rows(conn, graph_checkpoints, thread_id)
+            for channel, version in row["channel_versions"].items()
+        }
+        table = graph_channel_values
+        query = select(table.c.id, table.c.checkpoint_ns, table.c.channel, table.c.version)
+        orphans = [
+            row.id
+            for row in conn.execute(query.where(table.c.thread_id == thread_id))
+            if (row.checkpoint_ns, row.channel, row.version) not in held
+        ]
+        for chunk in _chunks(orphans):
+            conn.execute(delete(table).where(table.c.id.in_(chunk)))
+
+    def _rows(self, conn: Connection, table: Table, thread_id: str) -> list[dict[str, Any]]:
+        query = select(table).where(self._scoped(table, table.c.thread_id == thread_id))
+        rows = [dict(row) for row in conn.execute(query.order_by(table.c.id)).mappings()]
+        for row in rows:
+            check_row(table, row)
+        return rows
+
+    def _listed(self, conn: Connection, query: CheckpointQuery) -> list[StoredCheckpoint]:
+        found: list[StoredCheckpoint] = []
+        for row in conn.execute(self._chosen(query)).mappings():
+            if query.limit is not None and len(found) >= query.limit:
+                break
+            if query.metadata and not _holds(row["metadata"], query.metadata):
+                continue
+            check_row(graph_checkpoints, row)
+            found.append(_checkpoint_of(row))
+        return [self._filled(conn, stored) for stored in found]
+
+    def _chosen(self, query: CheckpointQuery) -> Select[Any]:
+        table = graph_checkpoints
+        c = table.c
+        condition: Any = c.id.is_not(None)
+        if query.thread_id is not None:
+            condition &= c.thread_id == query.thread_id
+        if query.checkpoint_ns is not None:
+            condition &= c.checkpoint_ns == query.checkpoint_ns
+        if query.checkpoint_id is not None:
+            condition &= c.checkpoint_id == query.checkpoint_id
+        if query.before is not None:
+            condition &= c.checkpoint_id < query.before
+        return (
+            select(table)
+            .where(self._scoped(table, condition))
+            .order_by(c.checkpoint_id.desc(), c.thread_id, c.checkpoint_ns)
+        )
+
+    def _filled(self, conn: Connection, stored: StoredCheckpoint) -> StoredCheckpoint:
+        """``stored`` with the values of its channel versions and its pending writes."""
+        key = stored.key
+        values: dict[str, ChannelValue] = {}
+        if stored.channel_versions:
+            table = graph_channel_values
+            where = (table.c.thread_id == key.thread_id) & (
+                table.c.checkpoint_ns == key.checkpoint_ns
+            )
+            pairs = list(stored.channel_versions.items())
+            for chunk in _chunks(pairs):
+                rows = conn.execute(
+                    select(table).where(where & tuple_(table.c.channel, table.c.version).in_(chunk))
+                ).mappings()
+                for row in rows:
+                    check_row(table, row)
+                    values[row["channel"]] = _value_of(row)
+        writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
+        pending = []
+        for row in writes:
+            check_row(graph_writes, row)
+            pending.append(_pending_of(row))
+        pending.sort(key=lambda w: (w.task_path, w.task_id, w.idx))
+        return StoredCheckpoint(
+            key=key,
+            parent_checkpoint_id=stored.parent_checkpoint_id,
+            checkpoint_type=stored.checkpoint_type,
+            checkpoint=stored.checkpoint,
+            channel_versions=stored.channel_versions,
+            metadata=stored.metadata,
+            values=values,
+            writes=tuple(pending),
+        )
+
+
+# --- rows ---------------------------------------------------------------------------------------
+
+
+def _insert_if_absent(conn: Connection) -> Any:
+    """An insert of a conversation that does nothing when its id is taken (each dialect's own
+    ``ON CONFLICT DO NOTHING``; PostgreSQL's is loaded only for a PostgreSQL ledger)."""
+    if conn.dialect.name == "postgresql":
+        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
+
+        return postgresql_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
+    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+
+    return sqlite_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
+
+
+def _at(table: Table, key: CheckpointKey) -> Any:
+    c = table.c
+    return (
+        (c.thread_id == key.thread_id)
+        & (c.checkpoint_ns == key.checkpoint_ns)
+        & (c.checkpoint_id == key.checkpoint_id)
+    )
+
+
+def _checkpoint_row(stored: StoredCheckpoint, tenant: str | None, now: Any) -> dict[str, Any]:
+    key = stored.key
+    row = {
+        "id": new_id(),
+        "thread_id": key.thread_id,
+        "checkpoint_ns": key.checkpoint_ns,
+        "checkpoint_id": key.checkpoint_id,
+        "parent_checkpoint_id": stored.parent_checkpoint_id,
+        "graph_run_id": stored.graph_run_id,
+        "checkpoint_type": stored.checkpoint_type,
+        "checkpoint": stored.checkpoint,
+        "channel_versions": stored.channel_versions,
+        "metadata": stored.metadata,
+        "created_at": now,
+        "tenant_id": tenant,
+    }
+    return sealed(graph_checkpoints, row)
+
+
+def _value_columns(value: ChannelValue) -> dict[str, Any]:
+    ids = None if value.message_ids is None else list(value.message_ids)
+    return {"value_type": value.value_type, "value": value.value, "message_ids": ids}
+
+
+def _write_row(key: CheckpointKey, pending: PendingWrite, tenant: str | None) -> dict[str, Any]:
+    row = {
+        "id": new_id(),
+        "thread_id": key.thread_id,
+        "checkpoint_ns": key.checkpoint_ns,
+        "checkpoint_id": key.checkpoint_id,
+        "task_id": pending.task_id,
+        "idx": pending.idx,
+        "channel": pending.channel,
+        "value_type": pending.value_type,
+        "value": pending.value,
+        "task_path": pending.task_path,
+        "tenant_id": tenant,
+    }
+    return sealed(graph_writes, row)
+
+
+def _moved(table: Table, row: dict[str, Any], thread_id: str, tenant: str | None) -> dict[str, Any]:
+    """A copy of ``row`` in thread ``thread_id``, under a new id."""
+    copied = {**row, "id": new_id(), "thread_id": thread_id, "tenant_id": tenant}
+    return sealed(table, copied)
+
+
+def _key_of(row: Any) -> CheckpointKey:
+    return CheckpointKey(row["thread_id"], row["checkpoint_ns"], row["checkpoint_id"])
+
+
+def _checkpoint_of(row: Any) -> StoredCheckpoint:
+    return StoredCheckpoint(
+        key=_key_of(row),
+        parent_checkpoint_id=row["parent_checkpoint_id"],
+        checkpoint_type=row["checkpoint_type"],
+        checkpoint=bytes(row["checkpoint"]),
+        channel_versions=dict(row["channel_versions"]),
+        metadata=dict(row["metadata"]),
+    )
+
+
+def _value_of(row: Any) -> ChannelValue:
+    ids = row["message_ids"]
+    value = row["value"]
+    return ChannelValue(
+        value_type=row["value_type"],
+        value=None if value is None else bytes(value),
+        message_ids=None if ids is None else tuple(str(i) for i in ids),
+    )
+
+
+def _pending_of(row: Any) -> PendingWrite:
+    return PendingWrite(
+        task_id=row["task_id"],
+        idx=row["idx"],
+        channel=row["channel"],
+        value_type=row["value_type"],
+        value=bytes(row["value"]),
+        task_path=row["task_path"],
+    )
+
+
+def _holds(metadata: dict[str, Any], wanted: dict[str, Any]) -> bool:
+    return all(key in metadata and metadata[key] == value for key, value in wanted.items())
+
+
+def _chunks(items: Sequence[Any]) -> Iterator[Sequence[Any]]:
+    for start in range(0, len(items), _CHUNK):
+        yield items[start : start + _CHUNK]
