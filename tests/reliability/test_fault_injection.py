@@ -23,6 +23,7 @@ from typing import Any
 
 import pytest
 from sqlalchemy import Engine, event
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from agentledger import Agent, AgentLedgerError, RunResult
 from agentledger.ledger import Ledger
@@ -149,12 +150,24 @@ class LostAcknowledgement:
 )
 def ledger(request: pytest.FixtureRequest) -> Iterator[Ledger]:
     """One ledger per backend, shared by the cases (each on a conversation of its own): a
-    fresh PostgreSQL database per case would dominate the run time."""
-    with (
-        fresh_database(request.param, request) as url,
-        Ledger.open(url, lease_seconds=LEASE_SECONDS) as opened,
-    ):
-        yield opened
+    fresh PostgreSQL database per case would dominate the run time. Once it is closed, every
+    connection it took from its pool has been given back."""
+    with fresh_database(request.param, request) as url:
+        opened = Ledger.open(url, lease_seconds=LEASE_SECONDS)
+        with every_connection_given_back(opened.engine), opened:
+            yield opened
+
+
+@contextlib.contextmanager
+def every_connection_given_back(engine: Engine) -> Iterator[None]:
+    """Fails unless each connection the engine's pool hands out in the block is back in it at
+    the end (given back, or closed as unusable): one a fault left out stays open on the
+    database until the garbage collector happens to find it."""
+    out: set[ConnectionPoolEntry] = set()
+    event.listen(engine, "checkout", lambda _dbapi, entry, _proxy: out.add(entry))
+    event.listen(engine, "checkin", lambda _dbapi, entry: out.discard(entry))
+    yield
+    assert not out, f"{len(out)} connection(s) never given back to the pool: a fault left them open"
 
 
 def raw_url(ledger: Ledger) -> str:

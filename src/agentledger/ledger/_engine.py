@@ -363,14 +363,17 @@ class Database:
         """``read`` on a connection of its own: tried again while the database is locked, a
         failed database as :class:`LedgerUnavailableError`, and a row that cannot be decoded
         (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
-
-        def work() -> T:
-            with self.connections.read() as conn:
-                self.scope.enter(conn)
-                return read(conn)
-
         with self.connections.in_use():
-            return decoded(what, lambda: self._with_retries(work, what))
+            return decoded(what, lambda: self._with_retries(lambda: self.read_once(read), what))
+
+    def read_once(self, read: Callable[[Connection], T]) -> T:
+        """``read`` in one transaction in the handle's scope, tried once, the database's error
+        as it is. The connection of a transaction that failed is closed even when its rollback
+        failed too (SQLAlchemy before 2.1 leaves the connection of a ``with engine.connect()``
+        block open then, until the garbage collector finds it)."""
+        with self.connections.read() as conn:
+            self.scope.enter(conn)
+            return read(conn)
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
         """``work`` in one write transaction, retried whole while the database is locked."""

@@ -513,10 +513,10 @@ class LedgerRecorder:
         try:
             self.database.write(what, work)
         except LedgerUnavailableError:
-            try:
-                with self.database.engine.connect() as conn:
-                    self.database.scope.enter(conn)  # what row-level security lets it see
-                    confirmed = conn.execute(took_effect()).first() is not None
+            try:  # in the handle's scope: what row-level security lets it see
+                confirmed = self.database.read_once(
+                    lambda conn: conn.execute(took_effect()).first() is not None
+                )
             except Exception:  # still away: the caller gets the original error
                 confirmed = False
             if not confirmed:
