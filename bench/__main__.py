@@ -14,7 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import analytics, previous, recording, startup, statements, steps, streaming, writers
+from . import (
+    analytics,
+    checkpoints,
+    previous,
+    recording,
+    startup,
+    statements,
+    steps,
+    streaming,
+    writers,
+)
 from ._common import DEFAULT, FULL, QUICK, Sizes
 from ._report import Section, environment, render
 from ._versions import Version, export, resolve
@@ -30,6 +40,7 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
     ((13, 14), lambda sizes, tmp, _: streaming.run(sizes, tmp)),
     ((15,), lambda sizes, tmp, _: writers.run(sizes, tmp)),
     ((16,), lambda sizes, tmp, _: [startup.read_commands(sizes, tmp)]),
+    ((17,), lambda sizes, tmp, _: checkpoints.run(sizes, tmp)),
 ]
 RETIRED = Section(
     "Retired figures",
