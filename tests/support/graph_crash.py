@@ -30,6 +30,8 @@ from support.forked import Finished
 TOOL_STEPS = 3
 QUESTIONS = ("Tell me three facts about otters.", "Three more, please.")
 THREAD = "otters"
+FIRST_INVOCATION_PUTS = 2 + 2 * TOOL_STEPS + 1
+"""The checkpoints of an invocation: its input, the input applied, each model and tool step."""
 POINTS = {
     "model-node": "inside the model node of the killed invocation's third step (between puts)",
     "put-sent": "inside the killed invocation's third put, its statements sent, before COMMIT",
@@ -44,17 +46,27 @@ def config() -> dict[str, Any]:
     return {"configurable": {"thread_id": THREAD}}
 
 
-def expected_messages() -> list[str]:
-    """The thread's messages once both invocations ended: each question, its calls and
-    results, its answer (a call's content is empty)."""
+def expected_messages(invocations: int = len(QUESTIONS)) -> list[str]:
+    """The thread's messages once the first ``invocations`` ended: each question, its calls
+    and results, its answer (a call's content is empty)."""
     facts = [f"fact {step}" for step in range(TOOL_STEPS)]
     turn = [part for fact in facts for part in ("", fact)] + ["answer: " + "; ".join(facts)]
-    return [part for question in QUESTIONS for part in (question, *turn)]
+    return [part for question in QUESTIONS[:invocations] for part in (question, *turn)]
 
 
 def _results_since_question(messages: Sequence[Any]) -> list[str]:
     last = max(n for n, m in enumerate(messages) if m.type == "human")
     return [str(m.content) for m in messages[last + 1 :] if m.type == "tool"]
+
+
+def model_steps(messages: Sequence[Any], turn: int) -> int:
+    """The model steps of question ``turn`` (from 1) that ``messages`` hold (each its AI
+    message): none if they do not hold the question."""
+    asked = [n for n, m in enumerate(messages) if m.type == "human"]
+    if len(asked) < turn:
+        return 0
+    end = asked[turn] if len(asked) > turn else len(messages)
+    return sum(m.type == "ai" for m in messages[asked[turn - 1] + 1 : end])
 
 
 def build_graph(saver: Any, on_model_step: Callable[[int, int], None] | None = None) -> Any:
