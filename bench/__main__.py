@@ -14,7 +14,17 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from . import analytics, previous, recording, startup, statements, steps, streaming, writers
+from . import (
+    analytics,
+    checkpoints,
+    previous,
+    recording,
+    startup,
+    statements,
+    steps,
+    streaming,
+    writers,
+)
 from ._common import DEFAULT, FULL, QUICK, Sizes
 from ._report import Section, environment, render
 from ._versions import Version, export, resolve
@@ -30,6 +40,7 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
     ((13, 14), lambda sizes, tmp, _: streaming.run(sizes, tmp)),
     ((15,), lambda sizes, tmp, _: writers.run(sizes, tmp)),
     ((16,), lambda sizes, tmp, _: [startup.read_commands(sizes, tmp)]),
+    ((17,), lambda sizes, tmp, _: checkpoints.run(sizes, tmp)),
 ]
 RETIRED = Section(
     "Retired figures",
@@ -49,7 +60,8 @@ RETIRED = Section(
         "and 1000 turns, for every system; section 8 gives the bytes per turn.",
         "LangGraph's `SqliteSaver` in section 6: every checkpoint holds the whole thread, so its "
         "files grow with the square of the history (about 25 GB at 1000 turns); it was skipped "
-        "for want of disk in the last runs. LangGraph is measured in section 15.",
+        "for want of disk in the last runs. LangGraph is measured in section 15, and on a chat "
+        "of short turns in section 17.",
         "Section 10's D, SQLAlchemy's private `Connection._cursor_execute` (a step transaction "
         "D/A 1.01x FULL, 1.11x NORMAL, 1.00x and 1.05x on PostgreSQL): the ledger no longer "
         "has that path (it uses SQLAlchemy's public APIs only), so there is nothing left to "

@@ -29,8 +29,10 @@ BENCH_ROOT = Path(__file__).resolve().parent.parent
 """The directory that holds ``bench/``."""
 BOOT = "import sys; from bench._workers import serve; serve(int(sys.argv[1]), sys.argv[2])"
 PRELOAD = ["bench.recording", "bench.writers", "agentledger.ledger.migrate"]
+PRELOAD += ["langgraph.graph", "agentledger.integrations.langgraph"]
 """What the fork server imports once for every worker of this version (the migrations' too,
-which a new ledger runs)."""
+which a new ledger runs; LangGraph's graphs and the ledger's saver, seconds to import, for
+section 17's workers: skipped, as any preload that fails, where LangGraph is not installed)."""
 STOP = "_stop"
 """The command every worker answers: its system closed, it stops."""
 

@@ -183,15 +183,18 @@ def timed_turns(
     chosen: dict[str, tuple[Path | None, str, str, int]],
     reps: int,
     building: dict[str, Worker] | None = None,
+    factory: Callable[..., Any] = Turns,
 ) -> tuple[dict[str, Worker], Samples]:
-    """A worker of :class:`Turns` for each name, with its version's source (None: this
-    version's), kind, ``synchronous`` and history (built untimed, all at once, the work of the
-    ``building`` workers waited for too); then ``reps`` timed turns of each in turn; checked
-    before and after: every store holds every message."""
+    """A worker of ``factory`` (:class:`Turns`, or a class with its ``grow``, ``turn`` and
+    ``check``) for each name, with its version's source (None: this version's), kind,
+    ``synchronous`` and history (built untimed, all at once, the work of the ``building``
+    workers waited for too); then ``reps`` timed turns of each in turn; checked before and
+    after: every store holds every message."""
     workers = {}
     for name, (source, kind, mode, turns) in chosen.items():
         path = str(database(tmp, name))
-        workers[name] = Worker(name, Turns, source=source, path=path, kind=kind, synchronous=mode)
+        named = {"path": path, "kind": kind, "synchronous": mode}
+        workers[name] = Worker(name, factory, source=source, **named)
         stack.callback(workers[name].close)
         workers[name].send("grow", turns)
     print(f"  building {len(workers)} histories at once ...", file=sys.stderr, flush=True)

@@ -1,8 +1,8 @@
 """The benchmarks that run systems in worker processes (``bench/recording.py``,
-``bench/previous.py``, ``bench/writers.py``) run end to end at a tiny size: every worker runs
-the version it was started from, every system records every turn (checked in SQL), the
-recorder's replay writes what ``Agent.run`` writes, and each report gives a figure for every
-system. Correctness only: the timing is ``make bench``'s."""
+``bench/previous.py``, ``bench/writers.py``, ``bench/checkpoints.py``) run end to end at a tiny
+size: every worker runs the version it was started from, every system records every turn
+(checked in SQL), the recorder's replay writes what ``Agent.run`` writes, and each report gives
+a figure for every system. Correctness only: the timing is ``make bench``'s."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import _versions, peers, previous, recording, writers
+from bench import _versions, checkpoints, peers, previous, recording, writers
 from bench._workers import Worker, WorkerError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -146,3 +146,31 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
         "SQLite, 2 writers: agentledger turns/s (ratio: / the best peer)",
     ]
     assert "| 2 | agentledger Agent.run |" in "\n".join(section.details)
+
+
+# -- LangGraph checkpoints ----------------------------------------------------------------------
+
+
+def test_every_saver_keeps_every_turn_of_the_chat_and_is_held_against_sqlitesaver(tmp_path):
+    plan = checkpoints.Plan((3,), reps=2, bytes_at=3)
+    measured = checkpoints.measure(plan, tmp_path)
+    found = table([checkpoints.report(measured)])
+    assert checkpoints.LEDGER in measured.systems
+    for system in measured.systems:
+        assert re.fullmatch(r"[\d.]+ MB", found[f"@ 3: {system}: file"][0])
+        assert re.fullmatch(r"[\d.]+ ms", found[f"@ 3: {system}: a turn"][0])
+    assert all(FIGURE.match(ratio) for _, ratio in found.values() if ratio)
+    skipped = " ".join(measured.skipped)
+    if checkpoints.SQLITE in measured.systems:
+        target = f"@ 3: file, {checkpoints.LEDGER} / {checkpoints.SQLITE}"
+        assert found[f"{target} (target ≤ 0.2x)"][1].endswith(("met", "missed"))
+        with closing(sqlite3.connect(tmp_path / "langgraph-sqlitesaver-3.db")) as conn:
+            held = conn.execute("SELECT count(*) FROM checkpoints WHERE thread_id = 'chat'")
+            assert held.fetchone() == (3 * (3 + plan.reps),)
+    else:
+        assert f"{checkpoints.SQLITE}: skipped, not installed" in skipped
+    # Each turn's invoke: its input, the input applied, the model's answer.
+    with closing(sqlite3.connect(tmp_path / "agentledger-ledgersaver-3.db")) as conn:
+        held = conn.execute("SELECT count(*) FROM graph_checkpoints WHERE thread_id = 'chat'")
+        assert held.fetchone() == (3 * (3 + plan.reps),)
+        assert conn.execute("SELECT id FROM conversations").fetchall() == [("chat",)]

@@ -34,6 +34,9 @@ PRELOAD = [
     "psycopg",
     "sqlalchemy.dialects.postgresql.psycopg",
     "sqlalchemy.dialects.sqlite.pysqlite",
+    # LangGraph's graphs and the ledger's saver: seconds to import, for the LangGraph kills.
+    "langgraph.graph",
+    "agentledger.integrations.langgraph",
 ]
 """What the forkserver imports once, so that its children start warm. (Not the ``support``
 modules: the forkserver does not get the tests' directory on its path, only its children do;
