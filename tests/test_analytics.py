@@ -913,9 +913,6 @@ LEDGER_TABLES = (
     "conversations",
     "execution_buffer_rows",
     "forget_log",
-    "graph_channel_values",
-    "graph_checkpoints",
-    "graph_writes",
     "step_executions",
     "tool_executions",
 )
@@ -933,11 +930,10 @@ def test_export_parquet_writes_every_table_by_day_with_all_its_rows(
     assert tables == {*LEDGER_TABLES, "agentledger_deletions"}
     # every run committed, nothing compacted or forgotten: those three are empty, one file of
     # no rows each
-    empty = {"execution_buffer_rows", "context_compactions", "forget_log", "graph_checkpoints"}
+    empty = {"execution_buffer_rows", "context_compactions", "forget_log"}
     for f in files:
         table, *middle, _ = f.relative_to(target).parts
-        no_time = ("agentledger_version", "agentledger_deletions", "graph_channel_values")
-        single = table in (*no_time, "graph_writes")  # no time column (and no graph thread here)
+        single = table in ("agentledger_version", "agentledger_deletions")  # no time column
         assert middle == ([] if single else [middle[0]]), f
         if table in empty:
             assert middle == ["empty"], f

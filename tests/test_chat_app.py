@@ -190,6 +190,10 @@ def test_a_second_run_on_a_conversation_that_is_streaming_ends_with_an_error_eve
         )
         second = await client.post(f"/conversations/{conversation_id}/runs", json={"text": "two"})
         empty = await client.post(f"/conversations/{conversation_id}/runs", json={"text": ""})
+        await aeventually(  # some of the answer shown (and made durable) before the cancel
+            lambda: sql(ledger_path, "SELECT 1 FROM agent_runs WHERE partial_output <> ''"),
+            "the first run to show some of its answer",
+        )
         await client.post(f"/runs/{run_id}/cancel")
         await asyncio.wait_for(first, WAIT)
         return conversation_id, second, empty

@@ -37,6 +37,7 @@ NOT_LISTINGS = {
     "db verify": "a sentence per problem, each kept on one line for grep",
     "analytics sync": "one line: what the sync read",
     "export otlp": "one line: what was sent",
+    "import": "a line of progress now and then, and one summary line",
 }
 """The commands whose output is no listing: those that print no rows, and those whose rows
 come as lines of prose (their --json has the rows)."""

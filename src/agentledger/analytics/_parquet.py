@@ -25,9 +25,12 @@ _SKIPPED_TABLES = (
     "agentledger_changes",
     _cache.META,
     _rollup.TABLE,
+    "graph_",
 )
 """Not exported: full-text search, the ledger's change counter and the cache's bookkeeping,
-and the rollup the cache keeps (the views give it). ``forget_log`` is (ids and counts, no
+the rollup the cache keeps (the views give it), and the graph frameworks' checkpoints (their
+own state, read back through their saver; the messages and steps they hold are in the ledger's
+tables). ``forget_log`` is (ids and counts, no
 content), and so is the log of deleted rows."""
 DELETIONS = "agentledger_deletions"
 _DELETIONS_COLUMNS = (
@@ -40,8 +43,9 @@ _DELETIONS_COLUMNS = (
 read: in a scope (its rows name no tenant, so it cannot be told whose they are) and from a
 cache (which applies the deletions rather than keeping them)."""
 LEFT_OUT = (
-    "the full-text index and the change counter (agentledger_changes); in a scope or from a "
-    "cache, the deletion log (agentledger_deletions) holds no rows"
+    "the full-text index, the change counter (agentledger_changes) and LangGraph's checkpoint "
+    "tables (graph_*); in a scope or from a cache, the deletion log (agentledger_deletions) "
+    "holds no rows"
 )
 """What :meth:`Analytics.export_parquet` leaves out, in words."""
 
