@@ -23,16 +23,20 @@ from ._graph_values import (
     ChannelValue,
     CheckpointKey,
     CheckpointQuery,
+    MessageRow,
     PendingWrite,
     StoredCheckpoint,
 )
 from .checksums import check_row, sealed
 from .tables import (
     ConversationKind,
+    conversation_messages,
     conversations,
     graph_channel_values,
     graph_checkpoints,
     graph_writes,
+    step_executions,
+    tool_executions,
 )
 
 GRAPH_THREAD_KEY = "graph_thread"
@@ -66,6 +70,11 @@ class GraphCheckpoints:
                 self._put_value(conn, key, channel, version, value, tenant)
 
         self._database.write("storing a checkpoint", write)
+
+    def open_thread(self, thread_id: str) -> None:
+        """Create thread ``thread_id``'s conversation in the handle's scope unless it exists
+        (before the first run recorded in it, so that it is known as a thread)."""
+        self._database.write("opening a thread", lambda conn: self._thread(conn, thread_id))
 
     def put_writes(self, key: CheckpointKey, writes: Sequence[PendingWrite]) -> None:
         """Store the pending writes of a checkpoint's next step: a task's write already there
@@ -181,22 +190,6 @@ class GraphCheckpoints:
     def find(self, query: CheckpointQuery) -> list[StoredCheckpoint]:
         """The checkpoints ``query`` chooses, newest first, with their values and writes."""
         return self._database.read("reading checkpoints", lambda conn: self._listed(conn, query))
-
-    def message_ids(self, thread_id: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
-        """The message ids every channel version of a thread that holds messages refers to,
-        keyed by ``(namespace, channel, version)``."""
-
-        def read(conn: Connection) -> dict[tuple[str, str, str], tuple[str, ...]]:
-            table = graph_channel_values
-            return {
-                (row["checkpoint_ns"], row["channel"], row["version"]): tuple(
-                    str(i) for i in row["message_ids"]
-                )
-                for row in self._rows(conn, table, thread_id)
-                if row["message_ids"] is not None
-            }
-
-        return self._database.read("reading a thread's message ids", read)
 
     # --- inside a transaction -------------------------------------------------------------------
 
@@ -355,6 +348,7 @@ class GraphCheckpoints:
                 for row in rows:
                     check_row(table, row)
                     values[row["channel"]] = _value_of(row)
+        ids = {i for v in values.values() for i in v.message_ids or () if i is not None}
         writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
         pending = []
         for row in writes:
@@ -369,8 +363,31 @@ class GraphCheckpoints:
             channel_versions=stored.channel_versions,
             metadata=stored.metadata,
             values=values,
+            messages=_message_rows(conn, sorted(ids)),
             writes=tuple(pending),
         )
+
+
+_MESSAGE_ROWS = (
+    (conversation_messages, conversation_messages.c.id, conversation_messages.c.content),
+    (tool_executions, tool_executions.c.id, tool_executions.c.result),
+    # Last: a final answer is a conversation message and its step's assistant message
+    # (same id); the step's row keeps the message's metadata.
+    (step_executions, step_executions.c.message_id, step_executions.c.content),
+)
+
+
+def _message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
+    """The rows holding the messages ``ids`` (of a checkpoint's channels), by message id."""
+    found: dict[str, MessageRow] = {}
+    for table, id_column, content in _MESSAGE_ROWS:
+        for chunk in _chunks(ids):
+            for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():
+                check_row(table, row)
+                found[row[id_column.name]] = MessageRow(
+                    row[content.name] or "", dict(row["metadata"] or {})
+                )
+    return found
 
 
 # --- rows ---------------------------------------------------------------------------------------
@@ -465,7 +482,7 @@ def _value_of(row: Any) -> ChannelValue:
     return ChannelValue(
         value_type=row["value_type"],
         value=None if value is None else bytes(value),
-        message_ids=None if ids is None else tuple(str(i) for i in ids),
+        message_ids=None if ids is None else tuple(None if i is None else str(i) for i in ids),
     )
 
 

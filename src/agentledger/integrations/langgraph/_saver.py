@@ -113,7 +113,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         key = CheckpointKey(thread_id, ns, checkpoint["id"])
         values = checkpoint["channel_values"]
         new_values = self._messages.encoded(
-            key, {ch: values[ch] for ch in new_versions if ch in values}, metadata
+            key,
+            get_checkpoint_id(config),
+            {ch: values[ch] for ch in new_versions if ch in values},
+            metadata,
         )
         stored = StoredCheckpoint(
             key=key,
@@ -154,11 +157,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             index = WRITES_IDX_MAP.get(channel, idx)
             pending.append(PendingWrite(task_id, index, channel, value_type, serialized, task_path))
         self._store.put_writes(key, pending)
+        for channel, value in writes:
+            self._messages.end_run(key, channel, value)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints and writes (its conversation stays in the ledger:
         ``ledger.forget(thread_id)`` deletes it with everything else of it)."""
         self._store.delete_thread(thread_id)
+        self._messages.forget(thread_id)
 
     # --- the extended capabilities ----------------------------------------------------------
 
@@ -245,7 +251,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def _tuple_of(self, stored: StoredCheckpoint) -> CheckpointTuple:
         key = stored.key
         checkpoint: Checkpoint = self.serde.loads_typed((stored.checkpoint_type, stored.checkpoint))
-        checkpoint["channel_values"] = self._messages.decoded(stored.values)
+        checkpoint["channel_values"] = self._messages.decoded(stored)
         writes: list[GraphWrite] = [
             (w.task_id, w.channel, self.serde.loads_typed((w.value_type, w.value)))
             for w in stored.writes

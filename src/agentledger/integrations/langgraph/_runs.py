@@ -1,0 +1,159 @@
+"""A LangGraph thread's invocations as runs of the ledger, recorded through ``ledger.turn``.
+
+LangGraph saves a checkpoint after each super-step, so a run is followed across the saver's
+calls: the first human message a checkpoint brings when no run is open begins a run (its user
+message); an AI message with tool calls is a step, recorded with the ``ToolMessage``\\ s that
+answer its calls (its tool executions); the first AI message without tool calls is the answer,
+which ends the run ``completed``. An ``interrupt()`` ends the open run ``interrupted`` (a
+resumed graph goes on outside it); an error in a node ends it ``failed``, and so does the
+next input when the graph ended before an answer. A message that fits none of these (a human
+message in the middle of a run, what a node wrote after the answer or after a resume) is no
+row: its checkpoint keeps it serialized.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from pydantic import JsonValue
+
+from ..._recording import Turn, TurnStep
+from ...ledger import Ledger
+from ._rows import (
+    RESIDUE_KEY,
+    finish_reason_of,
+    model_of,
+    residue,
+    tool_calls_of,
+    usage_of,
+)
+
+AGENT_NAME = "langgraph"
+"""The agent name of the runs a graph's invocations are recorded as."""
+
+GRAPH_RUN_KEY = "graph_run_id"
+"""The run metadata key holding LangGraph's own id of the invocation."""
+
+Recorded = list[tuple[BaseMessage, str]]
+"""Messages that became rows, each with the id of its row."""
+
+
+@dataclass
+class _Run:
+    turn: Turn
+    step: TurnStep | None = None
+    asked: BaseMessage | None = None
+    answers: dict[str, BaseMessage] = field(default_factory=dict)
+
+
+class GraphRuns:
+    """The open run of each thread of one saver (one at a time per thread)."""
+
+    def __init__(self, ledger: Ledger) -> None:
+        self._ledger = ledger
+        self._open: dict[str, _Run] = {}
+        self.lock = threading.RLock()
+        """Held while a checkpoint's messages are recorded: LangGraph may save from threads."""
+
+    def end(self, thread_id: str, *, error: str | None = None, interrupted: bool = False) -> None:
+        """End thread ``thread_id``'s open run, if any: interrupted, or failed with ``error``."""
+        run = self._open.pop(thread_id, None)
+        if run is None:
+            return
+        if interrupted:
+            run.turn.interrupt(error)
+        else:
+            run.turn.fail(error or "the graph invocation ended before an AI answer")
+
+    def record(self, thread_id: str, message: BaseMessage, graph_run_id: str | None) -> Recorded:
+        """Record ``message``, new in thread ``thread_id``, in its run: the messages that
+        became rows by it (a tool result makes its step's AI message one too)."""
+        run = self._open.get(thread_id)
+        kept = residue(message)
+        if kept is None:
+            return []
+        if run is None:
+            return self._begin(thread_id, message, kept, graph_run_id)
+        if isinstance(message, AIMessage) and run.step is None:
+            return self._model_call(thread_id, run, message, kept)
+        if isinstance(message, ToolMessage):
+            return self._tool_result(run, message, kept)
+        return []
+
+    def _begin(
+        self,
+        thread_id: str,
+        message: BaseMessage,
+        kept: dict[str, JsonValue],
+        graph_run_id: str | None,
+    ) -> Recorded:
+        if not isinstance(message, HumanMessage) or not message.text.strip():
+            return []
+        assert isinstance(message.content, str)
+        self._ledger.graph_checkpoints.open_thread(thread_id)
+        turn = self._ledger.turn(
+            message.content,
+            conversation_id=thread_id,
+            agent_name=AGENT_NAME,
+            metadata={"recorded_by": AGENT_NAME, GRAPH_RUN_KEY: graph_run_id},
+            user_metadata={RESIDUE_KEY: kept},
+        )
+        turn.begin()
+        self._open[thread_id] = _Run(turn)
+        return [(message, turn.user_message.id)]
+
+    def _model_call(
+        self, thread_id: str, run: _Run, message: AIMessage, kept: dict[str, JsonValue]
+    ) -> Recorded:
+        assert isinstance(message.content, str)
+        metadata: dict[str, JsonValue] = {RESIDUE_KEY: kept}
+        spent, model, reason = usage_of(message), model_of(message), finish_reason_of(message)
+        if message.tool_calls:
+            calls = tool_calls_of(message)
+            if calls is None:
+                return []
+            run.step = run.turn.step(
+                message.content,
+                tool_calls=calls,
+                usage=spent,
+                model=model,
+                finish_reason=reason,
+                metadata=metadata,
+            )
+            run.asked, run.answers = message, {}
+            return []
+        if not message.content.strip():
+            return []
+        run.turn.answer(
+            message.content,
+            usage=spent,
+            model=model,
+            finish_reason=reason,
+            metadata=metadata,
+        )
+        del self._open[thread_id]
+        answer = run.turn.state.messages().last()
+        assert answer is not None  # the answer just committed
+        return [(message, answer.id)]
+
+    def _tool_result(self, run: _Run, message: ToolMessage, kept: dict[str, JsonValue]) -> Recorded:
+        step = run.step
+        if step is None or message.tool_call_id not in step.waiting_for:
+            return []
+        assert isinstance(message.content, str)
+        step.tool_result(
+            message.tool_call_id,
+            message.content,
+            is_error=message.status == "error",
+            metadata={RESIDUE_KEY: kept},
+        )
+        run.answers[message.tool_call_id] = message
+        called = step.step.assistant_message
+        if not step.recorded or run.asked is None or called is None:
+            return []
+        rows: Recorded = [(run.asked, called.id)]
+        rows += [(run.answers[e.tool_call.id], e.id) for e in step.executions()]
+        run.step, run.asked, run.answers = None, None, {}
+        return rows
