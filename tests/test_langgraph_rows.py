@@ -8,13 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from functools import reduce
+from typing import Annotated, Any, TypedDict
 
-from langchain_core.messages import AIMessage, BaseMessage, HumanMessage
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
 from langchain_core.tools import tool
+from langgraph.channels import DeltaChannel
+from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.message import add_messages
 from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import interrupt
+from langgraph.types import Command, interrupt
 
 from agentledger.analytics import Analytics
 from agentledger.integrations.langgraph import LedgerSaver
@@ -168,8 +172,6 @@ def test_an_interrupt_ends_the_run_interrupted_and_the_resumed_graph_keeps_its_m
     graph.invoke({"messages": [HumanMessage("Weather?", id="h1")]}, CONFIG)
     assert db.scalar("SELECT status FROM agent_runs") == "interrupted"
 
-    from langgraph.types import Command
-
     done = graph.invoke(Command(resume="yes"), CONFIG)
 
     assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
@@ -200,3 +202,34 @@ def test_the_cli_and_the_analytics_see_langgraph_runs_and_forget_removes_them(
         "graph_writes",
     ):
         assert db.scalar(f"SELECT COUNT(*) FROM {table}") == 0, table
+
+
+def _folded(state: list[AnyMessage] | None, writes: list[Any]) -> list[AnyMessage]:
+    return reduce(add_messages, writes, state or [])
+
+
+class Delta(TypedDict):
+    messages: Annotated[list[AnyMessage], DeltaChannel(_folded, snapshot_frequency=3)]
+
+
+def _delta_script(saver: Any) -> tuple[Any, list[Any]]:
+    """Five turns of a graph whose messages are LangGraph's DeltaChannel (a snapshot every
+    third update, the writes in between): the state and the history a saver gives back."""
+
+    def chat(state: Delta) -> dict[str, Any]:
+        turn = len(state["messages"])
+        return {"messages": [AIMessage(f"answer {turn}", id=f"a{turn}")]}
+
+    builder = StateGraph(Delta)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    graph = builder.compile(checkpointer=saver)
+    for turn in range(5):
+        graph.invoke({"messages": [HumanMessage(f"question {turn}", id=f"h{turn}")]}, CONFIG)
+    return graph.get_state(CONFIG).values, [s.values for s in graph.get_state_history(CONFIG)]
+
+
+def test_a_delta_channel_of_messages_reads_back_as_with_langgraphs_saver(ledger: Ledger):
+    expected = _delta_script(InMemorySaver())
+    assert len(expected[0]["messages"]) == 10
+    assert _delta_script(LedgerSaver(ledger)) == expected
