@@ -136,14 +136,16 @@ def test_a_react_thread_is_a_conversation_of_its_inputs_and_answers_with_steps_a
         ("get_weather", "call-1", "22C, sunny in Paris"),
         ("get_weather", "call-2", "22C, sunny in Paris"),
     ]
-    # The newest checkpoint refers to the eight messages' rows and serializes none of them.
+    # The newest checkpoint refers to the eight messages' rows and serializes none of them:
+    # its version of the channel is stored as the version before it and the ids it adds.
     latest = db.rows(
         "SELECT v.message_ids, v.value FROM graph_channel_values v "
         "WHERE v.thread_id = 'chat' AND v.channel = 'messages' ORDER BY v.version DESC"
     )[0]
     held = latest["message_ids"]
-    ids = held if isinstance(held, list) else json.loads(held)
-    assert len(ids) == len(messages) == 8 and None not in ids and latest["value"] is None
+    head, *added = held if isinstance(held, list) else json.loads(held)
+    assert head["count"] + len(added) == len(messages) == 8 and latest["value"] is None
+    assert len(added) == 1 and added[0] is not None
 
     # Read back by a saver that never saw them: every message as LangGraph put it.
     again = _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"]
@@ -233,3 +235,18 @@ def test_a_delta_channel_of_messages_reads_back_as_with_langgraphs_saver(ledger:
     expected = _delta_script(InMemorySaver())
     assert len(expected[0]["messages"]) == 10
     assert _delta_script(LedgerSaver(ledger)) == expected
+
+
+def test_pruning_a_thread_keeps_the_versions_its_newest_checkpoint_is_stored_against(
+    ledger: Ledger, db: Database
+):
+    messages = _two_turns(ledger)
+    versions = db.scalar("SELECT COUNT(*) FROM graph_channel_values WHERE channel = 'messages'")
+
+    LedgerSaver(ledger).prune(["chat"])
+
+    assert db.scalar("SELECT COUNT(*) FROM graph_checkpoints") == 1
+    kept = db.scalar("SELECT COUNT(*) FROM graph_channel_values WHERE channel = 'messages'")
+    assert 1 < kept <= versions  # the chain the newest version is stored against
+    assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == messages
+    assert db.scalar("SELECT COUNT(*) FROM tool_executions") == 2  # the rows stay

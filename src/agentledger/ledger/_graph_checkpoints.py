@@ -12,6 +12,7 @@ forgets them with their conversation.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
@@ -19,24 +20,21 @@ from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
+from ._graph_messages import ChannelIds, bases_held, message_rows
 from ._graph_values import (
     ChannelValue,
     CheckpointKey,
     CheckpointQuery,
-    MessageRow,
     PendingWrite,
     StoredCheckpoint,
 )
 from .checksums import check_row, sealed
 from .tables import (
     ConversationKind,
-    conversation_messages,
     conversations,
     graph_channel_values,
     graph_checkpoints,
     graph_writes,
-    step_executions,
-    tool_executions,
 )
 
 GRAPH_THREAD_KEY = "graph_thread"
@@ -64,10 +62,15 @@ class GraphCheckpoints:
 
         def write(conn: Connection) -> None:
             tenant = self._thread(conn, key.thread_id)
+            bases = self._parent_versions(conn, stored) if new_values else {}
             conn.execute(delete(graph_checkpoints).where(_at(graph_checkpoints, key)))
             conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
             for (channel, version), value in new_values.items():
-                self._put_value(conn, key, channel, version, value, tenant)
+                columns = _value_columns(value)
+                if value.message_ids is not None:
+                    ids = ChannelIds(conn, key.thread_id, key.checkpoint_ns, channel)
+                    columns["message_ids"] = ids.compacted(value.message_ids, bases.get(channel))
+                self._put_value(conn, key, channel, version, columns, tenant)
 
         self._database.write("storing a checkpoint", write)
 
@@ -242,13 +245,24 @@ class GraphCheckpoints:
         }
         conn.execute(_insert_if_absent(conn), sealed(conversations, row))
 
+    def _parent_versions(self, conn: Connection, stored: StoredCheckpoint) -> dict[str, str]:
+        """The channel versions of ``stored``'s parent checkpoint (none without one)."""
+        if stored.parent_checkpoint_id is None:
+            return {}
+        parent = CheckpointKey(
+            stored.key.thread_id, stored.key.checkpoint_ns, stored.parent_checkpoint_id
+        )
+        query = select(graph_checkpoints.c.channel_versions).where(_at(graph_checkpoints, parent))
+        versions = conn.execute(query).scalar()
+        return dict(versions) if versions else {}
+
     def _put_value(
         self,
         conn: Connection,
         key: CheckpointKey,
         channel: str,
         version: str,
-        value: ChannelValue,
+        columns: dict[str, Any],
         tenant: str | None,
     ) -> None:
         table = graph_channel_values
@@ -262,7 +276,7 @@ class GraphCheckpoints:
             "checkpoint_ns": key.checkpoint_ns,
             "channel": channel,
             "version": version,
-            **_value_columns(value),
+            **columns,
             "tenant_id": tenant,
         }
         conn.execute(insert(table), sealed(table, row))
@@ -279,18 +293,21 @@ class GraphCheckpoints:
             self._collect_values(conn, thread_id)
 
     def _collect_values(self, conn: Connection, thread_id: str) -> None:
-        """Delete the channel versions of a thread no checkpoint of it holds any longer."""
+        """Delete the channel versions of a thread no checkpoint of it holds any longer (nor
+        any version one of those is stored against)."""
         held = {
             (row["checkpoint_ns"], channel, version)
             for row in self._rows(conn, graph_checkpoints, thread_id)
             for channel, version in row["channel_versions"].items()
         }
         table = graph_channel_values
-        query = select(table.c.id, table.c.checkpoint_ns, table.c.channel, table.c.version)
+        query = select(
+            table.c.id, table.c.checkpoint_ns, table.c.channel, table.c.version, table.c.message_ids
+        )
+        rows = conn.execute(query.where(table.c.thread_id == thread_id)).all()
+        held = bases_held(rows, held)
         orphans = [
-            row.id
-            for row in conn.execute(query.where(table.c.thread_id == thread_id))
-            if (row.checkpoint_ns, row.channel, row.version) not in held
+            row.id for row in rows if (row.checkpoint_ns, row.channel, row.version) not in held
         ]
         for chunk in _chunks(orphans):
             conn.execute(delete(table).where(table.c.id.in_(chunk)))
@@ -347,7 +364,11 @@ class GraphCheckpoints:
                 ).mappings()
                 for row in rows:
                     check_row(table, row)
-                    values[row["channel"]] = _value_of(row)
+                    value = _value_of(row)
+                    if row["message_ids"] is not None:
+                        chain = ChannelIds(conn, key.thread_id, key.checkpoint_ns, row["channel"])
+                        value = replace(value, message_ids=chain.resolved(row["message_ids"]))
+                    values[row["channel"]] = value
         ids = {i for v in values.values() for i in v.message_ids or () if i is not None}
         writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
         pending = []
@@ -363,31 +384,9 @@ class GraphCheckpoints:
             channel_versions=stored.channel_versions,
             metadata=stored.metadata,
             values=values,
-            messages=_message_rows(conn, sorted(ids)),
+            messages=message_rows(conn, sorted(ids)),
             writes=tuple(pending),
         )
-
-
-_MESSAGE_ROWS = (
-    (conversation_messages, conversation_messages.c.id, conversation_messages.c.content),
-    (tool_executions, tool_executions.c.id, tool_executions.c.result),
-    # Last: a final answer is a conversation message and its step's assistant message
-    # (same id); the step's row keeps the message's metadata.
-    (step_executions, step_executions.c.message_id, step_executions.c.content),
-)
-
-
-def _message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
-    """The rows holding the messages ``ids`` (of a checkpoint's channels), by message id."""
-    found: dict[str, MessageRow] = {}
-    for table, id_column, content in _MESSAGE_ROWS:
-        for chunk in _chunks(ids):
-            for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():
-                check_row(table, row)
-                found[row[id_column.name]] = MessageRow(
-                    row[content.name] or "", dict(row["metadata"] or {})
-                )
-    return found
 
 
 # --- rows ---------------------------------------------------------------------------------------
@@ -477,13 +476,9 @@ def _checkpoint_of(row: Any) -> StoredCheckpoint:
 
 
 def _value_of(row: Any) -> ChannelValue:
-    ids = row["message_ids"]
+    """The value of a row, its message ids not resolved yet (:class:`ChannelIds` does)."""
     value = row["value"]
-    return ChannelValue(
-        value_type=row["value_type"],
-        value=None if value is None else bytes(value),
-        message_ids=None if ids is None else tuple(None if i is None else str(i) for i in ids),
-    )
+    return ChannelValue(value_type=row["value_type"], value=None if value is None else bytes(value))
 
 
 def _pending_of(row: Any) -> PendingWrite:
