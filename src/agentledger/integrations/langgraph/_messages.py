@@ -12,6 +12,7 @@ holds at each version.
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,10 @@ from ...ledger import ChannelValue, CheckpointKey, CheckpointQuery, Ledger, Stor
 from ._rows import RESIDUE_KEY, rebuilt
 from ._runs import GraphRuns
 
+KNOWN_THREADS = 256
+"""How many threads' (and namespaces') rows a saver keeps in memory, the most recently used:
+another one's are read from its latest checkpoint when it is saved again."""
+
 Known = dict[str | None, list[tuple[BaseMessage, str]]]
 """The messages of a thread's namespace that are rows, by LangChain id: each with its row."""
 
@@ -35,7 +40,7 @@ class MessageChannels:
         self._ledger = ledger
         self._serde = serde
         self.runs = GraphRuns(ledger)
-        self._known: dict[tuple[str, str], Known] = {}
+        self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
         self._last: dict[str, str] = {}
         """The newest checkpoint of each thread whose messages were recorded."""
         self._ending: dict[str, tuple[str, str, Any]] = {}
@@ -151,8 +156,12 @@ class MessageChannels:
         checkpoint the first time."""
         place = (key.thread_id, key.checkpoint_ns)
         known = self._known.get(place)
-        if known is None:
+        if known is not None:
+            self._known.move_to_end(place)
+        else:
             known = self._known[place] = {}
+            if len(self._known) > KNOWN_THREADS:
+                self._known.popitem(last=False)
             parent = (
                 self._ledger.graph_checkpoints.get(key.thread_id, key.checkpoint_ns, parent_id)
                 if parent_id is not None
