@@ -250,3 +250,46 @@ def test_pruning_a_thread_keeps_the_versions_its_newest_checkpoint_is_stored_aga
     assert 1 < kept <= versions  # the chain the newest version is stored against
     assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == messages
     assert db.scalar("SELECT COUNT(*) FROM tool_executions") == 2  # the rows stay
+
+
+def _with_a_subgraph(saver: Any) -> Any:
+    """A graph whose one node is a subgraph answering with a model call of its own."""
+
+    def research(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [_replies(1)[1]]}
+
+    inner = StateGraph(MessagesState)
+    inner.add_node("research", research)
+    inner.add_edge(START, "research")
+    outer = StateGraph(MessagesState)
+    outer.add_node("researcher", inner.compile())
+    outer.add_edge(START, "researcher")
+    return outer.compile(checkpointer=saver)
+
+
+def test_a_subgraph_is_a_subagent_conversation_under_the_threads_run(ledger: Ledger, db: Database):
+    question: Any = {"messages": [HumanMessage("Weather?", id="h1")]}
+    expected = _with_a_subgraph(InMemorySaver()).invoke(question, CONFIG)
+
+    done = _with_a_subgraph(LedgerSaver(ledger)).invoke(question, CONFIG)
+
+    assert done == expected
+    runs = db.rows(
+        "SELECT r.depth, r.agent_name, r.status, r.input_tokens, c.kind, r.parent_run_id "
+        "FROM agent_runs r JOIN conversations c ON c.id = r.conversation_id ORDER BY r.depth"
+    )
+    assert [tuple(r.values())[:5] for r in runs] == [
+        (0, "langgraph", "completed", 0, "main"),
+        (1, "researcher", "completed", 870, "subagent"),
+    ]
+    assert runs[1]["parent_run_id"] is not None
+    said = db.rows(
+        "SELECT role, content FROM conversation_messages WHERE conversation_id = 'chat' "
+        "ORDER BY seq"
+    )
+    assert [tuple(r.values()) for r in said] == [
+        ("user", "Weather?"),
+        ("assistant", "Sunny, 22C (1)."),
+    ]
+    state = _with_a_subgraph(LedgerSaver(ledger)).get_state(CONFIG, subgraphs=True)
+    assert state.values == expected

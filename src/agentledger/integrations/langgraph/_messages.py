@@ -136,10 +136,24 @@ class MessageChannels:
         known: Known,
         graph_run_id: str | None,
     ) -> ChannelValue:
+        thread_id, ns = key.thread_id, key.checkpoint_ns
+        others = [k for (t, n), k in self._known.items() if t == thread_id and n != ns]
+        task = ""
         for message in messages:
-            if _row_of(known, message) is None and not key.checkpoint_ns:
-                for made, row_id in self.runs.record(key.thread_id, message, graph_run_id):
-                    known.setdefault(made.id, []).append((made, row_id))
+            if _row_of(known, message) is not None:
+                task = message.text
+                continue
+            below = next((r for k in others if (r := _row_of(k, message)) is not None), None)
+            if below is not None:
+                task = message.text
+                made = self.runs.answer_from_below(thread_id, message) if not ns else []
+                for held, row_id in made or [(message, below)]:
+                    known.setdefault(held.id, []).append((held, row_id))
+                continue
+            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=task)
+            for made_message, row_id in recorded:
+                known.setdefault(made_message.id, []).append((made_message, row_id))
+            task = ""
         ids: list[str | None] = []
         serialized: list[BaseMessage] = []
         for message in messages:

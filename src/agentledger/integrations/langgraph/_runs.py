@@ -9,17 +9,24 @@ resumed graph goes on outside it); an error in a node ends it ``failed``, and so
 next input when the graph ended before an answer. A message that fits none of these (a human
 message in the middle of a run, what a node wrote after the answer or after a resume) is no
 row: its checkpoint keeps it serialized.
+
+A subgraph's namespace is a subagent's conversation under the thread's run: the first message
+its model calls make begins a child run (its task the text of the subgraph's last message
+before it), recorded as the thread's is, which its answer ends; that answer, come up to the
+thread's graph, is the thread's run's answer too when nothing else answered it.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from pydantic import JsonValue
 
 from ..._recording import Turn, TurnStep
+from ..._values import Usage
 from ...ledger import Ledger
 from ._rows import (
     RESIDUE_KEY,
@@ -32,6 +39,9 @@ from ._rows import (
 
 AGENT_NAME = "langgraph"
 """The agent name of the runs a graph's invocations are recorded as."""
+
+NAMESPACE_KEY = "checkpoint_ns"
+"""The run metadata key holding the namespace of the subgraph a run was recorded from."""
 
 GRAPH_RUN_KEY = "graph_run_id"
 """The run metadata key holding LangGraph's own id of the invocation."""
@@ -54,11 +64,15 @@ class GraphRuns:
     def __init__(self, ledger: Ledger) -> None:
         self._ledger = ledger
         self._open: dict[str, _Run] = {}
+        self._below: dict[tuple[str, str], _Run] = {}
+        """The open run of each subgraph (namespace) of a thread, under the thread's."""
         self.lock = threading.RLock()
         """Held while a checkpoint's messages are recorded: LangGraph may save from threads."""
 
     def end(self, thread_id: str, *, error: str | None = None, interrupted: bool = False) -> None:
-        """End thread ``thread_id``'s open run, if any: interrupted, or failed with ``error``."""
+        """End thread ``thread_id``'s open run, if any, its subgraphs' first: interrupted, or
+        failed with ``error``."""
+        self._end_children(thread_id, error)
         run = self._open.pop(thread_id, None)
         if run is None:
             return
@@ -67,20 +81,87 @@ class GraphRuns:
         else:
             run.turn.fail(error or "the graph invocation ended before an AI answer")
 
-    def record(self, thread_id: str, message: BaseMessage, graph_run_id: str | None) -> Recorded:
-        """Record ``message``, new in thread ``thread_id``, in its run: the messages that
-        became rows by it (a tool result makes its step's AI message one too)."""
-        run = self._open.get(thread_id)
+    def record(
+        self,
+        thread_id: str,
+        message: BaseMessage,
+        graph_run_id: str | None,
+        *,
+        ns: str = "",
+        task: str = "",
+    ) -> Recorded:
+        """Record ``message``, new in namespace ``ns`` of thread ``thread_id``, in its run (a
+        subgraph's, for a namespace, under the thread's, ``task`` its user message): the
+        messages that became rows by it (a tool result makes its step's AI message one too)."""
         kept = residue(message)
         if kept is None:
             return []
+        if ns:
+            return self._record_below(thread_id, ns, message, kept, task)
+        run = self._open.get(thread_id)
         if run is None:
             return self._begin(thread_id, message, kept, graph_run_id)
+        return self._recorded(run, message, kept, lambda: self._end_children(thread_id))
+
+    def answer_from_below(self, thread_id: str, message: BaseMessage) -> Recorded:
+        """A subgraph's answer ``message`` came up to the thread's graph: the answer of the
+        thread's open run too, when it has no step waiting."""
+        run = self._open.get(thread_id)
+        kept = residue(message)
+        if run is None or run.step is not None or kept is None:
+            return []
+        if not isinstance(message, AIMessage) or message.tool_calls:
+            return []
+        self._end_children(thread_id)
+        return self._recorded(run, message, kept, lambda: None, relayed=True)
+
+    def _recorded(
+        self,
+        run: _Run,
+        message: BaseMessage,
+        kept: dict[str, JsonValue],
+        before: Callable[[], None],
+        *,
+        relayed: bool = False,
+    ) -> Recorded:
         if isinstance(message, AIMessage) and run.step is None:
-            return self._model_call(thread_id, run, message, kept)
-        if isinstance(message, ToolMessage):
-            return self._tool_result(run, message, kept)
-        return []
+            before()
+            rows = self._model_call(run, message, kept, relayed=relayed)
+        elif isinstance(message, ToolMessage):
+            rows = self._tool_result(run, message, kept)
+        else:
+            return []
+        if run.turn.result is not None:
+            for place, open_run in list(self._open.items()):
+                if open_run is run:
+                    del self._open[place]
+            for below, open_run in list(self._below.items()):
+                if open_run is run:
+                    del self._below[below]
+        return rows
+
+    def _record_below(
+        self, thread_id: str, ns: str, message: BaseMessage, kept: dict[str, JsonValue], task: str
+    ) -> Recorded:
+        parent = self._open.get(thread_id)
+        if parent is None or parent.step is not None:
+            return []
+        run = self._below.get((thread_id, ns))
+        if run is None:
+            if not isinstance(message, AIMessage) or not task.strip():
+                return []
+            turn = parent.turn.child(
+                task,
+                agent_name=ns.split(":")[0],
+                metadata={"recorded_by": AGENT_NAME, NAMESPACE_KEY: ns},
+            )
+            turn.begin()
+            run = self._below[(thread_id, ns)] = _Run(turn)
+        return self._recorded(run, message, kept, lambda: None)
+
+    def _end_children(self, thread_id: str, error: str | None = None) -> None:
+        for place in [p for p in self._below if p[0] == thread_id]:
+            self._below.pop(place).turn.fail(error or "the subgraph ended before an AI answer")
 
     def _begin(
         self,
@@ -105,11 +186,15 @@ class GraphRuns:
         return [(message, turn.user_message.id)]
 
     def _model_call(
-        self, thread_id: str, run: _Run, message: AIMessage, kept: dict[str, JsonValue]
+        self, run: _Run, message: AIMessage, kept: dict[str, JsonValue], *, relayed: bool = False
     ) -> Recorded:
+        """A model call's message: a step, or the run's answer. A subgraph's answer
+        ``relayed`` to the thread's run spent nothing there: its step below counts it."""
         assert isinstance(message.content, str)
         metadata: dict[str, JsonValue] = {RESIDUE_KEY: kept}
         spent, model, reason = usage_of(message), model_of(message), finish_reason_of(message)
+        if relayed:
+            spent, model = Usage(), None
         if message.tool_calls:
             calls = tool_calls_of(message)
             if calls is None:
@@ -130,10 +215,10 @@ class GraphRuns:
             message.content,
             usage=spent,
             model=model,
+            cost_usd=0.0 if relayed else None,
             finish_reason=reason,
             metadata=metadata,
         )
-        del self._open[thread_id]
         answer = run.turn.state.messages().last()
         assert answer is not None  # the answer just committed
         return [(message, answer.id)]
