@@ -49,11 +49,13 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     ``builder.compile(checkpointer=LedgerSaver(ledger))``. A thread is the conversation whose
     id is the thread's id (created, in the ledger handle's scope, by its first checkpoint).
-    Its checkpoints, their channel values (each version stored once, whatever number of
-    checkpoints hold it) and pending writes are rows of the ledger's checkpoint tables
-    (``graph_checkpoints``, ``graph_channel_values``, ``graph_writes``), the values as
-    LangGraph's serializer wrote them; ``ledger.forget(thread_id)`` deletes them with the
-    conversation, and a scoped ledger keeps to its tenant's threads.
+    Each invocation is a run of it, its messages rows of the conversation and its trace
+    (:mod:`._runs`). Its checkpoints, their channel values (each version stored once, whatever
+    number of checkpoints hold it) and pending writes are rows of the ledger's checkpoint
+    tables (``graph_checkpoints``, ``graph_channel_values``, ``graph_writes``): a channel of
+    messages as the ids of their rows, the others as LangGraph's serializer wrote them
+    (:mod:`._messages`); ``ledger.forget(thread_id)`` deletes them with the conversation, and
+    a scoped ledger keeps to its tenant's threads.
     """
 
     def __init__(self, ledger: Ledger, *, serde: SerializerProtocol | None = None) -> None:
