@@ -11,7 +11,7 @@ forgets them with their conversation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -183,16 +183,27 @@ class GraphCheckpoints:
     # --- reads --------------------------------------------------------------------------------
 
     def get(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        *,
+        known: Collection[str] = (),
     ) -> StoredCheckpoint | None:
         """A checkpoint of a thread's namespace, with its values and writes: the one with
         ``checkpoint_id``, or the newest (``None``); ``None`` when there is none."""
         query = CheckpointQuery(thread_id, checkpoint_ns, checkpoint_id, limit=1)
-        return next(iter(self.find(query)), None)
+        return next(iter(self.find(query, known=known)), None)
 
-    def find(self, query: CheckpointQuery) -> list[StoredCheckpoint]:
-        """The checkpoints ``query`` chooses, newest first, with their values and writes."""
-        return self._database.read("reading checkpoints", lambda conn: self._listed(conn, query))
+    def find(
+        self, query: CheckpointQuery, *, known: Collection[str] = ()
+    ) -> list[StoredCheckpoint]:
+        """The checkpoints ``query`` chooses, newest first, with their values and writes, and
+        the message rows they refer to but those whose ids are ``known`` (the caller read
+        them before: a message row does not change)."""
+        return self._database.read(
+            "reading checkpoints", lambda conn: self._listed(conn, query, known)
+        )
 
     # --- inside a transaction -------------------------------------------------------------------
 
@@ -319,7 +330,9 @@ class GraphCheckpoints:
             check_row(table, row)
         return rows
 
-    def _listed(self, conn: Connection, query: CheckpointQuery) -> list[StoredCheckpoint]:
+    def _listed(
+        self, conn: Connection, query: CheckpointQuery, known: Collection[str]
+    ) -> list[StoredCheckpoint]:
         found: list[StoredCheckpoint] = []
         for row in conn.execute(self._chosen(query)).mappings():
             if query.limit is not None and len(found) >= query.limit:
@@ -328,7 +341,7 @@ class GraphCheckpoints:
                 continue
             check_row(graph_checkpoints, row)
             found.append(_checkpoint_of(row))
-        return [self._filled(conn, stored) for stored in found]
+        return [self._filled(conn, stored, known) for stored in found]
 
     def _chosen(self, query: CheckpointQuery) -> Select[Any]:
         table = graph_checkpoints
@@ -348,7 +361,9 @@ class GraphCheckpoints:
             .order_by(c.checkpoint_id.desc(), c.thread_id, c.checkpoint_ns)
         )
 
-    def _filled(self, conn: Connection, stored: StoredCheckpoint) -> StoredCheckpoint:
+    def _filled(
+        self, conn: Connection, stored: StoredCheckpoint, known: Collection[str]
+    ) -> StoredCheckpoint:
         """``stored`` with the values of its channel versions and its pending writes."""
         key = stored.key
         values: dict[str, ChannelValue] = {}
@@ -384,7 +399,7 @@ class GraphCheckpoints:
             channel_versions=stored.channel_versions,
             metadata=stored.metadata,
             values=values,
-            messages=message_rows(conn, sorted(ids)),
+            messages=message_rows(conn, sorted(ids.difference(known))),
             writes=tuple(pending),
         )
 

@@ -21,7 +21,14 @@ from langgraph.checkpoint.base import CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
 from ...errors import LedgerCorruptError
-from ...ledger import ChannelValue, CheckpointKey, CheckpointQuery, Ledger, StoredCheckpoint
+from ...ledger import (
+    ChannelValue,
+    CheckpointKey,
+    CheckpointQuery,
+    Ledger,
+    MessageRow,
+    StoredCheckpoint,
+)
 from ._rows import RESIDUE_KEY, rebuilt
 from ._runs import GraphRuns
 
@@ -41,6 +48,8 @@ class MessageChannels:
         self._serde = serde
         self.runs = GraphRuns(ledger)
         self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
+        self._read: OrderedDict[str, dict[str, MessageRow]] = OrderedDict()
+        """The message rows read of each recently read thread, by id: read once."""
         self._last: dict[str, str] = {}
         """The newest checkpoint of each thread whose messages were recorded."""
         self._ending: dict[str, tuple[str, str, Any]] = {}
@@ -58,7 +67,7 @@ class MessageChannels:
         """The values to store for the channel versions a checkpoint brings: the messages'
         rows recorded first (in the open run of the thread)."""
         with self.runs.lock:
-            if metadata.get("source") == "input":
+            if metadata.get("source") == "input" and not key.checkpoint_ns:
                 self.runs.end(key.thread_id)
             graph_run = metadata.get("run_id")
             encoded = {}
@@ -73,9 +82,25 @@ class MessageChannels:
                 self._recorded(key)
             return encoded
 
+    def rows_read(self, thread_id: str) -> dict[str, MessageRow]:
+        """The message rows of thread ``thread_id`` read before (a row does not change)."""
+        with self.runs.lock:
+            rows = self._read.get(thread_id)
+            if rows is None:
+                rows = self._read[thread_id] = {}
+                if len(self._read) > KNOWN_THREADS:
+                    self._read.popitem(last=False)
+            self._read.move_to_end(thread_id)
+            return rows
+
     def decoded(self, stored: StoredCheckpoint) -> dict[str, Any]:
+        """The channel values of ``stored``, its messages rebuilt from their rows (those read
+        before kept by :meth:`rows_read`)."""
+        with self.runs.lock:
+            rows = self.rows_read(stored.key.thread_id)
+            rows.update(stored.messages)
         return {
-            channel: self._value_of(stored, channel, value)
+            channel: self._value_of(stored, value, rows)
             for channel, value in stored.values.items()
             if value.message_ids is not None or value.value_type is not None
         }
@@ -88,7 +113,7 @@ class MessageChannels:
             for channel, value in stored.values.items():
                 if value.message_ids is not None:
                     version = stored.channel_versions[channel]
-                    whole = self._value_of(stored, channel, value)
+                    whole = self._value_of(stored, value, stored.messages)
                     copies[(stored.key.checkpoint_ns, channel, version)] = ChannelValue(
                         *self._serde.dumps_typed(whole)
                     )
@@ -99,6 +124,7 @@ class MessageChannels:
         with self.runs.lock:
             for key in [k for k in self._known if k[0] == thread_id]:
                 del self._known[key]
+            self._read.pop(thread_id, None)
 
     def end_run(self, key: CheckpointKey, channel: str, value: Any) -> None:
         """A task of the checkpoint ``key`` wrote ``value`` to a special channel: an
@@ -194,7 +220,9 @@ class MessageChannels:
             (_message(stored, i, rows), i) for i in value.message_ids if i is not None and i in rows
         ]
 
-    def _value_of(self, stored: StoredCheckpoint, channel: str, value: ChannelValue) -> Any:
+    def _value_of(
+        self, stored: StoredCheckpoint, value: ChannelValue, rows: Mapping[str, MessageRow]
+    ) -> Any:
         if value.message_ids is None:
             return self._serde.loads_typed((value.value_type or "", value.value or b""))
         tail = iter(
@@ -202,13 +230,10 @@ class MessageChannels:
             if value.value_type is not None and value.value is not None
             else ()
         )
-        return [
-            next(tail) if i is None else _message(stored, i, stored.messages)
-            for i in value.message_ids
-        ]
+        return [next(tail) if i is None else _message(stored, i, rows) for i in value.message_ids]
 
 
-def _message(stored: StoredCheckpoint, row_id: str, rows: Mapping[str, Any]) -> BaseMessage:
+def _message(stored: StoredCheckpoint, row_id: str, rows: Mapping[str, MessageRow]) -> BaseMessage:
     row = rows.get(row_id)
     fields = row.metadata.get(RESIDUE_KEY) if row is not None else None
     if row is None or not isinstance(fields, dict):

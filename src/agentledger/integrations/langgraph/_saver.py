@@ -77,7 +77,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its newest when it names no checkpoint id)."""
         thread_id, ns = _thread_of(config)
-        stored = self._store.get(thread_id, ns, get_checkpoint_id(config))
+        known = self._messages.rows_read(thread_id)
+        stored = self._store.get(thread_id, ns, get_checkpoint_id(config), known=known)
         return None if stored is None else self._tuple_of(stored)
 
     def list(
@@ -98,7 +99,9 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             metadata=filter,
             limit=limit,
         )
-        for stored in self._store.find(query):
+        thread_id = configurable.get("thread_id")
+        known = self._messages.rows_read(thread_id) if isinstance(thread_id, str) else {}
+        for stored in self._store.find(query, known=known):
             yield self._tuple_of(stored)
 
     def put(
