@@ -293,3 +293,18 @@ def test_a_subgraph_is_a_subagent_conversation_under_the_threads_run(ledger: Led
     ]
     state = _with_a_subgraph(LedgerSaver(ledger)).get_state(CONFIG, subgraphs=True)
     assert state.values == expected
+
+
+def test_an_invocation_on_a_thread_another_run_holds_is_saved_with_its_messages_serialized(
+    ledger: Ledger, db: Database
+):
+    held = ledger.turn("Still running elsewhere", conversation_id="chat")
+    held.begin()  # a run a killed process left holding the thread, until its lease expires
+
+    done = _react(LedgerSaver(ledger), _replies(1)).invoke(
+        {"messages": [HumanMessage("Weather?", id="h1")]}, CONFIG
+    )
+
+    assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
+    assert db.scalar("SELECT COUNT(*) FROM agent_runs") == 1
+    assert db.scalar("SELECT COUNT(*) FROM step_executions") == 0

@@ -7,8 +7,9 @@ answer its calls (its tool executions); the first AI message without tool calls 
 which ends the run ``completed``. An ``interrupt()`` ends the open run ``interrupted`` (a
 resumed graph goes on outside it); an error in a node ends it ``failed``, and so does the
 next input when the graph ended before an answer. A message that fits none of these (a human
-message in the middle of a run, what a node wrote after the answer or after a resume) is no
-row: its checkpoint keeps it serialized.
+message in the middle of a run, what a node wrote after the answer or after a resume, an
+invocation begun while another writer's run holds the thread's conversation, such as one a
+killed process left until its lease expires) is no row: its checkpoint keeps it serialized.
 
 A subgraph's namespace is a subagent's conversation under the thread's run: the first message
 its model calls make begins a child run (its task the text of the subgraph's last message
@@ -27,6 +28,7 @@ from pydantic import JsonValue
 
 from ..._recording import Turn, TurnStep
 from ..._values import Usage
+from ...errors import ConversationBusyError
 from ...ledger import Ledger
 from ._rows import (
     RESIDUE_KEY,
@@ -181,7 +183,13 @@ class GraphRuns:
             metadata={"recorded_by": AGENT_NAME, GRAPH_RUN_KEY: graph_run_id},
             user_metadata={RESIDUE_KEY: kept},
         )
-        turn.begin()
+        try:
+            turn.begin()
+        except ConversationBusyError:
+            # Another writer's run holds the thread (a process that died in an invocation,
+            # until its lease expires and recover ends it): the checkpoint is saved all the
+            # same, this invocation's messages serialized in it.
+            return []
         self._open[thread_id] = _Run(turn)
         return [(message, turn.user_message.id)]
 
