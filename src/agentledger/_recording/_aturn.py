@@ -97,6 +97,7 @@ class AsyncTurn:
 
     answer = _in_a_thread(Turn.answer)
     fail = _in_a_thread(Turn.fail)
+    interrupt = _in_a_thread(Turn.interrupt)
     flush_shown = _in_a_thread(Turn.flush_shown)
     step = _stepping(Turn.step)
     child = _child(Turn.child)

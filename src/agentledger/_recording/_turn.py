@@ -151,13 +151,16 @@ class Turn:
         metadata: Mapping[str, JsonValue] | None = None,
         parent: Turn | None = None,
         call_id: str | None = None,
+        user_metadata: Mapping[str, JsonValue] | None = None,
     ) -> None:
         check_storable(user, "the user message")
         if conversation_id is not None and not conversation_id.strip():
             raise UsageError("a conversation id cannot be empty: pass None for a new one")
         self._recorder, self._prices, self._clock = recorder, prices, clock
         self.agent_name, self.model, self.parent, self.call_id = agent_name, model, parent, call_id
-        self.user_message = Message(role=Role.USER, content=user, created_at=clock())
+        self.user_message = Message(
+            role=Role.USER, content=user, metadata=dict(user_metadata or {}), created_at=clock()
+        )
         own: dict[str, JsonValue] = {RECORDED_BY: "turn", **(metadata or {})}
         if call_id is not None:
             own[SPAWNED_BY] = call_id
@@ -359,6 +362,15 @@ class Turn:
         if self._shown:
             return self._interrupt(error)
         return self._end_failed(error)
+
+    def interrupt(self, reason: str | None = None) -> RunResult:
+        """End the turn ``interrupted`` now, as a cancellation ends it (the text
+        :meth:`shown` kept, a step waiting for tool results recorded with those calls answered
+        as interrupted): for code whose turn stops to wait for something outside it (a human's
+        approval) and resumes, if ever, as a turn of its own. ``reason`` is recorded as the
+        run's error when given."""
+        self._open("interrupt")
+        return self._interrupt(reason)
 
     def child(
         self,

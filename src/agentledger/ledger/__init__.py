@@ -25,6 +25,7 @@ from ._graph_values import (
     ChannelValue,
     CheckpointKey,
     CheckpointQuery,
+    MessageRow,
     PendingWrite,
     StoredCheckpoint,
 )
@@ -78,6 +79,7 @@ __all__ = [
     "Ledger",
     "LedgerReader",
     "LedgerRecorder",
+    "MessageRow",
     "PendingWrite",
     "RunTree",
     "Scope",

@@ -11,7 +11,8 @@ forgets them with their conversation.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
@@ -19,6 +20,7 @@ from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
+from ._graph_messages import ChannelIds, bases_held, message_rows
 from ._graph_values import (
     ChannelValue,
     CheckpointKey,
@@ -60,12 +62,22 @@ class GraphCheckpoints:
 
         def write(conn: Connection) -> None:
             tenant = self._thread(conn, key.thread_id)
+            bases = self._parent_versions(conn, stored) if new_values else {}
             conn.execute(delete(graph_checkpoints).where(_at(graph_checkpoints, key)))
             conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
             for (channel, version), value in new_values.items():
-                self._put_value(conn, key, channel, version, value, tenant)
+                columns = _value_columns(value)
+                if value.message_ids is not None:
+                    ids = ChannelIds(conn, key.thread_id, key.checkpoint_ns, channel)
+                    columns["message_ids"] = ids.compacted(value.message_ids, bases.get(channel))
+                self._put_value(conn, key, channel, version, columns, tenant)
 
         self._database.write("storing a checkpoint", write)
+
+    def open_thread(self, thread_id: str) -> None:
+        """Create thread ``thread_id``'s conversation in the handle's scope unless it exists
+        (before the first run recorded in it, so that it is known as a thread)."""
+        self._database.write("opening a thread", lambda conn: self._thread(conn, thread_id))
 
     def put_writes(self, key: CheckpointKey, writes: Sequence[PendingWrite]) -> None:
         """Store the pending writes of a checkpoint's next step: a task's write already there
@@ -171,32 +183,27 @@ class GraphCheckpoints:
     # --- reads --------------------------------------------------------------------------------
 
     def get(
-        self, thread_id: str, checkpoint_ns: str, checkpoint_id: str | None
+        self,
+        thread_id: str,
+        checkpoint_ns: str,
+        checkpoint_id: str | None,
+        *,
+        known: Collection[str] = (),
     ) -> StoredCheckpoint | None:
         """A checkpoint of a thread's namespace, with its values and writes: the one with
         ``checkpoint_id``, or the newest (``None``); ``None`` when there is none."""
         query = CheckpointQuery(thread_id, checkpoint_ns, checkpoint_id, limit=1)
-        return next(iter(self.find(query)), None)
+        return next(iter(self.find(query, known=known)), None)
 
-    def find(self, query: CheckpointQuery) -> list[StoredCheckpoint]:
-        """The checkpoints ``query`` chooses, newest first, with their values and writes."""
-        return self._database.read("reading checkpoints", lambda conn: self._listed(conn, query))
-
-    def message_ids(self, thread_id: str) -> dict[tuple[str, str, str], tuple[str, ...]]:
-        """The message ids every channel version of a thread that holds messages refers to,
-        keyed by ``(namespace, channel, version)``."""
-
-        def read(conn: Connection) -> dict[tuple[str, str, str], tuple[str, ...]]:
-            table = graph_channel_values
-            return {
-                (row["checkpoint_ns"], row["channel"], row["version"]): tuple(
-                    str(i) for i in row["message_ids"]
-                )
-                for row in self._rows(conn, table, thread_id)
-                if row["message_ids"] is not None
-            }
-
-        return self._database.read("reading a thread's message ids", read)
+    def find(
+        self, query: CheckpointQuery, *, known: Collection[str] = ()
+    ) -> list[StoredCheckpoint]:
+        """The checkpoints ``query`` chooses, newest first, with their values and writes, and
+        the message rows they refer to but those whose ids are ``known`` (the caller read
+        them before: a message row does not change)."""
+        return self._database.read(
+            "reading checkpoints", lambda conn: self._listed(conn, query, known)
+        )
 
     # --- inside a transaction -------------------------------------------------------------------
 
@@ -249,13 +256,24 @@ class GraphCheckpoints:
         }
         conn.execute(_insert_if_absent(conn), sealed(conversations, row))
 
+    def _parent_versions(self, conn: Connection, stored: StoredCheckpoint) -> dict[str, str]:
+        """The channel versions of ``stored``'s parent checkpoint (none without one)."""
+        if stored.parent_checkpoint_id is None:
+            return {}
+        parent = CheckpointKey(
+            stored.key.thread_id, stored.key.checkpoint_ns, stored.parent_checkpoint_id
+        )
+        query = select(graph_checkpoints.c.channel_versions).where(_at(graph_checkpoints, parent))
+        versions = conn.execute(query).scalar()
+        return dict(versions) if versions else {}
+
     def _put_value(
         self,
         conn: Connection,
         key: CheckpointKey,
         channel: str,
         version: str,
-        value: ChannelValue,
+        columns: dict[str, Any],
         tenant: str | None,
     ) -> None:
         table = graph_channel_values
@@ -269,7 +287,7 @@ class GraphCheckpoints:
             "checkpoint_ns": key.checkpoint_ns,
             "channel": channel,
             "version": version,
-            **_value_columns(value),
+            **columns,
             "tenant_id": tenant,
         }
         conn.execute(insert(table), sealed(table, row))
@@ -286,18 +304,21 @@ class GraphCheckpoints:
             self._collect_values(conn, thread_id)
 
     def _collect_values(self, conn: Connection, thread_id: str) -> None:
-        """Delete the channel versions of a thread no checkpoint of it holds any longer."""
+        """Delete the channel versions of a thread no checkpoint of it holds any longer (nor
+        any version one of those is stored against)."""
         held = {
             (row["checkpoint_ns"], channel, version)
             for row in self._rows(conn, graph_checkpoints, thread_id)
             for channel, version in row["channel_versions"].items()
         }
         table = graph_channel_values
-        query = select(table.c.id, table.c.checkpoint_ns, table.c.channel, table.c.version)
+        query = select(
+            table.c.id, table.c.checkpoint_ns, table.c.channel, table.c.version, table.c.message_ids
+        )
+        rows = conn.execute(query.where(table.c.thread_id == thread_id)).all()
+        held = bases_held(rows, held)
         orphans = [
-            row.id
-            for row in conn.execute(query.where(table.c.thread_id == thread_id))
-            if (row.checkpoint_ns, row.channel, row.version) not in held
+            row.id for row in rows if (row.checkpoint_ns, row.channel, row.version) not in held
         ]
         for chunk in _chunks(orphans):
             conn.execute(delete(table).where(table.c.id.in_(chunk)))
@@ -309,7 +330,9 @@ class GraphCheckpoints:
             check_row(table, row)
         return rows
 
-    def _listed(self, conn: Connection, query: CheckpointQuery) -> list[StoredCheckpoint]:
+    def _listed(
+        self, conn: Connection, query: CheckpointQuery, known: Collection[str]
+    ) -> list[StoredCheckpoint]:
         found: list[StoredCheckpoint] = []
         for row in conn.execute(self._chosen(query)).mappings():
             if query.limit is not None and len(found) >= query.limit:
@@ -318,7 +341,7 @@ class GraphCheckpoints:
                 continue
             check_row(graph_checkpoints, row)
             found.append(_checkpoint_of(row))
-        return [self._filled(conn, stored) for stored in found]
+        return [self._filled(conn, stored, known) for stored in found]
 
     def _chosen(self, query: CheckpointQuery) -> Select[Any]:
         table = graph_checkpoints
@@ -338,7 +361,9 @@ class GraphCheckpoints:
             .order_by(c.checkpoint_id.desc(), c.thread_id, c.checkpoint_ns)
         )
 
-    def _filled(self, conn: Connection, stored: StoredCheckpoint) -> StoredCheckpoint:
+    def _filled(
+        self, conn: Connection, stored: StoredCheckpoint, known: Collection[str]
+    ) -> StoredCheckpoint:
         """``stored`` with the values of its channel versions and its pending writes."""
         key = stored.key
         values: dict[str, ChannelValue] = {}
@@ -354,7 +379,12 @@ class GraphCheckpoints:
                 ).mappings()
                 for row in rows:
                     check_row(table, row)
-                    values[row["channel"]] = _value_of(row)
+                    value = _value_of(row)
+                    if row["message_ids"] is not None:
+                        chain = ChannelIds(conn, key.thread_id, key.checkpoint_ns, row["channel"])
+                        value = replace(value, message_ids=chain.resolved(row["message_ids"]))
+                    values[row["channel"]] = value
+        ids = {i for v in values.values() for i in v.message_ids or () if i is not None}
         writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
         pending = []
         for row in writes:
@@ -369,6 +399,7 @@ class GraphCheckpoints:
             channel_versions=stored.channel_versions,
             metadata=stored.metadata,
             values=values,
+            messages=message_rows(conn, sorted(ids.difference(known))),
             writes=tuple(pending),
         )
 
@@ -460,13 +491,9 @@ def _checkpoint_of(row: Any) -> StoredCheckpoint:
 
 
 def _value_of(row: Any) -> ChannelValue:
-    ids = row["message_ids"]
+    """The value of a row, its message ids not resolved yet (:class:`ChannelIds` does)."""
     value = row["value"]
-    return ChannelValue(
-        value_type=row["value_type"],
-        value=None if value is None else bytes(value),
-        message_ids=None if ids is None else tuple(str(i) for i in ids),
-    )
+    return ChannelValue(value_type=row["value_type"], value=None if value is None else bytes(value))
 
 
 def _pending_of(row: Any) -> PendingWrite:

@@ -14,13 +14,24 @@ from pydantic import JsonValue
 
 @dataclass(frozen=True)
 class ChannelValue:
-    """One version of a channel: a serialized value (``value_type``, ``value``), or the ids of
-    the ledger rows holding its messages (``message_ids``), or neither (the channel was
-    emptied at that version)."""
+    """One version of a channel: a serialized value (``value_type``, ``value``), or, for a
+    channel of messages, the ids of the ledger rows holding them in order (``message_ids``),
+    ``None`` standing for each message that is no row (yet): those are, in order, the
+    serialized value (a list); or neither (the channel was emptied at that version)."""
 
     value_type: str | None = None
     value: bytes | None = None
-    message_ids: tuple[str, ...] | None = None
+    message_ids: tuple[str | None, ...] | None = None
+
+
+@dataclass(frozen=True)
+class MessageRow:
+    """A ledger row a channel of messages refers to (a conversation message, a step's
+    assistant message, a tool execution's result): its text and its metadata, where the
+    framework keeps what the ledger's columns do not hold."""
+
+    content: str
+    metadata: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -57,6 +68,7 @@ class StoredCheckpoint:
     channel_versions: dict[str, str]
     metadata: dict[str, Any]
     values: dict[str, ChannelValue] = field(default_factory=dict)
+    messages: dict[str, MessageRow] = field(default_factory=dict)
     writes: tuple[PendingWrite, ...] = ()
 
     @property

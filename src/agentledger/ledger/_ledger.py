@@ -304,14 +304,16 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         model: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
         prices: Pricing | None = None,
+        user_metadata: dict[str, JsonValue] | None = None,
     ) -> Turn:
         """Record a turn your own code runs (``with ledger.turn(user=...) as turn:``): the
         user message, each model call (``turn.step``) with its tool results, the text shown
         while it streams (``turn.shown``) and the answer (``turn.answer``), as a run of
         ``agent_name`` in conversation ``conversation_id`` (a new one when None; created
         with that id when it does not exist yet). Steps are priced from ``prices`` (the
-        shipped table unless given) for their model, or ``model``. The same transactions and
-        rules as ``Agent.run``: see docs/recording.md."""
+        shipped table unless given) for their model, or ``model``; ``user_metadata`` is kept
+        with the user message. The same transactions and rules as ``Agent.run``: see
+        docs/recording.md."""
         return Turn(
             self.recorder,
             user=user,
@@ -321,6 +323,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
             prices=prices if prices is not None else PriceTable.default(),
             clock=self.clock,
             metadata=metadata,
+            user_metadata=user_metadata,
         )
 
     def aturn(
@@ -332,6 +335,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         model: str | None = None,
         metadata: dict[str, JsonValue] | None = None,
         prices: Pricing | None = None,
+        user_metadata: dict[str, JsonValue] | None = None,
     ) -> AsyncTurn:
         """:meth:`turn` for code on an event loop: ``async with ledger.aturn(...) as turn``,
         each write awaited in a worker thread."""
@@ -343,6 +347,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
                 model=model,
                 metadata=metadata,
                 prices=prices,
+                user_metadata=user_metadata,
             )
         )
 

@@ -1,8 +1,10 @@
 """LangGraph's checkpoints kept in an agentledger ledger: :class:`LedgerSaver`.
 
 ``graph = builder.compile(checkpointer=LedgerSaver(ledger))``: each thread is a conversation of
-the ledger, its checkpoints, channel values and pending writes rows of the ledger's checkpoint
-tables, forgotten with the conversation. Needs the
+the ledger and each invocation a run, its messages rows (the human input and the answer in the
+conversation, model calls as steps with their usage, tool calls as tool executions); its
+checkpoints, other channel values and pending writes are rows of the ledger's checkpoint
+tables, which refer to the message rows, forgotten with the conversation. Needs the
 ``langgraph`` extra (``pip install 'agentledger[langgraph]'``).
 """
 

@@ -1,16 +1,43 @@
-"""How a checkpoint's channel values are kept in ``graph_channel_values``: each as LangGraph's
-serializer wrote it. The one place that decides it, so that the channels of messages can be
-kept as rows of the conversation and its trace (``message_ids``) without the saver changing."""
+"""How a checkpoint's channel values are kept in ``graph_channel_values``.
+
+A channel whose value is a list of LangChain messages (whatever its name) refers to the ledger
+rows holding them (``message_ids``): the user message and the answer of a run in the
+conversation, each AI message of a model call a step, each ``ToolMessage`` a tool execution
+(:mod:`._runs` records them as the graph makes them). A message that is no row (yet) is kept,
+in order, in the serialized value beside the ids. Every other channel is kept as LangGraph's
+serializer wrote it. A message replaced (``add_messages``' same id) or removed
+(``RemoveMessage``) keeps its row, for the history: the list of ids says what the channel
+holds at each version.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from typing import Any
 
+from langchain_core.messages import BaseMessage
 from langgraph.checkpoint.base import CheckpointMetadata
 from langgraph.checkpoint.serde.base import SerializerProtocol
 
-from ...ledger import ChannelValue, CheckpointKey, Ledger
+from ...errors import LedgerCorruptError
+from ...ledger import (
+    ChannelValue,
+    CheckpointKey,
+    CheckpointQuery,
+    Ledger,
+    MessageRow,
+    StoredCheckpoint,
+)
+from ._rows import RESIDUE_KEY, rebuilt
+from ._runs import GraphRuns
+
+KNOWN_THREADS = 256
+"""How many threads' (and namespaces') rows a saver keeps in memory, the most recently used:
+another one's are read from its latest checkpoint when it is saved again."""
+
+Known = dict[str | None, list[tuple[BaseMessage, str]]]
+"""The messages of a thread's namespace that are rows, by LangChain id: each with its row."""
 
 
 class MessageChannels:
@@ -19,20 +46,214 @@ class MessageChannels:
     def __init__(self, ledger: Ledger, serde: SerializerProtocol) -> None:
         self._ledger = ledger
         self._serde = serde
+        self.runs = GraphRuns(ledger)
+        self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
+        self._read: OrderedDict[str, dict[str, MessageRow]] = OrderedDict()
+        """The message rows read of each recently read thread, by id: read once."""
+        self._last: dict[str, str] = {}
+        """The newest checkpoint of each thread whose messages were recorded."""
+        self._ending: dict[str, tuple[str, str, Any]] = {}
+        """A special write (an interrupt, an error) of each thread whose checkpoint is not
+        recorded yet (LangGraph saves writes and checkpoints from threads of its own, in any
+        order): checkpoint id, channel, value."""
 
     def encoded(
-        self, key: CheckpointKey, values: Mapping[str, Any], metadata: CheckpointMetadata
+        self,
+        key: CheckpointKey,
+        parent_id: str | None,
+        values: Mapping[str, Any],
+        metadata: CheckpointMetadata,
     ) -> dict[str, ChannelValue]:
-        return {ch: ChannelValue(*self._serde.dumps_typed(v)) for ch, v in values.items()}
+        """The values to store for the channel versions a checkpoint brings: the messages'
+        rows recorded first (in the open run of the thread)."""
+        with self.runs.lock:
+            if metadata.get("source") == "input" and not key.checkpoint_ns:
+                self.runs.end(key.thread_id)
+            graph_run = metadata.get("run_id")
+            encoded = {}
+            for channel, value in values.items():
+                if _is_messages(value):
+                    known = self._known_of(key, parent_id)
+                    graph_run_id = graph_run if isinstance(graph_run, str) else None
+                    encoded[channel] = self._rows_of(key, value, known, graph_run_id)
+                else:
+                    encoded[channel] = ChannelValue(*self._serde.dumps_typed(value))
+            if not key.checkpoint_ns:
+                self._recorded(key)
+            return encoded
 
-    def decoded(self, values: Mapping[str, ChannelValue]) -> dict[str, Any]:
+    def rows_read(self, thread_id: str) -> dict[str, MessageRow]:
+        """The message rows of thread ``thread_id`` read before (a row does not change)."""
+        with self.runs.lock:
+            rows = self._read.get(thread_id)
+            if rows is None:
+                rows = self._read[thread_id] = {}
+                if len(self._read) > KNOWN_THREADS:
+                    self._read.popitem(last=False)
+            self._read.move_to_end(thread_id)
+            return rows
+
+    def decoded(self, stored: StoredCheckpoint) -> dict[str, Any]:
+        """The channel values of ``stored``, its messages rebuilt from their rows (those read
+        before kept by :meth:`rows_read`)."""
+        with self.runs.lock:
+            rows = self.rows_read(stored.key.thread_id)
+            rows.update(stored.messages)
         return {
-            ch: self._serde.loads_typed((v.value_type, v.value))
-            for ch, v in values.items()
-            if v.value_type is not None and v.value is not None
+            channel: self._value_of(stored, value, rows)
+            for channel, value in stored.values.items()
+            if value.message_ids is not None or value.value_type is not None
         }
 
     def copied(self, thread_id: str) -> dict[tuple[str, str, str], ChannelValue]:
-        """The values a copy of thread ``thread_id`` stores instead of the source's: none
-        while every value is serialized (a copy of a value refers to no row of the source)."""
-        return {}
+        """The values a copy of thread ``thread_id`` stores instead of the source's: each
+        channel of messages serialized whole (a copy refers to no row of the source)."""
+        copies = {}
+        for stored in self._ledger.graph_checkpoints.find(CheckpointQuery(thread_id=thread_id)):
+            for channel, value in stored.values.items():
+                if value.message_ids is not None:
+                    version = stored.channel_versions[channel]
+                    whole = self._value_of(stored, value, stored.messages)
+                    copies[(stored.key.checkpoint_ns, channel, version)] = ChannelValue(
+                        *self._serde.dumps_typed(whole)
+                    )
+        return copies
+
+    def forget(self, thread_id: str) -> None:
+        """Drop what is known of thread ``thread_id``'s rows (its checkpoints were deleted)."""
+        with self.runs.lock:
+            for key in [k for k in self._known if k[0] == thread_id]:
+                del self._known[key]
+            self._read.pop(thread_id, None)
+
+    def end_run(self, key: CheckpointKey, channel: str, value: Any) -> None:
+        """A task of the checkpoint ``key`` wrote ``value`` to a special channel: an
+        interrupt or an error ends the thread's open run, once that checkpoint's messages are
+        recorded."""
+        if key.checkpoint_ns or channel not in ("__interrupt__", "__error__"):
+            return
+        with self.runs.lock:
+            if self._last.get(key.thread_id, "") >= key.checkpoint_id:
+                self._end(key.thread_id, channel, value)
+            else:
+                self._ending[key.thread_id] = (key.checkpoint_id, channel, value)
+
+    def _recorded(self, key: CheckpointKey) -> None:
+        """The messages of checkpoint ``key`` are recorded: end the run a write of it ended."""
+        thread_id = key.thread_id
+        self._last[thread_id] = max(self._last.get(thread_id, ""), key.checkpoint_id)
+        ending = self._ending.get(thread_id)
+        if ending is not None and ending[0] <= key.checkpoint_id:
+            del self._ending[thread_id]
+            self._end(thread_id, ending[1], ending[2])
+
+    def _end(self, thread_id: str, channel: str, value: Any) -> None:
+        if channel == "__interrupt__":
+            self.runs.end(thread_id, interrupted=True)
+        else:
+            self.runs.end(thread_id, error=f"{type(value).__name__}: {value}")
+
+    # --- inside -------------------------------------------------------------------------------
+
+    def _rows_of(
+        self,
+        key: CheckpointKey,
+        messages: Sequence[BaseMessage],
+        known: Known,
+        graph_run_id: str | None,
+    ) -> ChannelValue:
+        thread_id, ns = key.thread_id, key.checkpoint_ns
+        others = [k for (t, n), k in self._known.items() if t == thread_id and n != ns]
+        task = ""
+        for message in messages:
+            if _row_of(known, message) is not None:
+                task = message.text
+                continue
+            below = next((r for k in others if (r := _row_of(k, message)) is not None), None)
+            if below is not None:
+                task = message.text
+                made = self.runs.answer_from_below(thread_id, message) if not ns else []
+                for held, row_id in made or [(message, below)]:
+                    known.setdefault(held.id, []).append((held, row_id))
+                continue
+            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=task)
+            for made_message, row_id in recorded:
+                known.setdefault(made_message.id, []).append((made_message, row_id))
+            task = ""
+        ids: list[str | None] = []
+        serialized: list[BaseMessage] = []
+        for message in messages:
+            found = _row_of(known, message)
+            ids.append(found)
+            if found is None:
+                serialized.append(message)
+        if not serialized:
+            return ChannelValue(message_ids=tuple(ids))
+        return ChannelValue(*self._serde.dumps_typed(serialized), message_ids=tuple(ids))
+
+    def _known_of(self, key: CheckpointKey, parent_id: str | None) -> Known:
+        """What is known of the rows of ``key``'s thread and namespace: read from the parent
+        checkpoint the first time."""
+        place = (key.thread_id, key.checkpoint_ns)
+        known = self._known.get(place)
+        if known is not None:
+            self._known.move_to_end(place)
+        else:
+            known = self._known[place] = {}
+            if len(self._known) > KNOWN_THREADS:
+                self._known.popitem(last=False)
+            parent = (
+                self._ledger.graph_checkpoints.get(key.thread_id, key.checkpoint_ns, parent_id)
+                if parent_id is not None
+                else None
+            )
+            for value in parent.values.values() if parent is not None else ():
+                for message, row_id in self._pairs(parent, value):  # type: ignore[arg-type]
+                    known.setdefault(message.id, []).append((message, row_id))
+        return known
+
+    def _pairs(self, stored: StoredCheckpoint, value: ChannelValue) -> list[tuple[Any, str]]:
+        if value.message_ids is None:
+            return []
+        rows = stored.messages
+        return [
+            (_message(stored, i, rows), i) for i in value.message_ids if i is not None and i in rows
+        ]
+
+    def _value_of(
+        self, stored: StoredCheckpoint, value: ChannelValue, rows: Mapping[str, MessageRow]
+    ) -> Any:
+        if value.message_ids is None:
+            return self._serde.loads_typed((value.value_type or "", value.value or b""))
+        tail = iter(
+            self._serde.loads_typed((value.value_type, value.value))
+            if value.value_type is not None and value.value is not None
+            else ()
+        )
+        return [next(tail) if i is None else _message(stored, i, rows) for i in value.message_ids]
+
+
+def _message(stored: StoredCheckpoint, row_id: str, rows: Mapping[str, MessageRow]) -> BaseMessage:
+    row = rows.get(row_id)
+    fields = row.metadata.get(RESIDUE_KEY) if row is not None else None
+    if row is None or not isinstance(fields, dict):
+        key = stored.key
+        raise LedgerCorruptError(
+            f"checkpoint {key.checkpoint_id} of thread {key.thread_id!r} refers to message "
+            f"row {row_id}, which is not in the ledger (or is no LangChain message): run "
+            "`agentledger verify`; a thread whose rows were forgotten is gone with them"
+        )
+    return rebuilt(row.content, fields)
+
+
+def _row_of(known: Known, message: BaseMessage) -> str | None:
+    for held, row_id in known.get(message.id, ()):
+        if held is message or held == message:
+            return row_id
+    return None
+
+
+def _is_messages(value: Any) -> bool:
+    return (
+        isinstance(value, list) and bool(value) and all(isinstance(m, BaseMessage) for m in value)
+    )

@@ -49,11 +49,13 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     ``builder.compile(checkpointer=LedgerSaver(ledger))``. A thread is the conversation whose
     id is the thread's id (created, in the ledger handle's scope, by its first checkpoint).
-    Its checkpoints, their channel values (each version stored once, whatever number of
-    checkpoints hold it) and pending writes are rows of the ledger's checkpoint tables
-    (``graph_checkpoints``, ``graph_channel_values``, ``graph_writes``), the values as
-    LangGraph's serializer wrote them; ``ledger.forget(thread_id)`` deletes them with the
-    conversation, and a scoped ledger keeps to its tenant's threads.
+    Each invocation is a run of it, its messages rows of the conversation and its trace
+    (:mod:`._runs`). Its checkpoints, their channel values (each version stored once, whatever
+    number of checkpoints hold it) and pending writes are rows of the ledger's checkpoint
+    tables (``graph_checkpoints``, ``graph_channel_values``, ``graph_writes``): a channel of
+    messages as the ids of their rows, the others as LangGraph's serializer wrote them
+    (:mod:`._messages`); ``ledger.forget(thread_id)`` deletes them with the conversation, and
+    a scoped ledger keeps to its tenant's threads.
     """
 
     def __init__(self, ledger: Ledger, *, serde: SerializerProtocol | None = None) -> None:
@@ -75,7 +77,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def get_tuple(self, config: RunnableConfig) -> CheckpointTuple | None:
         """The checkpoint ``config`` names (its newest when it names no checkpoint id)."""
         thread_id, ns = _thread_of(config)
-        stored = self._store.get(thread_id, ns, get_checkpoint_id(config))
+        known = self._messages.rows_read(thread_id)
+        stored = self._store.get(thread_id, ns, get_checkpoint_id(config), known=known)
         return None if stored is None else self._tuple_of(stored)
 
     def list(
@@ -96,7 +99,9 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             metadata=filter,
             limit=limit,
         )
-        for stored in self._store.find(query):
+        thread_id = configurable.get("thread_id")
+        known = self._messages.rows_read(thread_id) if isinstance(thread_id, str) else {}
+        for stored in self._store.find(query, known=known):
             yield self._tuple_of(stored)
 
     def put(
@@ -113,7 +118,10 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         key = CheckpointKey(thread_id, ns, checkpoint["id"])
         values = checkpoint["channel_values"]
         new_values = self._messages.encoded(
-            key, {ch: values[ch] for ch in new_versions if ch in values}, metadata
+            key,
+            get_checkpoint_id(config),
+            {ch: values[ch] for ch in new_versions if ch in values},
+            metadata,
         )
         stored = StoredCheckpoint(
             key=key,
@@ -154,11 +162,14 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             index = WRITES_IDX_MAP.get(channel, idx)
             pending.append(PendingWrite(task_id, index, channel, value_type, serialized, task_path))
         self._store.put_writes(key, pending)
+        for channel, value in writes:
+            self._messages.end_run(key, channel, value)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints and writes (its conversation stays in the ledger:
         ``ledger.forget(thread_id)`` deletes it with everything else of it)."""
         self._store.delete_thread(thread_id)
+        self._messages.forget(thread_id)
 
     # --- the extended capabilities ----------------------------------------------------------
 
@@ -245,7 +256,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     def _tuple_of(self, stored: StoredCheckpoint) -> CheckpointTuple:
         key = stored.key
         checkpoint: Checkpoint = self.serde.loads_typed((stored.checkpoint_type, stored.checkpoint))
-        checkpoint["channel_values"] = self._messages.decoded(stored.values)
+        checkpoint["channel_values"] = self._messages.decoded(stored)
         writes: list[GraphWrite] = [
             (w.task_id, w.channel, self.serde.loads_typed((w.value_type, w.value)))
             for w in stored.writes
