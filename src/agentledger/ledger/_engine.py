@@ -30,7 +30,7 @@ from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
-from ._statements import logs, send
+from ._statements import begin_watching, end_watching, logs, send
 from ._urls import normalize_url, parse_url, sqlite_path
 from .checksums import canonical_json
 
@@ -151,7 +151,7 @@ def with_retries(
     return _failures.with_retries(settings, work, what=what, on_retry=on_retry, errors=errors)
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class _Kept:
     """A connection of the handle's: since when it is kept open between transactions, and
     whether it logs its statements (SQLAlchemy decides that when it makes the connection)."""
@@ -213,6 +213,7 @@ class Connections:
         with self.in_use():
             taken = self._take(write)
             conn = taken.conn
+            begin_watching(conn, taken.logs)
             try:
                 transaction = conn.begin()
                 try:
@@ -229,6 +230,8 @@ class Connections:
             except BaseException as exc:
                 self._discard(conn, exc)
                 raise
+            finally:
+                end_watching(conn)
             self._give(taken, write)
 
     def _discard(self, conn: Connection, exc: BaseException) -> None:
@@ -277,26 +280,16 @@ class Connections:
                 self._pid = os.getpid()
             idle = self._idle[write]
             kept = idle.pop() if idle else None
-        if kept is not None and self._usable(kept):
-            return kept
+        # SQLAlchemy decides whether a connection logs its statements when it makes it: one
+        # made before ``echo`` or the sqlalchemy.engine logger changed is replaced, so that
+        # it logs as a new one would.
+        logging = logs(self.engine)
         if kept is not None:
+            if kept.logs == logging and (not self._remote or self._fresh(kept.conn, kept.since)):
+                return kept
             kept.conn.close()  # back to the pool, which checks it before it hands it out again
-        logs = self._logs()
         conn = self.engine.connect()
-        return _Kept(conn.execution_options(**WRITE) if write else conn, 0.0, logs)
-
-    def _usable(self, kept: _Kept) -> bool:
-        """Whether a kept connection may be used again as it is. SQLAlchemy decides whether a
-        connection logs its statements when it makes it: one made before ``echo`` or the
-        ``sqlalchemy.engine`` logger changed is replaced, so that it logs as a new one would."""
-        if kept.logs != self._logs():
-            return False
-        return not self._remote or self._fresh(kept.conn, kept.since)
-
-    def _logs(self) -> bool:
-        """Whether a connection made now would log its statements (``echo``, or the engine's
-        logger at INFO)."""
-        return logs(self.engine)
+        return _Kept(conn.execution_options(**WRITE) if write else conn, 0.0, logging)
 
     def _fresh(self, conn: Connection, since: float) -> bool:
         """Whether a kept PostgreSQL connection may be used without the pool's check: used
@@ -316,7 +309,8 @@ class Connections:
         with self._lock:
             idle = self._idle[write]
             if len(idle) < self._keep and not conn.invalidated and self._pid == os.getpid():
-                idle.append(_Kept(conn, time.monotonic(), taken.logs))
+                taken.since = time.monotonic()
+                idle.append(taken)
                 return
         conn.close()
 

@@ -13,7 +13,6 @@ through it as the ledger does.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from copy import copy
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -126,27 +125,41 @@ def built(model: type[M], row: Row, /, **fields: Any) -> M:
 
 def rebuilt(model: type[M], values: dict[str, Any]) -> M:
     """An instance of ``model`` holding ``values``, every field given, unvalidated: what
-    ``model_construct`` makes, as a shallow copy of a first one (:func:`_prototype`), whose
-    bookkeeping it shares (every field set), holding ``values`` in place of its own (pydantic
-    keeps the fields in ``__dict__``, as ``model_copy(update=...)`` sets them): a third of
-    ``model_construct``'s cost, which a cold load of a long conversation feels. Only for values
-    the ledger wrote from a validated instance, read back intact."""
-    instance = copy(_prototype(model))
-    vars(instance).update(values)
+    ``model_construct`` makes, restored as pickle restores an instance (``__new__``, then
+    ``__setstate__``) from the state of a first one (:func:`_state`) holding ``values`` as
+    its fields. A quarter of ``model_construct``'s cost and half a copy's, which a cold load
+    of a long conversation feels. Only for values the ledger wrote from a validated instance,
+    read back intact."""
+    state = (_STATES.get(model) or _state(model)).copy()
+    state[_FIELDS] = values
+    instance = model.__new__(model)
+    instance.__setstate__(state)
     return instance
 
 
-_PROTOTYPES: dict[type[BaseModel], Any] = {}  # each class's own instance: Any, to return it
+_FIELDS = "__dict__"
+"""Where an instance's pickled state holds its fields: in its ``__dict__``, as pydantic keeps
+them (``model_construct`` sets it)."""
+_STATES: dict[type[BaseModel], dict[str, Any]] = {}
 
 
-def _prototype(model: type[M]) -> M:
-    """An instance of ``model`` with every field set (to None), made once: ``model_construct``
-    looks up each field's aliases and default on every call, a copy does not."""
-    found: M | None = _PROTOTYPES.get(model)
-    if found is None:
-        found = model.model_construct(**dict.fromkeys(model.model_fields))
-        _PROTOTYPES[model] = found
-    return found
+def _state(model: type[BaseModel]) -> dict[str, Any]:
+    """The pickled state (``__getstate__``) of an instance of ``model`` with every field set
+    (to None), made once. The instances :func:`rebuilt` makes share its parts but the fields:
+    only a frozen model's, without private attributes or extra fields, whose parts pydantic
+    never changes once an instance is made."""
+    first = model.model_construct(**dict.fromkeys(model.model_fields))
+    state = first.__getstate__()
+    config = model.model_config
+    shareable = config.get("frozen") and config.get("extra") != "allow"
+    if not shareable or model.__private_attributes__ or state.get(_FIELDS) is not vars(first):
+        raise TypeError(
+            f"{model.__name__} cannot be rebuilt from a shared state: it is not frozen, has "
+            "private attributes or extra fields, or this pydantic keeps its fields elsewhere "
+            "than in the __dict__ of its pickled state"
+        )
+    _STATES[model] = state
+    return state
 
 
 def tool_call_of(stored: Mapping[str, Any]) -> ToolCall:

@@ -14,8 +14,11 @@ Measured against Core's ``execute`` in one run: section 10 of ``bench/RESULTS.md
 
 So whatever watches statements sees every one as SQLAlchemy's own: with ``echo=True``, the
 ``sqlalchemy.engine`` logger at INFO, or a listener of ``before_cursor_execute``,
-``after_cursor_execute`` or ``handle_error``, each goes through ``exec_driver_sql``. On the
-cursor, a driver error comes out as it does from ``execute``: SQLAlchemy's
+``after_cursor_execute`` or ``handle_error``, each goes through ``exec_driver_sql``. Which way
+a transaction's statements go is decided as it begins (:func:`begin_watching`), as SQLAlchemy
+decides whether a connection logs when it makes it: a listener added, or logging turned on,
+while a transaction is in flight sees the statements of those begun after. On the cursor, a
+driver error comes out as it does from ``execute``: SQLAlchemy's
 :class:`~sqlalchemy.exc.DBAPIError` around it, a lost connection invalidated.
 """
 
@@ -275,7 +278,10 @@ def send(conn: Connection, sql: str, params: Any = (), *, many: bool = False) ->
     """Send ``sql`` with ``params`` (a sequence of them, ``many``) in ``conn``'s transaction:
     with ``exec_driver_sql`` when anything watches its statements, else on its DBAPI cursor,
     a driver error raised as ``execute`` raises it."""
-    if watched(conn):
+    watched_now = _WATCHED.get(conn)
+    if watched_now is None:  # not in a transaction :func:`begin_watching` was told of
+        watched_now = watched(conn)
+    if watched_now:
         return _Result(conn.exec_driver_sql(sql, params))
     dbapi_connection = conn.connection.dbapi_connection
     assert dbapi_connection is not None
@@ -302,11 +308,30 @@ def logs(engine: Engine) -> bool:
 def watched(conn: Connection) -> bool:
     """Whether anything watches ``conn``'s statements: SQLAlchemy's logging, or a listener of
     its cursor events or of its errors."""
-    if logs(conn.engine):
-        return True
+    return logs(conn.engine) or listened(conn)
+
+
+def listened(conn: Connection) -> bool:
+    """Whether a listener of its cursor events or of its errors watches ``conn``'s statements."""
     events = conn.dispatch
     cursor_events = events.before_cursor_execute or events.after_cursor_execute
     return bool(cursor_events or conn.dialect.dispatch.handle_error)
+
+
+_WATCHED: dict[Connection, bool] = {}
+"""Whether anything watches the statements of each connection's transaction in flight, as it
+began (:func:`begin_watching`)."""
+
+
+def begin_watching(conn: Connection, logging: bool) -> None:
+    """Decide, as ``conn``'s transaction begins, whether anything watches its statements
+    (``logging``: whether ``conn`` logs them) until :func:`end_watching`: asked once, not at
+    each statement (asking SQLAlchemy's events costs a tenth of a short read's own work)."""
+    _WATCHED[conn] = logging or listened(conn)
+
+
+def end_watching(conn: Connection) -> None:
+    _WATCHED.pop(conn, None)
 
 
 def _as_sqlalchemy_raises(
