@@ -6,7 +6,7 @@ The loop drives a :class:`Recorder`; the SQL ledger implements one. Both import 
 and neither imports the other.
 """
 
-from ._aturn import AsyncTurn, AsyncTurnStep
+from ._aturn import AsyncTurn, AsyncTurnStep, on_an_event_loop
 from ._interrupted import (
     INTERRUPTED_RESULT,
     check_shown,
@@ -36,5 +36,6 @@ __all__ = [
     "interrupted_answer",
     "interrupted_step",
     "interruption_notice",
+    "on_an_event_loop",
     "with_late_result",
 ]

@@ -9,6 +9,7 @@ durable.
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import Callable, Coroutine
 from types import TracebackType
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -60,6 +61,27 @@ def _child(
 
     _documented(child, method)
     return child
+
+
+def on_an_event_loop(
+    turn: Callable[Concatenate[Inner, P], Turn],
+) -> Callable[Concatenate[Inner, P], AsyncTurn]:
+    """A method making an :class:`AsyncTurn` from one making a :class:`Turn` (``Ledger.aturn``
+    from ``Ledger.turn``): the same arguments, one signature kept."""
+
+    def aturn(self: Inner, /, *args: P.args, **kwargs: P.kwargs) -> AsyncTurn:
+        return AsyncTurn(turn(self, *args, **kwargs))
+
+    aturn.__doc__ = (
+        f":meth:`{turn.__name__}` for code on an event loop: ``async with "
+        "ledger.aturn(...) as turn``, each write awaited in a worker thread."
+    )
+    aturn.__name__ = "aturn"
+    # What help() and editors show: ``turn``'s own parameters.
+    aturn.__signature__ = inspect.signature(turn).replace(  # type: ignore[attr-defined]
+        return_annotation="AsyncTurn"
+    )
+    return aturn
 
 
 class AsyncTurnStep:

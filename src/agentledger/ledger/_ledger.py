@@ -16,7 +16,7 @@ from typing import Any, Self, TypeVar
 from pydantic import JsonValue
 from sqlalchemy import Connection, Engine, insert, select
 
-from .._recording import AsyncTurn, Pricing, Turn
+from .._recording import Pricing, Turn, on_an_event_loop
 from .._values import (
     AgentState,
     Clock,
@@ -326,30 +326,7 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
             user_metadata=user_metadata,
         )
 
-    def aturn(
-        self,
-        user: str,
-        *,
-        conversation_id: str | None = None,
-        agent_name: str = "agent",
-        model: str | None = None,
-        metadata: dict[str, JsonValue] | None = None,
-        prices: Pricing | None = None,
-        user_metadata: dict[str, JsonValue] | None = None,
-    ) -> AsyncTurn:
-        """:meth:`turn` for code on an event loop: ``async with ledger.aturn(...) as turn``,
-        each write awaited in a worker thread."""
-        return AsyncTurn(
-            self.turn(
-                user,
-                conversation_id=conversation_id,
-                agent_name=agent_name,
-                model=model,
-                metadata=metadata,
-                prices=prices,
-                user_metadata=user_metadata,
-            )
-        )
+    aturn = on_an_event_loop(turn)
 
     @property
     def graph_checkpoints(self) -> GraphCheckpoints:
