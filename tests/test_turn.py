@@ -5,6 +5,7 @@ checked with SQL on the database itself (and the ledger's invariants)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import threading
 
 import pytest
@@ -352,3 +353,37 @@ def test_a_recorded_turn_writes_the_rows_agent_run_writes_for_the_same_turn(
     for table, sql in queries.items():
         assert db.rows(sql, id=turn.run_id) == db.rows(sql, id=ran.run_id), table
     assert db.rows(queries["tool_executions"], id=turn.run_id)  # not two empty lists
+
+
+@SQLITE_ONLY
+def test_user_metadata_is_kept_with_the_user_message(ledger: Ledger, db: Database) -> None:
+    with ledger.turn(user=QUESTION, user_metadata={"channel": "web", "lang": "fr"}) as turn:
+        turn.answer("Sunny.")
+    stored = db.scalar(
+        "SELECT metadata FROM conversation_messages WHERE run_id = :id AND role = 'user'",
+        id=turn.run_id,
+    )
+    assert json.loads(stored) == {"channel": "web", "lang": "fr"}
+    assert ledger.messages(turn.conversation_id)[0].metadata == {"channel": "web", "lang": "fr"}
+
+
+@SQLITE_ONLY
+def test_a_turn_that_stops_to_wait_for_approval_ends_interrupted_with_its_calls_answered(
+    ledger: Ledger, db: Database
+) -> None:
+    refund = ToolCall(id="r1", name="refund", arguments={"amount": 40})
+    with ledger.turn(user="Refund my order") as turn:
+        turn.step("I need a human to approve this.", tool_calls=[refund])
+        result = turn.interrupt("waiting for a human to approve the refund")
+
+    assert result.status is AgentStatus.INTERRUPTED and turn.status is AgentStatus.INTERRUPTED
+    run = db.row("SELECT status, stop_reason, error FROM agent_runs WHERE id = :id", id=turn.run_id)
+    assert run == {
+        "status": "interrupted",
+        "stop_reason": "error",
+        "error": "waiting for a human to approve the refund",
+    }
+    tool = db.row("SELECT is_error, result FROM tool_executions WHERE run_id = :id", id=turn.run_id)
+    assert tool["is_error"] and tool["result"].startswith("interrupted:")
+    with pytest.raises(UsageError, match="has ended"):
+        turn.answer("too late")
