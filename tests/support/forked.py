@@ -12,6 +12,7 @@ back as :attr:`Finished.stderr`; a role writes its result file itself (``NAME.re
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import multiprocessing
 import os
@@ -34,10 +35,10 @@ PRELOAD = [
     "psycopg",
     "sqlalchemy.dialects.postgresql.psycopg",
     "sqlalchemy.dialects.sqlite.pysqlite",
-    # LangGraph's graphs and the ledger's saver: seconds to import, for the LangGraph kills.
-    "langgraph.graph",
-    "agentledger.integrations.langgraph",
 ]
+if importlib.util.find_spec("langgraph") is not None:  # not in `make test-oldest`'s environment
+    # LangGraph's graphs and the ledger's saver: seconds to import, for the LangGraph kills.
+    PRELOAD += ["langgraph.graph", "agentledger.integrations.langgraph"]
 """What the forkserver imports once, so that its children start warm. (Not the ``support``
 modules: the forkserver does not get the tests' directory on its path, only its children do;
 they import the role's module, which is light once these are loaded.)"""
