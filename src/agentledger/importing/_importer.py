@@ -22,8 +22,9 @@ from .._recording._turn import RECORDED_BY as RECORDED_BY_KEY
 from .._values import utc_now
 from ._agents_sdk import AgentsSdkSessions
 from ._history import NO_RESULT, ModelCall, SourceConversation, SourceTurn
+from ._langgraph import LangGraphCheckpoints
 from ._llm import LlmLogs
-from ._sources import LangGraphCheckpoints, Source, open_source, source_for
+from ._sources import Source, open_source, source_for
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
@@ -91,10 +92,9 @@ class _Counts:
     def add(self, turns: list[SourceTurn]) -> None:
         self.conversations += 1
         self.turns += len(turns)
-        self.unanswered += sum(1 for t in turns if t.answer is None)
-        steps = [call for turn in turns for call in turn.calls]
-        self.steps += len(steps)
-        self.tool_executions += sum(len(call.tools) for call in steps)
+        self.unanswered += sum(1 for t in turns if not t.answered)
+        self.steps += sum(t.model_calls for t in turns)
+        self.tool_executions += sum(t.tool_executions for t in turns)
 
 
 def import_history(
@@ -200,6 +200,9 @@ def _write_turn(
         IMPORTED_FROM: kind,
         SOURCE_ID: turn.key,
     }
+    if turn.recorder is not None:
+        turn.recorder.record(ledger, conversation_id, metadata, unanswered=NO_ANSWER)
+        return
     with ledger.turn(
         turn.user, conversation_id=conversation_id, agent_name=kind, metadata=metadata
     ) as recording:
