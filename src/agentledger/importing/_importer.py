@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 
 IMPORTED_FROM = "imported_from"
 """In the metadata of an imported conversation and of each of its runs: the kind of file it
-came from (``agents-sdk``, ``llm``)."""
+came from (``agents-sdk``, ``llm``, ``langgraph``)."""
 SOURCE_ID = "source_id"
 """Beside it: the conversation's id in the file, or the turn's key there."""
 RECORDED_BY = "agentledger import"
@@ -107,12 +107,13 @@ def import_history(
 ) -> ImportSummary:
     """Import the conversations of the file at ``path`` into ``ledger`` (in its scope: a
     scoped handle imports into its tenant and owner), each turn as a run recorded through
-    ``ledger.turn``, at the times the file gives. ``kind`` (``agents-sdk``, ``llm``) is
-    recognised from the file's tables when not given; a file of another kind or version is an
-    :class:`~agentledger.errors.ImportSourceError` naming what it is. Turns an earlier import
-    brought in are skipped. ``dry_run`` counts what would be imported and writes nothing
-    (``ledger`` may then be None: an empty ledger). ``progress(done, total)`` is called every
-    :data:`PROGRESS_EVERY` conversations. Needs the ``import`` extra (sqlite-utils)."""
+    ``ledger.turn``, at the times the file gives. ``kind`` (``agents-sdk``, ``llm``,
+    ``langgraph``) is recognised from the file's tables when not given; a file of another
+    kind or version is an :class:`~agentledger.errors.ImportSourceError` naming what it is.
+    Turns an earlier import brought in are skipped. ``dry_run`` counts what would be
+    imported and writes nothing (``ledger`` may then be None: an empty ledger).
+    ``progress(done, total)`` is called every :data:`PROGRESS_EVERY` conversations. Needs the
+    ``import`` extra (sqlite-utils; a LangGraph file the ``langgraph`` extra too)."""
     if ledger is None and not dry_run:
         raise ValueError("a ledger is needed to import into: None is for a dry run only")
     source_path = Path(path)

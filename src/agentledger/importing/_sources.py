@@ -24,7 +24,7 @@ class Source(Protocol):
     """A kind of file the importer reads."""
 
     kind: str
-    """Its name for ``--kind``: ``agents-sdk``, ``llm``."""
+    """Its name for ``--kind``: ``agents-sdk``, ``llm``, ``langgraph``."""
     called: str
     """What it is, in words: "an OpenAI Agents SDK SQLiteSession file"."""
     records_usage: bool
@@ -70,7 +70,7 @@ def open_source(path: Path) -> Database:
         connection.close()
         raise ImportSourceError(
             f"{path} is not a SQLite database ({exc}): give the file an Agents SDK "
-            "SQLiteSession or llm wrote"
+            "SQLiteSession, llm or LangGraph's SqliteSaver wrote"
         ) from None
     return db
 
