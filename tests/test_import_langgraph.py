@@ -55,10 +55,24 @@ def _replies(turn: int) -> list[AIMessage]:
     ]
 
 
-def saver_file(path: Path, thread: str, asks: list[str], first_turn: int = 1) -> Path:
+@tool
+def broken_weather(city: str) -> str:
+    """The weather in ``city``, from a service that is down."""
+    raise ValueError("the weather service is down")
+
+
+def saver_file(
+    path: Path,
+    thread: str,
+    asks: list[str],
+    first_turn: int = 1,
+    replies: list[AIMessage] | None = None,
+) -> Path:
     """``asks`` put to a ReAct graph (a fake chat model and LangGraph's ToolNode) on thread
-    ``thread`` of the SqliteSaver file at ``path``."""
-    replies = [m for n in range(len(asks)) for m in _replies(first_turn + n)]
+    ``thread`` of the SqliteSaver file at ``path``, the model saying ``replies`` (else a tool
+    call and an answer to each)."""
+    if replies is None:
+        replies = [m for n in range(len(asks)) for m in _replies(first_turn + n)]
     model = GenericFakeChatModel(messages=iter(replies))
 
     def agent(state: MessagesState) -> dict[str, Any]:
@@ -66,15 +80,18 @@ def saver_file(path: Path, thread: str, asks: list[str], first_turn: int = 1) ->
 
     builder = StateGraph(MessagesState)
     builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
+    builder.add_node("tools", ToolNode([get_weather, broken_weather], handle_tool_errors=True))
     builder.add_edge(START, "agent")
     builder.add_conditional_edges("agent", tools_condition)
     builder.add_edge("tools", "agent")
     connection = sqlite3.connect(path, check_same_thread=False)
     graph = builder.compile(checkpointer=SqliteSaver(connection))
-    for ask in asks:
-        graph.invoke({"messages": [HumanMessage(ask)]}, {"configurable": {"thread_id": thread}})
-    connection.close()
+    try:
+        for ask in asks:
+            config: Any = {"configurable": {"thread_id": thread}}
+            graph.invoke({"messages": [HumanMessage(ask)]}, config)
+    finally:
+        connection.close()
     return path
 
 
@@ -161,3 +178,24 @@ def test_a_dry_run_of_a_saver_file_counts_and_writes_nothing(
     done = runner.invoke(cli, ["--db", str(target), "import", str(source)])
     assert done.exit_code == 0, done.output
     assert done.output.startswith("Imported 2 turns (4 steps, 2 tool executions) in 1")
+
+
+def test_an_invocation_cut_before_its_answer_is_a_failed_run_with_its_step_and_error(
+    ledger: Ledger, db: Database, tmp_path: Path
+) -> None:
+    call = AIMessage(
+        "", tool_calls=[{"name": "broken_weather", "args": {"city": "Oslo"}, "id": "c9"}]
+    )
+    path = tmp_path / "checkpoints.db"
+    with pytest.raises(RuntimeError, match="StopIteration"):  # the model has no second reply
+        saver_file(path, "cut", ["Weather in Oslo?"], replies=[call])
+
+    summary = import_history(ledger, path)
+
+    assert (summary.turns, summary.steps, summary.unanswered) == (1, 1, 1)
+    run = db.row("SELECT status, error, step_count FROM agent_runs")
+    assert (run["status"], run["step_count"]) == ("failed", 1)
+    assert "no answer" in run["error"]
+    tool = db.row("SELECT tool_name, result, is_error FROM tool_executions")
+    assert (tool["tool_name"], bool(tool["is_error"])) == ("broken_weather", True)
+    assert "the weather service is down" in tool["result"]
