@@ -325,7 +325,8 @@ def sqlite_file(path: Path, tables: dict[str, dict[str, type]]) -> Path:
                 },
             ),
             None,
-            "is a LangGraph SqliteSaver file: importing LangGraph checkpoints is not available",
+            "is a LangGraph SqliteSaver file of an older langgraph-checkpoint-sqlite .its "
+            "checkpoints table has no type",
         ),
         (
             lambda p: sdk_file(p, {"s": THANKS_TURN}),

@@ -145,6 +145,15 @@ def test_the_agents_sdk_is_loaded_by_its_integration_only():
     assert loaded_by("from agentledger.integrations.openai_agents import LedgerSession")["agents"]
 
 
+def test_langgraph_is_loaded_by_the_importer_only_when_it_reads_a_langgraph_file():
+    """The command line and the importer reach LangGraph's integration only inside the
+    reading of a SqliteSaver file (the contract that keeps LangGraph there lets that one
+    import through)."""
+    names = ("langgraph", "langchain_core")
+    statement = "import agentledger.cli, agentledger.importing, agentledger.cli._import"
+    assert loaded_by(statement, names) == dict.fromkeys(names, False)
+
+
 def test_the_mcp_sdk_is_loaded_by_its_integrations_only():
     """An agent built with MCP servers loads the SDK (its integration made the servers), and
     so does serving a ledger over MCP; the builder, the loop, the command line (which registers

@@ -25,8 +25,9 @@ if TYPE_CHECKING:
     "--kind",
     default=None,
     metavar="KIND",
-    help="What the file is: agents-sdk (an OpenAI Agents SDK SQLiteSession file) or llm (an "
-    "llm logs database). Recognised from its tables when not given.",
+    help="What the file is: agents-sdk (an OpenAI Agents SDK SQLiteSession file), llm (an "
+    "llm logs database) or langgraph (a LangGraph SqliteSaver file). Recognised from its "
+    "tables when not given.",
 )
 @click.option("--dry-run", is_flag=True, help="Count what would be imported; write nothing.")
 @json_option
@@ -45,6 +46,7 @@ def import_(
     Examples:
       agentledger import sessions.db --db app.db --dry-run
       agentledger import "$(llm logs path)" --db app.db --tenant acme --owner ann
+      agentledger import checkpoints.sqlite --db app.db --kind langgraph
     """
     if not dry_run:
         refuse_read_only(ctx, "import")

@@ -2,8 +2,10 @@
 
 ``import_history(ledger, "sessions.db")`` reads another program's SQLite file with
 sqlite-utils (the ``import`` extra) and records each of its turns through ``ledger.turn``, at
-the time the file says it happened: an OpenAI Agents SDK ``SQLiteSession`` file (``agents-sdk``)
-or an ``llm`` logs database (``llm``). :data:`SOURCES` lists the kinds of file it reads.
+the time the file says it happened: an OpenAI Agents SDK ``SQLiteSession`` file (``agents-sdk``),
+an ``llm`` logs database (``llm``) or a LangGraph ``SqliteSaver`` file (``langgraph``, read with
+the LangGraph integration, the ``langgraph`` extra). :data:`SOURCES` lists the kinds of file it
+reads.
 """
 
 from ._importer import (

@@ -7,10 +7,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Protocol
 
 from pydantic import JsonValue
 
 from .._values import ToolCall, Usage
+
+if TYPE_CHECKING:
+    from ..ledger import Ledger
 
 NO_RESULT = "the imported file holds no result for this tool call"
 """The error of a tool call whose result the file does not have (the program stopped, or its
@@ -44,15 +48,58 @@ class ModelCall:
     metadata: dict[str, JsonValue] = field(default_factory=dict)
 
 
+class TurnRecorder(Protocol):
+    """A turn a source records itself (its messages mapped by an integration's own code)."""
+
+    @property
+    def model_calls(self) -> int:
+        """How many model calls (steps) recording it makes."""
+        ...
+
+    @property
+    def tool_executions(self) -> int: ...
+
+    @property
+    def answered(self) -> bool: ...
+
+    def record(
+        self,
+        ledger: Ledger,
+        conversation_id: str,
+        metadata: dict[str, JsonValue],
+        *,
+        unanswered: str,
+    ) -> None:
+        """Record it as a run in ``conversation_id`` marked with ``metadata``, failed with
+        ``unanswered`` when it has no answer."""
+        ...
+
+
 @dataclass(frozen=True)
 class SourceTurn:
     """A user message and the model calls that answered it. ``key`` names it in its file (it
-    is what makes a second import skip it)."""
+    is what makes a second import skip it). A turn with a ``recorder`` has no ``calls``: the
+    recorder writes it, and says what it writes."""
 
     key: str
     user: str
     at: datetime
     calls: tuple[ModelCall, ...]
+    recorder: TurnRecorder | None = None
+
+    @property
+    def model_calls(self) -> int:
+        return self.recorder.model_calls if self.recorder is not None else len(self.calls)
+
+    @property
+    def tool_executions(self) -> int:
+        if self.recorder is not None:
+            return self.recorder.tool_executions
+        return sum(len(call.tools) for call in self.calls)
+
+    @property
+    def answered(self) -> bool:
+        return self.recorder.answered if self.recorder is not None else self.answer is not None
 
     @property
     def answer(self) -> ModelCall | None:

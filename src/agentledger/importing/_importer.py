@@ -22,15 +22,16 @@ from .._recording._turn import RECORDED_BY as RECORDED_BY_KEY
 from .._values import utc_now
 from ._agents_sdk import AgentsSdkSessions
 from ._history import NO_RESULT, ModelCall, SourceConversation, SourceTurn
+from ._langgraph import LangGraphCheckpoints
 from ._llm import LlmLogs
-from ._sources import LangGraphCheckpoints, Source, open_source, source_for
+from ._sources import Source, open_source, source_for
 
 if TYPE_CHECKING:
     from ..ledger import Ledger
 
 IMPORTED_FROM = "imported_from"
 """In the metadata of an imported conversation and of each of its runs: the kind of file it
-came from (``agents-sdk``, ``llm``)."""
+came from (``agents-sdk``, ``llm``, ``langgraph``)."""
 SOURCE_ID = "source_id"
 """Beside it: the conversation's id in the file, or the turn's key there."""
 RECORDED_BY = "agentledger import"
@@ -91,10 +92,9 @@ class _Counts:
     def add(self, turns: list[SourceTurn]) -> None:
         self.conversations += 1
         self.turns += len(turns)
-        self.unanswered += sum(1 for t in turns if t.answer is None)
-        steps = [call for turn in turns for call in turn.calls]
-        self.steps += len(steps)
-        self.tool_executions += sum(len(call.tools) for call in steps)
+        self.unanswered += sum(1 for t in turns if not t.answered)
+        self.steps += sum(t.model_calls for t in turns)
+        self.tool_executions += sum(t.tool_executions for t in turns)
 
 
 def import_history(
@@ -107,12 +107,13 @@ def import_history(
 ) -> ImportSummary:
     """Import the conversations of the file at ``path`` into ``ledger`` (in its scope: a
     scoped handle imports into its tenant and owner), each turn as a run recorded through
-    ``ledger.turn``, at the times the file gives. ``kind`` (``agents-sdk``, ``llm``) is
-    recognised from the file's tables when not given; a file of another kind or version is an
-    :class:`~agentledger.errors.ImportSourceError` naming what it is. Turns an earlier import
-    brought in are skipped. ``dry_run`` counts what would be imported and writes nothing
-    (``ledger`` may then be None: an empty ledger). ``progress(done, total)`` is called every
-    :data:`PROGRESS_EVERY` conversations. Needs the ``import`` extra (sqlite-utils)."""
+    ``ledger.turn``, at the times the file gives. ``kind`` (``agents-sdk``, ``llm``,
+    ``langgraph``) is recognised from the file's tables when not given; a file of another
+    kind or version is an :class:`~agentledger.errors.ImportSourceError` naming what it is.
+    Turns an earlier import brought in are skipped. ``dry_run`` counts what would be
+    imported and writes nothing (``ledger`` may then be None: an empty ledger).
+    ``progress(done, total)`` is called every :data:`PROGRESS_EVERY` conversations. Needs the
+    ``import`` extra (sqlite-utils; a LangGraph file the ``langgraph`` extra too)."""
     if ledger is None and not dry_run:
         raise ValueError("a ledger is needed to import into: None is for a dry run only")
     source_path = Path(path)
@@ -200,6 +201,9 @@ def _write_turn(
         IMPORTED_FROM: kind,
         SOURCE_ID: turn.key,
     }
+    if turn.recorder is not None:
+        turn.recorder.record(ledger, conversation_id, metadata, unanswered=NO_ANSWER)
+        return
     with ledger.turn(
         turn.user, conversation_id=conversation_id, agent_name=kind, metadata=metadata
     ) as recording:

@@ -24,7 +24,7 @@ class Source(Protocol):
     """A kind of file the importer reads."""
 
     kind: str
-    """Its name for ``--kind``: ``agents-sdk``, ``llm``."""
+    """Its name for ``--kind``: ``agents-sdk``, ``llm``, ``langgraph``."""
     called: str
     """What it is, in words: "an OpenAI Agents SDK SQLiteSession file"."""
     records_usage: bool
@@ -70,7 +70,7 @@ def open_source(path: Path) -> Database:
         connection.close()
         raise ImportSourceError(
             f"{path} is not a SQLite database ({exc}): give the file an Agents SDK "
-            "SQLiteSession or llm wrote"
+            "SQLiteSession, llm or LangGraph's SqliteSaver wrote"
         ) from None
     return db
 
@@ -117,35 +117,3 @@ def _of_kind(kind: str, sources: tuple[Source, ...]) -> Source:
 def _tables_in(db: Database) -> str:
     names = sorted(n for n in db.table_names() if not n.startswith("sqlite_"))
     return f"a SQLite file with the tables {', '.join(names)}" if names else "an empty SQLite file"
-
-
-class LangGraphCheckpoints:
-    """A LangGraph ``SqliteSaver`` file (tables ``checkpoints`` and ``writes``): recognised, so
-    that it is named when given, but not read yet. Reading it (the latest checkpoint of each
-    thread, its messages split into conversation and trace) comes with the LangGraph
-    integration's mapping of messages to steps."""
-
-    kind = "langgraph"
-    called = "a LangGraph SqliteSaver file"
-    records_usage = True
-
-    def recognises(self, db: Database) -> bool:
-        return has_tables(
-            db,
-            {
-                "checkpoints": {"thread_id", "checkpoint_ns", "checkpoint_id", "checkpoint"},
-                "writes": {"thread_id", "checkpoint_id", "task_id"},
-            },
-        )
-
-    def check_version(self, db: Database, path: Path) -> None:
-        raise ImportSourceError(
-            f"{path} is {self.called}: importing LangGraph checkpoints is not available yet. "
-            "Keep the file; a later agentledger imports it"
-        )
-
-    def count(self, db: Database) -> int:
-        return 0
-
-    def conversations(self, db: Database) -> Iterator[SourceConversation]:
-        return iter(())

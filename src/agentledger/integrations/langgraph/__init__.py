@@ -6,9 +6,13 @@ conversation, model calls as steps with their usage, tool calls as tool executio
 checkpoints, other channel values and pending writes are rows of the ledger's checkpoint
 tables, which refer to the message rows, forgotten with the conversation. Needs the
 ``langgraph`` extra (``pip install 'agentledger[langgraph]'``).
+
+:func:`imported_checkpoint` decodes a checkpoint another saver wrote into turns recorded the
+same way: what ``agentledger import`` reads a ``SqliteSaver`` file with.
 """
 
 from . import _require  # noqa: F401 (before the modules that import LangGraph)
+from ._imported import ImportedCheckpoint, ImportedTurn, imported_checkpoint
 from ._saver import LedgerSaver
 
-__all__ = ["LedgerSaver"]
+__all__ = ["ImportedCheckpoint", "ImportedTurn", "LedgerSaver", "imported_checkpoint"]

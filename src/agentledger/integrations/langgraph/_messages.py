@@ -72,7 +72,7 @@ class MessageChannels:
             graph_run = metadata.get("run_id")
             encoded = {}
             for channel, value in values.items():
-                if _is_messages(value):
+                if is_messages(value):
                     known = self._known_of(key, parent_id)
                     graph_run_id = graph_run if isinstance(graph_run, str) else None
                     encoded[channel] = self._rows_of(key, value, known, graph_run_id)
@@ -253,7 +253,7 @@ def _row_of(known: Known, message: BaseMessage) -> str | None:
     return None
 
 
-def _is_messages(value: Any) -> bool:
+def is_messages(value: Any) -> bool:
     return (
         isinstance(value, list) and bool(value) and all(isinstance(m, BaseMessage) for m in value)
     )

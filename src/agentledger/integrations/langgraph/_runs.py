@@ -60,6 +60,16 @@ class _Run:
     answers: dict[str, BaseMessage] = field(default_factory=dict)
 
 
+def begins_run(message: BaseMessage) -> bool:
+    """Whether ``message``, when no run of its thread is open, begins one: a human message
+    with text (as text, not content blocks)."""
+    return (
+        isinstance(message, HumanMessage)
+        and isinstance(message.content, str)
+        and bool(message.text.strip())
+    )
+
+
 class GraphRuns:
     """The open run of each thread of one saver (one at a time per thread)."""
 
@@ -172,24 +182,40 @@ class GraphRuns:
         kept: dict[str, JsonValue],
         graph_run_id: str | None,
     ) -> Recorded:
-        if not isinstance(message, HumanMessage) or not message.text.strip():
+        if not begins_run(message):
             return []
-        assert isinstance(message.content, str)
         self._ledger.graph_checkpoints.open_thread(thread_id)
-        turn = self._ledger.turn(
-            message.content,
-            conversation_id=thread_id,
-            agent_name=AGENT_NAME,
-            metadata={"recorded_by": AGENT_NAME, GRAPH_RUN_KEY: graph_run_id},
-            user_metadata={RESIDUE_KEY: kept},
-        )
+        metadata: dict[str, JsonValue] = {"recorded_by": AGENT_NAME, GRAPH_RUN_KEY: graph_run_id}
         try:
-            turn.begin()
+            return self.begin(thread_id, message, kept, thread_id, metadata)
         except ConversationBusyError:
             # Another writer's run holds the thread (a process that died in an invocation,
             # until its lease expires and recover ends it): the checkpoint is saved all the
             # same, this invocation's messages serialized in it.
             return []
+
+    def begin(
+        self,
+        thread_id: str,
+        message: BaseMessage,
+        kept: dict[str, JsonValue],
+        conversation_id: str,
+        metadata: dict[str, JsonValue],
+    ) -> Recorded:
+        """Open thread ``thread_id``'s run with the human ``message`` (one
+        :func:`begins_run` takes; ``kept`` its residue) as its user message, in conversation
+        ``conversation_id``: the messages :meth:`record` gets next are its steps, tool results
+        and answer. Raises :class:`ConversationBusyError` when another writer's run holds
+        the conversation."""
+        assert isinstance(message.content, str)
+        turn = self._ledger.turn(
+            message.content,
+            conversation_id=conversation_id,
+            agent_name=AGENT_NAME,
+            metadata=metadata,
+            user_metadata={RESIDUE_KEY: kept},
+        )
+        turn.begin()
         self._open[thread_id] = _Run(turn)
         return [(message, turn.user_message.id)]
 
