@@ -347,10 +347,10 @@ class Turn:
             self._state.messages().append_messages(step.response_messages)
         )
         self._pending = TurnStep(self, step, self._recorded_steps)
-        self._record(self._pending, last=True)
-        self._shown = ""
-        self._recorder.commit_run(self._state.model_copy(update={"status": AgentStatus.COMPLETED}))
-        self.result = RunResult.of(self._state.model_copy(update={"status": AgentStatus.COMPLETED}))
+        self._record(self._pending, last=True)  # what was shown is now the answer
+        completed = self._state.model_copy(update={"status": AgentStatus.COMPLETED})
+        self._recorder.commit_run(completed)
+        self.result = RunResult.of(completed)
         return self.result
 
     def fail(self, error: str) -> RunResult:
