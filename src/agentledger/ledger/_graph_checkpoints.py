@@ -11,16 +11,18 @@ forgets them with their conversation.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
-from ._graph_messages import ChannelIds, bases_held, message_rows
+from ._graph_messages import ChannelIds, Written, bases_held, message_rows
 from ._graph_values import (
     ChannelValue,
     CheckpointKey,
@@ -37,9 +39,14 @@ from .tables import (
     graph_writes,
 )
 
+T = TypeVar("T")
+
 GRAPH_THREAD_KEY = "graph_thread"
 """The key, in the metadata of a conversation a thread's first checkpoint created, holding the
 thread's id."""
+
+KEPT_CHANNELS = 256
+"""How many channels' last stored versions a :class:`GraphCheckpoints` keeps in memory."""
 
 _CHUNK = 500
 """Keys bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
@@ -50,8 +57,20 @@ class GraphCheckpoints:
 
     def __init__(self, database: Database) -> None:
         self._database = database
+        self._written: OrderedDict[tuple[str, str, str], tuple[str, Written]] = OrderedDict()
+        """The version of each channel of messages this object stored last (the most recent
+        :data:`KEPT_CHANNELS`), by thread, namespace and channel: the next checkpoint's is
+        stored against it without reading it back."""
+        self._lock = threading.Lock()
 
     # --- writes -------------------------------------------------------------------------------
+
+    def together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction that this handle's reads and writes on this
+        thread join, each write all or nothing in it (a checkpoint and the runs a saver
+        records for it commit at once, with one sync to disk). Not tried again once ``work``
+        has begun: see :meth:`~agentledger.ledger._engine.Database.together`."""
+        return self._database.together(what, work)
 
     def put(
         self, stored: StoredCheckpoint, new_values: dict[tuple[str, str], ChannelValue]
@@ -67,10 +86,19 @@ class GraphCheckpoints:
             conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
             for (channel, version), value in new_values.items():
                 columns = _value_columns(value)
-                if value.message_ids is not None:
-                    ids = ChannelIds(conn, key.thread_id, key.checkpoint_ns, channel)
-                    columns["message_ids"] = ids.compacted(value.message_ids, bases.get(channel))
-                self._put_value(conn, key, channel, version, columns, tenant)
+                if value.message_ids is None:
+                    self._put_value(conn, key, channel, version, columns, tenant)
+                    continue
+                place = (key.thread_id, key.checkpoint_ns, channel)
+                base = bases.get(channel)
+                ids = ChannelIds(conn, *place)
+                columns["message_ids"] = ids.compacted(
+                    value.message_ids, base, self._written_at(place, base)
+                )
+                if self._put_value(conn, key, channel, version, columns, tenant):
+                    self._wrote(
+                        place, version, Written.of(value.message_ids, columns["message_ids"])
+                    )
 
         self._database.write("storing a checkpoint", write)
 
@@ -88,14 +116,25 @@ class GraphCheckpoints:
 
         def write(conn: Connection) -> None:
             tenant = self._thread(conn, key.thread_id)
+            tasks = {pending.task_id for pending in writes}
+            where = _at(graph_writes, key) & graph_writes.c.task_id.in_(tasks)
+            there = conn.execute(select(graph_writes.c.task_id, graph_writes.c.idx).where(where))
+            stored = {(task_id, idx) for task_id, idx in there}
+            rows: dict[tuple[str, int], PendingWrite] = {}
             for pending in writes:
-                where = _at(graph_writes, key) & (graph_writes.c.task_id == pending.task_id)
-                where &= graph_writes.c.idx == pending.idx
-                if pending.idx < 0:
-                    conn.execute(delete(graph_writes).where(where))
-                elif conn.execute(select(graph_writes.c.id).where(where)).first():
-                    continue
-                conn.execute(insert(graph_writes), _write_row(key, pending, tenant))
+                place = (pending.task_id, pending.idx)
+                if pending.idx < 0 or (place not in stored and place not in rows):
+                    rows[place] = pending
+            replaced = [place for place in rows if place[1] < 0 and place in stored]
+            if replaced:
+                columns = tuple_(graph_writes.c.task_id, graph_writes.c.idx)
+                conn.execute(
+                    delete(graph_writes).where(_at(graph_writes, key) & columns.in_(replaced))
+                )
+            if rows:
+                conn.execute(
+                    insert(graph_writes), [_write_row(key, p, tenant) for p in rows.values()]
+                )
 
         self._database.write("storing a checkpoint's pending writes", write)
 
@@ -275,12 +314,13 @@ class GraphCheckpoints:
         version: str,
         columns: dict[str, Any],
         tenant: str | None,
-    ) -> None:
+    ) -> bool:
+        """Store a channel version unless it is there: whether it was stored."""
         table = graph_channel_values
         where = (table.c.thread_id == key.thread_id) & (table.c.checkpoint_ns == key.checkpoint_ns)
         where &= (table.c.channel == channel) & (table.c.version == version)
         if conn.execute(select(table.c.id).where(where)).first() is not None:
-            return
+            return False
         row = {
             "id": new_id(),
             "thread_id": key.thread_id,
@@ -291,6 +331,22 @@ class GraphCheckpoints:
             "tenant_id": tenant,
         }
         conn.execute(insert(table), sealed(table, row))
+        return True
+
+    def _written_at(self, place: tuple[str, str, str], version: str | None) -> Written | None:
+        """What version ``version`` of channel ``place`` holds, when this object stored it
+        last (the parent checkpoint that holds it was read in the same transaction, so it is
+        still there)."""
+        with self._lock:
+            last = self._written.get(place)
+        return last[1] if last is not None and last[0] == version else None
+
+    def _wrote(self, place: tuple[str, str, str], version: str, written: Written) -> None:
+        with self._lock:
+            self._written[place] = (version, written)
+            self._written.move_to_end(place)
+            if len(self._written) > KEPT_CHANNELS:
+                self._written.popitem(last=False)
 
     def _delete_checkpoints(self, conn: Connection, doomed: Sequence[CheckpointKey]) -> None:
         """Delete the checkpoints ``doomed``, their writes, and the channel versions of their

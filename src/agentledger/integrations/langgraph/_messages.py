@@ -126,6 +126,15 @@ class MessageChannels:
                 del self._known[key]
             self._read.pop(thread_id, None)
 
+    def discard(self, thread_id: str, error: str) -> None:
+        """A write of thread ``thread_id`` failed with ``error``, rolled back whole: drop its
+        open run and what is known of its rows (some may have been rolled back with it)."""
+        with self.runs.lock:
+            self.runs.discard(thread_id, error)
+            self.forget(thread_id)
+            self._last.pop(thread_id, None)
+            self._ending.pop(thread_id, None)
+
     def end_run(self, key: CheckpointKey, channel: str, value: Any) -> None:
         """A task of the checkpoint ``key`` wrote ``value`` to a special channel: an
         interrupt or an error ends the thread's open run, once that checkpoint's messages are
