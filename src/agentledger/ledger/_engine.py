@@ -381,7 +381,7 @@ class Database:
         as it is. The connection of a transaction that failed is closed even when its rollback
         failed too (SQLAlchemy before 2.1 leaves the connection of a ``with engine.connect()``
         block open then, until the garbage collector finds it)."""
-        joined = self._joined()
+        joined = self.joined()
         if joined is not None:
             return read(joined)
         with self.connections.read() as conn:
@@ -392,7 +392,7 @@ class Database:
         """``work`` in one write transaction, retried whole while the database is locked; inside
         :meth:`together`, a savepoint of its transaction (all or nothing, committed with it)."""
         self.check_writable(what)
-        joined = self._joined()
+        joined = self.joined()
         if joined is not None:
             with joined.begin_nested():
                 return work(joined)
@@ -412,7 +412,7 @@ class Database:
         locked before ``work`` begins, never once it has (what it did besides writing, a
         turn's state, would be done twice): a lock met then is :class:`LedgerBusyError`, with
         nothing written."""
-        if self._joined() is not None:
+        if self.joined() is not None:
             return work()
         self.check_writable(what)
         begun = False
@@ -433,7 +433,7 @@ class Database:
         with self.connections.in_use():
             return self._with_retries(attempt, what)
 
-    def _joined(self) -> Connection | None:
+    def joined(self) -> Connection | None:
         """The connection of this thread's :meth:`together` transaction, when it is of this
         handle's scope."""
         enclosing = self.connections.enclosing()

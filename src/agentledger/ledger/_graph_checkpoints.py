@@ -22,7 +22,22 @@ from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
-from ._graph_messages import ChannelIds, Written, bases_held, message_rows
+from ._graph_messages import ChannelIds, Ids, Written, bases_held, message_rows
+from ._graph_rows import (
+    DELETE_CHECKPOINT,
+    DELETE_WRITE,
+    INSERT_CHECKPOINT,
+    INSERT_VALUE,
+    INSERT_WRITE,
+    PARENT_VERSIONS,
+    THREAD,
+    VALUE_THERE,
+    WRITES_THERE,
+    checkpoint_row,
+    insert_if_absent,
+    key_values,
+    write_row,
+)
 from ._graph_values import (
     ChannelValue,
     CheckpointKey,
@@ -30,6 +45,7 @@ from ._graph_values import (
     PendingWrite,
     StoredCheckpoint,
 )
+from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (
     ConversationKind,
@@ -80,10 +96,11 @@ class GraphCheckpoints:
         key = stored.key
 
         def write(conn: Connection) -> None:
+            sql = statements_for(conn.dialect)
             tenant = self._thread(conn, key.thread_id)
             bases = self._parent_versions(conn, stored) if new_values else {}
-            conn.execute(delete(graph_checkpoints).where(_at(graph_checkpoints, key)))
-            conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
+            sql.execute(conn, DELETE_CHECKPOINT, key_values(key))
+            sql.execute(conn, INSERT_CHECKPOINT, checkpoint_row(stored, tenant, self._now()))
             for (channel, version), value in new_values.items():
                 columns = _value_columns(value)
                 if value.message_ids is None:
@@ -100,7 +117,7 @@ class GraphCheckpoints:
                         place, version, Written.of(value.message_ids, columns["message_ids"])
                     )
 
-        self._database.write("storing a checkpoint", write)
+        self._write("storing a checkpoint", write)
 
     def open_thread(self, thread_id: str) -> None:
         """Create thread ``thread_id``'s conversation in the handle's scope unless it exists
@@ -115,28 +132,22 @@ class GraphCheckpoints:
             return
 
         def write(conn: Connection) -> None:
+            sql = statements_for(conn.dialect)
             tenant = self._thread(conn, key.thread_id)
-            tasks = {pending.task_id for pending in writes}
-            where = _at(graph_writes, key) & graph_writes.c.task_id.in_(tasks)
-            there = conn.execute(select(graph_writes.c.task_id, graph_writes.c.idx).where(where))
-            stored = {(task_id, idx) for task_id, idx in there}
+            there = sql.select(conn, WRITES_THERE, key_values(key))
+            stored = {(row["task_id"], row["idx"]) for row in there}
             rows: dict[tuple[str, int], PendingWrite] = {}
             for pending in writes:
                 place = (pending.task_id, pending.idx)
                 if pending.idx < 0 or (place not in stored and place not in rows):
                     rows[place] = pending
-            replaced = [place for place in rows if place[1] < 0 and place in stored]
-            if replaced:
-                columns = tuple_(graph_writes.c.task_id, graph_writes.c.idx)
-                conn.execute(
-                    delete(graph_writes).where(_at(graph_writes, key) & columns.in_(replaced))
-                )
-            if rows:
-                conn.execute(
-                    insert(graph_writes), [_write_row(key, p, tenant) for p in rows.values()]
-                )
+            for task_id, idx in [place for place in rows if place[1] < 0 and place in stored]:
+                values = {**key_values(key), "task_id": task_id, "idx": idx}
+                sql.execute(conn, DELETE_WRITE, values)
+            inserted = [write_row(key, pending, tenant) for pending in rows.values()]
+            sql.execute_many(conn, INSERT_WRITE, inserted)
 
-        self._database.write("storing a checkpoint's pending writes", write)
+        self._write("storing a checkpoint's pending writes", write)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint of a thread, their channel values and writes (its
@@ -249,6 +260,15 @@ class GraphCheckpoints:
     def _now(self) -> Any:
         return self._database.clock()
 
+    def _write(self, what: str, work: Callable[[Connection], None]) -> None:
+        """``work`` in a transaction of its own, or in the one :meth:`together` encloses it in
+        (whose failure it fails whole: no savepoint of its own)."""
+        enclosing = self._database.joined()
+        if enclosing is not None:
+            work(enclosing)
+        else:
+            self._database.write(what, work)
+
     def _scoped(self, table: Table, condition: Any) -> Any:
         """``condition``, kept to the threads of the handle's scope."""
         scope = self._database.scope
@@ -261,15 +281,11 @@ class GraphCheckpoints:
         """The tenant of thread ``thread_id``'s conversation, created in the handle's scope
         when the thread is new."""
         scope = self._database.scope
-        found = conn.execute(
-            select(conversations.c.tenant_id, conversations.c.owner_id).where(
-                conversations.c.id == thread_id
-            )
-        ).first()
-        if found is None:
+        found = statements_for(conn.dialect).select(conn, THREAD, {"thread_id": thread_id})
+        if not found:
             self._create_thread(conn, thread_id)
             return scope.tenant_id
-        tenant, owner = found
+        tenant, owner = found[0]["tenant_id"], found[0]["owner_id"]
         if (scope.tenant_id not in (None, tenant)) or (scope.owner_id not in (None, owner)):
             raise UsageError(
                 f"the thread id {thread_id!r} is a conversation outside this handle's scope: "
@@ -293,7 +309,7 @@ class GraphCheckpoints:
             "metadata": {GRAPH_THREAD_KEY: thread_id},
             **scope.columns(),
         }
-        conn.execute(_insert_if_absent(conn), sealed(conversations, row))
+        conn.execute(insert_if_absent(conn), sealed(conversations, row))
 
     def _parent_versions(self, conn: Connection, stored: StoredCheckpoint) -> dict[str, str]:
         """The channel versions of ``stored``'s parent checkpoint (none without one)."""
@@ -302,8 +318,8 @@ class GraphCheckpoints:
         parent = CheckpointKey(
             stored.key.thread_id, stored.key.checkpoint_ns, stored.parent_checkpoint_id
         )
-        query = select(graph_checkpoints.c.channel_versions).where(_at(graph_checkpoints, parent))
-        versions = conn.execute(query).scalar()
+        found = statements_for(conn.dialect).select(conn, PARENT_VERSIONS, key_values(parent))
+        versions = found[0]["channel_versions"] if found else None
         return dict(versions) if versions else {}
 
     def _put_value(
@@ -317,9 +333,10 @@ class GraphCheckpoints:
     ) -> bool:
         """Store a channel version unless it is there: whether it was stored."""
         table = graph_channel_values
-        where = (table.c.thread_id == key.thread_id) & (table.c.checkpoint_ns == key.checkpoint_ns)
-        where &= (table.c.channel == channel) & (table.c.version == version)
-        if conn.execute(select(table.c.id).where(where)).first() is not None:
+        sql = statements_for(conn.dialect)
+        place = {**key_values(key), "channel": channel, "version": version}
+        del place["checkpoint_id"]
+        if sql.select(conn, VALUE_THERE, place):
             return False
         row = {
             "id": new_id(),
@@ -330,7 +347,7 @@ class GraphCheckpoints:
             **columns,
             "tenant_id": tenant,
         }
-        conn.execute(insert(table), sealed(table, row))
+        sql.execute(conn, INSERT_VALUE, sealed(table, row))
         return True
 
     def _written_at(self, place: tuple[str, str, str], version: str | None) -> Written | None:
@@ -340,6 +357,14 @@ class GraphCheckpoints:
         with self._lock:
             last = self._written.get(place)
         return last[1] if last is not None and last[0] == version else None
+
+    def _ids(self, conn: Connection, place: tuple[str, str, str], row: Any) -> Ids:
+        """Every message id a stored version of channel ``place`` holds: as this object
+        stored it last, or resolved down its chain."""
+        written = self._written_at(place, row["version"])
+        if written is not None:
+            return written.ids
+        return ChannelIds(conn, *place).resolved(row["message_ids"])
 
     def _wrote(self, place: tuple[str, str, str], version: str, written: Written) -> None:
         with self._lock:
@@ -437,8 +462,8 @@ class GraphCheckpoints:
                     check_row(table, row)
                     value = _value_of(row)
                     if row["message_ids"] is not None:
-                        chain = ChannelIds(conn, key.thread_id, key.checkpoint_ns, row["channel"])
-                        value = replace(value, message_ids=chain.resolved(row["message_ids"]))
+                        place = (key.thread_id, key.checkpoint_ns, row["channel"])
+                        value = replace(value, message_ids=self._ids(conn, place, row))
                     values[row["channel"]] = value
         ids = {i for v in values.values() for i in v.message_ids or () if i is not None}
         writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
@@ -463,18 +488,6 @@ class GraphCheckpoints:
 # --- rows ---------------------------------------------------------------------------------------
 
 
-def _insert_if_absent(conn: Connection) -> Any:
-    """An insert of a conversation that does nothing when its id is taken (each dialect's own
-    ``ON CONFLICT DO NOTHING``; PostgreSQL's is loaded only for a PostgreSQL ledger)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-
-        return postgresql_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
-
-
 def _at(table: Table, key: CheckpointKey) -> Any:
     c = table.c
     return (
@@ -484,45 +497,9 @@ def _at(table: Table, key: CheckpointKey) -> Any:
     )
 
 
-def _checkpoint_row(stored: StoredCheckpoint, tenant: str | None, now: Any) -> dict[str, Any]:
-    key = stored.key
-    row = {
-        "id": new_id(),
-        "thread_id": key.thread_id,
-        "checkpoint_ns": key.checkpoint_ns,
-        "checkpoint_id": key.checkpoint_id,
-        "parent_checkpoint_id": stored.parent_checkpoint_id,
-        "graph_run_id": stored.graph_run_id,
-        "checkpoint_type": stored.checkpoint_type,
-        "checkpoint": stored.checkpoint,
-        "channel_versions": stored.channel_versions,
-        "metadata": stored.metadata,
-        "created_at": now,
-        "tenant_id": tenant,
-    }
-    return sealed(graph_checkpoints, row)
-
-
 def _value_columns(value: ChannelValue) -> dict[str, Any]:
     ids = None if value.message_ids is None else list(value.message_ids)
     return {"value_type": value.value_type, "value": value.value, "message_ids": ids}
-
-
-def _write_row(key: CheckpointKey, pending: PendingWrite, tenant: str | None) -> dict[str, Any]:
-    row = {
-        "id": new_id(),
-        "thread_id": key.thread_id,
-        "checkpoint_ns": key.checkpoint_ns,
-        "checkpoint_id": key.checkpoint_id,
-        "task_id": pending.task_id,
-        "idx": pending.idx,
-        "channel": pending.channel,
-        "value_type": pending.value_type,
-        "value": pending.value,
-        "task_path": pending.task_path,
-        "tenant_id": tenant,
-    }
-    return sealed(graph_writes, row)
 
 
 def _moved(table: Table, row: dict[str, Any], thread_id: str, tenant: str | None) -> dict[str, Any]:

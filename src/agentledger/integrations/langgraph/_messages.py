@@ -99,11 +99,28 @@ class MessageChannels:
         with self.runs.lock:
             rows = self.rows_read(stored.key.thread_id)
             rows.update(stored.messages)
-        return {
-            channel: self._value_of(stored, value, rows)
-            for channel, value in stored.values.items()
-            if value.message_ids is not None or value.value_type is not None
-        }
+        values = {}
+        for channel, value in stored.values.items():
+            if value.message_ids is None and value.value_type is None:
+                continue
+            values[channel] = self._value_of(stored, value, rows)
+            if value.message_ids is not None:
+                self._held(stored.key, value.message_ids, values[channel])
+        return values
+
+    def _held(self, key: CheckpointKey, ids: Sequence[str | None], messages: list[Any]) -> None:
+        """The messages just read back from rows ``ids`` are those the graph will save
+        next: known by themselves, so that saving them compares no fields."""
+        with self.runs.lock:
+            known = self._known.get((key.thread_id, key.checkpoint_ns))
+            if known is None:
+                return
+            for row_id, message in zip(ids, messages, strict=True):
+                pairs = known.get(message.id, []) if row_id is not None else []
+                for n, (_, held_row) in enumerate(pairs):
+                    if held_row == row_id:
+                        pairs[n] = (message, held_row)
+                        break
 
     def copied(self, thread_id: str) -> dict[tuple[str, str, str], ChannelValue]:
         """The values a copy of thread ``thread_id`` stores instead of the source's: each
