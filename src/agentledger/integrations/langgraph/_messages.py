@@ -190,29 +190,28 @@ class MessageChannels:
     ) -> ChannelValue:
         thread_id, ns = key.thread_id, key.checkpoint_ns
         others = [k for (t, n), k in self._known.items() if t == thread_id and n != ns]
-        task = ""
+        task: BaseMessage | None = None  # the last row before a message: a subgraph's task
+        ids: list[str | None] = []
         for message in messages:
-            if _row_of(known, message) is not None:
-                task = message.text
+            ids.append(_row_of(known, message))
+            if ids[-1] is not None:
+                task = message
                 continue
             below = next((r for k in others if (r := _row_of(k, message)) is not None), None)
             if below is not None:
-                task = message.text
+                task = message
                 made = self.runs.answer_from_below(thread_id, message) if not ns else []
                 for held, row_id in made or [(message, below)]:
                     known.setdefault(held.id, []).append((held, row_id))
                 continue
-            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=task)
+            asked = "" if task is None else task.text
+            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=asked)
             for made_message, row_id in recorded:
                 known.setdefault(made_message.id, []).append((made_message, row_id))
-            task = ""
-        ids: list[str | None] = []
-        serialized: list[BaseMessage] = []
-        for message in messages:
-            found = _row_of(known, message)
-            ids.append(found)
-            if found is None:
-                serialized.append(message)
+            task = None
+        # What was recorded after a message can make it a row (a tool result, its call's).
+        ids = [found or _row_of(known, m) for found, m in zip(ids, messages, strict=True)]
+        serialized = [m for found, m in zip(ids, messages, strict=True) if found is None]
         if not serialized:
             return ChannelValue(message_ids=tuple(ids))
         return ChannelValue(*self._serde.dumps_typed(serialized), message_ids=tuple(ids))
