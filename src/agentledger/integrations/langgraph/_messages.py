@@ -29,7 +29,7 @@ from ...ledger import (
     MessageRow,
     StoredCheckpoint,
 )
-from ._rows import RESIDUE_KEY, rebuilt
+from ._rows import RESIDUE_KEY, rebuilt, residue
 from ._runs import GraphRuns
 
 KNOWN_THREADS = 256
@@ -49,7 +49,8 @@ class MessageChannels:
         self.runs = GraphRuns(ledger)
         self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
         self._read: OrderedDict[str, dict[str, MessageRow]] = OrderedDict()
-        """The message rows read of each recently read thread, by id: read once."""
+        """The message rows of each recently used thread, by id, read or written by this
+        saver (a row does not change): read once."""
         self._last: dict[str, str] = {}
         """The newest checkpoint of each thread whose messages were recorded."""
         self._ending: dict[str, tuple[str, str, Any]] = {}
@@ -206,6 +207,7 @@ class MessageChannels:
                 continue
             asked = "" if task is None else task.text
             recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=asked)
+            self._wrote(thread_id, recorded)
             for made_message, row_id in recorded:
                 known.setdefault(made_message.id, []).append((made_message, row_id))
             task = None
@@ -215,6 +217,18 @@ class MessageChannels:
         if not serialized:
             return ChannelValue(message_ids=tuple(ids))
         return ChannelValue(*self._serde.dumps_typed(serialized), message_ids=tuple(ids))
+
+    def _wrote(self, thread_id: str, recorded: Sequence[tuple[BaseMessage, str]]) -> None:
+        """Keep the rows just written for ``recorded`` as :meth:`rows_read` would read them
+        back (their text, and the fields of the message as :func:`residue` keeps them), so
+        that reading the checkpoint that refers to them does not select them again."""
+        if not recorded:
+            return
+        rows = self.rows_read(thread_id)
+        for message, row_id in recorded:
+            kept = residue(message)
+            if kept is not None and isinstance(message.content, str):
+                rows[row_id] = MessageRow(message.content, {RESIDUE_KEY: kept})
 
     def _known_of(self, key: CheckpointKey, parent_id: str | None) -> Known:
         """What is known of the rows of ``key``'s thread and namespace: read from the parent
