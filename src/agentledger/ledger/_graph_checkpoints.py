@@ -4,7 +4,8 @@ framework's saver (``ledger.graph_checkpoints``; LangGraph's is
 
 A thread is a conversation: the first checkpoint of a thread creates the conversation whose
 id is the thread's (in the handle's scope), and every row of the thread carries its tenant.
-Each operation is one transaction. The values are plain data (:mod:`._graph_values`): the
+Each operation is one transaction (:meth:`GraphCheckpoints.together` lets a saver write the
+runs a checkpoint brings in the checkpoint's). The values are plain data (:mod:`._graph_values`): the
 framework serializes and reads them; the ledger keeps them, checks their checksums and
 forgets them with their conversation.
 """

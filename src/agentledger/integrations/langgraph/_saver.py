@@ -1,8 +1,10 @@
 """``LedgerSaver``: LangGraph's ``BaseCheckpointSaver`` over an agentledger ledger.
 
 Every method of the saver, base and extended (``delete_for_runs``, ``copy_thread``,
-``prune``), sync and async, is one transaction of ``ledger.graph_checkpoints``; how channel
-values are encoded is :mod:`._messages`'s to decide. The async methods run the sync ones in a worker
+``prune``), sync and async, is one transaction of ``ledger.graph_checkpoints``: ``put`` and
+``put_writes`` write the rows of the runs they bring (:mod:`._runs`) in it too, with one commit,
+as LangGraph's own savers commit once per call; how channel values are encoded is
+:mod:`._messages`'s to decide. The async methods run the sync ones in a worker
 thread (``asyncio.to_thread``), as the ledger's other async callers do: the event loop never
 waits on the database.
 """
