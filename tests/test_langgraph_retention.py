@@ -10,61 +10,23 @@ from __future__ import annotations
 import asyncio
 import json
 from datetime import UTC, datetime, timedelta
-from functools import reduce
 from pathlib import Path
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
 import pytest
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, AnyMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.channels import DeltaChannel
+from langchain_core.messages import AIMessage, HumanMessage
 from langgraph.checkpoint.base import CheckpointTuple
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode, tools_condition
 
 from agentledger.errors import UsageError
 from agentledger.integrations.langgraph import LedgerSaver
 from agentledger.ledger import Ledger
 from support.cli import flat, invoke, ok
+from support.graphs import CONFIG, ask, delta_chat, react, replies
 from support.ledger import Database
 
-CONFIG: Any = {"configurable": {"thread_id": "chat"}}
 
-
-@tool
-def get_weather(city: str) -> str:
-    """The weather in ``city``."""
-    return f"22C, sunny in {city}"
-
-
-def _replies(turn: int) -> list[AIMessage]:
-    call = {"name": "get_weather", "args": {"city": "Paris"}, "id": f"call-{turn}"}
-    return [
-        AIMessage("", id=f"ai-{turn}a", tool_calls=[call]),
-        AIMessage(f"Sunny, 22C ({turn}).", id=f"ai-{turn}b"),
-    ]
-
-
-def _react(saver: LedgerSaver, turns: range) -> Any:
-    """A ReAct graph whose fake chat model calls the tool, then answers, at each turn."""
-    model = GenericFakeChatModel(messages=iter([m for t in turns for m in _replies(t)]))
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
-
-
-def _ask(graph: Any, turn: int) -> Any:
-    return graph.invoke({"messages": [HumanMessage(f"Weather {turn}?", id=f"h{turn}")]}, CONFIG)
+def _replies(turns: range) -> list[AIMessage]:
+    return [m for turn in turns for m in replies(turn)]
 
 
 TURNS = 17
@@ -92,7 +54,7 @@ def _assert_survivors_as_they_were(
         assert (now.metadata, now.pending_writes) == (then.metadata, then.pending_writes)
         parent = then.parent_config["configurable"]["checkpoint_id"] if then.parent_config else None
         assert now.parent_config == (then.parent_config if parent in kept else None)
-    history = list(_react(saver, range(0)).get_state_history(CONFIG))
+    history = list(react(saver, []).get_state_history(CONFIG))
     assert [s.config["configurable"]["checkpoint_id"] for s in history] == kept
     assert history[-1].parent_config is None  # the oldest survivor starts the history
 
@@ -107,9 +69,9 @@ def _time(value: Any) -> datetime:
 def test_retention_by_date_then_by_count_keeps_every_survivor_as_it_was(
     ledger: Ledger, db: Database, db_url: str
 ):
-    graph = _react(LedgerSaver(ledger), range(TURNS))
+    graph = react(LedgerSaver(ledger), _replies(range(TURNS)))
     for turn in range(TURNS):
-        _ask(graph, turn)
+        ask(graph, turn)
     before = _checkpoints(ledger)
     assert len(before) == 5 * TURNS
     rows = {t: db.count(t) for t in ("conversation_messages", "step_executions", "tool_executions")}
@@ -134,54 +96,35 @@ def test_retention_by_date_then_by_count_keeps_every_survivor_as_it_was(
     assert {t: db.count(t) for t in rows} == rows  # the conversation and its trace stay
     assert ledger.verify() == []
 
-    state = _ask(_react(LedgerSaver(ledger), range(TURNS, TURNS + 1)), TURNS)
+    state = ask(react(LedgerSaver(ledger), replies(TURNS)), TURNS)
     latest = before[newer[0]].checkpoint["channel_values"]["messages"]
     assert state["messages"][: len(latest)] == latest
     assert state["messages"][-1].content == f"Sunny, 22C ({TURNS})."
 
 
-def _folded(state: list[AnyMessage] | None, writes: list[Any]) -> list[AnyMessage]:
-    return reduce(add_messages, writes, state or [])
-
-
-class Delta(TypedDict):
-    messages: Annotated[list[AnyMessage], DeltaChannel(_folded, snapshot_frequency=4)]
-
-
-def _delta_graph(saver: LedgerSaver) -> Any:
-    def chat(state: Delta) -> dict[str, Any]:
-        turn = len(state["messages"])
-        return {"messages": [AIMessage(f"answer {turn}", id=f"a{turn}")]}
-
-    builder = StateGraph(Delta)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    return builder.compile(checkpointer=saver)
-
-
 def test_pruning_a_delta_channel_keeps_the_checkpoints_its_value_is_rebuilt_from(
     ledger: Ledger, db: Database
 ):
-    graph = _delta_graph(LedgerSaver(ledger))
+    graph = delta_chat(LedgerSaver(ledger))
     for turn in range(5):
-        _ask(graph, turn)
+        ask(graph, turn)
     values = graph.get_state(CONFIG).values
     assert len(values["messages"]) == 10
     made = db.count("graph_checkpoints")
 
     LedgerSaver(ledger).prune(["chat"])
 
-    again = _delta_graph(LedgerSaver(ledger))
+    again = delta_chat(LedgerSaver(ledger))
     assert again.get_state(CONFIG).values == values
     assert 1 < db.count("graph_checkpoints") < made
-    assert len(_ask(again, 5)["messages"]) == 12
+    assert len(ask(again, 5)["messages"]) == 12
 
 
 def test_retaining_every_thread_keeps_to_the_handles_tenant(ledger: Ledger, db: Database):
     acme, other = LedgerSaver(ledger.scoped("acme")), LedgerSaver(ledger.scoped("other"))
     for saver, thread in ((acme, "acme-chat"), (acme, "acme-2"), (other, "other-chat")):
         config: Any = {"configurable": {"thread_id": thread}}
-        _react(saver, range(1)).invoke({"messages": [HumanMessage("Weather?")]}, config)
+        react(saver, replies(0)).invoke({"messages": [HumanMessage("Weather?")]}, config)
 
     assert asyncio.run(acme.aretain(keep_latest=2)) == 2 * 3
 
@@ -224,6 +167,6 @@ def test_bad_prune_options_are_clear_errors(tmp_path: Path, args: list[str], mes
 
 
 def test_prune_older_than_an_age_deletes_nothing_newer(ledger: Ledger, db_url: str):
-    _ask(_react(LedgerSaver(ledger), range(1)), 0)
+    ask(react(LedgerSaver(ledger), replies(0)), 0)
     assert flat(ok("--db", db_url, "prune", "--older-than", "1h")) == "0 checkpoints deleted"
     assert LedgerSaver(ledger).retain(newer_than=datetime.now(UTC) + timedelta(hours=1)) == 5

@@ -10,63 +10,17 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
-from langchain_core.messages import AIMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.prebuilt import ToolNode, tools_condition
-
 from agentledger.integrations.langgraph import LedgerSaver
 from agentledger.integrations.otel import export_otlp
 from agentledger.ledger import Ledger
 from support.cli import flat, ok
+from support.graphs import ask, react, replies
 from support.ledger import Database
-
-
-@tool
-def get_weather(city: str) -> str:
-    """The weather in ``city``."""
-    return f"22C, sunny in {city}"
-
-
-def _usage(given: int, made: int) -> dict[str, Any]:
-    return {"input_tokens": given, "output_tokens": made, "total_tokens": given + made}
-
-
-REPLIES = [
-    AIMessage(
-        "",
-        tool_calls=[{"name": "get_weather", "args": {"city": "Paris"}, "id": "call-1"}],
-        usage_metadata=_usage(800, 20),
-        response_metadata={"model_name": "gpt-4o", "finish_reason": "tool_calls"},
-    ),
-    AIMessage(
-        "Sunny, 22C.",
-        usage_metadata=_usage(870, 9),
-        response_metadata={"model_name": "gpt-4o", "finish_reason": "stop"},
-    ),
-]
-
-
-def _weather_graph(ledger: Ledger) -> Any:
-    model = GenericFakeChatModel(messages=iter(REPLIES))
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [model.invoke(state["messages"])]}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
-    builder.add_edge(START, "agent")
-    builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=LedgerSaver(ledger))
 
 
 def _invoked(ledger: Ledger, db: Database) -> str:
     """The graph asked once (a tool call, then the answer); the id of its run."""
-    config: Any = {"configurable": {"thread_id": "weather"}}
-    _weather_graph(ledger).invoke({"messages": [HumanMessage("Weather in Paris?")]}, config)
+    ask(react(LedgerSaver(ledger), replies(1)), 1)
     return str(db.scalar("SELECT id FROM agent_runs"))
 
 
@@ -80,7 +34,7 @@ def test_trace_shows_a_graph_invocation_as_a_run_of_steps_and_tools(
     assert f"run {run_id[:8]} · langgraph · completed · 2 steps · 1670 in / 29 out" in shown
     assert "step 0 · tool_use · 800 in / 20 out" in shown
     assert "✓ get_weather" in shown and "→ 22C, sunny in Paris" in shown
-    assert "step 1 · response · 870 in / 9 out" in shown and "answer: Sunny, 22C." in shown
+    assert "step 1 · response · 870 in / 9 out" in shown and "answer: Sunny, 22C (1)." in shown
     (run,) = [
         json.loads(line) for line in ok("--db", db_url, "trace", run_id, "--json").splitlines()
     ]
@@ -114,7 +68,7 @@ def test_the_opentelemetry_export_has_the_run_its_model_calls_with_tokens_and_it
     ]
     (run,), (tool_span,) = spans["invoke_agent langgraph"], spans["execute_tool get_weather"]
     assert run["attributes"]["agentledger.run_id"] == run_id
-    assert run["attributes"]["gen_ai.conversation.id"] == "weather"
+    assert run["attributes"]["gen_ai.conversation.id"] == "chat"
     assert all(s["parentSpanId"] == run["spanId"] for s in (*spans["chat gpt-4o"], tool_span))
     tokens = [
         (
