@@ -75,6 +75,7 @@ def test_retention_by_date_then_by_count_keeps_every_survivor_as_it_was(
     before = _checkpoints(ledger)
     assert len(before) == 5 * TURNS
     rows = {t: db.count(t) for t in ("conversation_messages", "step_executions", "tool_executions")}
+    versions = db.count("graph_channel_values")
     made = db.rows("SELECT checkpoint_id, created_at FROM graph_checkpoints")
     times = {r["checkpoint_id"]: _time(r["created_at"]) for r in made}
     cutoff = times[list(before)[40]]
@@ -91,6 +92,7 @@ def test_retention_by_date_then_by_count_keeps_every_survivor_as_it_was(
     _assert_survivors_as_they_were(ledger, before, newer[:10])
 
     assert db.count("graph_checkpoints") == 10
+    assert db.count("graph_channel_values") < versions
     written = set(db.column("SELECT DISTINCT checkpoint_id FROM graph_writes"))
     assert written and written <= set(newer[:10])
     assert {t: db.count(t) for t in rows} == rows  # the conversation and its trace stay
