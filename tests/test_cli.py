@@ -434,6 +434,8 @@ MISSING_LEDGER_COMMANDS = [
     ["db", "check"],
     ["forget", "some-conversation", "--dry-run"],
     ["forget", "some-conversation"],
+    ["prune", "--keep-latest", "1", "--dry-run"],
+    ["prune", "--keep-latest", "1"],
 ]
 
 

@@ -42,6 +42,7 @@ PRINTS_ROWS = {
     "export otlp",
     "import",
     "forget",
+    "prune",
 }
 
 

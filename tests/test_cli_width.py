@@ -38,6 +38,7 @@ NOT_LISTINGS = {
     "analytics sync": "one line: what the sync read",
     "export otlp": "one line: what was sent",
     "import": "a line of progress now and then, and one summary line",
+    "prune": "one line: how many checkpoints were deleted",
 }
 """The commands whose output is no listing: those that print no rows, and those whose rows
 come as lines of prose (their --json has the rows)."""

@@ -22,7 +22,7 @@ from llm.migrations import MIGRATIONS
 
 from agentledger.cli import cli
 from agentledger.errors import ImportSourceError
-from agentledger.importing import import_history
+from agentledger.importing import import_history, recognise
 from agentledger.ledger import Ledger
 from support.databases import BACKENDS
 from support.invariants import violations
@@ -342,6 +342,15 @@ def test_a_file_of_another_kind_is_refused_naming_what_it_is(
     with pytest.raises(ImportSourceError, match=said):
         import_history(ledger, path, kind=kind)
     assert db.count("conversations") == 0
+
+
+def test_a_file_it_cannot_import_is_refused_before_a_ledger_is_made_for_it(tmp_path: Path) -> None:
+    target, source = tmp_path / "new.db", text_file(tmp_path / "notes.txt")
+    refused = CliRunner().invoke(cli, ["--db", str(target), "import", str(source)])
+    assert refused.exit_code == 1
+    assert "is not a SQLite database" in refused.output
+    assert not target.exists()
+    assert recognise(sdk_file(tmp_path / "s.db", {"s": THANKS_TURN})) == "agents-sdk"
 
 
 @SQLITE_ONLY

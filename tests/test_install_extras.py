@@ -1,7 +1,9 @@
 """What ``pip install agentledger`` and each of its extras bring, checked in fresh virtual
-environments from the wheel: the base install has no analytics engine and says what to install
-for it; each extra brings everything its conversion needs (``.df()``, ``.arrow()``, ``.pl()``),
-and ``examples`` what the example chat app runs on.
+environments from the wheel: the base install has no analytics engine, no LangGraph and no
+sqlite-utils, and says which extra to install for each; each analytics extra brings everything
+its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
+app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
+and ``import`` ``agentledger import`` of an Agents SDK session file (without the SDK).
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -110,14 +112,29 @@ def megabytes(size: int) -> str:
     return f"{size / 2**20:.0f} MB"
 
 
-def test_the_base_install_has_no_analytics_engine_and_says_what_to_install(
+def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
     wheel: Path, tmp_path: Path, report: Callable[[str], None]
 ) -> None:
     python = install(wheel, None, tmp_path / "venv")
 
     found = probe(python, "base", f"sqlite:///{tmp_path / 'ledger.db'}")
 
-    assert found["uses"].endswith("Install it: pip install 'agentledger[analytics]'")
+    assert found["uses"]["analytics"].endswith("Install it: pip install 'agentledger[analytics]'")
+    assert found["uses"]["langgraph"] == (
+        "LangGraph is not installed: agentledger.integrations.langgraph (LedgerSaver) comes "
+        "with the langgraph extra. Install it: pip install 'agentledger[langgraph]'"
+    )
+    missing = (
+        "Error: sqlite-utils is not installed: agentledger import comes with the import "
+        "extra. Install it: pip install 'agentledger[import]'"
+    )
+    assert (
+        found["uses"]["import"]
+        == [  # the dry run, then the import: nothing written
+            {"code": 1, "out": "", "err": missing, "conversations": 0}
+        ]
+        * 2
+    )
     installed = found["installed"]
     assert "agentledger" in installed
     assert not HEAVY & set(installed), HEAVY & set(installed)
@@ -252,3 +269,49 @@ def test_the_mcp_extra_offers_an_mcp_servers_tools_to_an_agent(
     assert {"mcp", "jsonschema"} <= set(installed)
     assert not (HEAVY - OTEL_API) & set(installed), (HEAVY - OTEL_API) & set(installed)
     report(f"[mcp]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
+def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "langgraph", tmp_path / "venv")
+
+    found = probe(python, "langgraph", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    said = [["user", "hi"], ["assistant", "Hello!"], ["user", "bye"], ["assistant", "Bye!"]]
+    assert found["uses"]["state"] == [content for _, content in said]
+    assert found["uses"]["messages"] == said
+    assert found["uses"]["runs"] == [["completed", 1, 12, 3, 1]] * 2  # priced: cost_usd > 0
+    assert found["uses"]["checkpoints"] > 0
+    installed = found["installed"]
+    assert {"langgraph", "langgraph-checkpoint", "langchain-core"} <= set(installed)
+    assert not HEAVY & set(installed), HEAVY & set(installed)
+    report(f"[langgraph]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
+def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "import", tmp_path / "venv")
+
+    found = probe(python, "import", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    source = tmp_path / "sessions.db"
+    what = f"1 turn (2 steps, 1 tool execution) in 1 conversation from {source} (agents-sdk)"
+    unpriced = "; the file records no token usage, so the steps are unpriced."
+    assert found["uses"]["said"] == [
+        {
+            "code": 0,
+            "out": f"Would import {what}{unpriced} Nothing was written (dry run).",
+            "err": "",
+            "conversations": 0,
+        },
+        {"code": 0, "out": f"Imported {what}{unpriced}", "err": "", "conversations": 1},
+    ]
+    assert found["uses"]["messages"] == [["user", "Weather in Paris?"], ["assistant", "22C."]]
+    assert found["uses"]["tools"] == [["get_weather", "22C"]]
+    installed = found["installed"]
+    assert "sqlite-utils" in installed
+    assert not {"openai-agents", "langgraph", "llm"} & set(installed)
+    assert not HEAVY & set(installed), HEAVY & set(installed)
+    report(f"[import]: {len(installed)} packages, {megabytes(sum(installed.values()))}")

@@ -8,90 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import json
-from functools import reduce
-from typing import Annotated, Any, TypedDict
+from typing import Any
 
-from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, HumanMessage
-from langchain_core.tools import tool
-from langgraph.channels import DeltaChannel
+from langchain_core.messages import BaseMessage, HumanMessage
 from langgraph.checkpoint.memory import InMemorySaver
 from langgraph.graph import START, MessagesState, StateGraph
-from langgraph.graph.message import add_messages
-from langgraph.prebuilt import ToolNode, tools_condition
-from langgraph.types import Command, interrupt
+from langgraph.types import Command
 
 from agentledger.analytics import Analytics
 from agentledger.integrations.langgraph import LedgerSaver
 from agentledger.ledger import Ledger
 from support.cli import flat, ok
+from support.graphs import CONFIG, delta_chat, react, replies
 from support.ledger import Database
 
 
-@tool
-def get_weather(city: str) -> str:
-    """The weather in ``city``."""
-    return f"22C, sunny in {city}"
-
-
-def _usage(given: int, made: int) -> dict[str, Any]:
-    return {"input_tokens": given, "output_tokens": made, "total_tokens": given + made}
-
-
-def _replies(turn: int) -> list[AIMessage]:
-    """A model's replies for one turn: a tool call, then the answer (fixed ids and usage)."""
-    call = {"name": "get_weather", "args": {"city": "Paris"}, "id": f"call-{turn}"}
-    meta = {"model_name": "gpt-4o", "finish_reason": "tool_calls"}
-    return [
-        AIMessage(
-            "",
-            id=f"ai-{turn}a",
-            tool_calls=[call],
-            usage_metadata=_usage(800, 20),
-            response_metadata=meta,
-            additional_kwargs={"refusal": None},
-        ),
-        AIMessage(
-            f"Sunny, 22C ({turn}).",
-            id=f"ai-{turn}b",
-            usage_metadata=_usage(870, 9),
-            response_metadata={"model_name": "gpt-4o", "finish_reason": "stop"},
-        ),
-    ]
-
-
-def _react(saver: LedgerSaver, replies: list[AIMessage], *, ask: bool = False) -> Any:
-    """A ReAct graph: an agent node answering from ``replies``, LangGraph's ToolNode, and
-    (``ask``) an approval asked with ``interrupt()`` before the tools run."""
-    script = iter(replies)
-
-    def agent(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [next(script)]}
-
-    def approve(state: MessagesState) -> dict[str, Any]:
-        interrupt("run the tool?")
-        return {}
-
-    builder = StateGraph(MessagesState)
-    builder.add_node("agent", agent)
-    builder.add_node("tools", ToolNode([get_weather]))
-    builder.add_edge(START, "agent")
-    if ask:
-        builder.add_node("approve", approve)
-        builder.add_conditional_edges(
-            "agent", tools_condition, {"tools": "approve", "__end__": "__end__"}
-        )
-        builder.add_edge("approve", "tools")
-    else:
-        builder.add_conditional_edges("agent", tools_condition)
-    builder.add_edge("tools", "agent")
-    return builder.compile(checkpointer=saver)
-
-
-CONFIG: Any = {"configurable": {"thread_id": "chat"}}
-
-
 def _two_turns(ledger: Ledger) -> list[BaseMessage]:
-    graph = _react(LedgerSaver(ledger), _replies(1) + _replies(2))
+    graph = react(LedgerSaver(ledger), replies(1) + replies(2))
     graph.invoke({"messages": [HumanMessage("Weather in Paris?", id="h1")]}, CONFIG)
     done = graph.invoke({"messages": [HumanMessage("And now?", id="h2")]}, CONFIG)
     return list(done["messages"])
@@ -148,16 +81,16 @@ def test_a_react_thread_is_a_conversation_of_its_inputs_and_answers_with_steps_a
     assert len(added) == 1 and added[0] is not None
 
     # Read back by a saver that never saw them: every message as LangGraph put it.
-    again = _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"]
+    again = react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"]
     assert again == messages
     assert [type(m) for m in again] == [type(m) for m in messages]
 
 
 def test_the_async_graph_records_the_same_rows(ledger: Ledger, db: Database):
     async def main() -> list[BaseMessage]:
-        graph = _react(LedgerSaver(ledger), _replies(1))
+        graph = react(LedgerSaver(ledger), replies(1))
         done = await graph.ainvoke({"messages": [HumanMessage("Weather?", id="h1")]}, CONFIG)
-        state = await _react(LedgerSaver(ledger), []).aget_state(CONFIG)
+        state = await react(LedgerSaver(ledger), []).aget_state(CONFIG)
         assert state.values["messages"] == done["messages"]
         return list(done["messages"])
 
@@ -170,13 +103,13 @@ def test_the_async_graph_records_the_same_rows(ledger: Ledger, db: Database):
 def test_an_interrupt_ends_the_run_interrupted_and_the_resumed_graph_keeps_its_messages(
     ledger: Ledger, db: Database
 ):
-    graph = _react(LedgerSaver(ledger), _replies(1), ask=True)
+    graph = react(LedgerSaver(ledger), replies(1), ask=True)
     graph.invoke({"messages": [HumanMessage("Weather?", id="h1")]}, CONFIG)
     assert db.scalar("SELECT status FROM agent_runs") == "interrupted"
 
     done = graph.invoke(Command(resume="yes"), CONFIG)
 
-    assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
+    assert react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
     assert [m.type for m in done["messages"]] == ["human", "ai", "tool", "ai"]
 
 
@@ -206,26 +139,10 @@ def test_the_cli_and_the_analytics_see_langgraph_runs_and_forget_removes_them(
         assert db.scalar(f"SELECT COUNT(*) FROM {table}") == 0, table
 
 
-def _folded(state: list[AnyMessage] | None, writes: list[Any]) -> list[AnyMessage]:
-    return reduce(add_messages, writes, state or [])
-
-
-class Delta(TypedDict):
-    messages: Annotated[list[AnyMessage], DeltaChannel(_folded, snapshot_frequency=3)]
-
-
 def _delta_script(saver: Any) -> tuple[Any, list[Any]]:
-    """Five turns of a graph whose messages are LangGraph's DeltaChannel (a snapshot every
-    third update, the writes in between): the state and the history a saver gives back."""
-
-    def chat(state: Delta) -> dict[str, Any]:
-        turn = len(state["messages"])
-        return {"messages": [AIMessage(f"answer {turn}", id=f"a{turn}")]}
-
-    builder = StateGraph(Delta)
-    builder.add_node("chat", chat)
-    builder.add_edge(START, "chat")
-    graph = builder.compile(checkpointer=saver)
+    """Five turns of a graph whose messages are LangGraph's DeltaChannel: the state and the
+    history a saver gives back."""
+    graph = delta_chat(saver)
     for turn in range(5):
         graph.invoke({"messages": [HumanMessage(f"question {turn}", id=f"h{turn}")]}, CONFIG)
     return graph.get_state(CONFIG).values, [s.values for s in graph.get_state_history(CONFIG)]
@@ -248,7 +165,7 @@ def test_pruning_a_thread_keeps_the_versions_its_newest_checkpoint_is_stored_aga
     assert db.scalar("SELECT COUNT(*) FROM graph_checkpoints") == 1
     kept = db.scalar("SELECT COUNT(*) FROM graph_channel_values WHERE channel = 'messages'")
     assert 1 < kept <= versions  # the chain the newest version is stored against
-    assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == messages
+    assert react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == messages
     assert db.scalar("SELECT COUNT(*) FROM tool_executions") == 2  # the rows stay
 
 
@@ -256,7 +173,7 @@ def _with_a_subgraph(saver: Any) -> Any:
     """A graph whose one node is a subgraph answering with a model call of its own."""
 
     def research(state: MessagesState) -> dict[str, Any]:
-        return {"messages": [_replies(1)[1]]}
+        return {"messages": [replies(1)[1]]}
 
     inner = StateGraph(MessagesState)
     inner.add_node("research", research)
@@ -301,10 +218,10 @@ def test_an_invocation_on_a_thread_another_run_holds_is_saved_with_its_messages_
     held = ledger.turn("Still running elsewhere", conversation_id="chat")
     held.begin()  # a run a killed process left holding the thread, until its lease expires
 
-    done = _react(LedgerSaver(ledger), _replies(1)).invoke(
+    done = react(LedgerSaver(ledger), replies(1)).invoke(
         {"messages": [HumanMessage("Weather?", id="h1")]}, CONFIG
     )
 
-    assert _react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
+    assert react(LedgerSaver(ledger), []).get_state(CONFIG).values["messages"] == done["messages"]
     assert db.scalar("SELECT COUNT(*) FROM agent_runs") == 1
     assert db.scalar("SELECT COUNT(*) FROM step_executions") == 0

@@ -43,7 +43,7 @@ pytestmark = pytest.mark.serial
 
 WRITERS = 8
 READERS = 2
-SQLITE_SECONDS = seconds(6, 60)
+SQLITE_SECONDS = seconds(4, 60)
 PG_WRITERS = 4
 PG_SECONDS = seconds(4, 30)
 

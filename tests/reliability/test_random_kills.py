@@ -32,7 +32,7 @@ from support.workload import ForkServer, answer_problems, build_agent, expected_
 # Where a kill lands depends on how fast a child runs: nothing else beside it.
 pytestmark = pytest.mark.serial
 
-KILLS = size(30, 1000)
+KILLS = size(20, 1000)
 MAX_DELAY = 0.3
 """Seconds a child may run before its kill: it opens the ledger in ~0.05 s, a run takes
 ~0.02 s, so a kill lands anywhere from the open to the tenth run or so."""

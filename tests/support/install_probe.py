@@ -9,6 +9,8 @@ the standard library and what the install brought are imported here.
 from __future__ import annotations
 
 import json
+import sqlite3
+import subprocess
 import sys
 from collections.abc import Callable
 from datetime import UTC, datetime
@@ -53,6 +55,38 @@ def analytics_error(url: str) -> str:
     except ConfigurationError as exc:
         return str(exc)
     return "Analytics.open did not fail"
+
+
+def sqlite_rows(url: str, query: str) -> list[list[Any]]:
+    """The rows of ``query`` on the ledger file of ``url`` (a ``sqlite:///`` one), read with
+    the standard library's sqlite3."""
+    connection = sqlite3.connect(url.removeprefix("sqlite:///"))
+    try:
+        return [list(row) for row in connection.execute(query)]
+    finally:
+        connection.close()
+
+
+def agentledger(*args: str) -> dict[str, Any]:
+    """The ``agentledger`` command the wheel installed beside this interpreter, run with
+    ``args``: its exit code and what it printed."""
+    command = [str(Path(sys.executable).parent / "agentledger"), *args]
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    return {"code": done.returncode, "out": done.stdout.strip(), "err": done.stderr.strip()}
+
+
+def base_errors(url: str) -> dict[str, Any]:
+    """What each extra's feature says where its extra is not installed: ``Analytics.open``,
+    importing ``LedgerSaver``, and ``agentledger import`` (dry run and real)."""
+    from agentledger.errors import ConfigurationError
+
+    try:
+        from agentledger.integrations.langgraph import LedgerSaver  # noqa: F401
+    except ConfigurationError as exc:
+        langgraph = str(exc)
+    else:
+        langgraph = "LedgerSaver was imported"
+    return {"analytics": analytics_error(url), "langgraph": langgraph, "import": import_twice(url)}
 
 
 def session_items(url: str) -> Any:
@@ -188,8 +222,130 @@ def mcp_tool_call(url: str) -> Any:
     return {"result": execution.result, "metadata": execution.metadata}
 
 
+def graph_rows(url: str) -> dict[str, Any]:
+    """A one-node graph on a fake chat model (langchain_core's, no network), compiled on
+    ``LedgerSaver`` over the ledger and invoked twice on one thread: its last state's messages,
+    then the thread's conversation and runs, and its checkpoints' count, read with SQL."""
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage, HumanMessage
+    from langgraph.graph import START, MessagesState, StateGraph
+
+    from agentledger.integrations.langgraph import LedgerSaver
+    from agentledger.ledger import Ledger
+
+    usage = {"input_tokens": 12, "output_tokens": 3, "total_tokens": 15}
+    model = GenericFakeChatModel(
+        messages=iter(
+            AIMessage(text, usage_metadata=usage, response_metadata={"model_name": "gpt-4o"})
+            for text in ("Hello!", "Bye!")
+        )
+    )
+
+    def chat(state: MessagesState) -> dict[str, Any]:
+        return {"messages": [model.invoke(state["messages"])]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    config: Any = {"configurable": {"thread_id": "probe"}}
+    with Ledger.open(url) as ledger:
+        graph = builder.compile(checkpointer=LedgerSaver(ledger))
+        graph.invoke({"messages": [HumanMessage("hi")]}, config)
+        state = graph.invoke({"messages": [HumanMessage("bye")]}, config)
+    return {
+        "state": [message.content for message in state["messages"]],
+        "messages": sqlite_rows(
+            url,
+            "SELECT role, content FROM conversation_messages "
+            "WHERE conversation_id = 'probe' ORDER BY seq",
+        ),
+        "runs": sqlite_rows(
+            url,
+            "SELECT status, step_count, input_tokens, output_tokens, cost_usd > 0 "
+            "FROM agent_runs WHERE conversation_id = 'probe' ORDER BY started_at",
+        ),
+        "checkpoints": sqlite_rows(
+            url, "SELECT count(*) FROM graph_checkpoints WHERE thread_id = 'probe'"
+        )[0][0],
+    }
+
+
+SDK_SESSION_TABLES = """
+CREATE TABLE agent_sessions (
+    session_id TEXT PRIMARY KEY,
+    created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+    updated_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP
+);
+CREATE TABLE agent_messages (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    session_id TEXT NOT NULL,
+    message_data TEXT NOT NULL,
+    created_at TIMESTAMP DEFAULT CURRENT_TIMESTAMP,
+    FOREIGN KEY (session_id) REFERENCES agent_sessions (session_id) ON DELETE CASCADE
+);
+"""
+"""The tables an OpenAI Agents SDK ``SQLiteSession`` writes (its default names), as it
+creates them."""
+
+SDK_SESSION_ITEMS: list[dict[str, Any]] = [
+    {"role": "user", "content": "Weather in Paris?"},
+    {"type": "function_call", "call_id": "c1", "name": "get_weather", "arguments": "{}"},
+    {"type": "function_call_output", "call_id": "c1", "output": "22C"},
+    {"type": "message", "role": "assistant", "content": [{"type": "output_text", "text": "22C."}]},
+]
+"""One turn of a session: the user's question, a tool call and its output, the answer."""
+
+
+def sdk_session_file(path: Path) -> Path:
+    """A ``SQLiteSession`` file of one session, written with sqlite3 by the SDK's schema (the
+    import extra does not bring the SDK)."""
+    connection = sqlite3.connect(path)
+    with connection:
+        connection.executescript(SDK_SESSION_TABLES)
+        connection.execute("INSERT INTO agent_sessions (session_id) VALUES ('probe')")
+        connection.executemany(
+            "INSERT INTO agent_messages (session_id, message_data) VALUES ('probe', ?)",
+            [(json.dumps(item),) for item in SDK_SESSION_ITEMS],
+        )
+    connection.close()
+    return path
+
+
+def import_twice(url: str) -> list[dict[str, Any]]:
+    """``agentledger import`` of an Agents SDK session file into the ledger, as a dry run, then
+    for real: what each run of the command printed, and how many conversations of the file
+    the ledger then holds."""
+    source = sdk_session_file(Path(url.removeprefix("sqlite:///")).parent / "sessions.db")
+    said = []
+    for dry_run in (["--dry-run"], []):
+        done = agentledger("--db", url, "import", str(source), *dry_run)
+        count = "SELECT count(*) FROM conversations WHERE title = 'probe'"
+        said.append({**done, "conversations": sqlite_rows(url, count)[0][0]})
+    return said
+
+
+def imported(url: str) -> dict[str, Any]:
+    """What ``agentledger import`` printed, then the imported conversation and its tool
+    execution, read with SQL."""
+    return {
+        "said": import_twice(url),
+        "messages": sqlite_rows(
+            url,
+            "SELECT m.role, m.content FROM conversation_messages m "
+            "JOIN conversations c ON c.id = m.conversation_id "
+            "WHERE c.title = 'probe' ORDER BY m.seq",
+        ),
+        "tools": sqlite_rows(
+            url,
+            "SELECT t.tool_name, t.result FROM tool_executions t "
+            "JOIN agent_runs r ON r.id = t.run_id JOIN conversations c ON c.id = r.conversation_id "
+            "WHERE c.title = 'probe'",
+        ),
+    }
+
+
 USES: dict[str, Callable[[str], Any]] = {
-    "base": analytics_error,
+    "base": base_errors,
     "postgresql": analytics_error,
     "analytics": as_rows,
     "analytics-postgresql": as_rows,
@@ -200,6 +356,8 @@ USES: dict[str, Callable[[str], Any]] = {
     "openai-agents": session_items,
     "otel": traced_and_exported,
     "mcp": mcp_tool_call,
+    "langgraph": graph_rows,
+    "import": imported,
 }
 
 

@@ -117,7 +117,9 @@ class TurnStep:
                 "gets one"
             )
         check_storable(result, f"the result of tool call {call_id!r}")
-        execution = self._turn._execution(call, result, is_error, error, duration_ms, metadata)
+        execution = self._turn._execution(
+            call, result, is_error, error, duration_ms, metadata, asked_at=self.step.finished_at
+        )
         self._results[call_id] = execution
         if not self.waiting_for:
             self._turn._record(self)
@@ -463,9 +465,17 @@ class Turn:
         error: str | None,
         duration_ms: float | None,
         metadata: Mapping[str, JsonValue] | None,
+        *,
+        asked_at: datetime,
     ) -> ToolExecution:
+        """A tool execution ending now: begun ``duration_ms`` ago, or, not given, when its
+        step's model call asked for it (``asked_at``), the time a caller that times nothing
+        (LangGraph's tools run between two checkpoints) knows it ran."""
         now = self._clock()
-        started = now - timedelta(milliseconds=duration_ms) if duration_ms is not None else now
+        if duration_ms is not None:
+            started = now - timedelta(milliseconds=duration_ms)
+        else:
+            started = min(asked_at, now)
         child = next((c for c in self._children if c.call_id == call.id and c.result), None)
         return ToolExecution(
             tool_call=call,
@@ -492,7 +502,8 @@ class Turn:
         self._recorder.record_step(self.run_id, execution, ())
         self._state = self._state.with_step_execution(execution)
         self._recorded_steps = handle.index + 1
-        self._last_end = step.finished_at
+        # The next model call begins once this one's tools have returned.
+        self._last_end = max([step.finished_at, *(e.finished_at for e in step.tool_executions)])
         self._shown = ""
 
     def _end_failed(self, error: str) -> RunResult:

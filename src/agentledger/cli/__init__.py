@@ -2,9 +2,10 @@
 
 ``cli`` is the click group; ``main`` is the console script. The commands live by concept:
 reading a ledger (``_browse``), migrations and verification (``_db``), forgetting
-(``_forget``), importing other programs' files (``_import``), talking to a model (``_talk``),
-analytics and exports (``_analytics``), traces out (``_otlp``), Datasette's metadata
-(``_datasette``), the MCP server (``_mcp``); the offline demo is :mod:`.demo`.
+(``_forget``), graph checkpoints' retention (``_prune``), importing other programs' files
+(``_import``), talking to a model (``_talk``), analytics and exports (``_analytics``), traces
+out (``_otlp``), Datasette's metadata (``_datasette``), the MCP server (``_mcp``); the offline
+demo is :mod:`.demo`.
 """
 
 # They register their commands.
@@ -17,6 +18,7 @@ from . import (  # noqa: F401
     _import,
     _mcp,
     _otlp,
+    _prune,
     _talk,
 )
 from ._app import cli, main

@@ -50,8 +50,10 @@ def import_(
     """
     if not dry_run:
         refuse_read_only(ctx, "import")
-    from ..importing import import_history
+    from ..importing import import_history, recognise
 
+    with cli_errors():  # a file it cannot import leaves no ledger made for it
+        kind = recognise(source_file, kind)
     with _ledger(ctx, dry_run) as ledger, cli_errors():
         summary = import_history(
             ledger, source_file, kind=kind, dry_run=dry_run, progress=_progress(dry_run)

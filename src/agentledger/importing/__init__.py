@@ -14,6 +14,7 @@ from ._importer import (
     SOURCES,
     ImportSummary,
     import_history,
+    recognise,
 )
 from ._sources import Source
 
@@ -24,4 +25,5 @@ __all__ = [
     "ImportSummary",
     "Source",
     "import_history",
+    "recognise",
 ]

@@ -97,6 +97,18 @@ class _Counts:
         self.tool_executions += sum(t.tool_executions for t in turns)
 
 
+def recognise(path: str | os.PathLike[str], kind: str | None = None) -> str:
+    """The kind of the file at ``path`` (``agents-sdk``, ``llm``, ``langgraph``), checked as
+    :func:`import_history` checks it, without a ledger: a file of another kind or version, or
+    a missing extra, is the same clear error, raised before anything is opened or created."""
+    source_path = Path(path)
+    db = open_source(source_path)
+    try:
+        return source_for(db, source_path, kind, SOURCES).kind
+    finally:
+        db.conn.close()
+
+
 def import_history(
     ledger: Ledger | None,
     path: str | os.PathLike[str],

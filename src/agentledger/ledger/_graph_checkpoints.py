@@ -5,9 +5,9 @@ framework's saver (``ledger.graph_checkpoints``; LangGraph's is
 A thread is a conversation: the first checkpoint of a thread creates the conversation whose
 id is the thread's (in the handle's scope), and every row of the thread carries its tenant.
 Each operation is one transaction (:meth:`GraphCheckpoints.together` lets a saver write the
-runs a checkpoint brings in the checkpoint's). The values are plain data (:mod:`._graph_values`): the
-framework serializes and reads them; the ledger keeps them, checks their checksums and
-forgets them with their conversation.
+runs a checkpoint brings in the checkpoint's). The values are plain data
+(:mod:`._graph_values`): the framework serializes and reads them; the ledger keeps them,
+checks their checksums and forgets them with their conversation.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import threading
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
+from datetime import datetime
 from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
@@ -24,6 +25,7 @@ from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
 from ._graph_messages import ChannelIds, Ids, Written, bases_held, message_rows
+from ._graph_retention import Retention, chosen, clear_parents, listed_checkpoints, stored_values
 from ._graph_rows import (
     DELETE_CHECKPOINT,
     DELETE_WRITE,
@@ -179,28 +181,63 @@ class GraphCheckpoints:
 
     def prune(self, thread_ids: Sequence[str], *, keep_latest: bool) -> None:
         """Delete the checkpoints of ``thread_ids``: all of them, or (``keep_latest``) all but
-        the newest of each namespace, with their writes and the channel versions no
-        checkpoint left holds."""
+        the newest of each namespace (and what it needs: see :meth:`retain`), with their
+        writes and the channel versions no checkpoint left holds."""
+        if keep_latest:
+            self.retain(thread_ids, keep_latest=1)
+            return
 
         def write(conn: Connection) -> None:
             for thread_id in thread_ids:
-                rows = conn.execute(
-                    select(graph_checkpoints.c.checkpoint_ns, graph_checkpoints.c.checkpoint_id)
-                    .where(
-                        self._scoped(graph_checkpoints, graph_checkpoints.c.thread_id == thread_id)
-                    )
-                    .order_by(graph_checkpoints.c.checkpoint_id.desc())
-                ).all()
-                kept: set[str] = set()
-                doomed = []
-                for ns, checkpoint_id in rows:
-                    if keep_latest and ns not in kept:
-                        kept.add(ns)
-                        continue
-                    doomed.append(CheckpointKey(thread_id, ns, checkpoint_id))
-                self._delete_checkpoints(conn, doomed)
+                listed = listed_checkpoints(conn, self._of_thread(thread_id))
+                self._delete_checkpoints(conn, [c.key for c in listed])
 
         self._database.write("pruning threads' checkpoints", write)
+
+    def retain(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        keep_latest: int | None = None,
+        newer_than: datetime | None = None,
+        dry_run: bool = False,
+    ) -> int:
+        """Keep, of each namespace of each thread (``None``: every thread in the handle's
+        scope), only the ``keep_latest`` newest checkpoints and those made after
+        ``newer_than`` (both given: both limits hold); how many checkpoints went (would go,
+        ``dry_run``). What the survivors refer to stays (:mod:`._graph_retention`); the
+        thread's conversation and its message rows are never deleted. One transaction per
+        thread."""
+        policy = Retention(keep_latest, newer_than)
+        if isinstance(thread_ids, str):
+            raise UsageError(
+                f"thread_ids is a list of thread ids, not one id: give [{thread_ids!r}]"
+            )
+        if thread_ids is None:
+            thread_ids = self._database.read("listing graph threads", self._threads)
+        return sum(self._retain_thread(thread_id, policy, dry_run) for thread_id in thread_ids)
+
+    def _retain_thread(self, thread_id: str, policy: Retention, dry_run: bool) -> int:
+        def apply(conn: Connection) -> int:
+            listed = listed_checkpoints(conn, self._of_thread(thread_id))
+            choice = chosen(listed, stored_values(conn, thread_id, listed), policy)
+            if not dry_run and choice.doomed:
+                self._delete_checkpoints(conn, choice.doomed)
+                clear_parents(conn, choice.orphaned)
+            return len(choice.doomed)
+
+        if dry_run:
+            return self._database.read("choosing a thread's checkpoints to delete", apply)
+        return self._database.write("deleting a thread's old checkpoints", apply)
+
+    def _threads(self, conn: Connection) -> list[str]:
+        """The threads with checkpoints in the handle's scope."""
+        c = graph_checkpoints.c
+        query = select(c.thread_id).where(self._scoped(graph_checkpoints, c.id.is_not(None)))
+        return list(conn.execute(query.distinct().order_by(c.thread_id)).scalars())
+
+    def _of_thread(self, thread_id: str) -> Any:
+        return self._scoped(graph_checkpoints, graph_checkpoints.c.thread_id == thread_id)
 
     def copy_thread(
         self, source: str, target: str, values: dict[tuple[str, str, str], ChannelValue]

@@ -16,6 +16,7 @@ import json
 import random
 import threading
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from datetime import datetime
 from typing import Any, cast
 
 from langchain_core.runnables import RunnableConfig
@@ -200,12 +201,45 @@ class LedgerSaver(BaseCheckpointSaver[str]):
 
     def prune(self, thread_ids: Sequence[str], *, strategy: str = "keep_latest") -> None:
         """Keep only the newest checkpoint of each namespace of each thread
-        (``"keep_latest"``), or none (``"delete"``)."""
+        (``"keep_latest"``, as :meth:`retain` with ``keep_latest=1``), or none
+        (``"delete"``)."""
         if strategy not in PRUNE_STRATEGIES:
             raise UsageError(
                 f"prune strategy {strategy!r} is not one of {', '.join(PRUNE_STRATEGIES)}"
             )
         self._store.prune(list(thread_ids), keep_latest=strategy == "keep_latest")
+
+    # --- retention ----------------------------------------------------------------------------
+
+    def retain(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        keep_latest: int | None = None,
+        newer_than: datetime | None = None,
+    ) -> int:
+        """Keep only the ``keep_latest`` newest checkpoints of each namespace of each thread
+        (``None``: every thread of the ledger handle's scope), and only those made after
+        ``newer_than`` (an aware datetime); given both, both limits hold. Returns how many
+        checkpoints were deleted.
+
+        Every survivor reads back as before: its messages (their rows stay: retention never
+        deletes the conversation; ``ledger.forget`` does), its pending writes, and a
+        ``DeltaChannel``'s value (the ancestors it is rebuilt from stay, back to its last
+        snapshot). The oldest survivor becomes the start of the history: its
+        ``parent_config`` is ``None``."""
+        return self._store.retain(thread_ids, keep_latest=keep_latest, newer_than=newer_than)
+
+    async def aretain(
+        self,
+        thread_ids: Sequence[str] | None = None,
+        *,
+        keep_latest: int | None = None,
+        newer_than: datetime | None = None,
+    ) -> int:
+        return await asyncio.to_thread(
+            self.retain, thread_ids, keep_latest=keep_latest, newer_than=newer_than
+        )
 
     # --- async ------------------------------------------------------------------------------
 
