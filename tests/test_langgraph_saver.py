@@ -1,20 +1,25 @@
 """``LedgerSaver`` under real LangGraph graphs (no network: LangChain's fake chat model): the
 same states and history as LangGraph's ``InMemorySaver``, sync and async, on SQLite and
 PostgreSQL; and the ledger's promises for a thread: it is a conversation, ``forget`` deletes its
-checkpoints, a damaged checkpoint row is an error, and a scoped handle keeps to its tenant."""
+checkpoints, a damaged checkpoint row is an error, a scoped handle keeps to its tenant, and a
+turn commits no more often than on LangGraph's ``SqliteSaver``."""
 
 from __future__ import annotations
 
 import asyncio
 import operator
+import sqlite3
+from pathlib import Path
 from typing import Annotated, Any
 
 import pytest
 from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
 from langchain_core.messages import AIMessage, HumanMessage, RemoveMessage
 from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
 from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.types import Command, interrupt
+from sqlalchemy import event
 
 from agentledger.errors import LedgerCorruptError, UsageError
 from agentledger.integrations.langgraph import LedgerSaver
@@ -133,3 +138,46 @@ def test_a_scoped_ledger_keeps_to_its_tenants_threads(ledger: Ledger):
     assert other.get_tuple(config) is None and list(other.list(None)) == []
     with pytest.raises(UsageError, match="outside this handle's scope"):
         _chat_graph(other, ANSWERS).invoke({"messages": [HumanMessage("Hi")]}, config)
+
+
+def _answering(checkpointer: Any) -> Any:
+    """A chat of one model node answering each question, with its usage."""
+
+    def model(state: MessagesState) -> dict[str, Any]:
+        usage = {"input_tokens": 10, "output_tokens": 5, "total_tokens": 15}
+        answer = AIMessage(f"answer {len(state['messages'])}", usage_metadata=usage)
+        return {"messages": [answer]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("model", model)
+    builder.add_edge(START, "model")
+    return builder.compile(checkpointer=checkpointer)
+
+
+def _chat_commits(graph: Any, committed: list[object]) -> int:
+    """The commits of the third turn of a chat on ``graph`` (the thread made by the first)."""
+    config: Any = {"configurable": {"thread_id": "chat"}}
+    for turn in range(3):
+        if turn == 2:
+            committed.clear()
+        graph.invoke({"messages": [HumanMessage(f"question {turn}")]}, config)
+    return len(committed)
+
+
+def test_a_chat_turn_commits_no_more_often_than_on_langgraphs_sqlite_saver(tmp_path: Path):
+    # At the ledger's synchronous=FULL each commit is a sync to disk: what a turn costs.
+    theirs: list[object] = []
+    connection = sqlite3.connect(tmp_path / "sqlite-saver.db", check_same_thread=False)
+    connection.set_trace_callback(lambda sql: theirs.append(sql) if sql == "COMMIT" else None)
+    saver = SqliteSaver(connection)
+    saver.setup()
+    expected = _chat_commits(_answering(saver), theirs)
+    connection.close()
+    ours: list[object] = []
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        event.listen(ledger.engine, "commit", ours.append)
+
+        assert _chat_commits(_answering(LedgerSaver(ledger)), ours) <= expected
+
+        said = ledger.model_context("chat")
+        assert [m.content for m in said][-2:] == ["question 2", "answer 5"]  # still rows

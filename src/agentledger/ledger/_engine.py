@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from .._values import Clock
-from ..errors import ConfigurationError, LedgerUnavailableError
+from ..errors import ConfigurationError, LedgerBusyError, LedgerUnavailableError
 from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
@@ -195,6 +195,7 @@ class Connections:
         self._settled = threading.Condition(self._lock)
         self._in_flight = 0
         self._depth = threading.local()
+        self._enclosing = threading.local()
         self._closed = False
         self.transactions = 0
         """Transactions begun on these connections (every attempt of a retried one counts)."""
@@ -268,6 +269,21 @@ class Connections:
 
     def write(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=True)
+
+    def enclosing(self) -> tuple[Connection, Scope] | None:
+        """The write transaction :meth:`Database.together` runs on this thread, with its
+        scope (None when there is none)."""
+        return getattr(self._enclosing, "value", None)
+
+    @contextlib.contextmanager
+    def enclose(self, conn: Connection, scope: Scope) -> Iterator[None]:
+        """Make ``conn``'s transaction, in ``scope``, this thread's enclosing one for the
+        block."""
+        self._enclosing.value = (conn, scope)
+        try:
+            yield
+        finally:
+            self._enclosing.value = None
 
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=False)
@@ -365,13 +381,21 @@ class Database:
         as it is. The connection of a transaction that failed is closed even when its rollback
         failed too (SQLAlchemy before 2.1 leaves the connection of a ``with engine.connect()``
         block open then, until the garbage collector finds it)."""
+        joined = self.joined()
+        if joined is not None:
+            return read(joined)
         with self.connections.read() as conn:
             self.scope.enter(conn)
             return read(conn)
 
     def write(self, what: str, work: Callable[[Connection], T]) -> T:
-        """``work`` in one write transaction, retried whole while the database is locked."""
+        """``work`` in one write transaction, retried whole while the database is locked; inside
+        :meth:`together`, a savepoint of its transaction (all or nothing, committed with it)."""
         self.check_writable(what)
+        joined = self.joined()
+        if joined is not None:
+            with joined.begin_nested():
+                return work(joined)
 
         def attempt() -> T:
             with self.connections.write() as conn:
@@ -380,6 +404,42 @@ class Database:
 
         with self.connections.in_use():
             return self._with_retries(attempt, what)
+
+    def together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction that every read and write of this handle's
+        scope on this thread joins while it runs (each write a savepoint in it): they commit
+        at once, with one sync to disk, or not at all. Tried again only while the database is
+        locked before ``work`` begins, never once it has (what it did besides writing, a
+        turn's state, would be done twice): a lock met then is :class:`LedgerBusyError`, with
+        nothing written."""
+        if self.joined() is not None:
+            return work()
+        self.check_writable(what)
+        begun = False
+
+        def attempt() -> T:
+            nonlocal begun
+            if begun:
+                raise LedgerBusyError(
+                    f"{what}: the database was locked by another writer partway through the "
+                    "transaction, so nothing of it was written; try again"
+                )
+            with self.connections.write() as conn:
+                self.scope.enter(conn)
+                begun = True
+                with self.connections.enclose(conn, self.scope):
+                    return work()
+
+        with self.connections.in_use():
+            return self._with_retries(attempt, what)
+
+    def joined(self) -> Connection | None:
+        """The connection of this thread's :meth:`together` transaction, when it is of this
+        handle's scope."""
+        enclosing = self.connections.enclosing()
+        if enclosing is None or enclosing[1] != self.scope:
+            return None
+        return enclosing[0]
 
     def _with_retries(self, work: Callable[[], T], what: str) -> T:
         on_retry = self.connections.note_retry

@@ -4,25 +4,43 @@ framework's saver (``ledger.graph_checkpoints``; LangGraph's is
 
 A thread is a conversation: the first checkpoint of a thread creates the conversation whose
 id is the thread's (in the handle's scope), and every row of the thread carries its tenant.
-Each operation is one transaction. The values are plain data (:mod:`._graph_values`): the
-framework serializes and reads them; the ledger keeps them, checks their checksums and
-forgets them with their conversation.
+Each operation is one transaction (:meth:`GraphCheckpoints.together` lets a saver write the
+runs a checkpoint brings in the checkpoint's). The values are plain data
+(:mod:`._graph_values`): the framework serializes and reads them; the ledger keeps them,
+checks their checksums and forgets them with their conversation.
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection, Iterator, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
-from ._graph_messages import ChannelIds, bases_held, message_rows
+from ._graph_messages import ChannelIds, Ids, Written, bases_held, message_rows
 from ._graph_retention import Retention, chosen, clear_parents, listed_checkpoints, stored_values
+from ._graph_rows import (
+    DELETE_CHECKPOINT,
+    DELETE_WRITE,
+    INSERT_CHECKPOINT,
+    INSERT_VALUE,
+    INSERT_WRITE,
+    PARENT_VERSIONS,
+    THREAD,
+    VALUE_THERE,
+    WRITES_THERE,
+    checkpoint_row,
+    insert_if_absent,
+    key_values,
+    write_row,
+)
 from ._graph_values import (
     ChannelValue,
     CheckpointKey,
@@ -30,6 +48,7 @@ from ._graph_values import (
     PendingWrite,
     StoredCheckpoint,
 )
+from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (
     ConversationKind,
@@ -39,9 +58,14 @@ from .tables import (
     graph_writes,
 )
 
+T = TypeVar("T")
+
 GRAPH_THREAD_KEY = "graph_thread"
 """The key, in the metadata of a conversation a thread's first checkpoint created, holding the
 thread's id."""
+
+KEPT_CHANNELS = 256
+"""How many channels' last stored versions a :class:`GraphCheckpoints` keeps in memory."""
 
 _CHUNK = 500
 """Keys bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
@@ -52,8 +76,20 @@ class GraphCheckpoints:
 
     def __init__(self, database: Database) -> None:
         self._database = database
+        self._written: OrderedDict[tuple[str, str, str], tuple[str, Written]] = OrderedDict()
+        """The version of each channel of messages this object stored last (the most recent
+        :data:`KEPT_CHANNELS`), by thread, namespace and channel: the next checkpoint's is
+        stored against it without reading it back."""
+        self._lock = threading.Lock()
 
     # --- writes -------------------------------------------------------------------------------
+
+    def together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction that this handle's reads and writes on this
+        thread join, each write all or nothing in it (a checkpoint and the runs a saver
+        records for it commit at once, with one sync to disk). Not tried again once ``work``
+        has begun: see :meth:`~agentledger.ledger._engine.Database.together`."""
+        return self._database.together(what, work)
 
     def put(
         self, stored: StoredCheckpoint, new_values: dict[tuple[str, str], ChannelValue]
@@ -63,18 +99,28 @@ class GraphCheckpoints:
         key = stored.key
 
         def write(conn: Connection) -> None:
+            sql = statements_for(conn.dialect)
             tenant = self._thread(conn, key.thread_id)
             bases = self._parent_versions(conn, stored) if new_values else {}
-            conn.execute(delete(graph_checkpoints).where(_at(graph_checkpoints, key)))
-            conn.execute(insert(graph_checkpoints), _checkpoint_row(stored, tenant, self._now()))
+            sql.execute(conn, DELETE_CHECKPOINT, key_values(key))
+            sql.execute(conn, INSERT_CHECKPOINT, checkpoint_row(stored, tenant, self._now()))
             for (channel, version), value in new_values.items():
                 columns = _value_columns(value)
-                if value.message_ids is not None:
-                    ids = ChannelIds(conn, key.thread_id, key.checkpoint_ns, channel)
-                    columns["message_ids"] = ids.compacted(value.message_ids, bases.get(channel))
-                self._put_value(conn, key, channel, version, columns, tenant)
+                if value.message_ids is None:
+                    self._put_value(conn, key, channel, version, columns, tenant)
+                    continue
+                place = (key.thread_id, key.checkpoint_ns, channel)
+                base = bases.get(channel)
+                ids = ChannelIds(conn, *place)
+                columns["message_ids"] = ids.compacted(
+                    value.message_ids, base, self._written_at(place, base)
+                )
+                if self._put_value(conn, key, channel, version, columns, tenant):
+                    self._wrote(
+                        place, version, Written.of(value.message_ids, columns["message_ids"])
+                    )
 
-        self._database.write("storing a checkpoint", write)
+        self._write("storing a checkpoint", write)
 
     def open_thread(self, thread_id: str) -> None:
         """Create thread ``thread_id``'s conversation in the handle's scope unless it exists
@@ -89,17 +135,22 @@ class GraphCheckpoints:
             return
 
         def write(conn: Connection) -> None:
+            sql = statements_for(conn.dialect)
             tenant = self._thread(conn, key.thread_id)
+            there = sql.select(conn, WRITES_THERE, key_values(key))
+            stored = {(row["task_id"], row["idx"]) for row in there}
+            rows: dict[tuple[str, int], PendingWrite] = {}
             for pending in writes:
-                where = _at(graph_writes, key) & (graph_writes.c.task_id == pending.task_id)
-                where &= graph_writes.c.idx == pending.idx
-                if pending.idx < 0:
-                    conn.execute(delete(graph_writes).where(where))
-                elif conn.execute(select(graph_writes.c.id).where(where)).first():
-                    continue
-                conn.execute(insert(graph_writes), _write_row(key, pending, tenant))
+                place = (pending.task_id, pending.idx)
+                if pending.idx < 0 or (place not in stored and place not in rows):
+                    rows[place] = pending
+            for task_id, idx in [place for place in rows if place[1] < 0 and place in stored]:
+                values = {**key_values(key), "task_id": task_id, "idx": idx}
+                sql.execute(conn, DELETE_WRITE, values)
+            inserted = [write_row(key, pending, tenant) for pending in rows.values()]
+            sql.execute_many(conn, INSERT_WRITE, inserted)
 
-        self._database.write("storing a checkpoint's pending writes", write)
+        self._write("storing a checkpoint's pending writes", write)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete every checkpoint of a thread, their channel values and writes (its
@@ -247,6 +298,15 @@ class GraphCheckpoints:
     def _now(self) -> Any:
         return self._database.clock()
 
+    def _write(self, what: str, work: Callable[[Connection], None]) -> None:
+        """``work`` in a transaction of its own, or in the one :meth:`together` encloses it in
+        (whose failure it fails whole: no savepoint of its own)."""
+        enclosing = self._database.joined()
+        if enclosing is not None:
+            work(enclosing)
+        else:
+            self._database.write(what, work)
+
     def _scoped(self, table: Table, condition: Any) -> Any:
         """``condition``, kept to the threads of the handle's scope."""
         scope = self._database.scope
@@ -259,15 +319,11 @@ class GraphCheckpoints:
         """The tenant of thread ``thread_id``'s conversation, created in the handle's scope
         when the thread is new."""
         scope = self._database.scope
-        found = conn.execute(
-            select(conversations.c.tenant_id, conversations.c.owner_id).where(
-                conversations.c.id == thread_id
-            )
-        ).first()
-        if found is None:
+        found = statements_for(conn.dialect).select(conn, THREAD, {"thread_id": thread_id})
+        if not found:
             self._create_thread(conn, thread_id)
             return scope.tenant_id
-        tenant, owner = found
+        tenant, owner = found[0]["tenant_id"], found[0]["owner_id"]
         if (scope.tenant_id not in (None, tenant)) or (scope.owner_id not in (None, owner)):
             raise UsageError(
                 f"the thread id {thread_id!r} is a conversation outside this handle's scope: "
@@ -291,7 +347,7 @@ class GraphCheckpoints:
             "metadata": {GRAPH_THREAD_KEY: thread_id},
             **scope.columns(),
         }
-        conn.execute(_insert_if_absent(conn), sealed(conversations, row))
+        conn.execute(insert_if_absent(conn), sealed(conversations, row))
 
     def _parent_versions(self, conn: Connection, stored: StoredCheckpoint) -> dict[str, str]:
         """The channel versions of ``stored``'s parent checkpoint (none without one)."""
@@ -300,8 +356,8 @@ class GraphCheckpoints:
         parent = CheckpointKey(
             stored.key.thread_id, stored.key.checkpoint_ns, stored.parent_checkpoint_id
         )
-        query = select(graph_checkpoints.c.channel_versions).where(_at(graph_checkpoints, parent))
-        versions = conn.execute(query).scalar()
+        found = statements_for(conn.dialect).select(conn, PARENT_VERSIONS, key_values(parent))
+        versions = found[0]["channel_versions"] if found else None
         return dict(versions) if versions else {}
 
     def _put_value(
@@ -312,12 +368,14 @@ class GraphCheckpoints:
         version: str,
         columns: dict[str, Any],
         tenant: str | None,
-    ) -> None:
+    ) -> bool:
+        """Store a channel version unless it is there: whether it was stored."""
         table = graph_channel_values
-        where = (table.c.thread_id == key.thread_id) & (table.c.checkpoint_ns == key.checkpoint_ns)
-        where &= (table.c.channel == channel) & (table.c.version == version)
-        if conn.execute(select(table.c.id).where(where)).first() is not None:
-            return
+        sql = statements_for(conn.dialect)
+        place = {**key_values(key), "channel": channel, "version": version}
+        del place["checkpoint_id"]
+        if sql.select(conn, VALUE_THERE, place):
+            return False
         row = {
             "id": new_id(),
             "thread_id": key.thread_id,
@@ -327,7 +385,31 @@ class GraphCheckpoints:
             **columns,
             "tenant_id": tenant,
         }
-        conn.execute(insert(table), sealed(table, row))
+        sql.execute(conn, INSERT_VALUE, sealed(table, row))
+        return True
+
+    def _written_at(self, place: tuple[str, str, str], version: str | None) -> Written | None:
+        """What version ``version`` of channel ``place`` holds, when this object stored it
+        last (the parent checkpoint that holds it was read in the same transaction, so it is
+        still there)."""
+        with self._lock:
+            last = self._written.get(place)
+        return last[1] if last is not None and last[0] == version else None
+
+    def _ids(self, conn: Connection, place: tuple[str, str, str], row: Any) -> Ids:
+        """Every message id a stored version of channel ``place`` holds: as this object
+        stored it last, or resolved down its chain."""
+        written = self._written_at(place, row["version"])
+        if written is not None:
+            return written.ids
+        return ChannelIds(conn, *place).resolved(row["message_ids"])
+
+    def _wrote(self, place: tuple[str, str, str], version: str, written: Written) -> None:
+        with self._lock:
+            self._written[place] = (version, written)
+            self._written.move_to_end(place)
+            if len(self._written) > KEPT_CHANNELS:
+                self._written.popitem(last=False)
 
     def _delete_checkpoints(self, conn: Connection, doomed: Sequence[CheckpointKey]) -> None:
         """Delete the checkpoints ``doomed``, their writes, and the channel versions of their
@@ -418,8 +500,8 @@ class GraphCheckpoints:
                     check_row(table, row)
                     value = _value_of(row)
                     if row["message_ids"] is not None:
-                        chain = ChannelIds(conn, key.thread_id, key.checkpoint_ns, row["channel"])
-                        value = replace(value, message_ids=chain.resolved(row["message_ids"]))
+                        place = (key.thread_id, key.checkpoint_ns, row["channel"])
+                        value = replace(value, message_ids=self._ids(conn, place, row))
                     values[row["channel"]] = value
         ids = {i for v in values.values() for i in v.message_ids or () if i is not None}
         writes = conn.execute(select(graph_writes).where(_at(graph_writes, key))).mappings()
@@ -444,18 +526,6 @@ class GraphCheckpoints:
 # --- rows ---------------------------------------------------------------------------------------
 
 
-def _insert_if_absent(conn: Connection) -> Any:
-    """An insert of a conversation that does nothing when its id is taken (each dialect's own
-    ``ON CONFLICT DO NOTHING``; PostgreSQL's is loaded only for a PostgreSQL ledger)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-
-        return postgresql_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
-
-
 def _at(table: Table, key: CheckpointKey) -> Any:
     c = table.c
     return (
@@ -465,45 +535,9 @@ def _at(table: Table, key: CheckpointKey) -> Any:
     )
 
 
-def _checkpoint_row(stored: StoredCheckpoint, tenant: str | None, now: Any) -> dict[str, Any]:
-    key = stored.key
-    row = {
-        "id": new_id(),
-        "thread_id": key.thread_id,
-        "checkpoint_ns": key.checkpoint_ns,
-        "checkpoint_id": key.checkpoint_id,
-        "parent_checkpoint_id": stored.parent_checkpoint_id,
-        "graph_run_id": stored.graph_run_id,
-        "checkpoint_type": stored.checkpoint_type,
-        "checkpoint": stored.checkpoint,
-        "channel_versions": stored.channel_versions,
-        "metadata": stored.metadata,
-        "created_at": now,
-        "tenant_id": tenant,
-    }
-    return sealed(graph_checkpoints, row)
-
-
 def _value_columns(value: ChannelValue) -> dict[str, Any]:
     ids = None if value.message_ids is None else list(value.message_ids)
     return {"value_type": value.value_type, "value": value.value, "message_ids": ids}
-
-
-def _write_row(key: CheckpointKey, pending: PendingWrite, tenant: str | None) -> dict[str, Any]:
-    row = {
-        "id": new_id(),
-        "thread_id": key.thread_id,
-        "checkpoint_ns": key.checkpoint_ns,
-        "checkpoint_id": key.checkpoint_id,
-        "task_id": pending.task_id,
-        "idx": pending.idx,
-        "channel": pending.channel,
-        "value_type": pending.value_type,
-        "value": pending.value,
-        "task_path": pending.task_path,
-        "tenant_id": tenant,
-    }
-    return sealed(graph_writes, row)
 
 
 def _moved(table: Table, row: dict[str, Any], thread_id: str, tenant: str | None) -> dict[str, Any]:

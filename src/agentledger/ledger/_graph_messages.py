@@ -12,6 +12,7 @@ one is stored against is kept while the other is (:func:`bases_held`).
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import Connection, select
@@ -27,6 +28,21 @@ MAX_DEPTH = 64
 Ids = tuple[str | None, ...]
 
 
+@dataclass(frozen=True)
+class Written:
+    """A version of a channel of messages as it was stored: every id it holds, and how many
+    versions down its chain goes (0: stored whole)."""
+
+    ids: Ids
+    depth: int
+
+    @classmethod
+    def of(cls, ids: Ids, stored: Sequence[Any]) -> Written:
+        """``ids`` stored as ``stored`` (what :meth:`ChannelIds.compacted` made of them)."""
+        head = _head(stored)
+        return cls(ids, head[2] if head is not None else 0)
+
+
 class ChannelIds:
     """The message ids of one channel of one namespace of a thread, read in a transaction."""
 
@@ -34,17 +50,22 @@ class ChannelIds:
         self._conn, self._thread_id, self._ns, self._channel = conn, thread_id, ns, channel
         self._stored: dict[str, list[Any] | None] = {}
 
-    def compacted(self, ids: Ids, base: str | None) -> list[Any]:
+    def compacted(self, ids: Ids, base: str | None, written: Written | None = None) -> list[Any]:
         """``ids`` as stored: against version ``base`` (its checkpoint's parent's) when they
-        begin with its ids and its chain is not too long, else whole."""
-        stored = self._raw(base) if base is not None else None
-        if stored is None:
+        begin with its ids and its chain is not too long, else whole. ``written``: what
+        ``base`` holds, when the caller stored it (then nothing is read)."""
+        if base is None:
             return list(ids)
-        head = _head(stored)
-        depth = head[2] + 1 if head is not None else 1
+        if written is None:
+            stored = self._raw(base)
+            if stored is None:
+                return list(ids)
+            head = _head(stored)
+            written = Written(self.resolved(stored), head[2] if head is not None else 0)
+        depth = written.depth + 1
         if depth > MAX_DEPTH:
             return list(ids)
-        held = self.resolved(stored)
+        held = written.ids
         count = 0
         while count < min(len(held), len(ids)) and held[count] is not None:
             if held[count] != ids[count]:

@@ -29,7 +29,7 @@ from ...ledger import (
     MessageRow,
     StoredCheckpoint,
 )
-from ._rows import RESIDUE_KEY, rebuilt
+from ._rows import RESIDUE_KEY, rebuilt, residue
 from ._runs import GraphRuns
 
 KNOWN_THREADS = 256
@@ -49,7 +49,8 @@ class MessageChannels:
         self.runs = GraphRuns(ledger)
         self._known: OrderedDict[tuple[str, str], Known] = OrderedDict()
         self._read: OrderedDict[str, dict[str, MessageRow]] = OrderedDict()
-        """The message rows read of each recently read thread, by id: read once."""
+        """The message rows of each recently used thread, by id, read or written by this
+        saver (a row does not change): read once."""
         self._last: dict[str, str] = {}
         """The newest checkpoint of each thread whose messages were recorded."""
         self._ending: dict[str, tuple[str, str, Any]] = {}
@@ -99,11 +100,28 @@ class MessageChannels:
         with self.runs.lock:
             rows = self.rows_read(stored.key.thread_id)
             rows.update(stored.messages)
-        return {
-            channel: self._value_of(stored, value, rows)
-            for channel, value in stored.values.items()
-            if value.message_ids is not None or value.value_type is not None
-        }
+        values = {}
+        for channel, value in stored.values.items():
+            if value.message_ids is None and value.value_type is None:
+                continue
+            values[channel] = self._value_of(stored, value, rows)
+            if value.message_ids is not None:
+                self._held(stored.key, value.message_ids, values[channel])
+        return values
+
+    def _held(self, key: CheckpointKey, ids: Sequence[str | None], messages: list[Any]) -> None:
+        """The messages just read back from rows ``ids`` are those the graph will save
+        next: known by themselves, so that saving them compares no fields."""
+        with self.runs.lock:
+            known = self._known.get((key.thread_id, key.checkpoint_ns))
+            if known is None:
+                return
+            for row_id, message in zip(ids, messages, strict=True):
+                pairs = known.get(message.id, []) if row_id is not None else []
+                for n, (_, held_row) in enumerate(pairs):
+                    if held_row == row_id:
+                        pairs[n] = (message, held_row)
+                        break
 
     def copied(self, thread_id: str) -> dict[tuple[str, str, str], ChannelValue]:
         """The values a copy of thread ``thread_id`` stores instead of the source's: each
@@ -125,6 +143,15 @@ class MessageChannels:
             for key in [k for k in self._known if k[0] == thread_id]:
                 del self._known[key]
             self._read.pop(thread_id, None)
+
+    def discard(self, thread_id: str, error: str) -> None:
+        """A write of thread ``thread_id`` failed with ``error``, rolled back whole: drop its
+        open run and what is known of its rows (some may have been rolled back with it)."""
+        with self.runs.lock:
+            self.runs.discard(thread_id, error)
+            self.forget(thread_id)
+            self._last.pop(thread_id, None)
+            self._ending.pop(thread_id, None)
 
     def end_run(self, key: CheckpointKey, channel: str, value: Any) -> None:
         """A task of the checkpoint ``key`` wrote ``value`` to a special channel: an
@@ -164,32 +191,44 @@ class MessageChannels:
     ) -> ChannelValue:
         thread_id, ns = key.thread_id, key.checkpoint_ns
         others = [k for (t, n), k in self._known.items() if t == thread_id and n != ns]
-        task = ""
+        task: BaseMessage | None = None  # the last row before a message: a subgraph's task
+        ids: list[str | None] = []
         for message in messages:
-            if _row_of(known, message) is not None:
-                task = message.text
+            ids.append(_row_of(known, message))
+            if ids[-1] is not None:
+                task = message
                 continue
             below = next((r for k in others if (r := _row_of(k, message)) is not None), None)
             if below is not None:
-                task = message.text
+                task = message
                 made = self.runs.answer_from_below(thread_id, message) if not ns else []
                 for held, row_id in made or [(message, below)]:
                     known.setdefault(held.id, []).append((held, row_id))
                 continue
-            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=task)
+            asked = "" if task is None else task.text
+            recorded = self.runs.record(thread_id, message, graph_run_id, ns=ns, task=asked)
+            self._wrote(thread_id, recorded)
             for made_message, row_id in recorded:
                 known.setdefault(made_message.id, []).append((made_message, row_id))
-            task = ""
-        ids: list[str | None] = []
-        serialized: list[BaseMessage] = []
-        for message in messages:
-            found = _row_of(known, message)
-            ids.append(found)
-            if found is None:
-                serialized.append(message)
+            task = None
+        # What was recorded after a message can make it a row (a tool result, its call's).
+        ids = [found or _row_of(known, m) for found, m in zip(ids, messages, strict=True)]
+        serialized = [m for found, m in zip(ids, messages, strict=True) if found is None]
         if not serialized:
             return ChannelValue(message_ids=tuple(ids))
         return ChannelValue(*self._serde.dumps_typed(serialized), message_ids=tuple(ids))
+
+    def _wrote(self, thread_id: str, recorded: Sequence[tuple[BaseMessage, str]]) -> None:
+        """Keep the rows just written for ``recorded`` as :meth:`rows_read` would read them
+        back (their text, and the fields of the message as :func:`residue` keeps them), so
+        that reading the checkpoint that refers to them does not select them again."""
+        if not recorded:
+            return
+        rows = self.rows_read(thread_id)
+        for message, row_id in recorded:
+            kept = residue(message)
+            if kept is not None and isinstance(message.content, str):
+                rows[row_id] = MessageRow(message.content, {RESIDUE_KEY: kept})
 
     def _known_of(self, key: CheckpointKey, parent_id: str | None) -> Known:
         """What is known of the rows of ``key``'s thread and namespace: read from the parent

@@ -9,7 +9,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from langchain_core.messages import AIMessage, BaseMessage, messages_from_dict
+from langchain_core.messages import (
+    AIMessage,
+    BaseMessage,
+    HumanMessage,
+    SystemMessage,
+    ToolMessage,
+    messages_from_dict,
+)
 from pydantic import JsonValue
 
 from ..._values import ToolCall, Usage
@@ -36,9 +43,23 @@ def residue(message: BaseMessage) -> dict[str, JsonValue] | None:
     return kept if same else None
 
 
+_CLASSES: dict[Any, type[BaseMessage]] = {
+    "human": HumanMessage,
+    "ai": AIMessage,
+    "tool": ToolMessage,
+    "system": SystemMessage,
+}
+"""The common kinds of message, by their ``type``: rebuilt from fields they were dumped to,
+which need no validation again."""
+
+
 def rebuilt(content: str, fields: dict[str, Any]) -> BaseMessage:
-    """The message whose text is ``content`` and other fields ``fields`` (a :func:`residue`)."""
+    """The message whose text is ``content`` and other fields ``fields`` (a :func:`residue`:
+    one that does not come back equal this way is no row)."""
     data = {**fields, "content": content}
+    kind = _CLASSES.get(fields["type"])
+    if kind is not None:
+        return kind.model_construct(**data)
     return messages_from_dict([{"type": fields["type"], "data": data}])[0]
 
 

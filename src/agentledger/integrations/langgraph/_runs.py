@@ -19,6 +19,7 @@ thread's graph, is the thread's run's answer too when nothing else answered it.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -92,6 +93,17 @@ class GraphRuns:
             run.turn.interrupt(error)
         else:
             run.turn.fail(error or "the graph invocation ended before an AI answer")
+
+    def discard(self, thread_id: str, error: str) -> None:
+        """Drop thread ``thread_id``'s open runs, whose last write failed with ``error`` (rolled
+        back with the checkpoint it came with): each ended failed where what began it was
+        committed before, forgotten where it was not."""
+        places = [place for place in self._below if place[0] == thread_id]
+        runs = [self._below.pop(place) for place in places]
+        run = self._open.pop(thread_id, None)
+        for each in [*runs, *([run] if run is not None else [])]:
+            with contextlib.suppress(Exception):  # its begin rolled back: nothing to end
+                each.turn.fail(error)
 
     def record(
         self,

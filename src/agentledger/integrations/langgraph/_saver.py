@@ -1,8 +1,10 @@
 """``LedgerSaver``: LangGraph's ``BaseCheckpointSaver`` over an agentledger ledger.
 
 Every method of the saver, base and extended (``delete_for_runs``, ``copy_thread``,
-``prune``), sync and async, is one transaction of ``ledger.graph_checkpoints``; how channel
-values are encoded is :mod:`._messages`'s to decide. The async methods run the sync ones in a worker
+``prune``), sync and async, is one transaction of ``ledger.graph_checkpoints``: ``put`` and
+``put_writes`` write the rows of the runs they bring (:mod:`._runs`) in it too, with one commit,
+as LangGraph's own savers commit once per call; how channel values are encoded is
+:mod:`._messages`'s to decide. The async methods run the sync ones in a worker
 thread (``asyncio.to_thread``), as the ledger's other async callers do: the event loop never
 waits on the database.
 """
@@ -12,7 +14,8 @@ from __future__ import annotations
 import asyncio
 import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Any, cast
 
@@ -40,6 +43,9 @@ from ...ledger import (
     StoredCheckpoint,
 )
 from ._messages import MessageChannels
+
+WRITE_LOCKS = 64
+"""How many locks a saver's threads share to queue their writes (a thread's are in order)."""
 
 PRUNE_STRATEGIES = ("keep_latest", "delete")
 """What ``prune`` keeps of each namespace of a thread: its newest checkpoint, or nothing."""
@@ -69,6 +75,8 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         self.ledger = ledger
         self._store = ledger.graph_checkpoints
         self._messages = MessageChannels(ledger, self.serde)
+        self._writing = [threading.Lock() for _ in range(WRITE_LOCKS)]
+        """The threads' writes queue on these, a thread always on the same one."""
 
     def __repr__(self) -> str:
         return f"LedgerSaver({self.ledger!r})"
@@ -117,13 +125,6 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         body = {k: v for k, v in checkpoint.items() if k != "channel_values"}
         checkpoint_type, serialized = self.serde.dumps_typed(body)
         key = CheckpointKey(thread_id, ns, checkpoint["id"])
-        values = checkpoint["channel_values"]
-        new_values = self._messages.encoded(
-            key,
-            get_checkpoint_id(config),
-            {ch: values[ch] for ch in new_versions if ch in values},
-            metadata,
-        )
         stored = StoredCheckpoint(
             key=key,
             parent_checkpoint_id=get_checkpoint_id(config),
@@ -132,13 +133,24 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             channel_versions={ch: _version(v) for ch, v in checkpoint["channel_versions"].items()},
             metadata=dict(get_serializable_checkpoint_metadata(config, metadata)),
         )
-        self._store.put(
-            stored,
-            {
-                (ch, _version(v)): new_values.get(ch, ChannelValue())
-                for ch, v in new_versions.items()
-            },
-        )
+
+        def store() -> None:
+            values = checkpoint["channel_values"]
+            new_values = self._messages.encoded(
+                key,
+                get_checkpoint_id(config),
+                {ch: values[ch] for ch in new_versions if ch in values},
+                metadata,
+            )
+            self._store.put(
+                stored,
+                {
+                    (ch, _version(v)): new_values.get(ch, ChannelValue())
+                    for ch, v in new_versions.items()
+                },
+            )
+
+        self._together(thread_id, "storing a checkpoint", store)
         return {
             "configurable": {
                 "thread_id": thread_id,
@@ -162,9 +174,13 @@ class LedgerSaver(BaseCheckpointSaver[str]):
             value_type, serialized = self.serde.dumps_typed(value)
             index = WRITES_IDX_MAP.get(channel, idx)
             pending.append(PendingWrite(task_id, index, channel, value_type, serialized, task_path))
-        self._store.put_writes(key, pending)
-        for channel, value in writes:
-            self._messages.end_run(key, channel, value)
+
+        def store() -> None:
+            self._store.put_writes(key, pending)
+            for channel, value in writes:
+                self._messages.end_run(key, channel, value)
+
+        self._together(thread_id, "storing a checkpoint's pending writes", store)
 
     def delete_thread(self, thread_id: str) -> None:
         """Delete the thread's checkpoints and writes (its conversation stays in the ledger:
@@ -284,6 +300,21 @@ class LedgerSaver(BaseCheckpointSaver[str]):
         else:
             number = int(str(current).split(".")[0])
         return f"{number + 1:032}.{random.random():016}"
+
+    # --- inside -----------------------------------------------------------------------------
+
+    def _together(self, thread_id: str, what: str, work: Callable[[], None]) -> None:
+        """``work`` (a checkpoint or writes stored, with the runs' rows they bring) in one
+        transaction, one commit, after the thread's other writes from this process (LangGraph
+        stores a step's writes and its next checkpoint from threads at once: they queue here
+        rather than poll the database's lock). When it fails, nothing of it was written: what
+        the saver knew of the thread's open run and rows is dropped with it."""
+        with self._writing[hash(thread_id) % len(self._writing)]:
+            try:
+                self._store.together(what, work)
+            except BaseException as exc:
+                self._messages.discard(thread_id, f"{type(exc).__name__}: {exc}")
+                raise
 
     # --- reading back -----------------------------------------------------------------------
 
