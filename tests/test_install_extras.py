@@ -19,6 +19,7 @@ import subprocess
 import sys
 import venv
 from collections.abc import Callable
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from typing import Any
 
@@ -112,6 +113,23 @@ def megabytes(size: int) -> str:
     return f"{size / 2**20:.0f} MB"
 
 
+def holds(
+    found: dict[str, Any],
+    extra: str,
+    brings: AbstractSet[str],
+    report: Callable[[str], None],
+    *,
+    allowed: AbstractSet[str] = frozenset(),
+) -> None:
+    """The venv of ``extra`` holds what it ``brings`` and nothing of :data:`HEAVY` but that
+    and what it is ``allowed``; its size reported."""
+    installed = found["installed"]
+    assert brings <= set(installed), brings - set(installed)
+    unwanted = (HEAVY - brings - allowed) & set(installed)
+    assert not unwanted, unwanted
+    report(f"[{extra}]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+
+
 def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
     wheel: Path, tmp_path: Path, report: Callable[[str], None]
 ) -> None:
@@ -184,10 +202,7 @@ def test_each_analytics_extra_brings_what_its_conversion_needs(
     found = probe(python, extra, f"sqlite:///{tmp_path / 'ledger.db'}")
 
     assert found["uses"] == {"library": library, "rows": ROLLUP}
-    installed = found["installed"]
-    assert brings <= set(installed), brings - set(installed)
-    assert not (HEAVY - brings) & set(installed), (HEAVY - brings) & set(installed)
-    report(f"[{extra}]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, extra, brings, report)
 
 
 def test_the_examples_extra_runs_the_example_chat_app(
@@ -201,10 +216,7 @@ def test_the_examples_extra_runs_the_example_chat_app(
         ("user", "Lisbon", False),
         ("assistant", "Lisbon a subject", False),
     ]
-    installed = found["installed"]
-    assert {"fastapi", "uvicorn", "starlette"} <= set(installed)
-    assert not (HEAVY - OTEL_API) & set(installed), (HEAVY - OTEL_API) & set(installed)
-    report(f"[examples]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, "examples", {"fastapi", "uvicorn", "starlette"}, report, allowed=OTEL_API)
 
 
 def test_the_openai_agents_extra_keeps_an_sdk_session_in_the_ledger(
@@ -215,10 +227,7 @@ def test_the_openai_agents_extra_keeps_an_sdk_session_in_the_ledger(
     found = probe(python, "openai-agents", f"sqlite:///{tmp_path / 'ledger.db'}")
 
     assert found["uses"] == [{"role": "user", "content": "hello"}]
-    installed = found["installed"]
-    assert "openai-agents" in installed
-    assert not (HEAVY - OTEL_API) & set(installed), (HEAVY - OTEL_API) & set(installed)
-    report(f"[openai-agents]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, "openai-agents", {"openai-agents"}, report, allowed=OTEL_API)
 
 
 def test_the_otel_extra_traces_a_run_and_exports_the_ledgers_runs(
@@ -229,10 +238,7 @@ def test_the_otel_extra_traces_a_run_and_exports_the_ledgers_runs(
     found = probe(python, "otel", f"sqlite:///{tmp_path / 'ledger.db'}")
 
     assert found["uses"] == {"live": ["chat scripted", "invoke_agent agent"], "exported": 6}
-    installed = found["installed"]
-    assert set(installed) >= OTEL, OTEL - set(installed)
-    assert not (HEAVY - OTEL) & set(installed), (HEAVY - OTEL) & set(installed)
-    report(f"[otel]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, "otel", OTEL, report)
 
 
 def test_the_postgresql_extras_record_and_analyse_a_ledger_on_postgresql(
@@ -265,10 +271,7 @@ def test_the_mcp_extra_offers_an_mcp_servers_tools_to_an_agent(
             "structured_content": {"result": 42},
         },
     }
-    installed = found["installed"]
-    assert {"mcp", "jsonschema"} <= set(installed)
-    assert not (HEAVY - OTEL_API) & set(installed), (HEAVY - OTEL_API) & set(installed)
-    report(f"[mcp]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, "mcp", {"mcp", "jsonschema"}, report, allowed=OTEL_API)
 
 
 def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
@@ -283,10 +286,7 @@ def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
     assert found["uses"]["messages"] == said
     assert found["uses"]["runs"] == [["completed", 1, 12, 3, 1]] * 2  # priced: cost_usd > 0
     assert found["uses"]["checkpoints"] > 0
-    installed = found["installed"]
-    assert {"langgraph", "langgraph-checkpoint", "langchain-core"} <= set(installed)
-    assert not HEAVY & set(installed), HEAVY & set(installed)
-    report(f"[langgraph]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    holds(found, "langgraph", {"langgraph", "langgraph-checkpoint", "langchain-core"}, report)
 
 
 def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(
@@ -310,8 +310,5 @@ def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(
     ]
     assert found["uses"]["messages"] == [["user", "Weather in Paris?"], ["assistant", "22C."]]
     assert found["uses"]["tools"] == [["get_weather", "22C"]]
-    installed = found["installed"]
-    assert "sqlite-utils" in installed
-    assert not {"openai-agents", "langgraph", "llm"} & set(installed)
-    assert not HEAVY & set(installed), HEAVY & set(installed)
-    report(f"[import]: {len(installed)} packages, {megabytes(sum(installed.values()))}")
+    assert not {"openai-agents", "langgraph", "llm"} & set(found["installed"])
+    holds(found, "import", {"sqlite-utils"}, report)
