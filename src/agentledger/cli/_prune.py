@@ -41,7 +41,7 @@ def prune(
     yes: bool,
     as_json: bool,
 ) -> None:
-    """Delete old checkpoints of graph threads (LangGraph's), keeping their conversations.
+    """Delete old checkpoints of LangGraph threads.
 
     Of THREAD_IDS (or of every thread in --tenant and --owner), keep the --keep-latest newest
     checkpoints of each namespace, and only those made within --older-than; given both, both
