@@ -13,8 +13,10 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 from agents import Agent, RunContextWrapper, RunHooks
@@ -157,11 +159,20 @@ class LedgerSession:
         self._record({}, batch, calls)
 
     def _pop(self) -> Any | None:
+        """Name the newest item in a removal run, and commit it only if, under the run's
+        lease, that item is still the newest: another handle popping at the same moment
+        took it first otherwise, and this pop ends its run failed and tries the next one."""
+        while True:
+            entries = self._entries()
+            if not entries:
+                return None
+            newest = entries[-1]
+            if self._record({REMOVED_KEY: [newest.key]}, still=partial(self._newest, newest.key)):
+                return newest.item
+
+    def _newest(self, key: str) -> bool:
         entries = self._entries()
-        if not entries:
-            return None
-        self._record({REMOVED_KEY: [entries[-1].key]})
-        return entries[-1].item
+        return bool(entries) and entries[-1].key == key
 
     def _clear(self) -> None:
         if self._entries():
@@ -172,9 +183,12 @@ class LedgerSession:
         metadata: dict[str, JsonValue],
         batch: Batch | None = None,
         calls: Sequence[ModelCall] = (),
-    ) -> None:
+        still: Callable[[], bool] | None = None,
+    ) -> bool:
         """One run of the session: begin, its steps, commit (or, on failure, failed: a
-        failed run's items are not the session's)."""
+        failed run's items are not the session's). ``still`` is checked under the run's lease,
+        where no other write of the session can land: when it is false the run ends failed,
+        nothing of it counts, and the answer is False."""
         recorder = self.ledger.recorder
         run_id = new_id()
         state = AgentState(
@@ -190,9 +204,13 @@ class LedgerSession:
             # Loaded under the run's lease: the conversation cannot change until the commit.
             loaded = recorder.load_conversation(self.session_id).store
             state = state.with_message_store(loaded)
+            if still is not None and not still():
+                recorder.fail_run(state, "the session changed before this write took its turn")
+                return False
             if batch is not None:
                 state = self._filled(state, batch, calls)
             recorder.commit_run(state.model_copy(update={"status": AgentStatus.COMPLETED}))
+            return True
         except BaseException as exc:
             with contextlib.suppress(Exception):  # the error that ended it is the one to raise
                 recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
@@ -274,12 +292,14 @@ class LedgerSession:
         return entries
 
     def _runs(self) -> list[AgentRun]:
-        return [
+        """The session's completed runs in the order they committed (see :func:`_written`)."""
+        runs = [
             run
             for run in self.ledger.runs(self.session_id)
             if (run.metadata_ or {}).get(SESSION_KEY) == self.session_id
             and run.status == AgentStatus.COMPLETED
         ]
+        return sorted(runs, key=_written)
 
     def _after(
         self, run: AgentRun, entries: list[_Entry], messages: list[tuple[int, Item]]
@@ -306,6 +326,16 @@ class LedgerSession:
                 if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
                     found.append((int(str(entry["index"])), entry["item"]))
         return found  # type: ignore[return-value]
+
+
+def _written(run: AgentRun) -> tuple[bool, int, datetime, str]:
+    """The order a session's runs were written in. Their commits are serialized by the
+    conversation's lease, and a commit stamps the run's row with the database's change counter
+    (``change_seq``), which nothing changes on a completed run: that is the order, whatever
+    the writers' clocks said (``started_at`` comes from the clock of the host that wrote).
+    Rows from before the counter existed (``NULL``) come first, by start time then id."""
+    stamped = run.change_seq is not None
+    return (stamped, run.change_seq or 0, run.started_at, run.id)
 
 
 def _run_of(message: Message) -> str | None:
