@@ -132,3 +132,45 @@ def test_concurrent_first_writers_of_one_session_lose_nothing(ledger, handles):
     for n in range(3):
         assert [i for i in items if i.startswith(f"{n}.")] == [f"{n}.{t}" for t in range(3)]
     assert len(ledger.runs(SESSION)) == 9
+
+
+# --- the SDK's compaction hook --------------------------------------------------------------------
+
+
+def test_the_compaction_hook_replaces_a_suffix_in_one_run_and_keeps_every_row(ledger, db):
+    session = LedgerSession(SESSION, ledger)
+    run(session.add_items([said(t) for t in ("one", "two", "three")]))
+    rows = db.scalar("SELECT count(*) FROM conversation_messages")
+
+    snapshot = run(session._get_compaction_snapshot(2))
+    assert snapshot.items == [said("two"), said("three")]
+    assert snapshot.complete is False
+    assert run(session._get_compaction_snapshot(5)).complete is True
+
+    summary = {"role": "assistant", "content": "two and three, in short"}
+    assert run(snapshot.replace_suffix(0, [summary])) is True
+    assert run(session.get_items()) == [said("one"), summary]
+    assert db.scalar("SELECT count(*) FROM conversation_messages") == rows + 1
+    # A stale snapshot (the session moved on since it was read) replaces nothing.
+    assert run(snapshot.replace_suffix(0, [said("stale")])) is False
+    assert run(session.get_items()) == [said("one"), summary]
+
+
+def test_the_compaction_hook_refuses_a_suffix_another_handle_changed(ledger, handles):
+    session = LedgerSession(SESSION, ledger)
+    run(session.add_items([said("one"), said("two")]))
+    snapshot = run(session._get_compaction_snapshot(2))
+    run(LedgerSession(SESSION, handles[0]).add_items([said("three")]))
+
+    assert run(snapshot.replace_suffix(0, [said("short")])) is False
+    assert run(session.get_items()) == [said("one"), said("two"), said("three")]
+
+
+def test_the_compaction_hook_prunes_the_expired_prefix_with_the_suffix(ledger):
+    session = LedgerSession(SESSION, ledger)
+    run(session.add_items([said(t) for t in ("old 1", "old 2", "kept", "recent")]))
+    snapshot = run(
+        session._get_compaction_snapshot(1, prune_prefix=lambda i: i["content"].startswith("old"))
+    )
+    assert run(snapshot.replace_suffix(0, [said("summary")])) is True
+    assert run(session.get_items()) == [said("kept"), said("summary")]

@@ -22,6 +22,7 @@ from typing import Any
 from agents import Agent, RunContextWrapper, RunHooks
 from agents.items import ModelResponse
 from agents.memory import SessionSettings
+from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import resolve_session_limit
 from pydantic import JsonValue
 
@@ -152,6 +153,22 @@ class LedgerSession:
         """Take every item out of the session."""
         await asyncio.to_thread(self._clear)
 
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> _CompactionSnapshot:
+        """The SDK's compaction hook (``OpenAIResponsesCompactionSession`` looks for it): the
+        newest ``limit`` items of the session's view, and a ``replace_suffix`` that swaps a
+        suffix of them for the compacted output in one run, only if the session still ends
+        with exactly that suffix (see :meth:`_replace`)."""
+        entries = await asyncio.to_thread(self._entries)
+        window = entries[-limit:] if limit > 0 else []
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            return await asyncio.to_thread(self._replace, window[start:], output, prune_prefix)
+
+        items: list[Any] = [e.item for e in window]  # the SDK's item dicts, as stored
+        return _CompactionSnapshot(items, len(window) == len(entries), replace_suffix)
+
     # --- in a worker thread -----------------------------------------------------------------
 
     def _add(self, batch: Batch, calls: Sequence[ModelCall]) -> None:
@@ -169,6 +186,34 @@ class LedgerSession:
             newest = entries[-1]
             if self._record({REMOVED_KEY: [newest.key]}, still=partial(self._newest, newest.key)):
                 return newest.item
+
+    def _replace(
+        self,
+        suffix: list[_Entry],
+        output: list[Any],
+        prune_prefix: Callable[[Any], bool] | None,
+    ) -> bool:
+        """One run that takes ``suffix`` (and the oldest items ``prune_prefix`` says have
+        expired, up to the first it keeps) out of the session and adds ``output`` after what
+        is left; False, with nothing counted, when the session changed since it was read."""
+        entries = self._entries()
+        keys = [e.key for e in entries]
+        if not suffix or keys[-len(suffix) :] != [e.key for e in suffix]:
+            return False
+        removed = [e.key for e in suffix]
+        if prune_prefix is not None:
+            for entry in entries[: len(entries) - len(suffix)]:
+                if not prune_prefix(entry.item):
+                    break
+                removed.append(entry.key)
+        stored = stored_items(output)
+        batch = split_batch(stored) if stored else None
+        return self._record(
+            {REMOVED_KEY: list[JsonValue](removed)}, batch, still=partial(self._keys_are, keys)
+        )
+
+    def _keys_are(self, keys: list[str]) -> bool:
+        return [e.key for e in self._entries()] == keys
 
     def _newest(self, key: str) -> bool:
         entries = self._entries()
@@ -309,8 +354,8 @@ class LedgerSession:
         if metadata.get(CLEARED_KEY):
             return []
         removed = metadata.get(REMOVED_KEY)
-        if isinstance(removed, list):
-            return [e for e in entries if e.key not in removed]
+        if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
+            entries = [e for e in entries if e.key not in removed]
         own = [(n, item, True) for n, item in messages]
         if not self.separate_trace and run.step_count:
             own += [(n, item, False) for n, item in self._trace(run.id)]
