@@ -7,15 +7,27 @@ handle is its own engine and connections, as another process's would be."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import inspect
+import json
 import threading
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from agents import Agent as SdkAgent
+from agents import Model, ModelResponse, RunConfig, Runner, Usage
+from agents.memory import OpenAIResponsesCompactionSession
+from agents.memory.session import _CompactionSnapshot
+from openai.types.responses import ResponseOutputMessage, ResponseOutputText
 
+from agentledger._agents_sdk_items import REMOVED_KEY
 from agentledger.integrations.openai_agents import LedgerSession
 from agentledger.ledger import Ledger
+
+NO_TRACING = RunConfig(tracing_disabled=True)
 
 SESSION = "user-7"
 
@@ -174,3 +186,109 @@ def test_the_compaction_hook_prunes_the_expired_prefix_with_the_suffix(ledger):
     )
     assert run(snapshot.replace_suffix(0, [said("summary")])) is True
     assert run(session.get_items()) == [said("kept"), said("summary")]
+
+
+# --- OpenAIResponsesCompactionSession over LedgerSession, end to end -----------------------------
+
+
+class AnsweringModel(Model):
+    """The SDK's ``Model`` answering each call with one text, as a stored Responses response
+    (a response id: what the SDK's automatic compaction needs), keeping what it was sent."""
+
+    def __init__(self) -> None:
+        self.inputs: list[list[Any]] = []
+
+    async def get_response(self, system_instructions: Any, input: Any, *a: Any, **k: Any):
+        self.inputs.append(json.loads(json.dumps(input)))
+        n = len(self.inputs)
+        text = ResponseOutputText(type="output_text", text=f"answer {n}", annotations=[])
+        message = ResponseOutputMessage(
+            id=f"msg_{n}", type="message", role="assistant", status="completed", content=[text]
+        )
+        return ModelResponse(output=[message], usage=Usage(), response_id=f"resp_{n}")
+
+    def stream_response(self, *args: Any, **kwargs: Any) -> Any:
+        raise NotImplementedError("the tests run without streaming")
+
+
+COMPACTED = {"type": "compaction", "id": "cmp_1", "encrypted_content": "gAAA-what-came-before"}
+
+
+class CompactingClient:
+    """What the compaction session calls of an ``AsyncOpenAI`` client: ``responses.compact``,
+    answering with a compaction item (and the caller's first message, as the API keeps it)."""
+
+    def __init__(self) -> None:
+        self.requests: list[dict[str, Any]] = []
+        self.outputs: list[list[Any]] = []
+        self.responses = self
+
+    async def compact(self, **kwargs: Any) -> Any:
+        self.requests.append(kwargs)
+        kept = [i for i in kwargs.get("input", []) if i.get("role") == "user"][:1]
+        self.outputs.append([*kept, COMPACTED])
+        return SimpleNamespace(output=self.outputs[-1], usage=None)
+
+
+def compacting(session: LedgerSession) -> tuple[OpenAIResponsesCompactionSession, CompactingClient]:
+    client = CompactingClient()
+    wrapper = OpenAIResponsesCompactionSession(
+        session.session_id,
+        session,
+        client=client,  # type: ignore[arg-type]
+        should_trigger_compaction=lambda context: True,
+    )
+    return wrapper, client
+
+
+def test_the_compaction_session_compacts_through_the_hook_and_the_model_sees_the_compaction(
+    ledger,
+):
+    """Runner with ``OpenAIResponsesCompactionSession(underlying_session=LedgerSession)``:
+    after the turn, the SDK compacts it through the session's hook (one run naming what it
+    replaced), the next model call is sent the compaction item, and the ledger keeps every
+    message that was said."""
+    session = LedgerSession(SESSION, ledger)
+    wrapper, client = compacting(session)
+    model = AnsweringModel()
+    agent = SdkAgent(name="assistant", model=model)
+
+    run(Runner.run(agent, "hello", session=wrapper, run_config=NO_TRACING))
+    assert client.requests == [{"model": "gpt-4.1", "previous_response_id": "resp_1"}]
+    assert run(session.get_items()) == [COMPACTED]
+    compactions = [r for r in ledger.runs(SESSION) if REMOVED_KEY in (r.metadata_ or {})]
+    assert len(compactions) == 1  # the hook's one run, not a clear and an add
+
+    run(Runner.run(agent, "and then?", session=wrapper, run_config=NO_TRACING))
+    assert COMPACTED in model.inputs[1]
+    assert [m.content for m in ledger.messages(SESSION)][:2] == ["hello", "answer 1"]
+
+
+def test_a_manual_compaction_replaces_the_history_and_the_compaction_stays_in_view(ledger):
+    """``run_compaction({"force": True})`` outside a run: the SDK clears the session and adds
+    the compacted output; the compaction item is in the default view afterwards."""
+    session = LedgerSession(SESSION, ledger)
+    run(session.add_items([said("one"), {"role": "assistant", "content": "two"}]))
+    wrapper, client = compacting(session)
+
+    run(wrapper.run_compaction({"force": True}))
+    assert client.requests[0]["input"][0]["content"] == "one"
+    assert run(session.get_items()) == [said("one"), COMPACTED]
+    assert run(LedgerSession(SESSION, ledger, separate_trace=False).get_items()) == [
+        said("one"),
+        COMPACTED,
+    ]
+
+
+def test_the_sdk_private_compaction_hook_has_the_shape_the_session_gives_it():
+    """``_CompactionSnapshot`` and the name the compaction session looks the hook up by are
+    private to the SDK: this fails first when an SDK release changes either."""
+    assert [f.name for f in dataclasses.fields(_CompactionSnapshot)] == [
+        "items",
+        "complete",
+        "replace_suffix",
+    ]
+    source = inspect.getsource(OpenAIResponsesCompactionSession)
+    assert '"_get_compaction_snapshot"' in source
+    assert "snapshot.replace_suffix(suffix_start, output_items)" in source
+    assert inspect.iscoroutinefunction(LedgerSession._get_compaction_snapshot)

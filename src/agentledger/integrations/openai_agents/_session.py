@@ -28,6 +28,7 @@ from pydantic import JsonValue
 
 from ..._agents_sdk_items import (
     CLEARED_KEY,
+    COMPACTION_KEY,
     INDEX_KEY,
     ITEM_KEY,
     ITEMS_KEY,
@@ -36,6 +37,7 @@ from ..._agents_sdk_items import (
     SESSION_KEY,
     Batch,
     Item,
+    is_compaction,
     split_batch,
     stored_items,
     text_of,
@@ -68,7 +70,8 @@ class LedgerSession:
 
     ``get_items()`` returns what the next model call should see. With ``separate_trace=True``
     (the default) that is the conversation: the user and assistant messages, the tool calls,
-    their outputs and the reasoning of earlier turns left out (they stay in the run's trace).
+    their outputs and the reasoning of earlier turns left out (they stay in the run's trace)
+    but the ``compaction`` items ``responses.compact`` puts in place of what it compacted kept.
     With ``separate_trace=False``, every item in the order added, as the SDK's own sessions
     return them. Either way each item comes back exactly as it was added.
 
@@ -236,6 +239,8 @@ class LedgerSession:
         nothing of it counts, and the answer is False."""
         recorder = self.ledger.recorder
         run_id = new_id()
+        if batch is not None and any(is_compaction(i) for s in batch.steps for _, i in s.produced):
+            metadata = {**metadata, COMPACTION_KEY: True}
         state = AgentState(
             conversation_id=self.session_id,
             run_id=run_id,
@@ -357,8 +362,11 @@ class LedgerSession:
         if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
             entries = [e for e in entries if e.key not in removed]
         own = [(n, item, True) for n, item in messages]
-        if not self.separate_trace and run.step_count:
-            own += [(n, item, False) for n, item in self._trace(run.id)]
+        if run.step_count and (not self.separate_trace or metadata.get(COMPACTION_KEY)):
+            # A compaction item stands for the items it replaced: the model sees it in
+            # either view.
+            trace = self._trace(run.id)
+            own += [(n, i, False) for n, i in trace if not self.separate_trace or is_compaction(i)]
         own.sort(key=lambda entry: entry[0])
         return [*entries, *(_Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
 
