@@ -17,6 +17,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+import sqlalchemy
 from agents import Agent as SdkAgent
 from agents import Model, ModelResponse, RunConfig, Runner, Usage
 from agents.memory import OpenAIResponsesCompactionSession
@@ -292,3 +293,76 @@ def test_the_sdk_private_compaction_hook_has_the_shape_the_session_gives_it():
     assert '"_get_compaction_snapshot"' in source
     assert "snapshot.replace_suffix(suffix_start, output_items)" in source
     assert inspect.iscoroutinefunction(LedgerSession._get_compaction_snapshot)
+
+
+# --- the commit order the session reads by holds ---------------------------------------------------
+
+
+def test_nothing_the_ledger_does_later_restamps_a_sessions_completed_runs(ledger, handles):
+    """The session orders its runs by the change stamp their commit gave them. A pop that lost
+    its race (a failed run), verifying the ledger and forgetting another conversation write or
+    check rows around them: none re-stamps a completed run, and the order stays."""
+    session = LedgerSession(SESSION, ledger)
+    other = LedgerSession(SESSION, handles[0])
+    run(session.add_items([said("one")]))
+    run(other.add_items([said("two"), said("three")]))
+    run(LedgerSession("someone else", ledger).add_items([said("elsewhere")]))
+    stamps = {r.id: r.change_seq for r in ledger.runs(SESSION)}
+
+    at_once([lambda s=s: run(s.pop_item()) for s in (session, other)])
+    assert ledger.verify() == []
+    ledger.forget("someone else")
+
+    assert {r.id: r.change_seq for r in ledger.runs(SESSION) if r.id in stamps} == stamps
+    assert run(session.get_items()) == [said("one")]
+
+
+# --- add_items is one atomic batch ----------------------------------------------------------------
+
+_REFUSE = {
+    "sqlite": [
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON conversation_messages "
+        "WHEN new.content = 'poison' BEGIN SELECT RAISE(ABORT, 'poison refused'); END"
+    ],
+    "postgresql": [
+        "CREATE FUNCTION refuse_poison() RETURNS trigger AS $$ BEGIN IF NEW.content = 'poison' "
+        "THEN RAISE EXCEPTION 'poison refused'; END IF; RETURN NEW; END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER refuse_poison BEFORE INSERT ON conversation_messages "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_poison()",
+    ],
+}
+
+
+def test_a_batch_the_database_refuses_halfway_leaves_the_session_as_it_was(db_url, ledger):
+    """The database refuses the batch's last item after its tool step was written: the whole
+    batch is absent from the session (either view), the earlier history unchanged; once the
+    database takes it, the same batch lands once."""
+    session = LedgerSession(SESSION, ledger)
+    run(session.add_items([said("before")]))
+    batch = [
+        said("add 2 and 3"),
+        {"type": "function_call", "call_id": "c1", "name": "add", "arguments": '{"a":2,"b":3}'},
+        {"type": "function_call_output", "call_id": "c1", "output": "5"},
+        {"role": "assistant", "content": "poison"},
+    ]
+    engine = sqlalchemy.create_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            for statement in _REFUSE[engine.dialect.name]:
+                conn.execute(sqlalchemy.text(statement))
+        with pytest.raises(Exception, match="poison refused"):
+            run(session.add_items(batch))
+        assert run(session.get_items()) == [said("before")]
+        everything = LedgerSession(SESSION, ledger, separate_trace=False)
+        assert run(everything.get_items()) == [said("before")]
+
+        with engine.begin() as conn:
+            conn.execute(
+                sqlalchemy.text("DROP TRIGGER refuse_poison ON conversation_messages")
+                if engine.dialect.name == "postgresql"
+                else sqlalchemy.text("DROP TRIGGER refuse_poison")
+            )
+        run(session.add_items(batch))
+        assert run(everything.get_items()) == [said("before"), *batch]
+    finally:
+        engine.dispose()
