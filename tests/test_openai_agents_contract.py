@@ -295,7 +295,7 @@ def test_the_sdk_private_compaction_hook_has_the_shape_the_session_gives_it():
     assert inspect.iscoroutinefunction(LedgerSession._get_compaction_snapshot)
 
 
-# --- the commit order the session reads by holds ---------------------------------------------------
+# --- the commit order the session reads by holds ------------------------------------------------
 
 
 def test_nothing_the_ledger_does_later_restamps_a_sessions_completed_runs(ledger, handles):
