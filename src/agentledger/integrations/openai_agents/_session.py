@@ -386,6 +386,9 @@ def _written(run: AgentRun) -> tuple[bool, int, datetime, str]:
     conversation's lease, and a commit stamps the run's row with the database's change counter
     (``change_seq``), which nothing changes on a completed run: that is the order, whatever
     the writers' clocks said (``started_at`` comes from the clock of the host that wrote).
+    The ledger updates a run's row only while it holds the run's lease (steps, heartbeats, its
+    end) or to resume a failed or abandoned run, which then counts from its new commit; no
+    revision after the counter's writes run rows. An ``UPDATE`` written by hand re-stamps.
     Rows from before the counter existed (``NULL``) come first, by start time then id."""
     stamped = run.change_seq is not None
     return (stamped, run.change_seq or 0, run.started_at, run.id)
