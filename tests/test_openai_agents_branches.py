@@ -34,7 +34,7 @@ SESSION = "user-9"
 
 
 def agent() -> Agent[Any]:
-    """An agent whose model answers the turns of :func:`three_turns`, then one more."""
+    """An agent whose model answers the turns of ``Store.three_turns``, then one more."""
     model = FakeModel(
         "scripted",
         [
@@ -201,6 +201,29 @@ def test_branch_operations_refuse_and_delete_as_the_sdk_does(store):
         store(session.switch_to_branch(made))
     with pytest.raises(store.refused):
         store(session.create_branch_from_turn(2, made))  # nor given again once deleted
+
+
+def test_turns_are_listed_and_found_to_branch_from(store):
+    store.three_turns()
+    session = store.session
+    main_items = store(session.get_items())
+
+    turns = store(session.get_conversation_turns())
+    assert [(t["turn"], t["content"], t["full_content"], t["can_branch"]) for t in turns] == [
+        (1, "What is 2 + 3?", "What is 2 + 3?", True),
+        (2, "Weather in Paris, and 1 + 1?", "Weather in Paris, and 1 + 1?", True),
+        (3, "Thanks!", "Thanks!", True),
+    ]
+    assert all(isinstance(t["timestamp"], str) for t in turns)
+    assert [t["turn"] for t in store(session.find_turns_by_content("PARIS"))] == [2]
+    assert store(session.find_turns_by_content("London")) == []
+    with pytest.raises(store.refused):
+        store(session.create_branch_from_content("London"))
+
+    assert store(session.create_branch_from_content("paris", "alt")) == "alt"
+    assert store(session.get_items()) == main_items[:4]
+    assert [t["turn"] for t in store(session.get_conversation_turns())] == [1]
+    assert len(store(session.get_conversation_turns("main"))) == 3
 
 
 def test_clearing_the_session_takes_its_branches_and_its_usage(store):

@@ -36,6 +36,9 @@ if TYPE_CHECKING:
 MAIN = "main"
 """The branch of the session's own conversation, which every session has."""
 
+SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
+"""The form of the SDK's times (SQLite's ``CURRENT_TIMESTAMP``, in UTC)."""
+
 
 @dataclass(frozen=True)
 class Branch:
@@ -198,11 +201,7 @@ def listed(session: LedgerSession) -> list[dict[str, Any]]:
                 "message_count": len(entries),
                 "user_turns": len(user_turns(entries)),
                 "is_current": branch == session._branch,
-                "created_at": conversation.created_at.astimezone(UTC).strftime(_SQLITE_TIME),
+                "created_at": conversation.created_at.astimezone(UTC).strftime(SQLITE_TIME),
             }
         )
     return described
-
-
-_SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
-"""The form of the SDK's ``created_at`` (SQLite's ``CURRENT_TIMESTAMP``, in UTC)."""

@@ -45,7 +45,7 @@ from ..._agents_sdk_items import (
 from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
 from ...errors import ConversationBusyError, NotFoundError, UsageError
 from ...ledger import AgentRun, Conversation, Ledger
-from . import _branches, _usage
+from . import _branches, _turns, _usage
 from ._steps import ModelCall, step_execution, usage_of
 
 AGENT_NAME = "openai-agents"
@@ -213,6 +213,23 @@ class LedgerSession:
         """Fork the current branch before its turn ``turn_number`` (a user message) into a
         new branch and switch to it; its id (``branch_name``, or one made up)."""
         return await asyncio.to_thread(_branches.create, self, turn_number, branch_name)
+
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
+        """Branch from the first turn whose user message holds ``search_term``."""
+        return await asyncio.to_thread(_turns.create_from_content, self, search_term, branch_name)
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """The branch's turns, to branch from: ``turn``, ``content`` (its first 100
+        characters), ``full_content``, ``timestamp``, ``can_branch``."""
+        return await asyncio.to_thread(_turns.listed, self, branch_id)
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The branch's turns whose user message holds ``search_term``."""
+        return await asyncio.to_thread(_turns.containing, self, search_term, branch_id)
 
     async def switch_to_branch(self, branch_id: str) -> None:
         """Make ``branch_id`` the branch this session reads and writes."""
