@@ -9,6 +9,7 @@ out)."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -309,6 +310,7 @@ def test_store_run_usage_adds_nothing_to_what_the_hooks_recorded(ledger, db):
     driven.three_turns()
     assert db.scalar("SELECT sum(input_tokens) FROM agent_runs") == 500
     assert db.scalar("SELECT sum(input_tokens) FROM step_executions") == 500
+    assert driven(session.get_session_usage())["input_tokens"] == 500
 
 
 def test_store_run_usage_says_to_pass_the_hooks_when_they_were_left_out(ledger, db):
@@ -317,3 +319,31 @@ def test_store_run_usage_says_to_pass_the_hooks_when_they_were_left_out(ledger, 
     with pytest.raises(UsageError, match=r"hooks=session\.hooks"):
         driven.turn("What is 2 + 3?")
     assert db.scalar("SELECT count(*) FROM conversation_messages") == 2  # the turn is kept
+
+
+def test_two_handles_taking_one_branch_id_at_once_get_it_once(ledger, db_url):
+    """As two processes would: one makes the branch, the other is refused, nothing half made."""
+    run = asyncio.run
+    run(LedgerSession(SESSION, ledger).add_items([said("one"), said("two")]))
+    with Ledger.open(db_url) as first, Ledger.open(db_url) as second:
+        sessions = [LedgerSession(SESSION, handle) for handle in (first, second)]
+        barrier = threading.Barrier(2)
+        outcomes: list[Any] = [None, None]
+
+        def take(n: int) -> None:
+            barrier.wait()
+            try:
+                outcomes[n] = run(sessions[n].create_branch_from_turn(2, "same"))
+            except UsageError as refused:
+                outcomes[n] = refused
+
+        threads = [threading.Thread(target=take, args=(n,)) for n in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    assert sorted(map(type, outcomes), key=str) == sorted([str, UsageError], key=str)
+    session = LedgerSession(SESSION, ledger)
+    assert [b["branch_id"] for b in run(session.list_branches())] == ["main", "same"]
+    assert run(session.get_items(branch_id="same")) == [said("one")]

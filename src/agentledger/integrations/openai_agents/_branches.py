@@ -151,17 +151,23 @@ def _reserve(session: LedgerSession, branch_id: str, fork: dict[str, JsonValue])
     """The new branch's conversation. Its id is the branch's, so a branch id is taken once
     in a session, whoever takes it: the database refuses a second conversation of that id."""
     conversation_id = conversation_id_of(session, branch_id)
+    taken = UsageError(
+        f"the branch id {branch_id!r} has been used in session {session.session_id!r}: "
+        "choose another (a deleted branch's id is not given again)"
+    )
     if branch_id == MAIN or session._conversation(conversation_id) is not None:
-        raise UsageError(
-            f"the branch id {branch_id!r} has been used in session {session.session_id!r}: "
-            "choose another (a deleted branch's id is not given again)"
-        )
+        raise taken
     metadata: dict[str, Any] = {
         SESSION_KEY: session.session_id,
         BRANCH_KEY: branch_id,
         FORKED_FROM_KEY: fork,
     }
-    session.ledger.create_conversation(conversation_id=conversation_id, metadata=metadata)
+    try:
+        session.ledger.create_conversation(conversation_id=conversation_id, metadata=metadata)
+    except Exception as exc:
+        if session._conversation(conversation_id) is not None:  # another handle took it first
+            raise taken from exc
+        raise
     return conversation_id
 
 

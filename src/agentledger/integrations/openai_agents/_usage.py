@@ -27,7 +27,7 @@ from ...ledger import AgentRun
 from ._branches import Branch, find, live
 
 if TYPE_CHECKING:
-    from ._session import LedgerSession
+    from ._session import LedgerSession, _Entry
 
 
 def session_usage(session: LedgerSession, branch_id: str | None) -> dict[str, int] | None:
@@ -61,7 +61,7 @@ def tool_usage(session: LedgerSession, branch_id: str | None) -> list[tuple[str,
     """``(tool name, calls, turn)`` for each tool each turn of the branch called."""
     branch = _branch(session, branch_id)
     entries = session._entries(branch.conversation_id, every_item=True)
-    turn_of = _turn_of_runs(session, branch)
+    turn_of = _turn_of_runs(entries)
     calling = dict.fromkeys(e.run_id for e in entries if e.item.get("type") == "function_call")
     counted: Counter[tuple[int, str]] = Counter()
     for run_id in calling:
@@ -90,10 +90,11 @@ def _branch(session: LedgerSession, branch_id: str | None) -> Branch:
     return session._branch if branch_id is None else find(session, branch_id)
 
 
-def _turn_of_runs(session: LedgerSession, branch: Branch) -> dict[str, int]:
-    """The turn of each run with items in the branch: that of its first item there."""
+def _turn_of_runs(entries: list[_Entry]) -> dict[str, int]:
+    """The turn of each run with items in a branch (``entries``, every item of it): that
+    of its first item there."""
     turn, turns = 0, dict[str, int]()
-    for entry in session._entries(branch.conversation_id, every_item=True):
+    for entry in entries:
         turn += entry.item.get("role") == "user"
         turns.setdefault(entry.run_id, turn)
     return turns
@@ -101,7 +102,7 @@ def _turn_of_runs(session: LedgerSession, branch: Branch) -> dict[str, int]:
 
 def _turns(session: LedgerSession, branch: Branch) -> dict[int, list[AgentRun]]:
     """The branch's own runs that made model calls, by turn."""
-    turn_of = _turn_of_runs(session, branch)
+    turn_of = _turn_of_runs(session._entries(branch.conversation_id, every_item=True))
     turns: dict[int, list[AgentRun]] = {}
     for run in session._runs(branch.conversation_id):
         if run.step_count and run.id in turn_of:
