@@ -109,7 +109,9 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
 # --- the same assertions, against the SDK's session and ours -------------------------------------
 
 
-def test_usage_per_session_turn_and_tool_is_what_the_sdk_reports(store):
+def test_usage_per_turn_and_tool_and_a_branch_from_a_turn_are_what_the_sdk_gives(store):
+    """Usage per session, turn and tool; then a branch forked before turn 2 with a turn of its
+    own, which switching back and forth loses nothing of."""
     store.three_turns()
     session = store.session
 
@@ -133,10 +135,6 @@ def test_usage_per_session_turn_and_tool_is_what_the_sdk_reports(store):
     assert store(session.get_turn_usage(9)) == {}
     assert store(session.get_tool_usage()) == [("add", 1, 1), ("add", 1, 2), ("weather", 1, 2)]
 
-
-def test_a_branch_from_a_turn_forks_the_session_and_switching_loses_nothing(store):
-    store.three_turns()
-    session = store.session
     main_items = store(session.get_items())
 
     assert store(session.create_branch_from_turn(2, "alt")) == "alt"
@@ -204,7 +202,7 @@ def test_branch_operations_refuse_and_delete_as_the_sdk_does(store):
         store(session.create_branch_from_turn(2, made))  # nor given again once deleted
 
 
-def test_turns_are_listed_and_found_to_branch_from(store):
+def test_turns_are_listed_and_found_to_branch_from_and_clearing_takes_the_branches(store):
     store.three_turns()
     session = store.session
     main_items = store(session.get_items())
@@ -226,12 +224,7 @@ def test_turns_are_listed_and_found_to_branch_from(store):
     assert [t["turn"] for t in store(session.get_conversation_turns())] == [1]
     assert len(store(session.get_conversation_turns("main"))) == 3
 
-
-def test_clearing_the_session_takes_its_branches_and_its_usage(store):
-    store.three_turns()
-    session = store.session
-    store(session.create_branch_from_turn(2, "alt"))
-
+    # Clearing the session takes its branches and its usage, and goes back to main.
     store(session.clear_session())
     assert store(session.get_items()) == []
     assert store(session.get_session_usage()) is None
@@ -304,13 +297,11 @@ def test_a_deleted_branch_keeps_its_rows_and_what_was_forked_from_it(driven, db)
     assert driven(session.get_session_usage("alt-2")) is None  # no model call of its own yet
 
 
-def test_store_run_usage_adds_nothing_to_what_the_hooks_recorded(ledger, db):
-    session = LedgerSession(SESSION, ledger)
-    driven = Store(session, session.hooks, UsageError)
-    driven.three_turns()
-    assert db.scalar("SELECT sum(input_tokens) FROM agent_runs") == 500
-    assert db.scalar("SELECT sum(input_tokens) FROM step_executions") == 500
-    assert driven(session.get_session_usage())["input_tokens"] == 500
+def test_store_run_usage_adds_nothing_to_what_the_hooks_recorded(driven, db):
+    """Seven model calls of 100 input tokens each, stored once, whatever the view."""
+    assert db.scalar("SELECT sum(input_tokens) FROM agent_runs") == 700
+    assert db.scalar("SELECT sum(input_tokens) FROM step_executions") == 700
+    assert driven(driven.session.get_session_usage())["input_tokens"] == 700
 
 
 def test_store_run_usage_says_to_pass_the_hooks_when_they_were_left_out(ledger, db):
