@@ -20,43 +20,29 @@ Everything here runs in a worker thread (the session's async methods hand it ove
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import JsonValue
 
 from ..._agents_sdk_items import BRANCH_DELETED_KEY, BRANCH_KEY, FORKED_FROM_KEY, SESSION_KEY
 from ...errors import UsageError
 from ...ledger import Conversation
-
-if TYPE_CHECKING:
-    from ._session import LedgerSession, _Entry
-
-MAIN = "main"
-"""The branch of the session's own conversation, which every session has."""
+from ._view import MAIN, Branch, BranchedSession, Entry
 
 SQLITE_TIME = "%Y-%m-%d %H:%M:%S"
 """The form of the SDK's times (SQLite's ``CURRENT_TIMESTAMP``, in UTC)."""
 
 
-@dataclass(frozen=True)
-class Branch:
-    """A branch of a session, and the conversation that holds it."""
-
-    id: str
-    conversation_id: str
-
-
-def conversation_id_of(session: LedgerSession, branch_id: str) -> str:
+def conversation_id_of(session: BranchedSession, branch_id: str) -> str:
     if branch_id == MAIN:
         return session.session_id
     return f"{session.session_id}/branch/{branch_id}"
 
 
 def forked_with(
-    session: LedgerSession, conversation: Conversation, *, every_item: bool
-) -> list[_Entry]:
+    session: BranchedSession, conversation: Conversation, *, every_item: bool
+) -> list[Entry]:
     """The items a branch's conversation was forked with (none for ``main``)."""
     fork = (conversation.metadata_ or {}).get(FORKED_FROM_KEY)
     if not isinstance(fork, dict):
@@ -69,13 +55,13 @@ def forked_with(
     return entries[: keys.index(fork["before"])] if fork["before"] in keys else entries
 
 
-def user_turns(entries: list[_Entry]) -> list[_Entry]:
+def user_turns(entries: list[Entry]) -> list[Entry]:
     """The user messages of a branch's items, one per turn: turn ``n`` begins with the
     ``n``-th (as the SDK numbers a branch's turns)."""
     return [e for e in entries if e.item.get("role") == "user"]
 
 
-def live(session: LedgerSession) -> list[tuple[Branch, Conversation]]:
+def live(session: BranchedSession) -> list[tuple[Branch, Conversation]]:
     """The session's branches that were not deleted, with their conversations, oldest
     first."""
     found = session.ledger.conversations(metadata={SESSION_KEY: session.session_id})
@@ -90,12 +76,12 @@ def live(session: LedgerSession) -> list[tuple[Branch, Conversation]]:
     return branches
 
 
-def _deleted(session: LedgerSession, branch: Branch) -> bool:
+def _deleted(session: BranchedSession, branch: Branch) -> bool:
     runs = session._runs(branch.conversation_id)
     return any((r.metadata_ or {}).get(BRANCH_DELETED_KEY) for r in runs)
 
 
-def find(session: LedgerSession, branch_id: str) -> Branch:
+def find(session: BranchedSession, branch_id: str) -> Branch:
     """The branch ``branch_id`` of the session; :class:`UsageError` when it has none."""
     if branch_id == MAIN:
         return Branch(MAIN, session.session_id)
@@ -108,11 +94,11 @@ def find(session: LedgerSession, branch_id: str) -> Branch:
     )
 
 
-def entries_of(session: LedgerSession, branch_id: str) -> list[_Entry]:
+def entries_of(session: BranchedSession, branch_id: str) -> list[Entry]:
     return session._entries(find(session, branch_id).conversation_id)
 
 
-def create(session: LedgerSession, turn_number: int, branch_name: str | None) -> str:
+def create(session: BranchedSession, turn_number: int, branch_name: str | None) -> str:
     """Fork the current branch before its turn ``turn_number`` into a new branch, and switch
     the session to it."""
     if branch_name is not None and not branch_name.strip():
@@ -137,7 +123,7 @@ def create(session: LedgerSession, turn_number: int, branch_name: str | None) ->
     return branch_id
 
 
-def _new_name(session: LedgerSession, turn_number: int) -> str:
+def _new_name(session: BranchedSession, turn_number: int) -> str:
     """A branch id no branch of the session has had, as the SDK makes one up."""
     base = f"branch_from_turn_{turn_number}_{int(session.ledger.clock().timestamp())}"
     name, suffix = base, 1
@@ -147,7 +133,7 @@ def _new_name(session: LedgerSession, turn_number: int) -> str:
     return name
 
 
-def _reserve(session: LedgerSession, branch_id: str, fork: dict[str, JsonValue]) -> str:
+def _reserve(session: BranchedSession, branch_id: str, fork: dict[str, JsonValue]) -> str:
     """The new branch's conversation. Its id is the branch's, so a branch id is taken once
     in a session, whoever takes it: the database refuses a second conversation of that id."""
     conversation_id = conversation_id_of(session, branch_id)
@@ -171,7 +157,7 @@ def _reserve(session: LedgerSession, branch_id: str, fork: dict[str, JsonValue])
     return conversation_id
 
 
-def delete(session: LedgerSession, branch_id: str, force: bool) -> None:
+def delete(session: BranchedSession, branch_id: str, force: bool) -> None:
     """Take the branch out of the session, as the SDK's ``delete_branch`` refuses and
     allows it."""
     if not branch_id or not branch_id.strip():
@@ -189,14 +175,14 @@ def delete(session: LedgerSession, branch_id: str, force: bool) -> None:
     session._record({BRANCH_DELETED_KEY: True}, conversation_id=branch.conversation_id)
 
 
-def delete_all(session: LedgerSession) -> None:
+def delete_all(session: BranchedSession) -> None:
     """Every branch but ``main`` out of the session (``clear_session`` removes them)."""
     for branch, _ in live(session):
         if branch.id != MAIN:
             session._record({BRANCH_DELETED_KEY: True}, conversation_id=branch.conversation_id)
 
 
-def listed(session: LedgerSession) -> list[dict[str, Any]]:
+def listed(session: BranchedSession) -> list[dict[str, Any]]:
     """The session's branches as the SDK's ``list_branches`` describes them."""
     described = []
     for branch, conversation in live(session):

@@ -14,7 +14,6 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -47,22 +46,10 @@ from ...errors import ConversationBusyError, NotFoundError, UsageError
 from ...ledger import AgentRun, Conversation, Ledger
 from . import _branches, _turns, _usage
 from ._steps import ModelCall, step_execution, usage_of
+from ._view import MAIN, Branch, Entry
 
 AGENT_NAME = "openai-agents"
 """The ``agent_name`` of the runs a session records (``agent_runs.agent_name``)."""
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """An item of the session, with the key a removal names it by (``run id:index``)."""
-
-    key: str
-    item: Item
-    conversation: bool
-
-    @property
-    def run_id(self) -> str:
-        return self.key.rpartition(":")[0]
 
 
 class LedgerSession:
@@ -88,6 +75,12 @@ class LedgerSession:
     session, and ``clear_session()`` every item: both record a run naming what they removed,
     and ``get_items()`` leaves it out from then on. The rows stay: what a user said and was
     shown is never lost (``Ledger.history`` still holds it).
+
+    The usage and branch operations of the SDK's ``AdvancedSQLiteSession`` are here under its
+    names: usage per session, turn and tool read from the runs' rows (``store_run_usage``
+    stores nothing: the hooks did), and branches, each a conversation forked from a turn of
+    another without copying it (see ``_branches``); the session reads and writes its current
+    branch, ``main`` (the session's own conversation) until it switches.
 
     The SDK awaits each method; the ledger is synchronous, so each runs in a worker thread
     (``asyncio.to_thread``), as ``Agent.arun`` runs its ledger writes: the event loop never
@@ -119,7 +112,7 @@ class LedgerSession:
         self.ledger = ledger
         self.separate_trace = separate_trace
         self.session_settings = session_settings or SessionSettings()
-        self._branch = _branches.Branch(_branches.MAIN, session_id)
+        self._branch = Branch(MAIN, session_id)
         self._model_calls: deque[ModelCall] = deque()
         self.hooks: RunHooks[Any] = _UsageHooks(self._model_calls)
         """``RunHooks`` to give ``Runner.run`` (``hooks=session.hooks``): they record each
@@ -265,7 +258,7 @@ class LedgerSession:
 
     def _replace(
         self,
-        suffix: list[_Entry],
+        suffix: list[Entry],
         output: list[Any],
         prune_prefix: Callable[[Any], bool] | None,
     ) -> bool:
@@ -299,7 +292,7 @@ class LedgerSession:
         """Every branch out of the session, then the main one emptied, as the SDK's
         ``clear_session`` leaves a session: on ``main``, with nothing in it."""
         _branches.delete_all(self)
-        self._branch = _branches.Branch(_branches.MAIN, self.session_id)
+        self._branch = Branch(MAIN, self.session_id)
         if self._entries():
             self._record({CLEARED_KEY: True})
 
@@ -409,7 +402,7 @@ class LedgerSession:
         *,
         every_item: bool = False,
         runs: int | None = None,
-    ) -> list[_Entry]:
+    ) -> list[Entry]:
         """The items of a branch of the session (by default the current one) as its view
         shows them, or every item with ``every_item``: those it was forked with, then the
         items of its completed runs (the first ``runs`` of them when given), in order, less
@@ -446,10 +439,10 @@ class LedgerSession:
     def _after(
         self,
         run: AgentRun,
-        entries: list[_Entry],
+        entries: list[Entry],
         messages: list[tuple[int, Item]],
         separate_trace: bool,
-    ) -> list[_Entry]:
+    ) -> list[Entry]:
         """``entries`` after the run ``run``: its items added, or what it removed taken out."""
         metadata = run.metadata_ or {}
         if metadata.get(CLEARED_KEY):
@@ -464,7 +457,7 @@ class LedgerSession:
             trace = self._trace(run.id)
             own += [(n, i, False) for n, i in trace if not separate_trace or is_compaction(i)]
         own.sort(key=lambda entry: entry[0])
-        return [*entries, *(_Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
+        return [*entries, *(Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
 
     def _trace(self, run_id: str) -> list[tuple[int, Item]]:
         found = []

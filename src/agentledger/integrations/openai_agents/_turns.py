@@ -9,27 +9,25 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..._agents_sdk_items import text_of
 from ...errors import UsageError
 from ._branches import SQLITE_TIME, create, find, user_turns
-
-if TYPE_CHECKING:
-    from ._session import LedgerSession, _Entry
+from ._view import BranchedSession, Entry
 
 PREVIEW = 100
 """The characters of a user message ``get_conversation_turns`` shows in ``content``."""
 
 
-def listed(session: LedgerSession, branch_id: str | None) -> list[dict[str, Any]]:
+def listed(session: BranchedSession, branch_id: str | None) -> list[dict[str, Any]]:
     """The branch's turns: ``turn``, ``content`` (its first characters), ``full_content``,
     ``timestamp``, ``can_branch``."""
     return [_described(session, n, e, PREVIEW) for n, e in _numbered(session, branch_id)]
 
 
 def containing(
-    session: LedgerSession, search_term: str, branch_id: str | None
+    session: BranchedSession, search_term: str, branch_id: str | None
 ) -> list[dict[str, Any]]:
     """The branch's turns whose user message holds ``search_term`` (ASCII letters in either
     case, as SQLite's ``LIKE`` the SDK searches with matches them)."""
@@ -41,7 +39,7 @@ def containing(
     ]
 
 
-def create_from_content(session: LedgerSession, search_term: str, branch_name: str | None) -> str:
+def create_from_content(session: BranchedSession, search_term: str, branch_name: str | None) -> str:
     """Branch from the first turn of the current branch whose user message holds
     ``search_term``."""
     found = containing(session, search_term, None)
@@ -53,13 +51,13 @@ def create_from_content(session: LedgerSession, search_term: str, branch_name: s
     return create(session, found[0]["turn"], branch_name)
 
 
-def _numbered(session: LedgerSession, branch_id: str | None) -> list[tuple[int, _Entry]]:
+def _numbered(session: BranchedSession, branch_id: str | None) -> list[tuple[int, Entry]]:
     branch = session._branch if branch_id is None else find(session, branch_id)
     return list(enumerate(user_turns(session._entries(branch.conversation_id)), start=1))
 
 
 def _described(
-    session: LedgerSession, turn: int, entry: _Entry, preview: int | None
+    session: BranchedSession, turn: int, entry: Entry, preview: int | None
 ) -> dict[str, Any]:
     content = entry.item.get("content", "")
     text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)

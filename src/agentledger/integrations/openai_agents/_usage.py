@@ -20,17 +20,15 @@ Everything here runs in a worker thread (the session's async methods hand it ove
 from __future__ import annotations
 
 from collections import Counter
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ...errors import UsageError
 from ...ledger import AgentRun
-from ._branches import Branch, find, live
-
-if TYPE_CHECKING:
-    from ._session import LedgerSession, _Entry
+from ._branches import find, live
+from ._view import Branch, BranchedSession, Entry
 
 
-def session_usage(session: LedgerSession, branch_id: str | None) -> dict[str, int] | None:
+def session_usage(session: BranchedSession, branch_id: str | None) -> dict[str, int] | None:
     """The usage of the turns of one branch, or of every branch of the session."""
     branches = [find(session, branch_id)] if branch_id else [b for b, _ in live(session)]
     turns = [runs for b in branches for runs in _turns(session, b).values()]
@@ -47,7 +45,7 @@ def session_usage(session: LedgerSession, branch_id: str | None) -> dict[str, in
 
 
 def turn_usage(
-    session: LedgerSession, user_turn_number: int | None, branch_id: str | None
+    session: BranchedSession, user_turn_number: int | None, branch_id: str | None
 ) -> list[dict[str, Any]] | dict[str, Any]:
     """The usage of each turn of a branch, or of one turn (``{}`` when it has none)."""
     turns = _turns(session, _branch(session, branch_id))
@@ -57,7 +55,7 @@ def turn_usage(
     return [{"user_turn_number": n, **_usage_of(runs)} for n, runs in sorted(turns.items())]
 
 
-def tool_usage(session: LedgerSession, branch_id: str | None) -> list[tuple[str, int, int]]:
+def tool_usage(session: BranchedSession, branch_id: str | None) -> list[tuple[str, int, int]]:
     """``(tool name, calls, turn)`` for each tool each turn of the branch called."""
     branch = _branch(session, branch_id)
     entries = session._entries(branch.conversation_id, every_item=True)
@@ -70,7 +68,7 @@ def tool_usage(session: LedgerSession, branch_id: str | None) -> list[tuple[str,
     return [(name, count, turn) for (turn, name), count in sorted(counted.items())]
 
 
-def check_recorded(session: LedgerSession, result: Any) -> None:
+def check_recorded(session: BranchedSession, result: Any) -> None:
     """Refuse, with what to do, a run whose tokens the current turn's rows do not hold: its
     model calls were recorded without the hooks, and their usage is not in the ledger."""
     usage = getattr(getattr(result, "context_wrapper", None), "usage", None)
@@ -86,11 +84,11 @@ def check_recorded(session: LedgerSession, result: Any) -> None:
         )
 
 
-def _branch(session: LedgerSession, branch_id: str | None) -> Branch:
+def _branch(session: BranchedSession, branch_id: str | None) -> Branch:
     return session._branch if branch_id is None else find(session, branch_id)
 
 
-def _turn_of_runs(entries: list[_Entry]) -> dict[str, int]:
+def _turn_of_runs(entries: list[Entry]) -> dict[str, int]:
     """The turn of each run with items in a branch (``entries``, every item of it): that
     of its first item there."""
     turn, turns = 0, dict[str, int]()
@@ -100,7 +98,7 @@ def _turn_of_runs(entries: list[_Entry]) -> dict[str, int]:
     return turns
 
 
-def _turns(session: LedgerSession, branch: Branch) -> dict[int, list[AgentRun]]:
+def _turns(session: BranchedSession, branch: Branch) -> dict[int, list[AgentRun]]:
     """The branch's own runs that made model calls, by turn."""
     turn_of = _turn_of_runs(session._entries(branch.conversation_id, every_item=True))
     turns: dict[int, list[AgentRun]] = {}
