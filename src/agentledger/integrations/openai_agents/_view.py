@@ -5,15 +5,13 @@ nothing else of the session's module."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
 from pydantic import JsonValue
 
-from ..._agents_sdk_items import Batch, Item
+from ..._agents_sdk_items import Item
 from ...ledger import AgentRun, Conversation, Ledger
-from ._steps import ModelCall
 
 MAIN = "main"
 """The branch of the session's own conversation, which every session has."""
@@ -42,7 +40,7 @@ class Branch:
 
 class BranchedSession(Protocol):
     """A session's id, ledger and current branch, how it reads a branch's items and runs and
-    how it records a run (``LedgerSession``'s)."""
+    how it records a run that only says something in its metadata (``LedgerSession``'s)."""
 
     session_id: str
     ledger: Ledger
@@ -61,10 +59,5 @@ class BranchedSession(Protocol):
     def _conversation(self, conversation_id: str) -> Conversation | None: ...
 
     def _record(
-        self,
-        metadata: dict[str, JsonValue],
-        batch: Batch | None = None,
-        calls: Sequence[ModelCall] = (),
-        still: Callable[[], bool] | None = None,
-        conversation_id: str | None = None,
+        self, metadata: dict[str, JsonValue], *, conversation_id: str | None = None
     ) -> bool: ...
