@@ -278,6 +278,12 @@ def test_a_branch_is_a_conversation_naming_what_it_was_forked_from_and_copies_no
         elsewhere = LedgerSession(SESSION, other)
         driven(elsewhere.switch_to_branch("alt"))
         assert [i.get("content") for i in driven(elsewhere.get_items())] == alt
+        # Nor what the branch does main: popping into what the two share pops the branch's.
+        main = driven(driven.session.get_items())
+        popped = [driven(elsewhere.pop_item()) for _ in range(3)]
+        assert [i.get("content") for i in popped][:2] == alt[:1:-1]
+        assert [i.get("content") for i in driven(elsewhere.get_items())] == alt[:1]
+        assert driven(driven.session.get_items()) == main
     assert ledger.verify() == []
 
 
