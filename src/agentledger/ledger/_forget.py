@@ -55,6 +55,7 @@ from ._scope import Scope
 from .tables import (
     GRAPH_TABLES,
     LEDGER_TABLES,
+    STORE_TABLES,
     ConversationKind,
     agent_runs,
     context_compactions,
@@ -63,10 +64,14 @@ from .tables import (
     execution_buffer_rows,
     forget_log,
     step_executions,
+    stored_entries,
+    stored_records,
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES))
+FORGOTTEN_TABLES = tuple(
+    table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)
+)
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
 
@@ -317,6 +322,8 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
         *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
+        (stored_entries, stored_entries.c.conversation_id, conversation_ids),
+        (stored_records, stored_records.c.id, conversation_ids),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
         (tool_executions, tool_executions.c.run_id, run_ids),
         (step_executions, step_executions.c.run_id, run_ids),
