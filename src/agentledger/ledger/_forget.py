@@ -69,9 +69,7 @@ from .tables import (
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(
-    table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)
-)
+FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES))
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
 
