@@ -25,9 +25,11 @@ from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCall
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from pydantic_ai.usage import RequestUsage
 
+from agentledger.errors import LedgerCorruptError
 from agentledger.integrations.pydantic_ai import LedgerConversationStore
 from agentledger.ledger import Ledger
 from support.databases import BACKENDS, fresh_database
+from support.ledger import Database
 
 TOOL_STEPS = 2
 
@@ -187,3 +189,17 @@ def test_a_conversation_is_the_ledgers_and_forgotten_with_it(ledger: Ledger) -> 
     assert ledger.conversation("c1").id == "c1"
     ledger.forget("c1")
     assert asyncio.run(store.load("c1")) is None
+
+
+def test_a_damaged_entry_or_record_is_an_error_that_names_it(ledger: Ledger, db: Database) -> None:
+    store = LedgerConversationStore(ledger)
+    asyncio.run(_turn(store, "c1", "first"))
+    db.execute("UPDATE stored_records SET scope = 'mallory' WHERE id = 'c1'")
+
+    with pytest.raises(LedgerCorruptError, match="of stored_records does not match"):
+        asyncio.run(store.load("c1", scope="mallory"))
+    db.execute("UPDATE stored_records SET scope = NULL WHERE id = 'c1'")
+    db.execute("UPDATE stored_entries SET kind = 'tampered' WHERE parent_id IS NULL")
+    with pytest.raises(LedgerCorruptError, match="of stored_entries does not match"):
+        asyncio.run(store.load_entries("c1"))
+    assert any("stored_entries" in line for line in ledger.verify())
