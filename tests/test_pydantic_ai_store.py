@@ -203,3 +203,25 @@ def test_a_damaged_entry_or_record_is_an_error_that_names_it(ledger: Ledger, db:
     with pytest.raises(LedgerCorruptError, match="of stored_entries does not match"):
         asyncio.run(store.load_entries("c1"))
     assert any("stored_entries" in line for line in ledger.verify())
+
+
+def test_each_saved_agent_run_is_a_run_with_its_steps_tools_and_usage(ledger: Ledger) -> None:
+    store = LedgerConversationStore(ledger)
+    asyncio.run(_turn(store, "c1", "first"))
+    asyncio.run(_turn(store, "c1", "second"))
+    stale = asyncio.run(store.load("c1"))
+    asyncio.run(_turn(store, "c1", "third"))
+    assert stale is not None
+    with pytest.raises(ConversationConflict):
+        asyncio.run(store.save(asyncio.run(_agent().run("lost", conversation=stale))))
+
+    runs = ledger.runs("c1")
+    assert [r.status for r in runs] == ["completed"] * 3
+    assert all(r.input_tokens == 100 * (TOOL_STEPS + 1) for r in runs)
+    shown = [m.content for m in ledger.messages("c1")]
+    assert shown[::2] == ["first", "second", "third"]
+    assert shown[1::2] == [f"answer {n}" for n in (5, 11, 17)]
+    steps = ledger.steps(runs[0].id)
+    assert len(steps) == TOOL_STEPS + 1
+    results = [e.result for s in steps[:-1] for e in s.step.tool_executions]
+    assert results == [f"value {n}" for n in range(TOOL_STEPS)]

@@ -24,6 +24,7 @@ from pydantic_ai.usage import RunUsage
 
 from ...errors import UsageError
 from ...ledger import Ledger, StoredEntry, StoredRecord
+from ._runs import record_runs
 
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
 _USAGE: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
@@ -38,7 +39,9 @@ class LedgerConversationStore(ConversationStore):
     new one in the database, in the transaction that stores the new entries: of two writers
     saving the same conversation, one wins and the other gets ``ConversationConflict`` with
     nothing written. ``delete_record`` deletes the record and keeps its entries (a fork or
-    another record may reach them); ``ledger.forget(conversation_id)`` deletes both.
+    another record may reach them); ``ledger.forget(conversation_id)`` deletes both. Each
+    save's new messages are recorded as the conversation's runs in the same transaction (see
+    ``_runs``): steps with their usage, tool executions, the user prompts and answers.
     """
 
     def __init__(self, ledger: Ledger) -> None:
@@ -69,9 +72,14 @@ class LedgerConversationStore(ConversationStore):
     ) -> None:
         stored = _stored_record(record)
         entries = [_stored_entry(entry) for entry in new_entries]
-        written = await asyncio.to_thread(self._stored.write, stored, entries, expected_revision)
-        if not written:
-            raise ConversationConflict(record.conversation_id)
+        messages = [entry.message for entry in new_entries]
+
+        def save() -> None:
+            if not self._stored.write(stored, entries, expected_revision):
+                raise ConversationConflict(record.conversation_id)
+            record_runs(self.ledger, record.conversation_id, messages)
+
+        await asyncio.to_thread(self._stored.together, "saving a conversation", save)
 
     async def delete_record(self, conversation_id: str, *, expected_revision: str) -> None:
         deleted = await asyncio.to_thread(self._stored.delete, conversation_id, expected_revision)
