@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
+    ConversationEntry,
     ConversationStore,
     InMemoryConversationStore,
 )
@@ -55,7 +57,8 @@ def _reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     usage = RequestUsage(input_tokens=100, output_tokens=10)
     if returns < TOOL_STEPS:
         call = ToolCallPart("lookup", {"key": returns}, tool_call_id=f"call-{len(messages)}")
-        return ModelResponse(parts=[call], usage=usage, model_name="scripted")
+        looking = TextPart(f"looking up {returns}")
+        return ModelResponse(parts=[looking, call], usage=usage, model_name="scripted")
     return ModelResponse(parts=[TextPart(f"answer {len(messages)}")], usage=usage)
 
 
@@ -82,12 +85,15 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conversati
         yield LedgerConversationStore(ledger)
 
 
-async def _turn(store: ConversationStore, conversation_id: str, prompt: str) -> None:
+async def _turn(
+    store: ConversationStore, conversation_id: str, prompt: str
+) -> list[ConversationEntry]:
+    """One agent run in the conversation, saved: the entries the save wrote."""
     conversation = await store.load(conversation_id) or Conversation(
         conversation_id=conversation_id
     )
     result = await _agent().run(prompt, conversation=conversation)
-    await store.save(result)
+    return await store.save(result)
 
 
 @_sync
@@ -98,8 +104,9 @@ async def test_an_unknown_conversation_loads_as_none(store: ConversationStore) -
 
 @_sync
 async def test_turns_read_back_equal_with_their_usage(store: ConversationStore) -> None:
-    await _turn(store, "c1", "first")
-    await _turn(store, "c1", "second")
+    saved = await _turn(store, "c1", "first")
+    saved += await _turn(store, "c1", "second")
+    assert [await store.read_entry(entry.id) for entry in saved] == saved
     loaded = await store.load("c1")
     assert loaded is not None
     entries = await store.load_entries("c1")
@@ -225,3 +232,26 @@ def test_each_saved_agent_run_is_a_run_with_its_steps_tools_and_usage(ledger: Le
     assert len(steps) == TOOL_STEPS + 1
     results = [e.result for s in steps[:-1] for e in s.step.tool_executions]
     assert results == [f"value {n}" for n in range(TOOL_STEPS)]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_messages_text_is_stored_once_in_the_row_its_entry_refers_to(
+    ledger: Ledger, db: Database
+) -> None:
+    store = LedgerConversationStore(ledger)
+    saved = asyncio.run(_turn(store, "c1", "first"))
+    assert [asyncio.run(store.read_entry(entry.id)) for entry in saved] == saved
+
+    entries = db.rows("SELECT message, message_ids FROM stored_entries")
+    kept = " ".join(str(entry["message"]) for entry in entries)
+    texts = ["first", "looking up 0", "value 0", "value 1", f"answer {len(saved) - 1}"]
+    assert [text for text in texts if text in kept] == []
+    referred = {i for e in entries for i in json.loads(e["message_ids"] or "[]") if i}
+    held = db.column(
+        "SELECT content FROM conversation_messages WHERE id IN ({ids}) UNION ALL "
+        "SELECT result FROM tool_executions WHERE id IN ({ids}) UNION ALL "
+        "SELECT content FROM step_executions WHERE message_id IN ({ids})".format(
+            ids=", ".join(f"'{i}'" for i in referred)
+        )
+    )
+    assert set(held) == {*texts, "looking up 1"}

@@ -574,7 +574,9 @@ class StoredRecordRow(LedgerTable, table=True):
 
 class StoredEntryRow(LedgerTable, table=True):
     """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
-    message as the framework serialized it and the entry it follows. ``conversation_id`` is
+    message as the framework serialized it, less the texts held by the rows ``message_ids``
+    names (the conversation's messages, steps and tool executions its runs recorded), and the
+    entry it follows. ``conversation_id`` is
     the conversation that wrote it; a fork's history reaches into its source's (revision
     0015)."""
 
@@ -585,6 +587,7 @@ class StoredEntryRow(LedgerTable, table=True):
     parent_id: str | None = None
     kind: str
     message: JsonValue = _json("message", nullable=False)
+    message_ids: list[str | None] | None = _json("message_ids")
     created_at: datetime = _time()
     checksum: int | None = _checksum_column()
     tenant_id: str | None = _tenant()

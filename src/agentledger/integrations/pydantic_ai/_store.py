@@ -2,14 +2,18 @@
 
 Each primitive of the store is one transaction of ``ledger.stored_conversations``, run in a
 worker thread (``asyncio.to_thread``), as the ledger's other async callers do: the event loop
-never waits on the database. The messages are kept as pydantic-ai serializes them
-(``ModelMessagesTypeAdapter``), so that every entry reads back equal to the one saved.
+never waits on the database. A message's text is stored once: where the save's runs recorded
+it (a user prompt, an answer, a step's text, a tool's text return), the entry refers to that
+row and keeps the rest of the message as pydantic-ai serializes it, rebuilt on read; a
+message that would not come back equal that way is kept whole. Every entry reads back equal
+to the one saved.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai.conversation_store import (
@@ -24,6 +28,7 @@ from pydantic_ai.usage import RunUsage
 
 from ...errors import UsageError
 from ...ledger import Ledger, StoredEntry, StoredRecord
+from .._residue import kept_if_rebuilt
 from ._runs import record_runs
 
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
@@ -71,13 +76,15 @@ class LedgerConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         stored = _stored_record(record)
-        entries = [_stored_entry(entry) for entry in new_entries]
+        new_ids = {entry.id for entry in new_entries}
         messages = [entry.message for entry in new_entries]
 
         def save() -> None:
-            if not self._stored.write(stored, entries, expected_revision):
+            if not self._stored.claim(stored, new_ids, expected_revision):
                 raise ConversationConflict(record.conversation_id)
-            record_runs(self.ledger, record.conversation_id, messages)
+            rows = record_runs(self.ledger, record.conversation_id, messages)
+            entries = [_stored_entry(e, rows.get(n, {})) for n, e in enumerate(new_entries)]
+            self._stored.add(record.conversation_id, entries)
 
         await asyncio.to_thread(self._stored.together, "saving a conversation", save)
 
@@ -137,15 +144,44 @@ def _record_of(stored: StoredRecord) -> ConversationRecord:
     )
 
 
-def _stored_entry(entry: ConversationEntry) -> StoredEntry:
-    message = _json(_MESSAGE.dump_python(entry.message, mode="json"))
-    return StoredEntry(id=entry.id, parent_id=entry.parent_id, kind=entry.kind, message=message)
+def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEntry:
+    """``entry`` as stored: its message less the texts of the parts whose rows are ``held``
+    (part, row id), when it comes back equal without them; else whole."""
+    fields = _MESSAGE.dump_python(entry.message, mode="json")
+    whole = StoredEntry(entry.id, entry.parent_id, entry.kind, _json(fields))
+    if not held:
+        return whole
+    parts = [dict(part) for part in fields["parts"]]
+    texts = {n: parts[n].pop("content", None) for n in held}
+    if not all(isinstance(text, str) for text in texts.values()):
+        return whole
+    kept = kept_if_rebuilt(
+        entry.message, {**fields, "parts": parts}, lambda residue: _rebuilt(residue, texts)
+    )
+    if kept is None:
+        return whole
+    ids = tuple(held.get(n) for n in range(len(parts)))
+    return StoredEntry(entry.id, entry.parent_id, entry.kind, kept, message_ids=ids)
 
 
 def _entry_of(stored: StoredEntry) -> ConversationEntry:
-    return ConversationEntry(
-        id=stored.id, parent_id=stored.parent_id, message=_MESSAGE.validate_python(stored.message)
-    )
+    message = stored.message
+    if stored.message_ids is not None and isinstance(message, dict):
+        held = enumerate(zip(stored.message_ids, stored.texts, strict=True))
+        texts = {n: text for n, (row, text) in held if row is not None}
+        rebuilt = _rebuilt(message, texts)
+    else:
+        rebuilt = _MESSAGE.validate_python(message)
+    return ConversationEntry(id=stored.id, parent_id=stored.parent_id, message=rebuilt)
+
+
+def _rebuilt(residue: Mapping[str, Any], texts: Mapping[int, object]) -> ModelMessage:
+    """The message whose parts ``texts`` names have those texts, and all else ``residue``."""
+    parts = [
+        {**part, "content": texts[n]} if n in texts else part
+        for n, part in enumerate(residue["parts"])
+    ]
+    return _MESSAGE.validate_python({**residue, "parts": parts})
 
 
 def _json(value: object) -> JsonValue:
