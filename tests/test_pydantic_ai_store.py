@@ -10,6 +10,7 @@ import asyncio
 import functools
 import itertools
 import json
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -255,3 +256,51 @@ def test_a_messages_text_is_stored_once_in_the_row_its_entry_refers_to(
         )
     )
     assert set(held) == {*texts, "looking up 1"}
+
+
+def _race(handles: list[Ledger], saves: list[Conversation]) -> list[BaseException | None]:
+    """Each of ``saves`` saved at once through a ledger handle of its own (``handles``, each
+    with its own engine): what each save raised."""
+    start = threading.Barrier(len(saves))
+    outcomes: list[BaseException | None] = [None] * len(saves)
+
+    def save(n: int) -> None:
+        store = LedgerConversationStore(handles[n])
+        start.wait()
+        try:
+            asyncio.run(store.save(saves[n]))
+        except Exception as error:
+            outcomes[n] = error
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(len(saves))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+async def _ran(prompt: str, conversation: Conversation) -> Conversation:
+    return (await _agent().run(prompt, conversation=conversation)).conversation
+
+
+def test_of_two_writers_saving_at_once_one_wins_and_nothing_of_the_other_is_written(
+    ledger: Ledger, db_url: str
+) -> None:
+    new = [asyncio.run(_ran(p, Conversation(conversation_id="c1"))) for p in ("a1", "b1")]
+    with Ledger.open(db_url) as other:
+        first = _race([ledger, other], new)
+        store = LedgerConversationStore(ledger)
+        a, b = asyncio.run(store.load("c1")), asyncio.run(store.load("c1"))
+        assert a is not None and b is not None
+        second = _race([ledger, other], [asyncio.run(_ran("a2", a)), asyncio.run(_ran("b2", b))])
+
+    prompts = []
+    for outcomes, asked in ((first, ("a1", "b1")), (second, ("a2", "b2"))):
+        assert sorted(type(e).__name__ for e in outcomes) == ["ConversationConflict", "NoneType"]
+        prompts.append(asked[outcomes.index(None)])
+    assert [m.content for m in ledger.messages("c1")][::2] == prompts
+    assert [r.status for r in ledger.runs("c1")] == ["completed", "completed"]
+    entries = asyncio.run(store.load_entries("c1"))
+    assert entries is not None and len(entries) == 2 * (2 + 2 * TOOL_STEPS)
+    assert ledger.verify() == []
