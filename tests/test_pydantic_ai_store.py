@@ -12,6 +12,7 @@ import itertools
 import json
 import threading
 from collections.abc import Callable, Coroutine, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +22,25 @@ from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
     ConversationEntry,
+    ConversationRecord,
     ConversationStore,
     InMemoryConversationStore,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from agentledger.errors import LedgerCorruptError
 from agentledger.integrations.pydantic_ai import LedgerConversationStore
@@ -303,4 +317,202 @@ def test_of_two_writers_saving_at_once_one_wins_and_nothing_of_the_other_is_writ
     assert [r.status for r in ledger.runs("c1")] == ["completed", "completed"]
     entries = asyncio.run(store.load_entries("c1"))
     assert entries is not None and len(entries) == 2 * (2 + 2 * TOOL_STEPS)
+    assert ledger.verify() == []
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConversationStore]:
+    """pydantic-ai's reference store, then ours on SQLite: for the cases whose SQL is the
+    same on both backends."""
+    if request.param == "memory":
+        yield InMemoryConversationStore()
+        return
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        yield LedgerConversationStore(ledger)
+
+
+@_sync
+async def test_a_negative_limit_is_refused(either: ConversationStore) -> None:
+    await _turn(either, "c1", "first")
+    with pytest.raises(UserError, match="must not be negative"):
+        await either.list_conversations(limit=-1)
+    with pytest.raises(UserError, match="must not be negative"):
+        await either.load("c1", limit=-1)
+
+
+@_sync
+async def test_an_unknown_entry_is_a_lookup_error_and_an_unknown_head_a_conflict(
+    either: ConversationStore,
+) -> None:
+    with pytest.raises(LookupError):
+        await either.read_entry("nowhere")
+    record = ConversationRecord(conversation_id="c1", head_id="nowhere", revision="r1")
+    with pytest.raises(ConversationConflict):
+        await either.write_record(record, expected_revision=None)
+    assert await either.read_record("c1") is None
+
+
+@_sync
+async def test_a_save_with_nothing_new_writes_only_a_new_revision(
+    either: ConversationStore,
+) -> None:
+    await _turn(either, "c1", "first")
+    loaded = await either.load("c1")
+    assert loaded is not None and loaded.revision is not None
+    before = loaded.revision
+    assert await either.save(loaded) == []
+    record = await either.read_record("c1")
+    assert record is not None and record.revision not in (None, before)
+
+
+@_sync
+async def test_a_branch_moves_the_head_to_an_entry_or_back_to_a_branch_tip(
+    either: ConversationStore,
+) -> None:
+    await _turn(either, "c1", "first")
+    await _turn(either, "c1", "second")
+    entries = await either.load_entries("c1")
+    record = await either.read_record("c1")
+    assert entries is not None and record is not None
+    stale, tip = record.revision, entries[-1].id
+    await either.branch("c1", from_entry=entries[1].id, expected_revision=stale)
+    with pytest.raises(ConversationConflict):
+        await either.branch("c1", at=1, expected_revision=stale)
+    record = await either.read_record("c1")
+    assert record is not None and (record.head_id, record.branches) == (entries[1].id, [tip])
+    back = await either.branch("c1", from_entry=tip, expected_revision=record.revision)
+    assert back.messages == [entry.message for entry in entries]
+    record = await either.read_record("c1")
+    assert record is not None and record.head_id == tip
+    for wrong in ({"at": 99}, {"from_entry": "nowhere"}, {}, {"at": 1, "from_entry": tip}):
+        with pytest.raises(UserError):
+            await either.branch("c1", expected_revision=record.revision, **wrong)
+
+
+@_sync
+async def test_a_fork_keeps_usage_only_whole_and_refuses_a_taken_id(
+    either: ConversationStore,
+) -> None:
+    await _turn(either, "c1", "first")
+    await _turn(either, "c1", "second")
+    source = await either.load("c1")
+    assert source is not None
+    whole = await either.fork("c1", new_conversation_id="whole")
+    part = await either.fork("c1", at=2, new_conversation_id="part")
+    assert whole.usage == source.usage and whole.messages == source.messages
+    assert part.usage == RunUsage() and part.messages == source.messages[:2]
+    with pytest.raises(ConversationConflict):
+        await either.fork("c1", new_conversation_id="whole")
+    with pytest.raises(UserError):
+        await either.fork("c1", source_scope="elsewhere", new_conversation_id="f3")
+
+
+@_sync
+async def test_conversations_are_listed_newest_first_up_to_the_limit(
+    store: ConversationStore,
+) -> None:
+    for conversation_id in ("c1", "c2", "c3"):
+        await _turn(store, conversation_id, "hi")
+    listed = [r.conversation_id for r in await store.list_conversations()]
+    assert listed == ["c3", "c2", "c1"]
+    assert [r.conversation_id for r in await store.list_conversations(limit=2)] == ["c3", "c2"]
+    assert await store.list_conversations(limit=0) == []
+
+
+@_sync
+async def test_every_field_of_a_record_and_its_entries_reads_back_equal(
+    store: ConversationStore,
+) -> None:
+    call = ToolCallPart("lookup", '{"key": 1}', tool_call_id="call-1")
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[SystemPromptPart("Be brief."), UserPromptPart("What is 1?")],
+            instructions="Answer in English.",
+            metadata={"source": "test"},
+        ),
+        ModelResponse(parts=[ThinkingPart("hm"), call], usage=RequestUsage(input_tokens=3)),
+        ModelRequest(parts=[ToolReturnPart("lookup", {"value": 1}, tool_call_id="call-1")]),
+        ModelResponse(parts=[TextPart("One"), TextPart(" it is.")], finish_reason="stop"),
+    ]
+    entries, parent = [], None
+    for message in messages:
+        entries.append(ConversationEntry(id=f"e{len(entries)}", parent_id=parent, message=message))
+        parent = entries[-1].id
+    record = ConversationRecord(
+        conversation_id="c1",
+        head_id=parent,
+        usage=RunUsage(input_tokens=3, requests=2, tool_calls=1, details={"reasoning": 2}),
+        deferred_tool_requests=DeferredToolRequests(approvals=[call], metadata={"call-1": {}}),
+        scope="alice",
+        forked_from="c0",
+        forked_at="e9",
+        branches=["e1", "e2"],
+        revision="r1",
+        updated_at=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+    )
+    await store.write_record(record, new_entries=entries, expected_revision=None)
+    assert await store.read_record("c1") == record
+    assert [await store.read_entry(entry.id) for entry in entries] == entries
+    assert await store.read_history(parent) == entries
+
+
+def _asks_approval(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Call ``delete_file`` (which needs approval) once, then answer."""
+    if any(isinstance(part, ToolReturnPart) for m in messages for part in m.parts):
+        return ModelResponse(parts=[TextPart("deleted")])
+    return ModelResponse(parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="del")])
+
+
+def _approving_agent() -> Agent[None, str | DeferredToolRequests]:
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(_asks_approval), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"{path} deleted"
+
+    return agent
+
+
+@_sync
+async def test_a_save_that_resumes_deferred_tools_keeps_them_until_resolved(
+    either: ConversationStore,
+) -> None:
+    agent = _approving_agent()
+    asked = await agent.run("delete a", conversation=Conversation(conversation_id="c1"))
+    assert isinstance(asked.output, DeferredToolRequests)
+    await either.save(asked)
+    waiting = await either.load("c1")
+    assert waiting is not None and waiting.deferred_tool_requests == asked.output
+
+    approved = DeferredToolResults(approvals={"del": True})
+    resumed = await agent.run(conversation=waiting, deferred_tool_results=approved)
+    assert resumed.output == "deleted"
+    await either.save(resumed)
+    done = await either.load("c1")
+    assert done is not None and done.deferred_tool_requests is None
+    assert done.messages == resumed.all_messages()
+    if isinstance(either, LedgerConversationStore):
+        runs = either.ledger.runs("c1")
+        assert [r.status for r in runs] == ["interrupted"]
+
+
+def test_forgetting_a_forks_source_leaves_the_fork_what_it_wrote(ledger: Ledger) -> None:
+    store = LedgerConversationStore(ledger)
+    asyncio.run(_turn(store, "c1", "first"))
+    asyncio.run(store.fork("c1", new_conversation_id="f1"))
+    own = asyncio.run(_turn(store, "f1", "on the fork"))
+    stale = asyncio.run(store.load("f1"))
+    asyncio.run(store.fork("c1", new_conversation_id="f2"))
+
+    ledger.forget("c1")
+    assert asyncio.run(store.load("c1")) is None
+    entries = asyncio.run(store.load_entries("f1"))
+    assert entries is not None and [e.id for e in entries] == [e.id for e in own]
+    assert entries[0].parent_id is None
+    assert asyncio.run(store.load_entries("f2")) == []
+    assert stale is not None
+    with pytest.raises(ConversationConflict):
+        asyncio.run(store.save(stale))
     assert ledger.verify() == []

@@ -18,8 +18,9 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, insert, literal, select, update
+from sqlalchemy import Connection, Table, insert, literal, select, update
 
+from .._values import new_id
 from ..errors import LedgerCorruptError
 from ._engine import Database
 from ._framework_conversations import conversation_tenant, insert_if_absent
@@ -331,3 +332,35 @@ def _entry_of(row: Any, held: Mapping[str, MessageRow]) -> StoredEntry:
         message_ids=tuple(ids),
         texts=tuple(held[i].content if i is not None else None for i in ids),
     )
+
+
+def release_forks(conn: Connection, conversation_ids: Sequence[str]) -> None:
+    """Before conversations ``conversation_ids`` are forgotten with the entries they wrote:
+    the stored conversations that reach those entries (a fork's history, and a fork's fork's,
+    shares its source's) keep what they wrote themselves. An entry of theirs that follows a
+    forgotten one begins its history; a record whose head is a forgotten entry is left with an
+    empty history. Each such record gets a new revision, so that a save of what it held
+    before is refused (``ConversationConflict``) and its writer loads it again."""
+    gone = select(stored_entries.c.id).where(stored_entries.c.conversation_id.in_(conversation_ids))
+    others = stored_entries.c.conversation_id.not_in(conversation_ids)
+    followers = select(stored_entries).where(others & stored_entries.c.parent_id.in_(gone))
+    touched: set[str] = set()
+    for row in list(conn.execute(followers).mappings()):
+        check_row(stored_entries, row)
+        _reseal(conn, stored_entries, {**row, "parent_id": None})
+        touched.add(row["conversation_id"])
+    records = select(stored_records).where(
+        stored_records.c.id.not_in(conversation_ids)
+        & (stored_records.c.head_id.in_(gone) | stored_records.c.id.in_(touched))
+    )
+    released = list(conn.execute(records).mappings())
+    gone_ids = set(conn.execute(gone).scalars()) if released else set()
+    for row in released:
+        check_row(stored_records, row)
+        head = None if row["head_id"] in gone_ids else row["head_id"]
+        _reseal(conn, stored_records, {**row, "head_id": head, "revision": new_id()})
+
+
+def _reseal(conn: Connection, table: Table, row: dict[str, Any]) -> None:
+    values = sealed(table, {k: v for k, v in row.items() if k != "checksum"})
+    conn.execute(update(table).where(table.c.id == row["id"]).values(values))

@@ -43,8 +43,11 @@ class LedgerConversationStore(ConversationStore):
     handle's scope, by its first save). ``write_record`` compares the revision and sets the
     new one in the database, in the transaction that stores the new entries: of two writers
     saving the same conversation, one wins and the other gets ``ConversationConflict`` with
-    nothing written. ``delete_record`` deletes the record and keeps its entries (a fork or
-    another record may reach them); ``ledger.forget(conversation_id)`` deletes both. Each
+    nothing written. ``delete_record`` deletes the record and keeps its entries and runs (a
+    fork may reach them; pydantic-ai lets a store keep them if it says so);
+    ``ledger.forget(conversation_id)`` deletes the conversation with its record, the entries it
+    wrote and its runs. A fork of a forgotten conversation keeps what it wrote itself: its
+    history then begins after what was forgotten, under a new revision. Each
     save's new messages are recorded as the conversation's runs in the same transaction (see
     ``_runs``): steps with their usage, tool executions, the user prompts and answers.
     """
