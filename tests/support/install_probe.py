@@ -77,7 +77,8 @@ def agentledger(*args: str) -> dict[str, Any]:
 
 def base_errors(url: str) -> dict[str, Any]:
     """What each extra's feature says where its extra is not installed: ``Analytics.open``,
-    importing ``LedgerSaver``, and ``agentledger import`` (dry run and real)."""
+    importing ``LedgerSaver`` and ``LedgerConversationStore``, and ``agentledger import`` (dry
+    run and real)."""
     from agentledger.errors import ConfigurationError
 
     try:
@@ -86,7 +87,18 @@ def base_errors(url: str) -> dict[str, Any]:
         langgraph = str(exc)
     else:
         langgraph = "LedgerSaver was imported"
-    return {"analytics": analytics_error(url), "langgraph": langgraph, "import": import_twice(url)}
+    try:
+        from agentledger.integrations.pydantic_ai import LedgerConversationStore  # noqa: F401
+    except ConfigurationError as exc:
+        pydantic_ai = str(exc)
+    else:
+        pydantic_ai = "LedgerConversationStore was imported"
+    return {
+        "analytics": analytics_error(url),
+        "langgraph": langgraph,
+        "pydantic-ai": pydantic_ai,
+        "import": import_twice(url),
+    }
 
 
 def session_items(url: str) -> Any:
@@ -270,6 +282,51 @@ def graph_rows(url: str) -> dict[str, Any]:
     }
 
 
+def stored_conversation(url: str) -> dict[str, Any]:
+    """Two runs of a pydantic-ai agent on a scripted model (``FunctionModel``, no network),
+    each saved through ``LedgerConversationStore``: the messages loaded back, then the
+    conversation's messages and runs read with SQL."""
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from agentledger.integrations.pydantic_ai import LedgerConversationStore
+    from agentledger.ledger import Ledger
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        usage = RequestUsage(input_tokens=12, output_tokens=3)
+        return ModelResponse(parts=[TextPart(f"answer {len(messages)}")], usage=usage)
+
+    agent = Agent(FunctionModel(reply))
+
+    async def turns(store: LedgerConversationStore) -> list[Any]:
+        for prompt in ("hi", "bye"):
+            conversation = await store.load("probe") or Conversation(conversation_id="probe")
+            await store.save(await agent.run(prompt, conversation=conversation))
+        loaded = await store.load("probe")
+        return [type(m).__name__ for m in loaded.messages] if loaded is not None else []
+
+    with Ledger.open(url) as ledger:
+        kinds = asyncio.run(turns(LedgerConversationStore(ledger)))
+    return {
+        "loaded": kinds,
+        "messages": sqlite_rows(
+            url,
+            "SELECT role, content FROM conversation_messages "
+            "WHERE conversation_id = 'probe' ORDER BY seq",
+        ),
+        "runs": sqlite_rows(
+            url,
+            "SELECT status, input_tokens, output_tokens FROM agent_runs "
+            "WHERE conversation_id = 'probe' ORDER BY started_at",
+        ),
+    }
+
+
 SDK_SESSION_TABLES = """
 CREATE TABLE agent_sessions (
     session_id TEXT PRIMARY KEY,
@@ -357,6 +414,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "otel": traced_and_exported,
     "mcp": mcp_tool_call,
     "langgraph": graph_rows,
+    "pydantic-ai": stored_conversation,
     "import": imported,
 }
 
