@@ -111,6 +111,11 @@ async def _turn(
     return await store.save(result)
 
 
+async def _two_turns(store: ConversationStore) -> list[ConversationEntry]:
+    """Two agent runs in conversation ``c1``: the entries they saved."""
+    return await _turn(store, "c1", "first") + await _turn(store, "c1", "second")
+
+
 @_sync
 async def test_an_unknown_conversation_loads_as_none(store: ConversationStore) -> None:
     assert await store.load("nobody") is None
@@ -119,8 +124,7 @@ async def test_an_unknown_conversation_loads_as_none(store: ConversationStore) -
 
 @_sync
 async def test_turns_read_back_equal_with_their_usage(store: ConversationStore) -> None:
-    saved = await _turn(store, "c1", "first")
-    saved += await _turn(store, "c1", "second")
+    saved = await _two_turns(store)
     assert [await store.read_entry(entry.id) for entry in saved] == saved
     loaded = await store.load("c1")
     assert loaded is not None
@@ -151,9 +155,7 @@ async def test_a_stale_save_is_refused_and_writes_nothing(store: ConversationSto
 
 @_sync
 async def test_a_branch_and_a_fork_keep_the_tree(store: ConversationStore) -> None:
-    await _turn(store, "c1", "first")
-    await _turn(store, "c1", "second")
-    entries = await store.load_entries("c1")
+    entries = await _two_turns(store)
     assert entries is not None
     record = await store.read_record("c1")
     assert record is not None
@@ -369,9 +371,7 @@ async def test_a_save_with_nothing_new_writes_only_a_new_revision(
 async def test_a_branch_moves_the_head_to_an_entry_or_back_to_a_branch_tip(
     either: ConversationStore,
 ) -> None:
-    await _turn(either, "c1", "first")
-    await _turn(either, "c1", "second")
-    entries = await either.load_entries("c1")
+    entries = await _two_turns(either)
     record = await either.read_record("c1")
     assert entries is not None and record is not None
     stale, tip = record.revision, entries[-1].id
@@ -393,8 +393,7 @@ async def test_a_branch_moves_the_head_to_an_entry_or_back_to_a_branch_tip(
 async def test_a_fork_keeps_usage_only_whole_and_refuses_a_taken_id(
     either: ConversationStore,
 ) -> None:
-    await _turn(either, "c1", "first")
-    await _turn(either, "c1", "second")
+    await _two_turns(either)
     source = await either.load("c1")
     assert source is not None
     whole = await either.fork("c1", new_conversation_id="whole")

@@ -57,14 +57,20 @@ def analytics_error(url: str) -> str:
     return "Analytics.open did not fail"
 
 
-def sqlite_rows(url: str, query: str) -> list[list[Any]]:
-    """The rows of ``query`` on the ledger file of ``url`` (a ``sqlite:///`` one), read with
-    the standard library's sqlite3."""
+def sqlite_rows(url: str, query: str, *params: Any) -> list[list[Any]]:
+    """The rows of ``query`` (with ``params``) on the ledger file of ``url`` (a
+    ``sqlite:///`` one), read with the standard library's sqlite3."""
     connection = sqlite3.connect(url.removeprefix("sqlite:///"))
     try:
-        return [list(row) for row in connection.execute(query)]
+        return [list(row) for row in connection.execute(query, params)]
     finally:
         connection.close()
+
+
+def said(url: str, conversation_id: str) -> list[list[Any]]:
+    """The role and text of each message of the conversation, in order, read with SQL."""
+    query = "SELECT role, content FROM conversation_messages WHERE conversation_id = ? ORDER BY seq"
+    return sqlite_rows(url, query, conversation_id)
 
 
 def agentledger(*args: str) -> dict[str, Any]:
@@ -266,11 +272,7 @@ def graph_rows(url: str) -> dict[str, Any]:
         state = graph.invoke({"messages": [HumanMessage("bye")]}, config)
     return {
         "state": [message.content for message in state["messages"]],
-        "messages": sqlite_rows(
-            url,
-            "SELECT role, content FROM conversation_messages "
-            "WHERE conversation_id = 'probe' ORDER BY seq",
-        ),
+        "messages": said(url, "probe"),
         "runs": sqlite_rows(
             url,
             "SELECT status, step_count, input_tokens, output_tokens, cost_usd > 0 "
@@ -314,11 +316,7 @@ def stored_conversation(url: str) -> dict[str, Any]:
         kinds = asyncio.run(turns(LedgerConversationStore(ledger)))
     return {
         "loaded": kinds,
-        "messages": sqlite_rows(
-            url,
-            "SELECT role, content FROM conversation_messages "
-            "WHERE conversation_id = 'probe' ORDER BY seq",
-        ),
+        "messages": said(url, "probe"),
         "runs": sqlite_rows(
             url,
             "SELECT status, input_tokens, output_tokens FROM agent_runs "
