@@ -100,6 +100,17 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conversati
         yield LedgerConversationStore(ledger)
 
 
+@pytest.fixture(params=["memory", "sqlite"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConversationStore]:
+    """pydantic-ai's reference store, then ours on SQLite: for the cases whose SQL is the
+    same on both backends."""
+    if request.param == "memory":
+        yield InMemoryConversationStore()
+        return
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        yield LedgerConversationStore(ledger)
+
+
 async def _turn(
     store: ConversationStore, conversation_id: str, prompt: str
 ) -> list[ConversationEntry]:
@@ -117,9 +128,9 @@ async def _two_turns(store: ConversationStore) -> list[ConversationEntry]:
 
 
 @_sync
-async def test_an_unknown_conversation_loads_as_none(store: ConversationStore) -> None:
-    assert await store.load("nobody") is None
-    assert await store.load_entries("nobody") is None
+async def test_an_unknown_conversation_loads_as_none(either: ConversationStore) -> None:
+    assert await either.load("nobody") is None
+    assert await either.load_entries("nobody") is None
 
 
 @_sync
@@ -205,14 +216,6 @@ async def test_scopes_keep_conversations_apart(store: ConversationStore) -> None
     assert await store.load("c1", scope="alice") is not None
     assert [r.conversation_id for r in await store.list_conversations(scope="alice")] == ["c1"]
     assert await store.list_conversations(scope="bob") == []
-
-
-def test_a_conversation_is_the_ledgers_and_forgotten_with_it(ledger: Ledger) -> None:
-    store = LedgerConversationStore(ledger)
-    asyncio.run(_turn(store, "c1", "first"))
-    assert ledger.conversation("c1").id == "c1"
-    ledger.forget("c1")
-    assert asyncio.run(store.load("c1")) is None
 
 
 def test_a_damaged_entry_or_record_is_an_error_that_names_it(ledger: Ledger, db: Database) -> None:
@@ -320,17 +323,6 @@ def test_of_two_writers_saving_at_once_one_wins_and_nothing_of_the_other_is_writ
     entries = asyncio.run(store.load_entries("c1"))
     assert entries is not None and len(entries) == 2 * (2 + 2 * TOOL_STEPS)
     assert ledger.verify() == []
-
-
-@pytest.fixture(params=["memory", "sqlite"])
-def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConversationStore]:
-    """pydantic-ai's reference store, then ours on SQLite: for the cases whose SQL is the
-    same on both backends."""
-    if request.param == "memory":
-        yield InMemoryConversationStore()
-        return
-    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
-        yield LedgerConversationStore(ledger)
 
 
 @_sync
@@ -500,6 +492,7 @@ async def test_a_save_that_resumes_deferred_tools_keeps_them_until_resolved(
 def test_forgetting_a_forks_source_leaves_the_fork_what_it_wrote(ledger: Ledger) -> None:
     store = LedgerConversationStore(ledger)
     asyncio.run(_turn(store, "c1", "first"))
+    assert ledger.conversation("c1").id == "c1"
     asyncio.run(store.fork("c1", new_conversation_id="f1"))
     own = asyncio.run(_turn(store, "f1", "on the fork"))
     stale = asyncio.run(store.load("f1"))
