@@ -266,6 +266,8 @@ def test_a_messages_text_is_stored_once_in_the_row_its_entry_refers_to(
     kept = " ".join(str(entry["message"]) for entry in entries)
     texts = ["first", "looking up 0", "value 0", "value 1", f"answer {len(saved) - 1}"]
     assert [text for text in texts if text in kept] == []
+    parts = [part for e in entries for part in json.loads(e["message"])["parts"]]
+    assert [part for part in parts if "args" in part or "content" in part] == []
     referred = {i for e in entries for i in json.loads(e["message_ids"] or "[]") if i}
     held = db.column(
         "SELECT content FROM conversation_messages WHERE id IN ({ids}) UNION ALL "

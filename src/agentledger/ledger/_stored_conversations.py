@@ -35,19 +35,19 @@ T = TypeVar("T")
 @dataclass(frozen=True)
 class StoredEntry:
     """One entry of a conversation's tree: its message as the framework serialized it, less
-    the texts the rows ``message_ids`` names hold (``None``: ``message`` is whole).
+    what the rows ``message_ids`` names hold (``None``: ``message`` is whole).
 
     ``message_ids`` has one place per part of the message (the framework says what a part is):
-    the id of the row holding that part's text (a conversation message's, a tool execution's,
-    a step's message), or ``None``. Read back, ``texts`` holds those rows' texts, in the same
-    places; it is not written."""
+    the id of the row holding that part's text or arguments (a conversation message, a tool
+    execution, a step's message), or ``None``. Read back, ``rows`` holds those rows, in the
+    same places; it is not written."""
 
     id: str
     parent_id: str | None
     kind: str
     message: JsonValue
     message_ids: tuple[str | None, ...] | None = None
-    texts: tuple[str | None, ...] = ()
+    rows: tuple[MessageRow | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ def _entry_row(
 
 
 def _entries_of(conn: Connection, rows: Sequence[Any]) -> list[StoredEntry]:
-    """The entries of ``rows``, each with the texts of the rows it refers to (read at once)."""
+    """The entries of ``rows``, each with the message rows it refers to (read at once)."""
     wanted = [i for row in rows for i in row["message_ids"] or () if i is not None]
     held = message_rows(conn, wanted) if wanted else {}
     return [_entry_of(row, held) for row in rows]
@@ -330,7 +330,7 @@ def _entry_of(row: Any, held: Mapping[str, MessageRow]) -> StoredEntry:
         kind=row["kind"],
         message=row["message"],
         message_ids=tuple(ids),
-        texts=tuple(held[i].content if i is not None else None for i in ids),
+        rows=tuple(held[i] if i is not None else None for i in ids),
     )
 
 

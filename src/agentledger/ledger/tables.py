@@ -574,11 +574,10 @@ class StoredRecordRow(LedgerTable, table=True):
 
 class StoredEntryRow(LedgerTable, table=True):
     """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
-    message as the framework serialized it, less the texts held by the rows ``message_ids``
-    names (the conversation's messages, steps and tool executions its runs recorded), and the
-    entry it follows. ``conversation_id`` is
-    the conversation that wrote it; a fork's history reaches into its source's (revision
-    0015)."""
+    message as the framework serialized it, less what the rows ``message_ids`` names hold (the
+    conversation's messages, steps and tool executions its runs recorded), and the entry it
+    follows. ``conversation_id`` is the conversation that wrote it; a fork's history reaches
+    into its source's (revision 0015)."""
 
     __tablename__ = "stored_entries"
 

@@ -10,10 +10,10 @@ approval or results, or no answer) is ended ``interrupted``: what a later save b
 the next user prompt resumes outside it, kept by the entries only. A message that fits none of
 these (a system prompt, instructions, a prompt of content blocks) is kept by its entry only.
 
-What the runs recorded is said back, message by message (:data:`Rows`): the part of each
-message whose text a row holds (the prompt in the user message, the answer's text in the
-answer, a step's text in its step, a tool's text return in its tool execution), so that the
-entry refers to that row instead of holding the text again.
+What the runs recorded is said back, message by message (:data:`Rows`): the parts of each
+message a row holds (the prompt in the user message, the answer's text in the answer, a
+step's text in its step, a tool call's arguments, given as a dict, and its text return in its
+tool execution), so that the entry refers to that row instead of holding them again.
 """
 
 from __future__ import annotations
@@ -57,8 +57,9 @@ class _Projection:
         self._index = 0
         self._asked: tuple[int, int | None] = (0, None)
         """The step's message and the part holding its text (None: it has none)."""
-        self._returns: list[tuple[int, int, str]] = []
-        """The step's tool returns held by its tool executions: message, part, call id."""
+        self._executed: list[tuple[int, int, str]] = []
+        """The parts the step's tool executions will hold (its calls' arguments, their text
+        returns): message, part, call id."""
 
     def message(self, index: int, message: ModelMessage) -> None:
         self._index = index
@@ -71,7 +72,7 @@ class _Projection:
         """End the run left open: the save holds no answer to it."""
         if self._turn is not None and self._turn.result is None:
             self._turn.interrupt(UNANSWERED)
-        self._turn, self._step, self._returns = None, None, []
+        self._turn, self._step, self._executed = None, None, []
 
     def _request(self, message: ModelRequest) -> None:
         prompt = _prompt_of(message)
@@ -101,21 +102,21 @@ class _Projection:
         shown = part.model_response_str()
         step.tool_result(part.tool_call_id, shown)
         if part.content == shown:
-            self._returns.append((self._index, n, part.tool_call_id))
+            self._executed.append((self._index, n, part.tool_call_id))
 
     def _step_recorded(self, step: TurnStep) -> None:
-        """The step is recorded with its last tool result: its rows hold their texts now."""
+        """The step is recorded with its last tool result: its rows hold their parts now."""
         executions = {e.tool_call.id: e.id for e in step.executions()}
-        for index, n, call_id in self._returns:
+        for index, n, call_id in self._executed:
             self._held(n, executions[call_id], index)
         asked, text_part = self._asked
         called = step.step.assistant_message
         if text_part is not None and called is not None:
             self._held(text_part, called.id, asked)
-        self._step, self._returns = None, []
+        self._step, self._executed = None, []
 
     def _held(self, part: int, row_id: str, index: int | None = None) -> None:
-        """Part ``part`` of message ``index`` (the one being read) has its text in a row."""
+        """Part ``part`` of message ``index`` (the one being read) is held by a row."""
         self.rows.setdefault(self._index if index is None else index, {})[part] = row_id
 
     def _response(self, message: ModelResponse) -> None:
@@ -145,6 +146,11 @@ class _Projection:
                 finish_reason=message.finish_reason,
             )
             self._asked = (self._index, text_part)
+            self._executed = [
+                (self._index, n, part.tool_call_id)
+                for n, part in enumerate(message.parts)
+                if isinstance(part, ToolCallPart) and isinstance(part.args, dict)
+            ]
         elif text.strip():
             turn.answer(
                 text, usage=usage, model=message.model_name, finish_reason=message.finish_reason

@@ -3,10 +3,10 @@
 Each primitive of the store is one transaction of ``ledger.stored_conversations``, run in a
 worker thread (``asyncio.to_thread``), as the ledger's other async callers do: the event loop
 never waits on the database. A message's text is stored once: where the save's runs recorded
-it (a user prompt, an answer, a step's text, a tool's text return), the entry refers to that
-row and keeps the rest of the message as pydantic-ai serializes it, rebuilt on read; a
-message that would not come back equal that way is kept whole. Every entry reads back equal
-to the one saved.
+it (a user prompt, an answer, a step's text, a tool call's arguments, a tool's text return),
+the entry refers to that row and keeps the rest of the message as pydantic-ai serializes it,
+rebuilt on read; a message that would not come back equal that way is kept whole. Every
+entry reads back equal to the one saved.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.usage import RunUsage
 
 from ...errors import UsageError
-from ...ledger import Ledger, StoredEntry, StoredRecord
+from ...ledger import Ledger, MessageRow, StoredEntry, StoredRecord
 from .._residue import kept_if_rebuilt
 from ._runs import record_runs
 
@@ -148,18 +148,16 @@ def _record_of(stored: StoredRecord) -> ConversationRecord:
 
 
 def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEntry:
-    """``entry`` as stored: its message less the texts of the parts whose rows are ``held``
-    (part, row id), when it comes back equal without them; else whole."""
+    """``entry`` as stored: its message less what the rows ``held`` (part, row id) hold of its
+    parts (:func:`_field`), when it comes back equal without it; else whole."""
     fields = _MESSAGE.dump_python(entry.message, mode="json")
     whole = StoredEntry(entry.id, entry.parent_id, entry.kind, _json(fields))
     if not held:
         return whole
     parts = [dict(part) for part in fields["parts"]]
-    texts = {n: parts[n].pop("content", None) for n in held}
-    if not all(isinstance(text, str) for text in texts.values()):
-        return whole
+    values = {n: parts[n].pop(_field(parts[n]), None) for n in held}
     kept = kept_if_rebuilt(
-        entry.message, {**fields, "parts": parts}, lambda residue: _rebuilt(residue, texts)
+        entry.message, {**fields, "parts": parts}, lambda residue: _rebuilt(residue, values)
     )
     if kept is None:
         return whole
@@ -170,18 +168,35 @@ def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEn
 def _entry_of(stored: StoredEntry) -> ConversationEntry:
     message = stored.message
     if stored.message_ids is not None and isinstance(message, dict):
-        held = enumerate(zip(stored.message_ids, stored.texts, strict=True))
-        texts = {n: text for n, (row, text) in held if row is not None}
-        rebuilt = _rebuilt(message, texts)
+        parts = message["parts"]
+        assert isinstance(parts, list)
+        values = {
+            n: _value(part, row)
+            for n, (part, row) in enumerate(zip(parts, stored.rows, strict=True))
+            if row is not None
+        }
+        rebuilt = _rebuilt(message, values)
     else:
         rebuilt = _MESSAGE.validate_python(message)
     return ConversationEntry(id=stored.id, parent_id=stored.parent_id, message=rebuilt)
 
 
-def _rebuilt(residue: Mapping[str, Any], texts: Mapping[int, object]) -> ModelMessage:
-    """The message whose parts ``texts`` names have those texts, and all else ``residue``."""
+def _field(part: Mapping[str, Any]) -> str:
+    """The field of a serialized part that a row holds: a tool call's arguments (its tool
+    execution's), another part's text (a message's, a step's, a tool result's)."""
+    return "args" if part.get("part_kind") == "tool-call" else "content"
+
+
+def _value(part: Any, row: MessageRow) -> object:
+    """What ``row`` holds of ``part``, as its :func:`_field` takes it."""
+    return row.arguments if _field(part) == "args" else row.content
+
+
+def _rebuilt(residue: Mapping[str, Any], values: Mapping[int, object]) -> ModelMessage:
+    """The message whose parts ``values`` names have those values (in their :func:`_field`),
+    and all else ``residue``."""
     parts = [
-        {**part, "content": texts[n]} if n in texts else part
+        {**part, _field(part): values[n]} if n in values else part
         for n, part in enumerate(residue["parts"])
     ]
     return _MESSAGE.validate_python({**residue, "parts": parts})

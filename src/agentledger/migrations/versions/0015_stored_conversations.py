@@ -12,7 +12,7 @@ its messages as a tree of entries (pydantic-ai's ``ConversationStore``):
   (``branches``, JSON), the usage the framework accumulated (``usage``, JSON), what it awaits
   (``deferred``, JSON) and the record's format version.
 - ``stored_entries``: one row per entry: the entry it follows (``parent_id``), its kind, the
-  message as the framework serialized it less the texts the conversation's rows hold
+  message as the framework serialized it less what the conversation's rows hold
   (``message``, JSON), the ids of those rows (``message_ids``, JSON, NULL when ``message`` is
   whole), and the conversation that wrote it (``conversation_id``; a fork's history reaches
   into its source's entries).
