@@ -4,7 +4,8 @@ fresh ledger; the base install has no analytics engine, no LangGraph and no sqli
 says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
-and ``import`` ``agentledger import`` of an Agents SDK session file (without the SDK).
+``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs, and
+``import`` ``agentledger import`` of an Agents SDK session file (without the SDK).
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -155,6 +156,11 @@ def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
     assert found["uses"]["langgraph"] == (
         "LangGraph is not installed: agentledger.integrations.langgraph (LedgerSaver) comes "
         "with the langgraph extra. Install it: pip install 'agentledger[langgraph]'"
+    )
+    assert found["uses"]["pydantic-ai"] == (
+        "pydantic-ai (2.66 or newer) is not installed: agentledger.integrations.pydantic_ai "
+        "(LedgerConversationStore) comes with the pydantic-ai extra. Install it: pip install "
+        "'agentledger[pydantic-ai]'"
     )
     missing = (
         "Error: sqlite-utils is not installed: agentledger import comes with the import "
@@ -308,6 +314,20 @@ def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
     assert found["uses"]["runs"] == [["completed", 1, 12, 3, 1]] * 2  # priced: cost_usd > 0
     assert found["uses"]["checkpoints"] > 0
     holds(found, "langgraph", {"langgraph", "langgraph-checkpoint", "langchain-core"}, report)
+
+
+def test_the_pydantic_ai_extra_keeps_a_conversation_and_its_runs_in_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "pydantic-ai", tmp_path / "venv")
+
+    found = probe(python, "pydantic-ai", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"]["loaded"] == ["ModelRequest", "ModelResponse"] * 2
+    said = [["user", "hi"], ["assistant", "answer 1"], ["user", "bye"], ["assistant", "answer 3"]]
+    assert found["uses"]["messages"] == said
+    assert found["uses"]["runs"] == [["completed", 12, 3]] * 2
+    holds(found, "pydantic-ai", {"pydantic-ai-slim", "pydantic-graph"}, report, allowed=OTEL_API)
 
 
 def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(

@@ -5,7 +5,9 @@ handle's scope), then take along everything below them: their messages in every 
 runs with their steps, tool executions, buffer rows and compactions, and the subagent runs those
 runs spawned, with the subagents' own conversations, down the whole tree. All of it goes in one
 write transaction, which also writes one ``forget_log`` row (ids, the time, counts: never any
-content) and refuses, deleting nothing, while a run holds any of the conversations.
+content) and refuses, deleting nothing, while a run holds any of the conversations. A stored
+conversation of another conversation that shares their entries (a fork) keeps what it wrote
+itself: its history then begins after what was forgotten (``release_forks``).
 
 What deleting leaves behind, per backend:
 
@@ -52,9 +54,11 @@ from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
+from ._stored_conversations import release_forks
 from .tables import (
     GRAPH_TABLES,
     LEDGER_TABLES,
+    STORE_TABLES,
     ConversationKind,
     agent_runs,
     context_compactions,
@@ -63,10 +67,12 @@ from .tables import (
     execution_buffer_rows,
     forget_log,
     step_executions,
+    stored_entries,
+    stored_records,
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES))
+FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES))
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
 
@@ -317,6 +323,8 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
         *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
+        (stored_entries, stored_entries.c.conversation_id, conversation_ids),
+        (stored_records, stored_records.c.id, conversation_ids),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
         (tool_executions, tool_executions.c.run_id, run_ids),
         (step_executions, step_executions.c.run_id, run_ids),
@@ -391,6 +399,8 @@ def forget_chosen(
         now = database.clock()
         tree = _tree(conn, choose(conn, scope))
         _check_free(conn, tree.conversation_ids, now)
+        if not dry_run:
+            release_forks(conn, tree.conversation_ids)
         counts = _delete(conn, tree, dry_run=dry_run)
         log_id = None
         if not dry_run:

@@ -49,6 +49,7 @@ from ._row_mapping import Row, compaction_of
 from ._scope import EVERYTHING, Scope
 from ._scope_conditions import check_id_free, created_in, id_taken, refuse_in_scope, within
 from ._sql import Reads
+from ._stored_conversations import StoredConversations
 from ._tree_model import RunTree
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
@@ -341,6 +342,13 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         this handle's scope: what ``agentledger.integrations.langgraph.LedgerSaver`` reads and
         writes."""
         return GraphCheckpoints(self._database)
+
+    @property
+    def stored_conversations(self) -> StoredConversations:
+        """The records and entry trees frameworks' conversation stores keep in this ledger
+        (revision 0015's tables), in this handle's scope: what
+        ``agentledger.integrations.pydantic_ai.LedgerConversationStore`` reads and writes."""
+        return StoredConversations(self._database)
 
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in

@@ -549,6 +549,49 @@ class GraphWriteRow(LedgerTable, table=True):
     tenant_id: str | None = _tenant()
 
 
+class StoredRecordRow(LedgerTable, table=True):
+    """The record a framework's conversation store keeps of a conversation (pydantic-ai's
+    ``ConversationRecord``): its head entry, its revision (compared and set on every save),
+    what the framework accumulated over it, and what it was forked from (revision 0015). Its
+    id is the conversation's."""
+
+    __tablename__ = "stored_records"
+
+    id: str = Field(primary_key=True, foreign_key="conversations.id")
+    head_id: str | None = None
+    revision: str
+    scope: str | None = Field(default=None, index=True)
+    forked_from: str | None = None
+    forked_at: str | None = None
+    branches: list[JsonValue] = _json("branches", nullable=False)
+    usage: dict[str, JsonValue] = _json("usage", nullable=False)
+    deferred: JsonValue = _json("deferred")
+    format_version: int
+    updated_at: datetime = _time(index=True)
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class StoredEntryRow(LedgerTable, table=True):
+    """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
+    message as the framework serialized it, less what the rows ``message_ids`` names hold (the
+    conversation's messages, steps and tool executions its runs recorded), and the entry it
+    follows. ``conversation_id`` is the conversation that wrote it; a fork's history reaches
+    into its source's (revision 0015)."""
+
+    __tablename__ = "stored_entries"
+
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    parent_id: str | None = None
+    kind: str
+    message: JsonValue = _json("message", nullable=False)
+    message_ids: list[str | None] | None = _json("message_ids")
+    created_at: datetime = _time()
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
 
 conversations = metadata.tables["conversations"]
@@ -562,6 +605,8 @@ forget_log = metadata.tables["forget_log"]
 graph_checkpoints = metadata.tables["graph_checkpoints"]
 graph_channel_values = metadata.tables["graph_channel_values"]
 graph_writes = metadata.tables["graph_writes"]
+stored_records = metadata.tables["stored_records"]
+stored_entries = metadata.tables["stored_entries"]
 
 LEDGER_TABLES = (
     conversations,
@@ -576,6 +621,10 @@ LEDGER_TABLES = (
 
 GRAPH_TABLES = (graph_checkpoints, graph_channel_values, graph_writes)
 """The tables of the graph frameworks' checkpoints (revision 0014), each a thread's rows."""
+
+STORE_TABLES = (stored_records, stored_entries)
+"""The tables of the frameworks' conversation stores (revision 0015), each written before the
+one after it is deleted: a conversation's entries, then its record."""
 
 
 Row = TypeVar("Row", bound=LedgerTable)
