@@ -36,8 +36,8 @@ from ._connection_reads import ConnectionReads
 from ._engine import Connections, Database, make_engine, with_retries
 from ._failures import EngineSettings, Synchronous
 from ._forget import Choose, Forgotten
+from ._framework_conversations import insert_if_absent
 from ._graph_checkpoints import GraphCheckpoints
-from ._graph_rows import insert_if_absent
 from ._opening import prepare
 from ._queries import (
     conversation_row,
