@@ -204,7 +204,7 @@ def test_db_verify_says_ok_on_a_healthy_read_only_ledger_and_writes_nothing(nobo
 
     assert unwritable.files() == before
     assert code == 0, output
-    assert output.startswith("ok: 6 conversations"), output
+    assert output.startswith("ok: 8 conversations"), output
     assert "the full-text index check found nothing" in output
     assert "problem" not in output and "readonly" not in output
 
@@ -598,7 +598,7 @@ def test_read_only_true_opens_a_file_whose_name_a_uri_must_escape(tmp_path, sour
     path.write_bytes(source.data)
 
     with Ledger.open(path, read_only=True) as ledger:
-        assert len(ledger.conversations()) == 6  # record_representative_runs's, a graph's too
+        assert len(ledger.conversations()) == 8  # record_representative_runs's: a graph's, a store's
         assert ledger.verify() == []
 
     assert [p.name for p in tmp_path.iterdir()] == [name]
