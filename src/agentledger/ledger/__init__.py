@@ -37,6 +37,7 @@ from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
     from .._recording import AsyncTurn, AsyncTurnStep, Turn, TurnStep
+    from ._adk_sessions import AdkSessions, SessionKey, StateDelta, StoredEvent, StoredSession
     from ._forget import Forgotten
     from ._graph_checkpoints import GraphCheckpoints
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
@@ -45,6 +46,11 @@ if _TYPE_CHECKING:
     from .tables import AgentRun, Conversation
 
 _LAZY = {
+    "AdkSessions": "agentledger.ledger._adk_sessions",
+    "SessionKey": "agentledger.ledger._adk_sessions",
+    "StateDelta": "agentledger.ledger._adk_sessions",
+    "StoredEvent": "agentledger.ledger._adk_sessions",
+    "StoredSession": "agentledger.ledger._adk_sessions",
     "AgentRun": "agentledger.ledger.tables",
     "AsyncTurn": "agentledger._recording",
     "AsyncTurnStep": "agentledger._recording",
@@ -64,6 +70,7 @@ Ledger``), which :class:`LedgerReader` and the other names do without."""
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "TENANT_SETTING",
+    "AdkSessions",
     "AgentRun",
     "AsyncTurn",
     "AsyncTurnStep",
@@ -84,7 +91,11 @@ __all__ = [
     "RunTree",
     "Scope",
     "SearchHit",
+    "SessionKey",
+    "StateDelta",
     "StoredCheckpoint",
+    "StoredEvent",
+    "StoredSession",
     "TraceHit",
     "Turn",
     "TurnStep",

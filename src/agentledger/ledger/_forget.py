@@ -53,6 +53,7 @@ from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
 from .tables import (
+    ADK_SESSION_TABLES,
     GRAPH_TABLES,
     LEDGER_TABLES,
     ConversationKind,
@@ -66,7 +67,9 @@ from .tables import (
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES))
+FORGOTTEN_TABLES = tuple(
+    table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *ADK_SESSION_TABLES)
+)
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
 
@@ -317,6 +320,10 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
         *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
+        *(
+            (table, table.c.conversation_id, conversation_ids)
+            for table in reversed(ADK_SESSION_TABLES)
+        ),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
         (tool_executions, tool_executions.c.run_id, run_ids),
         (step_executions, step_executions.c.run_id, run_ids),

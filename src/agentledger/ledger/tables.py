@@ -28,6 +28,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Float,
     Index,
     LargeBinary,
     MetaData,
@@ -549,6 +550,55 @@ class GraphWriteRow(LedgerTable, table=True):
     tenant_id: str | None = _tenant()
 
 
+class AdkSessionRow(LedgerTable, table=True):
+    """An agent framework's session (Google ADK's): its conversation, the framework's names for
+    it, its session-scoped state and the time of its last event (revision 0015)."""
+
+    __tablename__ = "adk_sessions"
+    __table_args__ = (UniqueConstraint("app_name", "user_id", "session_id"),)
+
+    conversation_id: str = Field(primary_key=True, foreign_key="conversations.id")
+    app_name: str
+    user_id: str
+    session_id: str
+    state: dict[str, JsonValue] = _json("state", nullable=False)
+    update_time: float = Field(sa_type=Float(precision=53))
+    """The framework's timestamp of the session's last event (seconds since the epoch)."""
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class AdkEventRow(LedgerTable, table=True):
+    """An event of an agent framework's session, as the framework serialized it (revision
+    0015)."""
+
+    __tablename__ = "adk_events"
+    __table_args__ = (UniqueConstraint("conversation_id", "seq"),)
+
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id")
+    seq: int
+    event_id: str
+    invocation_id: str
+    timestamp: float = Field(sa_type=Float(precision=53))
+    event: dict[str, JsonValue] = _json("event", nullable=False)
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class AdkStateRow(LedgerTable, table=True):
+    """The state an agent framework shares between sessions: every session of an app
+    (``user_id`` is ``''``), or every session of one user of an app (revision 0015)."""
+
+    __tablename__ = "adk_states"
+
+    app_name: str = Field(primary_key=True)
+    user_id: str = Field(primary_key=True)
+    state: dict[str, JsonValue] = _json("state", nullable=False)
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
 
 conversations = metadata.tables["conversations"]
@@ -562,6 +612,9 @@ forget_log = metadata.tables["forget_log"]
 graph_checkpoints = metadata.tables["graph_checkpoints"]
 graph_channel_values = metadata.tables["graph_channel_values"]
 graph_writes = metadata.tables["graph_writes"]
+adk_sessions = metadata.tables["adk_sessions"]
+adk_events = metadata.tables["adk_events"]
+adk_states = metadata.tables["adk_states"]
 
 LEDGER_TABLES = (
     conversations,
@@ -576,6 +629,10 @@ LEDGER_TABLES = (
 
 GRAPH_TABLES = (graph_checkpoints, graph_channel_values, graph_writes)
 """The tables of the graph frameworks' checkpoints (revision 0014), each a thread's rows."""
+
+ADK_SESSION_TABLES = (adk_sessions, adk_events)
+"""The tables of an agent framework's sessions (revision 0015) that hold a conversation's rows,
+each written before the ones that refer to it (``adk_states`` is shared between sessions)."""
 
 
 Row = TypeVar("Row", bound=LedgerTable)
