@@ -25,6 +25,7 @@ from agentledger.cli import cli
 from agentledger.importing import import_history
 from agentledger.ledger import Ledger
 from support.databases import BACKENDS
+from support.graphs import check_two_weather_turns
 from support.invariants import violations
 from support.ledger import Database
 
@@ -113,22 +114,7 @@ def test_a_thread_is_a_conversation_and_its_model_calls_and_tools_the_trace(
     metadata = conversation["metadata"]
     metadata = json.loads(metadata) if isinstance(metadata, str) else metadata
     assert metadata == {"imported_from": "langgraph", "source_id": "chat"}
-    said = db.rows(
-        "SELECT role, content FROM conversation_messages WHERE conversation_id = :id ORDER BY seq",
-        id=conversation["id"],
-    )
-    assert [(r["role"], r["content"]) for r in said] == [
-        ("user", "Weather in Paris?"),
-        ("assistant", "Sunny, 22C (1)."),
-        ("user", "And now?"),
-        ("assistant", "Sunny, 22C (2)."),
-    ]
-    runs = db.rows(
-        "SELECT status, agent_name, step_count, input_tokens, output_tokens, cost_usd "
-        "FROM agent_runs ORDER BY started_at, id"
-    )
-    assert [tuple(r.values())[:5] for r in runs] == [("completed", "langgraph", 2, 1670, 29)] * 2
-    assert all(r["cost_usd"] > 0 for r in runs)
+    check_two_weather_turns(db, conversation["id"])
     tools = db.rows("SELECT tool_name, result, is_error FROM tool_executions ORDER BY started_at")
     assert [(t["tool_name"], t["result"], bool(t["is_error"])) for t in tools] == [
         ("get_weather", "22C, sunny in Paris", False)

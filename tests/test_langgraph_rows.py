@@ -19,7 +19,7 @@ from agentledger.analytics import Analytics
 from agentledger.integrations.langgraph import LedgerSaver
 from agentledger.ledger import Ledger
 from support.cli import flat, ok
-from support.graphs import CONFIG, delta_chat, react, replies
+from support.graphs import CONFIG, check_two_weather_turns, delta_chat, react, replies
 from support.ledger import Database
 
 
@@ -35,22 +35,7 @@ def test_a_react_thread_is_a_conversation_of_its_inputs_and_answers_with_steps_a
 ):
     messages = _two_turns(ledger)
 
-    said = db.rows(
-        "SELECT role, content FROM conversation_messages WHERE conversation_id = 'chat' "
-        "ORDER BY seq"
-    )
-    assert [tuple(r.values()) for r in said] == [
-        ("user", "Weather in Paris?"),
-        ("assistant", "Sunny, 22C (1)."),
-        ("user", "And now?"),
-        ("assistant", "Sunny, 22C (2)."),
-    ]
-    runs = db.rows(
-        "SELECT status, agent_name, step_count, input_tokens, output_tokens, cost_usd "
-        "FROM agent_runs WHERE conversation_id = 'chat' ORDER BY started_at"
-    )
-    assert [tuple(r.values())[:5] for r in runs] == [("completed", "langgraph", 2, 1670, 29)] * 2
-    assert all(r["cost_usd"] > 0 for r in runs)
+    check_two_weather_turns(db, "chat")
     steps = db.rows(
         "SELECT s.step_type, s.model, s.input_tokens, s.output_tokens, s.finish_reason "
         "FROM step_executions s JOIN agent_runs r ON r.id = s.run_id "

@@ -40,6 +40,9 @@ REMOVED_KEY = "openai_agents_removed"
 """In a run's metadata: the items ``pop_item`` took out of the session (their keys)."""
 CLEARED_KEY = "openai_agents_cleared"
 """In a run's metadata: ``clear_session`` took every earlier item out of the session."""
+COMPACTION_KEY = "openai_agents_compaction"
+"""In a run's metadata: its batch holds a ``compaction`` item (what ``responses.compact``
+returns in place of the items it compacted), which the model must see again."""
 
 Item = dict[str, JsonValue]
 Indexed = tuple[int, Item]
@@ -155,6 +158,12 @@ class Batch:
 
     messages: list[tuple[int, Item, Role]]
     steps: list[StepItems]
+
+
+def is_compaction(item: Item) -> bool:
+    """Whether ``item`` is the model's compacted memory of earlier items: trace by kind, but
+    part of what every later model call is sent."""
+    return item.get("type") == "compaction"
 
 
 def split_batch(items: Sequence[Item]) -> Batch:

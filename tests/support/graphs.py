@@ -106,3 +106,27 @@ def delta_chat(saver: Any) -> Any:
     builder.add_node("chat", chat)
     builder.add_edge(START, "chat")
     return builder.compile(checkpointer=saver)
+
+
+def check_two_weather_turns(db: Any, conversation_id: str) -> list[dict[str, Any]]:
+    """The rows two turns of :func:`react` (asked with :func:`ask`) leave in conversation
+    ``conversation_id``: the questions and answers as the conversation, two completed runs of
+    two steps with their tokens, priced; the runs' rows, oldest first."""
+    said = db.rows(
+        "SELECT role, content FROM conversation_messages WHERE conversation_id = :id ORDER BY seq",
+        id=conversation_id,
+    )
+    assert [(r["role"], r["content"]) for r in said] == [
+        ("user", "Weather in Paris?"),
+        ("assistant", "Sunny, 22C (1)."),
+        ("user", "And now?"),
+        ("assistant", "Sunny, 22C (2)."),
+    ]
+    runs = db.rows(
+        "SELECT id, status, agent_name, step_count, input_tokens, output_tokens, cost_usd "
+        "FROM agent_runs WHERE conversation_id = :id ORDER BY started_at, id",
+        id=conversation_id,
+    )
+    assert [tuple(r.values())[1:6] for r in runs] == [("completed", "langgraph", 2, 1670, 29)] * 2
+    assert all(r["cost_usd"] > 0 for r in runs)
+    return runs

@@ -13,18 +13,22 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime
+from functools import partial
 from typing import Any
 
 from agents import Agent, RunContextWrapper, RunHooks
 from agents.items import ModelResponse
 from agents.memory import SessionSettings
+from agents.memory.session import _CompactionSnapshot
 from agents.memory.session_settings import resolve_session_limit
 from pydantic import JsonValue
 
 from ..._agents_sdk_items import (
     CLEARED_KEY,
+    COMPACTION_KEY,
     INDEX_KEY,
     ITEM_KEY,
     ITEMS_KEY,
@@ -33,6 +37,7 @@ from ..._agents_sdk_items import (
     SESSION_KEY,
     Batch,
     Item,
+    is_compaction,
     split_batch,
     stored_items,
     text_of,
@@ -65,7 +70,8 @@ class LedgerSession:
 
     ``get_items()`` returns what the next model call should see. With ``separate_trace=True``
     (the default) that is the conversation: the user and assistant messages, the tool calls,
-    their outputs and the reasoning of earlier turns left out (they stay in the run's trace).
+    their outputs and the reasoning of earlier turns left out (they stay in the run's trace)
+    but the ``compaction`` items ``responses.compact`` puts in place of what it compacted kept.
     With ``separate_trace=False``, every item in the order added, as the SDK's own sessions
     return them. Either way each item comes back exactly as it was added.
 
@@ -150,6 +156,22 @@ class LedgerSession:
         """Take every item out of the session."""
         await asyncio.to_thread(self._clear)
 
+    async def _get_compaction_snapshot(
+        self, limit: int, *, prune_prefix: Callable[[Any], bool] | None = None
+    ) -> _CompactionSnapshot:
+        """The SDK's compaction hook (``OpenAIResponsesCompactionSession`` looks for it): the
+        newest ``limit`` items of the session's view, and a ``replace_suffix`` that swaps a
+        suffix of them for the compacted output in one run, only if the session still ends
+        with exactly that suffix (see :meth:`_replace`)."""
+        entries = await asyncio.to_thread(self._entries)
+        window = entries[-limit:] if limit > 0 else []
+
+        async def replace_suffix(start: int, output: list[Any]) -> bool:
+            return await asyncio.to_thread(self._replace, window[start:], output, prune_prefix)
+
+        items: list[Any] = [e.item for e in window]  # the SDK's item dicts, as stored
+        return _CompactionSnapshot(items, len(window) == len(entries), replace_suffix)
+
     # --- in a worker thread -----------------------------------------------------------------
 
     def _add(self, batch: Batch, calls: Sequence[ModelCall]) -> None:
@@ -157,11 +179,48 @@ class LedgerSession:
         self._record({}, batch, calls)
 
     def _pop(self) -> Any | None:
+        """Name the newest item in a removal run, and commit it only if, under the run's
+        lease, that item is still the newest: another handle popping at the same moment
+        took it first otherwise, and this pop ends its run failed and tries the next one."""
+        while True:
+            entries = self._entries()
+            if not entries:
+                return None
+            newest = entries[-1]
+            if self._record({REMOVED_KEY: [newest.key]}, still=partial(self._newest, newest.key)):
+                return newest.item
+
+    def _replace(
+        self,
+        suffix: list[_Entry],
+        output: list[Any],
+        prune_prefix: Callable[[Any], bool] | None,
+    ) -> bool:
+        """One run that takes ``suffix`` (and the oldest items ``prune_prefix`` says have
+        expired, up to the first it keeps) out of the session and adds ``output`` after what
+        is left; False, with nothing counted, when the session changed since it was read."""
         entries = self._entries()
-        if not entries:
-            return None
-        self._record({REMOVED_KEY: [entries[-1].key]})
-        return entries[-1].item
+        keys = [e.key for e in entries]
+        if not suffix or keys[-len(suffix) :] != [e.key for e in suffix]:
+            return False
+        removed = [e.key for e in suffix]
+        if prune_prefix is not None:
+            for entry in entries[: len(entries) - len(suffix)]:
+                if not prune_prefix(entry.item):
+                    break
+                removed.append(entry.key)
+        stored = stored_items(output)
+        batch = split_batch(stored) if stored else None
+        return self._record(
+            {REMOVED_KEY: list[JsonValue](removed)}, batch, still=partial(self._keys_are, keys)
+        )
+
+    def _keys_are(self, keys: list[str]) -> bool:
+        return [e.key for e in self._entries()] == keys
+
+    def _newest(self, key: str) -> bool:
+        entries = self._entries()
+        return bool(entries) and entries[-1].key == key
 
     def _clear(self) -> None:
         if self._entries():
@@ -172,11 +231,16 @@ class LedgerSession:
         metadata: dict[str, JsonValue],
         batch: Batch | None = None,
         calls: Sequence[ModelCall] = (),
-    ) -> None:
+        still: Callable[[], bool] | None = None,
+    ) -> bool:
         """One run of the session: begin, its steps, commit (or, on failure, failed: a
-        failed run's items are not the session's)."""
+        failed run's items are not the session's). ``still`` is checked under the run's lease,
+        where no other write of the session can land: when it is false the run ends failed,
+        nothing of it counts, and the answer is False."""
         recorder = self.ledger.recorder
         run_id = new_id()
+        if batch is not None and any(is_compaction(i) for s in batch.steps for _, i in s.produced):
+            metadata = {**metadata, COMPACTION_KEY: True}
         state = AgentState(
             conversation_id=self.session_id,
             run_id=run_id,
@@ -190,9 +254,13 @@ class LedgerSession:
             # Loaded under the run's lease: the conversation cannot change until the commit.
             loaded = recorder.load_conversation(self.session_id).store
             state = state.with_message_store(loaded)
+            if still is not None and not still():
+                recorder.fail_run(state, "the session changed before this write took its turn")
+                return False
             if batch is not None:
                 state = self._filled(state, batch, calls)
             recorder.commit_run(state.model_copy(update={"status": AgentStatus.COMPLETED}))
+            return True
         except BaseException as exc:
             with contextlib.suppress(Exception):  # the error that ended it is the one to raise
                 recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
@@ -274,12 +342,14 @@ class LedgerSession:
         return entries
 
     def _runs(self) -> list[AgentRun]:
-        return [
+        """The session's completed runs in the order they committed (see :func:`_written`)."""
+        runs = [
             run
             for run in self.ledger.runs(self.session_id)
             if (run.metadata_ or {}).get(SESSION_KEY) == self.session_id
             and run.status == AgentStatus.COMPLETED
         ]
+        return sorted(runs, key=_written)
 
     def _after(
         self, run: AgentRun, entries: list[_Entry], messages: list[tuple[int, Item]]
@@ -289,11 +359,14 @@ class LedgerSession:
         if metadata.get(CLEARED_KEY):
             return []
         removed = metadata.get(REMOVED_KEY)
-        if isinstance(removed, list):
-            return [e for e in entries if e.key not in removed]
+        if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
+            entries = [e for e in entries if e.key not in removed]
         own = [(n, item, True) for n, item in messages]
-        if not self.separate_trace and run.step_count:
-            own += [(n, item, False) for n, item in self._trace(run.id)]
+        if run.step_count and (not self.separate_trace or metadata.get(COMPACTION_KEY)):
+            # A compaction item stands for the items it replaced: the model sees it in
+            # either view.
+            trace = self._trace(run.id)
+            own += [(n, i, False) for n, i in trace if not self.separate_trace or is_compaction(i)]
         own.sort(key=lambda entry: entry[0])
         return [*entries, *(_Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
 
@@ -306,6 +379,19 @@ class LedgerSession:
                 if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
                     found.append((int(str(entry["index"])), entry["item"]))
         return found  # type: ignore[return-value]
+
+
+def _written(run: AgentRun) -> tuple[bool, int, datetime, str]:
+    """The order a session's runs were written in. Their commits are serialized by the
+    conversation's lease, and a commit stamps the run's row with the database's change counter
+    (``change_seq``), which nothing changes on a completed run: that is the order, whatever
+    the writers' clocks said (``started_at`` comes from the clock of the host that wrote).
+    The ledger updates a run's row only while it holds the run's lease (steps, heartbeats, its
+    end) or to resume a failed or abandoned run, which then counts from its new commit; no
+    revision after the counter's writes run rows. An ``UPDATE`` written by hand re-stamps.
+    Rows from before the counter existed (``NULL``) come first, by start time then id."""
+    stamped = run.change_seq is not None
+    return (stamped, run.change_seq or 0, run.started_at, run.id)
 
 
 def _run_of(message: Message) -> str | None:
