@@ -32,6 +32,7 @@ from agentledger.ledger import Ledger
 from agentledger.ledger.checksums import ADDED, COVERED, checksum, checksum_over
 from agentledger.ledger.tables import (
     GRAPH_TABLES,
+    STORE_TABLES,
     agent_runs,
     context_compactions,
     conversation_messages,
@@ -750,6 +751,7 @@ def test_revision_0003_seals_the_rows_a_ledger_already_held(db_url, tmp_path):
 def test_the_tables_checked_here_are_every_table_of_the_ledger():
     # 0008's stamps, and 0010's log of what was forgotten (ids and counts, no content)
     data = set(metadata.tables) - {"agentledger_changes", "agentledger_deletions", "forget_log"}
-    # the graph checkpoint tables' damage is checked in tests/test_langgraph_saver.py
-    graph = {t.name for t in GRAPH_TABLES}
-    assert {t.name for t in TABLES} | graph == data == set(COVERED)
+    # the graph checkpoint tables' damage is checked in tests/test_langgraph_saver.py, the
+    # stored conversations' in tests/test_pydantic_ai_store.py
+    framework = {t.name for t in (*GRAPH_TABLES, *STORE_TABLES)}
+    assert {t.name for t in TABLES} | framework == data == set(COVERED)

@@ -94,6 +94,7 @@ def test_every_public_package_is_covered_and_the_layers_are_private():
         "agentledger.integrations.mcp_server",
         "agentledger.integrations.openai_agents",
         "agentledger.integrations.langgraph",
+        "agentledger.integrations.pydantic_ai",
     }
     for layer in ("values", "core", "recording", "loop", "drivers", "builder"):
         with pytest.raises(ImportError):

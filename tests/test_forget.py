@@ -43,8 +43,13 @@ from support.clocks import FakeClock
 from support.ledger import Database
 from support.subagents import SPAWN, Router, Script, answer, prompt
 
-GRAPH_TABLES = ("graph_checkpoints", "graph_channel_values", "graph_writes")
-ADK_SESSION_TABLES = ("adk_sessions", "adk_events")
+FRAMEWORK_TABLES = (
+    *("graph_checkpoints", "graph_channel_values", "graph_writes"),
+    *("stored_records", "stored_entries"),
+    *("adk_sessions", "adk_events"),
+)
+"""Tables a framework's store writes (tests/test_langgraph_saver.py, test_pydantic_ai_store.py,
+test_adk_sessions.py)."""
 
 TABLES = (
     "conversations",
@@ -217,8 +222,8 @@ def test_forgetting_a_conversation_deletes_every_row_that_came_from_it_in_one_lo
     assert forgotten.conversation_ids == (secret, subagent)
     assert forgotten.reason == "conversation"
     after = row_counts(db)
-    graph = dict.fromkeys((*GRAPH_TABLES, *ADK_SESSION_TABLES), 0)  # none here: see their tests
-    assert forgotten.counts == {**{t: before[t] - after[t] for t in TABLES}, **graph}
+    framework = dict.fromkeys(FRAMEWORK_TABLES, 0)  # none here
+    assert forgotten.counts == {**{t: before[t] - after[t] for t in TABLES}, **framework}
     assert forgotten.counts["conversations"] == 2 and forgotten.counts["agent_runs"] == 4
     assert all(forgotten.counts[t] > 0 for t in TABLES), forgotten.counts
     assert forgotten.rows == sum(forgotten.counts.values())

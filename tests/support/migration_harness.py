@@ -27,7 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from importlib.resources import as_file, files
 from pathlib import Path
@@ -35,6 +35,7 @@ from typing import Any
 
 from alembic.script import ScriptDirectory
 from click.testing import CliRunner
+from pydantic import JsonValue
 from sqlalchemy import (
     Engine,
     MetaData,
@@ -58,6 +59,8 @@ from agentledger.ledger import (
     Ledger,
     PendingWrite,
     StoredCheckpoint,
+    StoredEntry,
+    StoredRecord,
 )
 from agentledger.ledger import tables as ledger_tables
 from agentledger.ledger.checksums import ADDED, COVERED, canonical_json, checksum_over
@@ -496,7 +499,12 @@ def _answer(text_: str, **fields: Any) -> InferenceResponse:
 
 
 def record_representative_runs(
-    ledger: Ledger, *, compaction: bool = True, forgetting: bool = True, graph: bool = True
+    ledger: Ledger,
+    *,
+    compaction: bool = True,
+    forgetting: bool = True,
+    graph: bool = True,
+    stored: bool = True,
 ) -> dict[str, str]:
     """Real agents recorded in ``ledger``, so that every table gets rows; their ids by name.
 
@@ -508,7 +516,9 @@ def record_representative_runs(
     - ``stale``: a run begun and stepped through a ledger handle that was then closed, as if its
       process died (status ``running``, lease held, buffer rows left);
     - with ``compaction``, :func:`record_compactions`;
-    - with ``forgetting``, :func:`record_forgetting`.
+    - with ``forgetting``, :func:`record_forgetting`;
+    - with ``graph``, :func:`record_graph_checkpoints`; with ``stored``,
+      :func:`record_stored_conversations`.
     """
     ids: dict[str, str] = {}
     usage = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 40}
@@ -580,6 +590,8 @@ def record_representative_runs(
     ids.update(zip(("stale", "stale_run"), begin_stale_run(ledger), strict=True))
     if graph:
         ids.update(record_graph_checkpoints(ledger))
+    if stored:
+        ids.update(record_stored_conversations(ledger))
     if compaction:
         ids.update(record_compactions(ledger))
     if forgetting:
@@ -618,6 +630,34 @@ def record_graph_checkpoints(ledger: Ledger) -> dict[str, str]:
         key, [PendingWrite("task-1", 0, "count", "msgpack", b"\x03", "~__pregel_pull")]
     )
     return {"graph": thread}
+
+
+def record_stored_conversations(ledger: Ledger) -> dict[str, str]:
+    """``stored``: a framework's stored conversation of two entries, saved twice through
+    ``ledger.stored_conversations`` (the second save compares the first's revision), and
+    ``stored_fork``: a conversation forked from it, whose record names its source."""
+    stored = ledger.stored_conversations
+    conversation, fork = f"stored-{new_id()}", f"stored-fork-{new_id()}"
+    at = datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)
+    first, second = f"entry-{new_id()}", f"entry-{new_id()}"
+    asked = StoredEntry(first, None, "request", {"parts": [{"content": "Hello?"}]})
+    answered = StoredEntry(second, first, "response", {"parts": [{"content": "Hi."}]})
+    usage: dict[str, JsonValue] = {"requests": 1, "input_tokens": 12, "output_tokens": 3}
+    record = StoredRecord(conversation, first, "rev-1", "scope-a", None, None, [], {}, None, 1, at)
+    assert stored.write(record, [asked], None)
+    record = replace(record, head_id=second, revision="rev-2", usage=usage)
+    assert stored.write(record, [answered], "rev-1")
+    forked = replace(
+        record,
+        conversation_id=fork,
+        revision="rev-f",
+        forked_from=conversation,
+        forked_at=first,
+        branches=[second],
+        deferred={"calls": []},
+    )
+    assert stored.write(forked, [], None)
+    return {"stored": conversation, "stored_fork": fork}
 
 
 def _first_conversation(ledger: Ledger) -> str:
@@ -703,13 +743,23 @@ def representative_source(
     path = directory / "representative.db"
     with Ledger.open(path) as ledger:
         ids = record_representative_runs(
-            ledger, compaction=compaction, forgetting=compaction, graph=compaction
+            ledger,
+            compaction=compaction,
+            forgetting=compaction,
+            graph=compaction,
+            stored=compaction,
         )
     with Database(path) as database:
         skip = (
             {}
             if compaction
-            else {**ONLY_SINCE_0004, "forget_log": FORGET_LOG_COLUMNS, **ONLY_SINCE_0014}
+            else {
+                **ONLY_SINCE_0004,
+                "forget_log": FORGET_LOG_COLUMNS,
+                **ONLY_SINCE_0014,
+                **ONLY_SINCE_0015,
+                **ONLY_SINCE_0016,
+            }
         )
         database.fill_empty_columns(skip=skip)
         assert database.empty_columns() == skip
@@ -750,11 +800,24 @@ ONLY_SINCE_0014 = {
 }
 """What revision 0013 cannot hold: graph checkpoints."""
 
+ONLY_SINCE_0015 = {
+    table.name: [c.name for c in table.columns] for table in ledger_tables.STORE_TABLES
+}
+"""What revision 0014 cannot hold: a framework's stored conversations."""
+
+ONLY_SINCE_0016 = {
+    table.name: [c.name for c in table.columns]
+    for table in (*ledger_tables.ADK_SESSION_TABLES, ledger_tables.adk_states)
+}
+"""What revision 0015 cannot hold: an agent framework's sessions and their shared state."""
+
 CANNOT_HOLD = {
     "0003": ONLY_SINCE_0004,
     "0005": ONLY_SINCE_0006,
     "0009": ONLY_SINCE_0010,
     "0013": ONLY_SINCE_0014,
+    "0014": ONLY_SINCE_0015,
+    "0015": ONLY_SINCE_0016,
 }
 """What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
 revisions not listed can hold everything the newest can."""

@@ -41,6 +41,7 @@ if _TYPE_CHECKING:
     from ._forget import Forgotten
     from ._graph_checkpoints import GraphCheckpoints
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
+    from ._stored_conversations import StoredConversations, StoredEntry, StoredRecord
     from ._tree_model import RunTree
     from ._writes import LedgerRecorder
     from .tables import AgentRun, Conversation
@@ -61,6 +62,9 @@ _LAZY = {
     "Ledger": "agentledger.ledger._ledger",
     "LedgerRecorder": "agentledger.ledger._writes",
     "RunTree": "agentledger.ledger._tree_model",
+    "StoredConversations": "agentledger.ledger._stored_conversations",
+    "StoredEntry": "agentledger.ledger._stored_conversations",
+    "StoredRecord": "agentledger.ledger._stored_conversations",
     "Turn": "agentledger._recording",
     "TurnStep": "agentledger._recording",
 }
@@ -94,7 +98,10 @@ __all__ = [
     "SessionKey",
     "StateDelta",
     "StoredCheckpoint",
+    "StoredConversations",
+    "StoredEntry",
     "StoredEvent",
+    "StoredRecord",
     "StoredSession",
     "TraceHit",
     "Turn",

@@ -1,4 +1,4 @@
-"""``AdkSessions``: the session tables of revision 0015, read and written for an agent
+"""``AdkSessions``: the session tables of revision 0016, read and written for an agent
 framework's session service (``ledger.adk_sessions``; Google ADK's is
 ``agentledger.integrations.adk.LedgerSessionService``).
 

@@ -56,6 +56,7 @@ from .tables import (
     ADK_SESSION_TABLES,
     GRAPH_TABLES,
     LEDGER_TABLES,
+    STORE_TABLES,
     ConversationKind,
     agent_runs,
     context_compactions,
@@ -64,11 +65,13 @@ from .tables import (
     execution_buffer_rows,
     forget_log,
     step_executions,
+    stored_entries,
+    stored_records,
     tool_executions,
 )
 
 FORGOTTEN_TABLES = tuple(
-    table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *ADK_SESSION_TABLES)
+    table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES, *ADK_SESSION_TABLES)
 )
 """The tables a forgetting deletes from (every table of a conversation's rows), as
 ``Forgotten.counts`` lists them."""
@@ -324,6 +327,8 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
             (table, table.c.conversation_id, conversation_ids)
             for table in reversed(ADK_SESSION_TABLES)
         ),
+        (stored_entries, stored_entries.c.conversation_id, conversation_ids),
+        (stored_records, stored_records.c.id, conversation_ids),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
         (tool_executions, tool_executions.c.run_id, run_ids),
         (step_executions, step_executions.c.run_id, run_ids),

@@ -49,6 +49,7 @@ from ._row_mapping import Row, compaction_of
 from ._scope import EVERYTHING, Scope
 from ._scope_conditions import check_id_free, created_in, refuse_in_scope, within
 from ._sql import Reads
+from ._stored_conversations import StoredConversations
 from ._tree_model import RunTree
 from ._urls import normalize_url, sqlite_path
 from ._verification import count_rows, find_damage
@@ -338,10 +339,17 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
 
     @property
     def adk_sessions(self) -> AdkSessions:
-        """The sessions agent frameworks keep in this ledger (revision 0015's tables), in this
+        """The sessions agent frameworks keep in this ledger (revision 0016's tables), in this
         handle's scope: what ``agentledger.integrations.adk.LedgerSessionService`` reads and
         writes."""
         return AdkSessions(self._database)
+
+    @property
+    def stored_conversations(self) -> StoredConversations:
+        """The records and entry trees frameworks' conversation stores keep in this ledger
+        (revision 0015's tables), in this handle's scope: what
+        ``agentledger.integrations.pydantic_ai.LedgerConversationStore`` reads and writes."""
+        return StoredConversations(self._database)
 
     def model_context(self, conversation_id: str) -> Messages:
         """The conversation as the model sees it now: the summary, then the messages still in

@@ -131,6 +131,13 @@ COVERED.update(
             "id", "thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx", "channel",
             "value_type", "value", "task_path", "tenant_id",
         ),
+        "stored_records": (
+            "id", "head_id", "revision", "scope", "forked_from", "forked_at", "branches",
+            "usage", "deferred", "format_version", "updated_at", "tenant_id",
+        ),
+        "stored_entries": (
+            "id", "conversation_id", "parent_id", "kind", "message", "created_at", "tenant_id",
+        ),
     }
 )  # fmt: skip
 # The checkpoint tables (revision 0014): every column of rows that never change. Their bytes are
@@ -200,11 +207,11 @@ def damaged_rows(conn: Connection) -> list[str]:
     """Every row of the ledger whose checksum does not match it, one line each."""
     from sqlalchemy import select  # only here: the rest of this module reads without it
 
-    from .tables import GRAPH_TABLES, LEDGER_TABLES
+    from .tables import GRAPH_TABLES, LEDGER_TABLES, STORE_TABLES
 
     return [
         f"row {row['id']!r} of {table.name} does not match its checksum"
-        for table in (*LEDGER_TABLES, *GRAPH_TABLES)
+        for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)
         for row in conn.execute(select(table).where(table.c[CHECKSUM].is_not(None))).mappings()
         if row[CHECKSUM] != checksum(table, row)
     ]

@@ -14,11 +14,14 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from .migrate import VERSION_TABLE
-from .tables import GRAPH_TABLES, LEDGER_TABLES, forget_log
+from .tables import GRAPH_TABLES, LEDGER_TABLES, STORE_TABLES, forget_log
 
 __all__ = ["MAX_IDENTIFIER_BYTES", "RUN_TABLES", "application_role_sql", "quote_identifier"]
 
-RUN_TABLES = (*(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES)), forget_log.name)
+RUN_TABLES = (
+    *(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)),
+    forget_log.name,
+)
 """The tables the application role reads and writes: every table holding a tenant's rows, each
 under row-level security."""
 

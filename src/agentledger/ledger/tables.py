@@ -550,9 +550,50 @@ class GraphWriteRow(LedgerTable, table=True):
     tenant_id: str | None = _tenant()
 
 
+class StoredRecordRow(LedgerTable, table=True):
+    """The record a framework's conversation store keeps of a conversation (pydantic-ai's
+    ``ConversationRecord``): its head entry, its revision (compared and set on every save),
+    what the framework accumulated over it, and what it was forked from (revision 0015). Its
+    id is the conversation's."""
+
+    __tablename__ = "stored_records"
+
+    id: str = Field(primary_key=True, foreign_key="conversations.id")
+    head_id: str | None = None
+    revision: str
+    scope: str | None = Field(default=None, index=True)
+    forked_from: str | None = None
+    forked_at: str | None = None
+    branches: list[JsonValue] = _json("branches", nullable=False)
+    usage: dict[str, JsonValue] = _json("usage", nullable=False)
+    deferred: JsonValue = _json("deferred")
+    format_version: int
+    updated_at: datetime = _time(index=True)
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class StoredEntryRow(LedgerTable, table=True):
+    """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
+    message as the framework serialized it and the entry it follows. ``conversation_id`` is
+    the conversation that wrote it; a fork's history reaches into its source's (revision
+    0015)."""
+
+    __tablename__ = "stored_entries"
+
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id", index=True)
+    parent_id: str | None = None
+    kind: str
+    message: JsonValue = _json("message", nullable=False)
+    created_at: datetime = _time()
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
 class AdkSessionRow(LedgerTable, table=True):
     """An agent framework's session (Google ADK's): its conversation, the framework's names for
-    it, its session-scoped state and the time of its last event (revision 0015)."""
+    it, its session-scoped state and the time of its last event (revision 0016)."""
 
     __tablename__ = "adk_sessions"
     __table_args__ = (UniqueConstraint("app_name", "user_id", "session_id"),)
@@ -570,7 +611,7 @@ class AdkSessionRow(LedgerTable, table=True):
 
 class AdkEventRow(LedgerTable, table=True):
     """An event of an agent framework's session, as the framework serialized it (revision
-    0015)."""
+    0016)."""
 
     __tablename__ = "adk_events"
     __table_args__ = (UniqueConstraint("conversation_id", "seq"),)
@@ -588,7 +629,7 @@ class AdkEventRow(LedgerTable, table=True):
 
 class AdkStateRow(LedgerTable, table=True):
     """The state an agent framework shares between sessions: every session of an app
-    (``user_id`` is ``''``), or every session of one user of an app (revision 0015)."""
+    (``user_id`` is ``''``), or every session of one user of an app (revision 0016)."""
 
     __tablename__ = "adk_states"
 
@@ -612,6 +653,8 @@ forget_log = metadata.tables["forget_log"]
 graph_checkpoints = metadata.tables["graph_checkpoints"]
 graph_channel_values = metadata.tables["graph_channel_values"]
 graph_writes = metadata.tables["graph_writes"]
+stored_records = metadata.tables["stored_records"]
+stored_entries = metadata.tables["stored_entries"]
 adk_sessions = metadata.tables["adk_sessions"]
 adk_events = metadata.tables["adk_events"]
 adk_states = metadata.tables["adk_states"]
@@ -630,8 +673,12 @@ LEDGER_TABLES = (
 GRAPH_TABLES = (graph_checkpoints, graph_channel_values, graph_writes)
 """The tables of the graph frameworks' checkpoints (revision 0014), each a thread's rows."""
 
+STORE_TABLES = (stored_records, stored_entries)
+"""The tables of the frameworks' conversation stores (revision 0015), each written before the
+one after it is deleted: a conversation's entries, then its record."""
+
 ADK_SESSION_TABLES = (adk_sessions, adk_events)
-"""The tables of an agent framework's sessions (revision 0015) that hold a conversation's rows,
+"""The tables of an agent framework's sessions (revision 0016) that hold a conversation's rows,
 each written before the ones that refer to it (``adk_states`` is shared between sessions)."""
 
 

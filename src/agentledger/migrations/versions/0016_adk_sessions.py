@@ -1,7 +1,7 @@
 """Agent sessions: the state and events an agent framework (Google's ADK) keeps per session.
 
-Revision ID: 0015
-Revises: 0014
+Revision ID: 0016
+Revises: 0015
 
 Three new tables:
 
@@ -29,8 +29,8 @@ from sqlalchemy.dialects import postgresql
 
 from agentledger.migrations._refusal import MigrationRefused
 
-revision: str = "0015"
-down_revision: str | None = "0014"
+revision: str = "0016"
+down_revision: str | None = "0015"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 
@@ -118,11 +118,11 @@ def downgrade() -> None:
 
 
 def _refuse_to_lose_sessions() -> None:
-    """Revision 0014 has no sessions: a ledger that holds some is not downgraded."""
+    """Revision 0015 has no sessions: a ledger that holds some is not downgraded."""
     held = op.get_bind().execute(sa.text("SELECT COUNT(*) FROM adk_sessions")).scalar_one()
     if held:
         raise MigrationRefused(
-            f"cannot downgrade below 0015: adk_sessions holds {held} sessions, which revision "
-            "0014 has no tables for. Delete the sessions first (LedgerSessionService."
+            f"cannot downgrade below 0016: adk_sessions holds {held} sessions, which revision "
+            "0015 has no tables for. Delete the sessions first (LedgerSessionService."
             "delete_session) if losing them is intended."
         )
