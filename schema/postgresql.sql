@@ -530,17 +530,17 @@ ALTER TABLE stored_entries ENABLE ROW LEVEL SECURITY;
 CREATE POLICY agentledger_tenant ON stored_entries USING (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), '')) WITH CHECK (tenant_id = NULLIF(current_setting('agentledger.tenant_id', true), ''));
 
 CREATE TABLE adk_sessions (
-    conversation_id VARCHAR NOT NULL,
-    app_name VARCHAR NOT NULL,
-    user_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
     session_id VARCHAR NOT NULL,
     state JSONB NOT NULL,
     update_time FLOAT(53) NOT NULL,
+    event_count INTEGER NOT NULL,
     checksum BIGINT,
-    tenant_id VARCHAR,
-    CONSTRAINT pk_adk_sessions PRIMARY KEY (conversation_id),
-    CONSTRAINT fk_adk_sessions_conversation_id_conversations FOREIGN KEY(conversation_id) REFERENCES conversations (id),
-    CONSTRAINT uq_adk_sessions_app_name_user_id_session_id UNIQUE (app_name, user_id, session_id)
+    tenant_id VARCHAR NOT NULL,
+    owner_id VARCHAR NOT NULL,
+    CONSTRAINT pk_adk_sessions PRIMARY KEY (id),
+    CONSTRAINT fk_adk_sessions_id_conversations FOREIGN KEY(id) REFERENCES conversations (id),
+    CONSTRAINT uq_adk_sessions_tenant_id_owner_id_session_id UNIQUE (tenant_id, owner_id, session_id)
 );
 
 CREATE TABLE adk_events (
@@ -551,6 +551,7 @@ CREATE TABLE adk_events (
     invocation_id VARCHAR NOT NULL,
     timestamp FLOAT(53) NOT NULL,
     event JSONB NOT NULL,
+    message_ids JSONB,
     checksum BIGINT,
     tenant_id VARCHAR,
     CONSTRAINT pk_adk_events PRIMARY KEY (id),
@@ -559,12 +560,13 @@ CREATE TABLE adk_events (
 );
 
 CREATE TABLE adk_states (
-    app_name VARCHAR NOT NULL,
-    user_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
+    tenant_id VARCHAR NOT NULL,
+    owner_id VARCHAR NOT NULL,
     state JSONB NOT NULL,
     checksum BIGINT,
-    tenant_id VARCHAR,
-    CONSTRAINT pk_adk_states PRIMARY KEY (app_name, user_id)
+    CONSTRAINT pk_adk_states PRIMARY KEY (id),
+    CONSTRAINT uq_adk_states_tenant_id_owner_id UNIQUE (tenant_id, owner_id)
 );
 
 ALTER TABLE adk_sessions ENABLE ROW LEVEL SECURITY;

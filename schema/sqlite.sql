@@ -651,17 +651,17 @@ CREATE TABLE stored_entries (
 CREATE INDEX ix_stored_entries_conversation_id ON stored_entries (conversation_id);
 
 CREATE TABLE adk_sessions (
-    conversation_id VARCHAR NOT NULL,
-    app_name VARCHAR NOT NULL,
-    user_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
     session_id VARCHAR NOT NULL,
     state JSON NOT NULL,
     update_time FLOAT NOT NULL,
+    event_count INTEGER NOT NULL,
     checksum BIGINT,
-    tenant_id VARCHAR,
-    CONSTRAINT pk_adk_sessions PRIMARY KEY (conversation_id),
-    CONSTRAINT fk_adk_sessions_conversation_id_conversations FOREIGN KEY(conversation_id) REFERENCES conversations (id),
-    CONSTRAINT uq_adk_sessions_app_name_user_id_session_id UNIQUE (app_name, user_id, session_id)
+    tenant_id VARCHAR NOT NULL,
+    owner_id VARCHAR NOT NULL,
+    CONSTRAINT pk_adk_sessions PRIMARY KEY (id),
+    CONSTRAINT fk_adk_sessions_id_conversations FOREIGN KEY(id) REFERENCES conversations (id),
+    CONSTRAINT uq_adk_sessions_tenant_id_owner_id_session_id UNIQUE (tenant_id, owner_id, session_id)
 );
 
 CREATE TABLE adk_events (
@@ -672,6 +672,7 @@ CREATE TABLE adk_events (
     invocation_id VARCHAR NOT NULL,
     timestamp FLOAT NOT NULL,
     event JSON NOT NULL,
+    message_ids JSON,
     checksum BIGINT,
     tenant_id VARCHAR,
     CONSTRAINT pk_adk_events PRIMARY KEY (id),
@@ -680,10 +681,11 @@ CREATE TABLE adk_events (
 );
 
 CREATE TABLE adk_states (
-    app_name VARCHAR NOT NULL,
-    user_id VARCHAR NOT NULL,
+    id VARCHAR NOT NULL,
+    tenant_id VARCHAR NOT NULL,
+    owner_id VARCHAR NOT NULL,
     state JSON NOT NULL,
     checksum BIGINT,
-    tenant_id VARCHAR,
-    CONSTRAINT pk_adk_states PRIMARY KEY (app_name, user_id)
+    CONSTRAINT pk_adk_states PRIMARY KEY (id),
+    CONSTRAINT uq_adk_states_tenant_id_owner_id UNIQUE (tenant_id, owner_id)
 );

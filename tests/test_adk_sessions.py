@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 import pytest
 from google.adk.agents import LlmAgent
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -23,10 +24,11 @@ from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.adk.runners import Runner
-from google.adk.sessions import BaseSessionService, InMemorySessionService
+from google.adk.sessions import BaseSessionService, InMemorySessionService, Session
 from google.adk.sessions.base_session_service import GetSessionConfig
 from google.genai import types
 
+from agentledger.errors import LedgerCorruptError
 from agentledger.integrations.adk import LedgerSessionService
 from agentledger.ledger import Ledger
 from support.databases import fresh_database
@@ -270,32 +272,76 @@ def lookup(n: int) -> str:
     return f"found {n}"
 
 
-def test_a_runner_drives_an_agent_with_tools_through_the_service_turn_after_turn(
-    service: BaseSessionService,
-) -> None:
+def two_turns(service: BaseSessionService) -> tuple[Session, list[Event]]:
+    """Two turns of a Runner over ``service`` (3 tool calls, then an answer, each): the
+    session read back and the events the runner gave."""
     agent = LlmAgent(name="helper", model=ScriptedLlm(), tools=[lookup], instruction="help")
     runner = Runner(app_name="app", agent=agent, session_service=service)
 
-    async def scenario() -> None:
+    async def scenario() -> tuple[Session, list[Event]]:
         made = await service.create_session(app_name="app", user_id="u")
+        given = []
         for text in ("first", "second"):
             message = types.Content(role="user", parts=[types.Part(text=text)])
-            async for _ in runner.run_async(user_id="u", session_id=made.id, new_message=message):
-                pass
+            async for each in runner.run_async(
+                user_id="u", session_id=made.id, new_message=message
+            ):
+                given.append(each)
         got = await service.get_session(app_name="app", user_id="u", session_id=made.id)
         assert got is not None
-        assert len(got.events) == 16
-        assert len({e.invocation_id for e in got.events}) == 2
-        assert [
-            e.content.parts[0].text
-            for e in got.events
-            if e.author == "helper" and e.is_final_response()
-        ] == [
-            "done",
-            "done",
-        ]
+        return got, given
 
-    run(scenario())
+    return run(scenario())
+
+
+def test_a_runner_drives_an_agent_with_tools_through_the_service_turn_after_turn(
+    service: BaseSessionService,
+) -> None:
+    got, given = two_turns(service)
+    assert len(got.events) == 16
+    assert len({e.invocation_id for e in got.events}) == 2
+    assert [e for e in got.events if e.author != "user"] == given  # each read back equal
+    assert [e.content.parts[0].text for e in got.events if e.author == "user"] == [
+        "first",
+        "second",
+    ]
+    finals = [e for e in got.events if e.author == "helper" and e.is_final_response()]
+    assert [e.content.parts[0].text for e in finals] == ["done", "done"]
+
+
+def test_each_invocation_is_a_run_whose_rows_hold_the_texts_its_events_refer_to(
+    tmp_path: Path,
+) -> None:
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    with Ledger.open(url) as ledger:
+        two_turns(LedgerSessionService(ledger))
+        db = Database(url)
+        try:
+            runs = db.rows(
+                "SELECT status, step_count, input_tokens, output_tokens FROM agent_runs "
+                "ORDER BY started_at"
+            )
+            assert [tuple(r.values()) for r in runs] == [("completed", 4, 40, 8)] * 2
+            results = db.rows("SELECT result FROM tool_executions ORDER BY started_at")
+            returned = [json.dumps({"result": f"found {n}"}) for n in range(3)]
+            assert [r["result"] for r in results] == returned * 2
+            said = db.rows(
+                "SELECT role, content FROM conversation_messages WHERE section = 'messages' "
+                "ORDER BY seq"
+            )
+            assert [(r["role"], r["content"]) for r in said] == [
+                ("user", "first"),
+                ("assistant", "done"),
+                ("user", "second"),
+                ("assistant", "done"),
+            ]
+            # every event refers to its rows: no text, call argument or result is kept twice
+            assert db.scalar("SELECT count(*) FROM adk_events WHERE message_ids IS NULL") == 0
+            kept = " ".join(r["event"] for r in db.rows("SELECT event FROM adk_events"))
+            assert "found" not in kept and "first" not in kept and '"n"' not in kept
+            assert "done" not in kept
+        finally:
+            db.close()
 
 
 def test_the_state_and_events_are_rows_of_the_ledger_forgotten_with_the_session(
@@ -313,13 +359,13 @@ def test_the_state_and_events_are_rows_of_the_ledger_forgotten_with_the_session(
         sid = run(scenario())
         db = Database(url)
         try:
-            shared = db.rows("SELECT app_name, user_id, state FROM adk_states")
-            assert [(r["app_name"], r["user_id"], json.loads(r["state"])) for r in shared] == [
+            shared = db.rows("SELECT tenant_id, owner_id, state FROM adk_states")
+            assert [(r["tenant_id"], r["owner_id"], json.loads(r["state"])) for r in shared] == [
                 ("a", "u", {"x": 1})
             ]
             kept = db.rows(
                 "SELECT c.tenant_id, c.owner_id, s.state FROM adk_sessions s "
-                "JOIN conversations c ON c.id = s.conversation_id"
+                "JOIN conversations c ON c.id = s.id"
             )
             assert [(r["tenant_id"], r["owner_id"], json.loads(r["state"])) for r in kept] == [
                 ("a", "u", {"k": "v"})
@@ -331,3 +377,79 @@ def test_the_state_and_events_are_rows_of_the_ledger_forgotten_with_the_session(
             assert db.scalar("SELECT count(*) FROM conversations") == 0
         finally:
             db.close()
+
+
+# --- what the ledger adds: checksums, a stale writer refused, two handles at once -----------------
+
+
+def test_a_damaged_session_event_or_state_is_an_error_that_names_it(
+    ledger: Ledger, db: Database
+) -> None:
+    service = LedgerSessionService(ledger)
+    made = run(service.create_session(app_name="a", user_id="u", state={"app:k": 1}))
+    run(service.append_event(made, event("hello")))
+    get = service.get_session(app_name="a", user_id="u", session_id=made.id)
+    for table, damage, undo in [
+        ("adk_sessions", "SET update_time = 1", f"SET update_time = {made.last_update_time!r}"),
+        ("adk_events", "SET invocation_id = 'x'", "SET invocation_id = 'inv'"),
+        ("adk_states", "SET state = '{\"k\": 2}'", "SET state = '{\"k\": 1}'"),
+    ]:
+        db.execute(f"UPDATE {table} {damage}")
+        with pytest.raises(LedgerCorruptError, match=f"of {table} does not match"):
+            run(service.get_session(app_name="a", user_id="u", session_id=made.id))
+        assert any(table in line for line in ledger.verify())
+        db.execute(f"UPDATE {table} {undo}")
+    assert run(get) == made
+
+
+def test_an_append_to_a_session_changed_since_it_was_read_is_refused(ledger: Ledger) -> None:
+    service = LedgerSessionService(ledger)
+
+    async def scenario() -> None:
+        made = await service.create_session(app_name="a", user_id="u")
+        first = await service.get_session(app_name="a", user_id="u", session_id=made.id)
+        second = await service.get_session(app_name="a", user_id="u", session_id=made.id)
+        assert first is not None and second is not None
+        await service.append_event(first, event("one", delta={"user:seen": 1}))
+        with pytest.raises(StaleSessionError, match="modified in storage"):
+            await service.append_event(second, event("two", delta={"user:seen": 2}))
+        got = await service.get_session(app_name="a", user_id="u", session_id=made.id)
+        assert got == first and got.state["user:seen"] == 1
+        await service.append_event(got, event("two"))  # read again, it goes on
+
+    run(scenario())
+
+
+def test_two_handles_creating_and_appending_at_once_lose_nothing(db_url: str) -> None:
+    with Ledger.open(db_url) as one, Ledger.open(db_url) as other:
+        services = (LedgerSessionService(one), LedgerSessionService(other))
+
+        async def create() -> list[Any]:
+            return await asyncio.gather(
+                *(s.create_session(app_name="a", user_id="u", session_id="s") for s in services),
+                return_exceptions=True,
+            )
+
+        async def writer(service: LedgerSessionService, name: str) -> None:
+            for n in range(3):
+                while True:
+                    read = await service.get_session(app_name="a", user_id="u", session_id="s")
+                    assert read is not None
+                    try:
+                        await service.append_event(read, event(f"{name}{n}", delta={name: n}))
+                        break
+                    except StaleSessionError:
+                        continue
+
+        made = run(create())
+        assert sorted(type(each).__name__ for each in made) == ["AlreadyExistsError", "Session"]
+
+        async def both() -> None:
+            await asyncio.gather(writer(services[0], "x"), writer(services[1], "y"))
+
+        run(asyncio.wait_for(both(), 60))
+        got = run(services[0].get_session(app_name="a", user_id="u", session_id="s"))
+        assert got is not None
+        texts = [e.content.parts[0].text for e in got.events if e.content and e.content.parts]
+        assert sorted(texts) == ["x0", "x1", "x2", "y0", "y1", "y2"]
+        assert got.state == {"x": 2, "y": 2}

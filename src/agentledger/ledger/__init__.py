@@ -37,7 +37,15 @@ from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
     from .._recording import AsyncTurn, AsyncTurnStep, Turn, TurnStep
-    from ._adk_sessions import AdkSessions, SessionKey, StateDelta, StoredEvent, StoredSession
+    from ._adk_events import PartText, StoredEvent
+    from ._adk_sessions import (
+        AdkSessions,
+        Append,
+        Appended,
+        SessionKey,
+        StateDelta,
+        StoredSession,
+    )
     from ._forget import Forgotten
     from ._graph_checkpoints import GraphCheckpoints
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
@@ -48,9 +56,12 @@ if _TYPE_CHECKING:
 
 _LAZY = {
     "AdkSessions": "agentledger.ledger._adk_sessions",
+    "Append": "agentledger.ledger._adk_sessions",
+    "Appended": "agentledger.ledger._adk_sessions",
     "SessionKey": "agentledger.ledger._adk_sessions",
     "StateDelta": "agentledger.ledger._adk_sessions",
-    "StoredEvent": "agentledger.ledger._adk_sessions",
+    "StoredEvent": "agentledger.ledger._adk_events",
+    "PartText": "agentledger.ledger._adk_events",
     "StoredSession": "agentledger.ledger._adk_sessions",
     "AgentRun": "agentledger.ledger.tables",
     "AsyncTurn": "agentledger._recording",
@@ -76,6 +87,8 @@ __all__ = [
     "TENANT_SETTING",
     "AdkSessions",
     "AgentRun",
+    "Append",
+    "Appended",
     "AsyncTurn",
     "AsyncTurnStep",
     "ChannelValue",
@@ -91,6 +104,7 @@ __all__ = [
     "LedgerReader",
     "LedgerRecorder",
     "MessageRow",
+    "PartText",
     "PendingWrite",
     "RunTree",
     "Scope",

@@ -3,29 +3,46 @@ framework's session service (``ledger.adk_sessions``; Google ADK's is
 ``agentledger.integrations.adk.LedgerSessionService``).
 
 A session is a conversation of the ledger whose tenant is the app and whose owner is the user;
-its events are rows of ``adk_events`` in the order they were appended, as the framework
-serialized them; its state is in three scopes: the session's own (``adk_sessions.state``), the
+its events are rows of ``adk_events`` in the order they were appended (``_adk_events``); its
+state is in three scopes: the session's own (``adk_sessions.state``), the
 user's and the app's (``adk_states``), each delta applied in the transaction that stores the
 event that carries it. Everything here is plain data: the framework decodes what it reads.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from enum import Enum
+from typing import TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, RowMapping, func, insert, select, update
+from sqlalchemy import Connection, RowMapping, insert, select, update
+from sqlalchemy.exc import IntegrityError
 
 from .._values import new_id
 from ..errors import UsageError
+from ._adk_events import (
+    Event,
+    PartText,
+    StoredEvent,
+    insert_event,
+    read_events,
+    rebuilt,
+    refer,
+    residue_of,
+)
 from ._engine import Database
-from .checksums import sealed
-from .tables import ConversationKind, adk_events, adk_sessions, adk_states, conversations
+from ._graph_rows import insert_if_absent
+from .checksums import check_row, sealed
+from .tables import ConversationKind, adk_sessions, adk_states, conversations
+
+T = TypeVar("T")
 
 State = dict[str, JsonValue]
 
 APP_WIDE = ""
-"""The ``adk_states.user_id`` of the state every user of an app shares."""
+"""The ``adk_states.owner_id`` of the state every user of an app shares."""
 
 SESSION_KEY = "adk_session"
 """The key, in the metadata of a session's conversation, holding the framework's session id."""
@@ -60,17 +77,30 @@ class StoredSession:
     app_state: State
     user_state: State
     update_time: float
-    events: list[dict[str, JsonValue]] = field(default_factory=list)
+    revision: int
+    """How many events the session has had: what a writer that read it expects to find."""
+    events: list[Event] = field(default_factory=list)
+
+
+class Appended(Enum):
+    """What became of an event to append."""
+
+    STORED = "stored"
+    MISSING = "missing"
+    """The session does not exist (any more)."""
+    STALE = "stale"
+    """The session changed since the writer read it: nothing was written."""
 
 
 @dataclass(frozen=True)
-class StoredEvent:
-    """An event to append, with what the ledger indexes it by."""
+class Append:
+    """An append's outcome: with the row the event is (when stored) and the session's
+    revision after it."""
 
-    event_id: str
-    invocation_id: str
-    timestamp: float
-    event: dict[str, JsonValue]
+    outcome: Appended
+    conversation_id: str = ""
+    row_id: str = ""
+    revision: int = 0
 
 
 class AdkSessions:
@@ -79,13 +109,19 @@ class AdkSessions:
     def __init__(self, database: Database) -> None:
         self._database = database
 
+    def together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction that this handle's reads and writes on this
+        thread join: an event, its state delta and the runs it is recorded in commit at once."""
+        return self._database.together(what, work)
+
     # --- writes ---------------------------------------------------------------------------------
 
     def create(
         self, key: SessionKey, delta: StateDelta, update_time: float
     ) -> StoredSession | None:
         """Store a new session with the state ``delta`` sets; ``None`` (and nothing written)
-        when the app's user already has a session of that id."""
+        when the app's user already has a session of that id, even one another writer stores
+        at the same moment."""
 
         def write(conn: Connection) -> StoredSession | None:
             if _session_row(conn, key) is not None:
@@ -93,56 +129,75 @@ class AdkSessions:
             conversation_id = new_id()
             self._create_conversation(conn, key, conversation_id)
             row = {
-                "conversation_id": conversation_id,
-                **_names(key),
+                "id": conversation_id,
+                "session_id": key.session_id,
                 "state": dict(delta.session),
                 "update_time": update_time,
+                "event_count": 0,
                 "tenant_id": key.app_name,
+                "owner_id": key.user_id,
             }
-            conn.execute(insert(adk_sessions), row)
+            conn.execute(insert(adk_sessions), sealed(adk_sessions, row))
             app_state, user_state = _apply_shared(conn, key, delta)
             return StoredSession(
-                key, conversation_id, dict(delta.session), app_state, user_state, update_time
+                key, conversation_id, dict(delta.session), app_state, user_state, update_time, 0
             )
 
-        return self._database.write("creating a session", write)
+        try:
+            return self._database.write("creating a session", write)
+        except IntegrityError:
+            if self.conversation_of(key) is None:
+                raise
+            return None
 
-    def append(self, key: SessionKey, event: StoredEvent, delta: StateDelta) -> bool:
-        """Store ``event`` after the session's events and apply ``delta``, at once; ``False``
-        (and nothing written) when the session does not exist."""
+    def append(
+        self,
+        key: SessionKey,
+        event: StoredEvent,
+        delta: StateDelta,
+        *,
+        expected: int | None,
+        seen: float,
+    ) -> Append:
+        """Store ``event`` after the session's events and apply ``delta``, at once, if the
+        session is as its writer read it: at revision ``expected`` or, when the writer does
+        not know it, updated no later than ``seen``. Nothing is written otherwise."""
 
-        def write(conn: Connection) -> bool:
+        def write(conn: Connection) -> Append:
             found = _session_row(conn, key)
             if found is None:
-                return False
-            conversation_id = found["conversation_id"]
-            last = conn.execute(
-                select(func.max(adk_events.c.seq)).where(
-                    adk_events.c.conversation_id == conversation_id
-                )
-            ).scalar_one()
-            conn.execute(
-                insert(adk_events),
-                {
-                    "id": new_id(),
-                    "conversation_id": conversation_id,
-                    "seq": 0 if last is None else last + 1,
-                    "event_id": event.event_id,
-                    "invocation_id": event.invocation_id,
-                    "timestamp": event.timestamp,
-                    "event": event.event,
-                    "tenant_id": key.app_name,
-                },
-            )
-            conn.execute(
-                update(adk_sessions)
-                .where(adk_sessions.c.conversation_id == conversation_id)
-                .values(state={**found["state"], **delta.session}, update_time=event.timestamp)
-            )
+                return Append(Appended.MISSING)
+            check_row(adk_sessions, found)
+            count = found["event_count"]
+            stale = count != expected if expected is not None else found["update_time"] > seen
+            if stale or not _claim(conn, found, event.timestamp, delta.session):
+                return Append(Appended.STALE)
+            conversation_id = found["id"]
+            row_id = insert_event(conn, conversation_id, count, event, key.app_name)
             _apply_shared(conn, key, delta)
-            return True
+            return Append(Appended.STORED, conversation_id, row_id, count + 1)
 
         return self._database.write("appending an event", write)
+
+    def refer(self, row_id: str, residue: Event, message_ids: Sequence[str | None]) -> None:
+        """Keep event row ``row_id`` as ``residue``, its parts' texts held by the rows
+        ``message_ids`` (what ``_adk_events.rebuilt`` reads back)."""
+        self._database.write(
+            "storing an event's residue", lambda conn: refer(conn, row_id, residue, message_ids)
+        )
+
+    @staticmethod
+    def residue(event: Event, message_ids: Sequence[str | None]) -> Event:
+        """``event`` less what the rows ``message_ids`` names hold of its parts."""
+        return residue_of(event, message_ids)
+
+    @staticmethod
+    def rebuilt(
+        residue: Event, message_ids: Sequence[str | None], texts: Mapping[str, PartText]
+    ) -> Event:
+        """The event ``residue`` and what the rows ``message_ids`` hold of its parts
+        (``texts``, by row id) make: what a read of it gives."""
+        return rebuilt(residue, message_ids, texts)
 
     # --- reads ----------------------------------------------------------------------------------
 
@@ -156,7 +211,8 @@ class AdkSessions:
             found = _session_row(conn, key)
             if found is None:
                 return None
-            return _stored(conn, found, _events(conn, found["conversation_id"], recent, after))
+            events = read_events(conn, found["id"], recent, after)
+            return _stored(conn, found, events)
 
         return self._database.read("reading a session", read)
 
@@ -165,10 +221,10 @@ class AdkSessions:
         events, least recently updated first."""
 
         def read(conn: Connection) -> list[StoredSession]:
-            query = select(adk_sessions).where(adk_sessions.c.app_name == app_name)
+            query = select(adk_sessions).where(adk_sessions.c.tenant_id == app_name)
             if user_id is not None:
-                query = query.where(adk_sessions.c.user_id == user_id)
-            query = query.order_by(adk_sessions.c.update_time, adk_sessions.c.conversation_id)
+                query = query.where(adk_sessions.c.owner_id == user_id)
+            query = query.order_by(adk_sessions.c.update_time, adk_sessions.c.id)
             return [_stored(conn, row, []) for row in conn.execute(query).mappings()]
 
         return self._database.read("listing sessions", read)
@@ -184,7 +240,7 @@ class AdkSessions:
 
         def read(conn: Connection) -> str | None:
             found = _session_row(conn, key)
-            return None if found is None else str(found["conversation_id"])
+            return None if found is None else str(found["id"])
 
         return self._database.read("finding a session", read)
 
@@ -217,52 +273,61 @@ class AdkSessions:
         conn.execute(insert(conversations), sealed(conversations, row))
 
 
-def _names(key: SessionKey) -> dict[str, str]:
-    return {"app_name": key.app_name, "user_id": key.user_id, "session_id": key.session_id}
-
-
 def _session_row(conn: Connection, key: SessionKey) -> RowMapping | None:
     query = select(adk_sessions).where(
-        adk_sessions.c.app_name == key.app_name,
-        adk_sessions.c.user_id == key.user_id,
+        adk_sessions.c.tenant_id == key.app_name,
+        adk_sessions.c.owner_id == key.user_id,
         adk_sessions.c.session_id == key.session_id,
     )
     return conn.execute(query).mappings().first()
 
 
-def _events(
-    conn: Connection, conversation_id: str, recent: int | None, after: float | None
-) -> list[dict[str, JsonValue]]:
-    """The session's events in order: the last ``recent``, then those at ``after`` or later."""
-    query = select(adk_events.c.event, adk_events.c.timestamp).where(
-        adk_events.c.conversation_id == conversation_id
+def _claim(conn: Connection, found: RowMapping, update_time: float, delta: State) -> bool:
+    """Move the session past revision ``found`` (its next event's, its time, its state with
+    ``delta``) unless another writer did first: a compare-and-set, which on PostgreSQL also
+    holds the row until the transaction ends."""
+    row = dict(found)
+    row.update(
+        event_count=found["event_count"] + 1,
+        update_time=update_time,
+        state={**found["state"], **delta},
     )
-    query = query.order_by(adk_events.c.seq.desc())
-    if recent is not None:
-        query = query.limit(recent)
-    rows = list(conn.execute(query))[::-1]
-    return [row.event for row in rows if after is None or row.timestamp >= after]
+    where = (adk_sessions.c.id == found["id"]) & (
+        adk_sessions.c.event_count == found["event_count"]
+    )
+    return bool(
+        conn.execute(update(adk_sessions).where(where).values(sealed(adk_sessions, row))).rowcount
+    )
 
 
-def _stored(conn: Connection, row: RowMapping, events: list[dict[str, JsonValue]]) -> StoredSession:
-    key = SessionKey(row["app_name"], row["user_id"], row["session_id"])
+def _stored(conn: Connection, row: RowMapping, events: list[Event]) -> StoredSession:
+    check_row(adk_sessions, row)
+    key = SessionKey(row["tenant_id"], row["owner_id"], row["session_id"])
     return StoredSession(
         key=key,
-        conversation_id=row["conversation_id"],
+        conversation_id=row["id"],
         state=dict(row["state"]),
         app_state=_shared(conn, key.app_name, APP_WIDE),
         user_state=_shared(conn, key.app_name, key.user_id),
         update_time=row["update_time"],
+        revision=row["event_count"],
         events=events,
     )
 
 
-def _shared(conn: Connection, app_name: str, user_id: str) -> State:
-    query = select(adk_states.c.state).where(
-        adk_states.c.app_name == app_name, adk_states.c.user_id == user_id
+def _state_row(conn: Connection, app_name: str, user_id: str) -> RowMapping | None:
+    query = select(adk_states).where(
+        adk_states.c.tenant_id == app_name, adk_states.c.owner_id == user_id
     )
-    state = conn.execute(query).scalar_one_or_none()
-    return dict(state) if state is not None else {}
+    found = conn.execute(query).mappings().first()
+    if found is not None:
+        check_row(adk_states, found)
+    return found
+
+
+def _shared(conn: Connection, app_name: str, user_id: str) -> State:
+    found = _state_row(conn, app_name, user_id)
+    return dict(found["state"]) if found is not None else {}
 
 
 def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> tuple[State, State]:
@@ -275,16 +340,20 @@ def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> tuple
 
 def _apply(conn: Connection, app_name: str, user_id: str, delta: State) -> State:
     """The shared state of ``(app_name, user_id)`` with ``delta`` applied (stored when it
-    changes anything)."""
-    before = _shared(conn, app_name, user_id)
+    changes anything). The row is created empty first if it is new, then locked and read
+    (PostgreSQL), so that two writers' deltas both land."""
     if not delta:
-        return before
-    after = {**before, **delta}
-    where = (adk_states.c.app_name == app_name) & (adk_states.c.user_id == user_id)
-    changed = conn.execute(update(adk_states).where(where).values(state=after)).rowcount
-    if not changed:
-        conn.execute(
-            insert(adk_states),
-            {"app_name": app_name, "user_id": user_id, "state": after, "tenant_id": app_name},
-        )
+        return _shared(conn, app_name, user_id)
+    where = (adk_states.c.tenant_id == app_name) & (adk_states.c.owner_id == user_id)
+    empty = {"id": new_id(), "tenant_id": app_name, "owner_id": user_id, "state": {}}
+    conn.execute(insert_if_absent(conn, adk_states, _SHARED_BY).values(sealed(adk_states, empty)))
+    found = conn.execute(select(adk_states).where(where).with_for_update()).mappings().one()
+    check_row(adk_states, found)
+    after = {**found["state"], **delta}
+    row = sealed(adk_states, {**found, "state": after})
+    conn.execute(update(adk_states).where(adk_states.c.id == found["id"]).values(row))
     return after
+
+
+_SHARED_BY = ("tenant_id", "owner_id")
+"""What names a shared state (unique in ``adk_states``): its app and its user."""

@@ -58,6 +58,8 @@ from .tables import (
     LEDGER_TABLES,
     STORE_TABLES,
     ConversationKind,
+    adk_events,
+    adk_sessions,
     agent_runs,
     context_compactions,
     conversation_messages,
@@ -323,10 +325,8 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
         *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
-        *(
-            (table, table.c.conversation_id, conversation_ids)
-            for table in reversed(ADK_SESSION_TABLES)
-        ),
+        (adk_events, adk_events.c.conversation_id, conversation_ids),
+        (adk_sessions, adk_sessions.c.id, conversation_ids),
         (stored_entries, stored_entries.c.conversation_id, conversation_ids),
         (stored_records, stored_records.c.id, conversation_ids),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),

@@ -5,6 +5,7 @@ its writes are stored at every step of a graph, a few times per turn of a chat."
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import Connection, Table, bindparam, delete, insert, select
@@ -15,16 +16,19 @@ from .checksums import sealed
 from .tables import conversations, graph_channel_values, graph_checkpoints, graph_writes
 
 
-def insert_if_absent(conn: Connection) -> Any:
-    """An insert of a conversation that does nothing when its id is taken (each dialect's own
-    ``ON CONFLICT DO NOTHING``; PostgreSQL's is loaded only for a PostgreSQL ledger)."""
+def insert_if_absent(
+    conn: Connection, table: Table = conversations, keys: Sequence[str] = ("id",)
+) -> Any:
+    """An insert into ``table`` (a conversation, unless told) that does nothing when a row of
+    the same ``keys`` is there (each dialect's own ``ON CONFLICT DO NOTHING``; PostgreSQL's is
+    loaded only for a PostgreSQL ledger)."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 
-        return postgresql_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
+        return postgresql_insert(table).on_conflict_do_nothing(index_elements=list(keys))
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-    return sqlite_insert(conversations).on_conflict_do_nothing(index_elements=["id"])
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
 
 
 def at_bound(table: Table) -> Any:

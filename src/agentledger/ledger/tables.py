@@ -592,25 +592,31 @@ class StoredEntryRow(LedgerTable, table=True):
 
 
 class AdkSessionRow(LedgerTable, table=True):
-    """An agent framework's session (Google ADK's): its conversation, the framework's names for
-    it, its session-scoped state and the time of its last event (revision 0016)."""
+    """An agent framework's session (Google ADK's): its conversation, the framework's id for
+    it, its session-scoped state and the time of its last event (revision 0016). The app is
+    the conversation's tenant and the user its owner, copied here as on ``agent_runs``."""
 
     __tablename__ = "adk_sessions"
-    __table_args__ = (UniqueConstraint("app_name", "user_id", "session_id"),)
+    __table_args__ = (UniqueConstraint("tenant_id", "owner_id", "session_id"),)
 
-    conversation_id: str = Field(primary_key=True, foreign_key="conversations.id")
-    app_name: str
-    user_id: str
+    id: str = Field(primary_key=True, foreign_key="conversations.id")
+    """The session's conversation."""
     session_id: str
     state: dict[str, JsonValue] = _json("state", nullable=False)
     update_time: float = Field(sa_type=Float(precision=53))
     """The framework's timestamp of the session's last event (seconds since the epoch)."""
+    event_count: int
+    """How many events the session has had: the next one's ``seq``, and the revision an
+    append compares and sets."""
     checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
+    tenant_id: str
+    owner_id: str
 
 
 class AdkEventRow(LedgerTable, table=True):
-    """An event of an agent framework's session, as the framework serialized it (revision
+    """An event of an agent framework's session, as the framework serialized it, less the
+    texts held by the rows ``message_ids`` names, one per part of its content (the
+    conversation's messages, steps' calls and tool executions its runs recorded) (revision
     0016)."""
 
     __tablename__ = "adk_events"
@@ -623,21 +629,24 @@ class AdkEventRow(LedgerTable, table=True):
     invocation_id: str
     timestamp: float = Field(sa_type=Float(precision=53))
     event: dict[str, JsonValue] = _json("event", nullable=False)
+    message_ids: list[str | None] | None = _json("message_ids")
     checksum: int | None = _checksum_column()
     tenant_id: str | None = _tenant()
 
 
 class AdkStateRow(LedgerTable, table=True):
-    """The state an agent framework shares between sessions: every session of an app
-    (``user_id`` is ``''``), or every session of one user of an app (revision 0016)."""
+    """The state an agent framework shares between sessions: every session of an app (the
+    tenant; ``owner_id`` is ``''``), or every session of one user (the owner) of an app
+    (revision 0016)."""
 
     __tablename__ = "adk_states"
+    __table_args__ = (UniqueConstraint("tenant_id", "owner_id"),)
 
-    app_name: str = Field(primary_key=True)
-    user_id: str = Field(primary_key=True)
+    id: str = Field(primary_key=True)
+    tenant_id: str
+    owner_id: str
     state: dict[str, JsonValue] = _json("state", nullable=False)
     checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
 
 
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes

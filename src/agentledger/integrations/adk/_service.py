@@ -3,7 +3,12 @@
 Each operation is one transaction of ``ledger.adk_sessions``, run in a worker thread so that
 the event loop never waits on the database. ``temp:`` keys of a state delta live on the
 caller's session only, as ADK documents; ``app:`` and ``user:`` keys are stored once for the
-app or the user and merged back, under their prefixes, into every session read.
+app or the user and merged back, under their prefixes, into every session read. An appended
+event is recorded in its invocation's run (``_runs``) in the transaction that stores it.
+
+A session read carries its revision (how many events it has had) in ADK's storage marker: an
+append to a session another writer has appended to since is refused with ADK's
+``StaleSessionError``, nothing written, as ADK's own database services do.
 """
 
 from __future__ import annotations
@@ -13,6 +18,7 @@ import time
 import uuid
 from typing import Any
 
+from google.adk.errors import StaleSessionError
 from google.adk.errors.already_exists_error import AlreadyExistsError
 from google.adk.errors.session_not_found_error import SessionNotFoundError
 from google.adk.events.event import Event
@@ -22,7 +28,21 @@ from pydantic import JsonValue
 from pydantic_core import to_jsonable_python
 
 from ...errors import UsageError
-from ...ledger import Ledger, SessionKey, StateDelta, StoredEvent, StoredSession
+from ...ledger import (
+    Append,
+    Appended,
+    Ledger,
+    SessionKey,
+    StateDelta,
+    StoredEvent,
+    StoredSession,
+)
+from ._runs import DELETED, SessionRuns
+
+STALE = (
+    "The session has been modified in storage since it was loaded: get it again "
+    "(get_session) before appending to it."
+)
 
 
 class LedgerSessionService(BaseSessionService):
@@ -36,6 +56,7 @@ class LedgerSessionService(BaseSessionService):
             )
         self._ledger = ledger
         self._store = ledger.adk_sessions
+        self._runs = SessionRuns(ledger, self._store)
 
     async def create_session(
         self,
@@ -84,33 +105,55 @@ class LedgerSessionService(BaseSessionService):
         key = SessionKey(app_name, user_id, session_id.strip())
         conversation_id = await asyncio.to_thread(self._store.conversation_of, key)
         if conversation_id is not None:
-            await asyncio.to_thread(self._ledger.forget, conversation_id)
+            await asyncio.to_thread(self._forget, conversation_id)
+
+    def _forget(self, conversation_id: str) -> None:
+        with self._runs.lock:
+            self._runs.end(conversation_id, DELETED)
+            self._ledger.forget(conversation_id)
 
     async def get_user_state(self, *, app_name: str, user_id: str) -> dict[str, Any]:
         """The state the user's sessions in the app share, keys without ``user:``."""
         return await asyncio.to_thread(self._store.user_state, app_name, user_id)
 
     async def append_event(self, session: Session, event: Event) -> Event:
-        """Store ``event`` and apply its state delta at once (``temp:`` keys on ``session``
-        only); a partial event is returned unstored. ``SessionNotFoundError`` for a session
-        not stored."""
+        """Store ``event``, apply its state delta and record it in its invocation's run, at
+        once (``temp:`` keys on ``session`` only); a partial event is returned unstored.
+        ``SessionNotFoundError`` for a session not stored, ``StaleSessionError`` for one
+        another writer appended to since ``session`` was read."""
         if event.partial:
             return event
         self._apply_temp_state(session, event)
         event = self._trim_temp_delta_state(event)
-        key = SessionKey(session.app_name, session.user_id, session.id)
-        stored = StoredEvent(
-            event_id=event.id,
-            invocation_id=event.invocation_id,
-            timestamp=event.timestamp,
-            event=event.model_dump(mode="json", exclude_none=True),
-        )
-        delta = scoped_delta(event.actions.state_delta if event.actions else {})
-        if not await asyncio.to_thread(self._store.append, key, stored, delta):
+        dumped = event.model_dump(mode="json", exclude_none=True)
+        appended = await asyncio.to_thread(self._append, session, event, dumped)
+        if appended.outcome is Appended.MISSING:
             raise SessionNotFoundError(f"Session {session.id} not found.")
+        if appended.outcome is Appended.STALE:
+            raise StaleSessionError(STALE)
         self._commit_event_to_session(session, event)
         session.last_update_time = event.timestamp
+        session._storage_update_marker = str(appended.revision)
         return event
+
+    def _append(self, session: Session, event: Event, dumped: dict[str, JsonValue]) -> Append:
+        """The append's transaction: the event, its delta, its run."""
+        key = SessionKey(session.app_name, session.user_id, session.id)
+        stored = StoredEvent(event.id, event.invocation_id, event.timestamp, dumped)
+        delta = scoped_delta(event.actions.state_delta if event.actions else {})
+        marker = session._storage_update_marker
+        expected = int(marker) if marker is not None and marker.isdigit() else None
+
+        def work() -> Append:
+            appended = self._store.append(
+                key, stored, delta, expected=expected, seen=session.last_update_time
+            )
+            if appended.outcome is Appended.STORED:
+                self._runs.record(appended.conversation_id, appended.row_id, event, dumped)
+            return appended
+
+        with self._runs.lock:
+            return self._store.together("appending an event", work)
 
 
 def scoped_delta(state: dict[str, Any]) -> StateDelta:
@@ -134,7 +177,7 @@ def session_of(stored: StoredSession) -> Session:
     state: dict[str, Any] = dict(stored.state)
     state.update({State.APP_PREFIX + k: v for k, v in stored.app_state.items()})
     state.update({State.USER_PREFIX + k: v for k, v in stored.user_state.items()})
-    return Session(
+    session = Session(
         id=stored.key.session_id,
         app_name=stored.key.app_name,
         user_id=stored.key.user_id,
@@ -142,3 +185,5 @@ def session_of(stored: StoredSession) -> Session:
         events=[Event.model_validate(each) for each in stored.events],
         last_update_time=stored.update_time,
     )
+    session._storage_update_marker = str(stored.revision)
+    return session

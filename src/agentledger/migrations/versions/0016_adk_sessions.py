@@ -5,14 +5,17 @@ Revises: 0015
 
 Three new tables:
 
-- ``adk_sessions``: one row per session, keyed by its conversation (``conversation_id`` refers
-  to ``conversations.id``); the framework's own names for it (``app_name``, ``user_id``,
-  ``session_id``, unique together), the session-scoped state (JSON) and the time of its last
-  event as the framework stamped it (``update_time``, seconds since the epoch, kept exact).
+- ``adk_sessions``: one row per session, keyed by its conversation (``id`` refers to
+  ``conversations.id``); the framework's id for it (``session_id``, unique with the app and
+  the user, which are the conversation's tenant and owner, copied as ``tenant_id`` and
+  ``owner_id``), the session-scoped state (JSON) and the time of its last event as the
+  framework stamped it (``update_time``, seconds since the epoch, kept exact), and how many
+  events it has had (``event_count``, the revision an append compares and sets).
 - ``adk_events``: one row per event of a session, in order (``seq``), with the framework's
-  event id, invocation id and timestamp, and the event as the framework serialized it (JSON).
-- ``adk_states``: the state shared by every session of an app (``user_id`` is ``''``) or of
-  one user of an app, as JSON.
+  event id, invocation id and timestamp, and the event as the framework serialized it (JSON),
+  less the texts the ledger's rows hold (``message_ids``: the row of each part, JSON).
+- ``adk_states``: the state shared by every session of an app (``tenant_id``; ``owner_id`` is
+  ``''``) or of one user of an app (``owner_id``), as JSON, one row (``id``) for each.
 
 Each row carries its tenant; on PostgreSQL the tables get the tenant policy of revision 0010.
 Nothing already there changes. This revision copies what it runs; it imports nothing of the
@@ -43,13 +46,6 @@ _IN_TENANT = "tenant_id = NULLIF(current_setting('agentledger.tenant_id', true),
 """Revision 0010's policy: a row of the transaction's tenant."""
 
 
-def _owned() -> list[sa.Column[int] | sa.Column[str]]:
-    return [
-        sa.Column("checksum", sa.BigInteger(), nullable=True),
-        sa.Column("tenant_id", sa.String(), nullable=True),
-    ]
-
-
 def _in_conversation(table: str) -> sa.Constraint:
     return sa.ForeignKeyConstraint(
         ["conversation_id"],
@@ -61,20 +57,23 @@ def _in_conversation(table: str) -> sa.Constraint:
 def upgrade() -> None:
     op.create_table(
         "adk_sessions",
-        sa.Column("conversation_id", sa.String(), nullable=False),
-        sa.Column("app_name", sa.String(), nullable=False),
-        sa.Column("user_id", sa.String(), nullable=False),
+        sa.Column("id", sa.String(), nullable=False),
         sa.Column("session_id", sa.String(), nullable=False),
         sa.Column("state", JSON, nullable=False),
         sa.Column("update_time", sa.Float(precision=53), nullable=False),
-        *_owned(),
-        _in_conversation("adk_sessions"),
-        sa.PrimaryKeyConstraint("conversation_id", name=op.f("pk_adk_sessions")),
+        sa.Column("event_count", sa.Integer(), nullable=False),
+        sa.Column("checksum", sa.BigInteger(), nullable=True),
+        sa.Column("tenant_id", sa.String(), nullable=False),
+        sa.Column("owner_id", sa.String(), nullable=False),
+        sa.ForeignKeyConstraint(
+            ["id"], ["conversations.id"], name=op.f("fk_adk_sessions_id_conversations")
+        ),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_adk_sessions")),
         sa.UniqueConstraint(
-            "app_name",
-            "user_id",
+            "tenant_id",
+            "owner_id",
             "session_id",
-            name=op.f("uq_adk_sessions_app_name_user_id_session_id"),
+            name=op.f("uq_adk_sessions_tenant_id_owner_id_session_id"),
         ),
     )
     op.create_table(
@@ -86,7 +85,9 @@ def upgrade() -> None:
         sa.Column("invocation_id", sa.String(), nullable=False),
         sa.Column("timestamp", sa.Float(precision=53), nullable=False),
         sa.Column("event", JSON, nullable=False),
-        *_owned(),
+        sa.Column("message_ids", JSON, nullable=True),
+        sa.Column("checksum", sa.BigInteger(), nullable=True),
+        sa.Column("tenant_id", sa.String(), nullable=True),
         _in_conversation("adk_events"),
         sa.PrimaryKeyConstraint("id", name=op.f("pk_adk_events")),
         sa.UniqueConstraint(
@@ -95,11 +96,13 @@ def upgrade() -> None:
     )
     op.create_table(
         "adk_states",
-        sa.Column("app_name", sa.String(), nullable=False),
-        sa.Column("user_id", sa.String(), nullable=False),
+        sa.Column("id", sa.String(), nullable=False),
+        sa.Column("tenant_id", sa.String(), nullable=False),
+        sa.Column("owner_id", sa.String(), nullable=False),
         sa.Column("state", JSON, nullable=False),
-        *_owned(),
-        sa.PrimaryKeyConstraint("app_name", "user_id", name=op.f("pk_adk_states")),
+        sa.Column("checksum", sa.BigInteger(), nullable=True),
+        sa.PrimaryKeyConstraint("id", name=op.f("pk_adk_states")),
+        sa.UniqueConstraint("tenant_id", "owner_id", name=op.f("uq_adk_states_tenant_id_owner_id")),
     )
     if op.get_bind().dialect.name == "postgresql":
         for table in TABLES:
