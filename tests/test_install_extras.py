@@ -3,7 +3,8 @@ environments from the wheel: the base install has no analytics engine, no LangGr
 sqlite-utils, and says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
-and ``import`` ``agentledger import`` of an Agents SDK session file (without the SDK).
+``adk`` an ADK session kept by ``LedgerSessionService``, and ``import`` ``agentledger import``
+of an Agents SDK session file (without the SDK).
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -141,6 +142,10 @@ def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
     assert found["uses"]["langgraph"] == (
         "LangGraph is not installed: agentledger.integrations.langgraph (LedgerSaver) comes "
         "with the langgraph extra. Install it: pip install 'agentledger[langgraph]'"
+    )
+    assert found["uses"]["adk"] == (
+        "Google ADK is not installed: agentledger.integrations.adk (LedgerSessionService) "
+        "comes with the adk extra. Install it: pip install 'agentledger[adk]'"
     )
     missing = (
         "Error: sqlite-utils is not installed: agentledger import comes with the import "
@@ -287,6 +292,21 @@ def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
     assert found["uses"]["runs"] == [["completed", 1, 12, 3, 1]] * 2  # priced: cost_usd > 0
     assert found["uses"]["checkpoints"] > 0
     holds(found, "langgraph", {"langgraph", "langgraph-checkpoint", "langchain-core"}, report)
+
+
+def test_the_adk_extra_keeps_an_adk_session_in_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "adk", tmp_path / "venv")
+
+    found = probe(python, "adk", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {
+        "same": True,
+        "messages": [["user", "hi"]],
+        "owners": [["probe", "u"]],
+    }
+    holds(found, "adk", {"google-adk", "google-genai"}, report, allowed=OTEL)
 
 
 def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(

@@ -27,10 +27,12 @@ HEAVY = (
     "opentelemetry",
     "mcp",
     "jsonschema",
+    "google.adk",
+    "google.genai",
 )
 """Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
-Datasette, OpenTelemetry and the MCP SDK (with jsonschema) are loaded only by their
-integrations)."""
+Datasette, OpenTelemetry, the MCP SDK (with jsonschema) and Google's ADK (with google-genai)
+are loaded only by their integrations)."""
 
 
 def loaded_by(statement: str, names: tuple[str, ...] = HEAVY) -> dict[str, bool]:
