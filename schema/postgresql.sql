@@ -512,6 +512,7 @@ CREATE TABLE stored_entries (
     parent_id VARCHAR,
     kind VARCHAR NOT NULL,
     message JSONB NOT NULL,
+    message_ids JSONB,
     created_at TIMESTAMP WITH TIME ZONE NOT NULL,
     checksum BIGINT,
     tenant_id VARCHAR,

@@ -641,6 +641,7 @@ CREATE TABLE stored_entries (
     parent_id VARCHAR,
     kind VARCHAR NOT NULL,
     message JSON NOT NULL,
+    message_ids JSON,
     created_at DATETIME NOT NULL,
     checksum BIGINT,
     tenant_id VARCHAR,

@@ -3,6 +3,7 @@ environments from the wheel: the base install has no analytics engine, no LangGr
 sqlite-utils, and says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
+``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs,
 ``adk`` an ADK session kept by ``LedgerSessionService``, and ``import`` ``agentledger import``
 of an Agents SDK session file (without the SDK).
 
@@ -143,9 +144,15 @@ def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
         "LangGraph is not installed: agentledger.integrations.langgraph (LedgerSaver) comes "
         "with the langgraph extra. Install it: pip install 'agentledger[langgraph]'"
     )
+    assert found["uses"]["pydantic-ai"] == (
+        "pydantic-ai (2.66 or newer) is not installed: agentledger.integrations.pydantic_ai "
+        "(LedgerConversationStore) comes with the pydantic-ai extra. Install it: pip install "
+        "'agentledger[pydantic-ai]'"
+    )
     assert found["uses"]["adk"] == (
-        "Google ADK is not installed: agentledger.integrations.adk (LedgerSessionService) "
-        "comes with the adk extra. Install it: pip install 'agentledger[adk]'"
+        "Google ADK (2.10 or newer) is not installed: agentledger.integrations.adk "
+        "(LedgerSessionService) comes with the adk extra. Install it: pip install "
+        "'agentledger[adk]'"
     )
     missing = (
         "Error: sqlite-utils is not installed: agentledger import comes with the import "
@@ -292,6 +299,20 @@ def test_the_langgraph_extra_keeps_a_graphs_thread_as_rows_of_the_ledger(
     assert found["uses"]["runs"] == [["completed", 1, 12, 3, 1]] * 2  # priced: cost_usd > 0
     assert found["uses"]["checkpoints"] > 0
     holds(found, "langgraph", {"langgraph", "langgraph-checkpoint", "langchain-core"}, report)
+
+
+def test_the_pydantic_ai_extra_keeps_a_conversation_and_its_runs_in_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "pydantic-ai", tmp_path / "venv")
+
+    found = probe(python, "pydantic-ai", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"]["loaded"] == ["ModelRequest", "ModelResponse"] * 2
+    said = [["user", "hi"], ["assistant", "answer 1"], ["user", "bye"], ["assistant", "answer 3"]]
+    assert found["uses"]["messages"] == said
+    assert found["uses"]["runs"] == [["completed", 12, 3]] * 2
+    holds(found, "pydantic-ai", {"pydantic-ai-slim", "pydantic-graph"}, report, allowed=OTEL_API)
 
 
 def test_the_adk_extra_keeps_an_adk_session_in_the_ledger(

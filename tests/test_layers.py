@@ -27,12 +27,13 @@ HEAVY = (
     "opentelemetry",
     "mcp",
     "jsonschema",
+    "pydantic_ai",
     "google.adk",
     "google.genai",
 )
 """Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
-Datasette, OpenTelemetry, the MCP SDK (with jsonschema) and Google's ADK (with google-genai)
-are loaded only by their integrations)."""
+Datasette, OpenTelemetry, the MCP SDK (with jsonschema), pydantic-ai and Google's ADK (with
+google-genai) are loaded only by their integrations)."""
 
 
 def loaded_by(statement: str, names: tuple[str, ...] = HEAVY) -> dict[str, bool]:
@@ -145,6 +146,14 @@ def test_a_heavy_name_loads_its_library_when_it_is_first_used(name, library):
 def test_the_agents_sdk_is_loaded_by_its_integration_only():
     assert not loaded_by("import agentledger.ledger, agentledger.integrations")["agents"]
     assert loaded_by("from agentledger.integrations.openai_agents import LedgerSession")["agents"]
+
+
+def test_pydantic_ai_is_loaded_by_its_integration_only():
+    statement = "import agentledger.ledger, agentledger.integrations, agentledger.cli"
+    assert not loaded_by(statement)["pydantic_ai"]
+    assert loaded_by("from agentledger.integrations.pydantic_ai import LedgerConversationStore")[
+        "pydantic_ai"
+    ]
 
 
 def test_langgraph_is_loaded_by_the_importer_only_when_it_reads_a_langgraph_file():

@@ -9,7 +9,10 @@ from __future__ import annotations
 import asyncio
 import functools
 import itertools
+import json
+import threading
 from collections.abc import Callable, Coroutine, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -18,12 +21,26 @@ from pydantic_ai import Agent
 from pydantic_ai.conversation import Conversation
 from pydantic_ai.conversation_store import (
     ConversationConflict,
+    ConversationEntry,
+    ConversationRecord,
     ConversationStore,
     InMemoryConversationStore,
 )
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai.exceptions import UserError
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    SystemPromptPart,
+    TextPart,
+    ThinkingPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.models.function import AgentInfo, FunctionModel
-from pydantic_ai.usage import RequestUsage
+from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
+from pydantic_ai.usage import RequestUsage, RunUsage
 
 from agentledger.errors import LedgerCorruptError
 from agentledger.integrations.pydantic_ai import LedgerConversationStore
@@ -55,7 +72,8 @@ def _reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     usage = RequestUsage(input_tokens=100, output_tokens=10)
     if returns < TOOL_STEPS:
         call = ToolCallPart("lookup", {"key": returns}, tool_call_id=f"call-{len(messages)}")
-        return ModelResponse(parts=[call], usage=usage, model_name="scripted")
+        looking = TextPart(f"looking up {returns}")
+        return ModelResponse(parts=[looking, call], usage=usage, model_name="scripted")
     return ModelResponse(parts=[TextPart(f"answer {len(messages)}")], usage=usage)
 
 
@@ -82,24 +100,43 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Conversati
         yield LedgerConversationStore(ledger)
 
 
-async def _turn(store: ConversationStore, conversation_id: str, prompt: str) -> None:
+@pytest.fixture(params=["memory", "sqlite"])
+def either(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ConversationStore]:
+    """pydantic-ai's reference store, then ours on SQLite: for the cases whose SQL is the
+    same on both backends."""
+    if request.param == "memory":
+        yield InMemoryConversationStore()
+        return
+    with Ledger.open(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
+        yield LedgerConversationStore(ledger)
+
+
+async def _turn(
+    store: ConversationStore, conversation_id: str, prompt: str
+) -> list[ConversationEntry]:
+    """One agent run in the conversation, saved: the entries the save wrote."""
     conversation = await store.load(conversation_id) or Conversation(
         conversation_id=conversation_id
     )
     result = await _agent().run(prompt, conversation=conversation)
-    await store.save(result)
+    return await store.save(result)
+
+
+async def _two_turns(store: ConversationStore) -> list[ConversationEntry]:
+    """Two agent runs in conversation ``c1``: the entries they saved."""
+    return await _turn(store, "c1", "first") + await _turn(store, "c1", "second")
 
 
 @_sync
-async def test_an_unknown_conversation_loads_as_none(store: ConversationStore) -> None:
-    assert await store.load("nobody") is None
-    assert await store.load_entries("nobody") is None
+async def test_an_unknown_conversation_loads_as_none(either: ConversationStore) -> None:
+    assert await either.load("nobody") is None
+    assert await either.load_entries("nobody") is None
 
 
 @_sync
 async def test_turns_read_back_equal_with_their_usage(store: ConversationStore) -> None:
-    await _turn(store, "c1", "first")
-    await _turn(store, "c1", "second")
+    saved = await _two_turns(store)
+    assert [await store.read_entry(entry.id) for entry in saved] == saved
     loaded = await store.load("c1")
     assert loaded is not None
     entries = await store.load_entries("c1")
@@ -129,9 +166,7 @@ async def test_a_stale_save_is_refused_and_writes_nothing(store: ConversationSto
 
 @_sync
 async def test_a_branch_and_a_fork_keep_the_tree(store: ConversationStore) -> None:
-    await _turn(store, "c1", "first")
-    await _turn(store, "c1", "second")
-    entries = await store.load_entries("c1")
+    entries = await _two_turns(store)
     assert entries is not None
     record = await store.read_record("c1")
     assert record is not None
@@ -183,14 +218,6 @@ async def test_scopes_keep_conversations_apart(store: ConversationStore) -> None
     assert await store.list_conversations(scope="bob") == []
 
 
-def test_a_conversation_is_the_ledgers_and_forgotten_with_it(ledger: Ledger) -> None:
-    store = LedgerConversationStore(ledger)
-    asyncio.run(_turn(store, "c1", "first"))
-    assert ledger.conversation("c1").id == "c1"
-    ledger.forget("c1")
-    assert asyncio.run(store.load("c1")) is None
-
-
 def test_a_damaged_entry_or_record_is_an_error_that_names_it(ledger: Ledger, db: Database) -> None:
     store = LedgerConversationStore(ledger)
     asyncio.run(_turn(store, "c1", "first"))
@@ -225,3 +252,261 @@ def test_each_saved_agent_run_is_a_run_with_its_steps_tools_and_usage(ledger: Le
     assert len(steps) == TOOL_STEPS + 1
     results = [e.result for s in steps[:-1] for e in s.step.tool_executions]
     assert results == [f"value {n}" for n in range(TOOL_STEPS)]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+def test_a_messages_text_is_stored_once_in_the_row_its_entry_refers_to(
+    ledger: Ledger, db: Database
+) -> None:
+    store = LedgerConversationStore(ledger)
+    saved = asyncio.run(_turn(store, "c1", "first"))
+    assert [asyncio.run(store.read_entry(entry.id)) for entry in saved] == saved
+
+    entries = db.rows("SELECT message, message_ids FROM stored_entries")
+    kept = " ".join(str(entry["message"]) for entry in entries)
+    texts = ["first", "looking up 0", "value 0", "value 1", f"answer {len(saved) - 1}"]
+    assert [text for text in texts if text in kept] == []
+    parts = [part for e in entries for part in json.loads(e["message"])["parts"]]
+    assert [part for part in parts if "args" in part or "content" in part] == []
+    referred = {i for e in entries for i in json.loads(e["message_ids"] or "[]") if i}
+    held = db.column(
+        "SELECT content FROM conversation_messages WHERE id IN ({ids}) UNION ALL "
+        "SELECT result FROM tool_executions WHERE id IN ({ids}) UNION ALL "
+        "SELECT content FROM step_executions WHERE message_id IN ({ids})".format(
+            ids=", ".join(f"'{i}'" for i in referred)
+        )
+    )
+    assert set(held) == {*texts, "looking up 1"}
+
+
+def _race(handles: list[Ledger], saves: list[Conversation]) -> list[BaseException | None]:
+    """Each of ``saves`` saved at once through a ledger handle of its own (``handles``, each
+    with its own engine): what each save raised."""
+    start = threading.Barrier(len(saves))
+    outcomes: list[BaseException | None] = [None] * len(saves)
+
+    def save(n: int) -> None:
+        store = LedgerConversationStore(handles[n])
+        start.wait()
+        try:
+            asyncio.run(store.save(saves[n]))
+        except Exception as error:
+            outcomes[n] = error
+
+    threads = [threading.Thread(target=save, args=(n,)) for n in range(len(saves))]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return outcomes
+
+
+async def _ran(prompt: str, conversation: Conversation) -> Conversation:
+    return (await _agent().run(prompt, conversation=conversation)).conversation
+
+
+def test_of_two_writers_saving_at_once_one_wins_and_nothing_of_the_other_is_written(
+    ledger: Ledger, db_url: str
+) -> None:
+    new = [asyncio.run(_ran(p, Conversation(conversation_id="c1"))) for p in ("a1", "b1")]
+    with Ledger.open(db_url) as other:
+        first = _race([ledger, other], new)
+        store = LedgerConversationStore(ledger)
+        a, b = asyncio.run(store.load("c1")), asyncio.run(store.load("c1"))
+        assert a is not None and b is not None
+        second = _race([ledger, other], [asyncio.run(_ran("a2", a)), asyncio.run(_ran("b2", b))])
+
+    prompts = []
+    for outcomes, asked in ((first, ("a1", "b1")), (second, ("a2", "b2"))):
+        assert sorted(type(e).__name__ for e in outcomes) == ["ConversationConflict", "NoneType"]
+        prompts.append(asked[outcomes.index(None)])
+    assert [m.content for m in ledger.messages("c1")][::2] == prompts
+    assert [r.status for r in ledger.runs("c1")] == ["completed", "completed"]
+    entries = asyncio.run(store.load_entries("c1"))
+    assert entries is not None and len(entries) == 2 * (2 + 2 * TOOL_STEPS)
+    assert ledger.verify() == []
+
+
+@_sync
+async def test_a_negative_limit_is_refused(either: ConversationStore) -> None:
+    await _turn(either, "c1", "first")
+    with pytest.raises(UserError, match="must not be negative"):
+        await either.list_conversations(limit=-1)
+    with pytest.raises(UserError, match="must not be negative"):
+        await either.load("c1", limit=-1)
+
+
+@_sync
+async def test_an_unknown_entry_is_a_lookup_error_and_an_unknown_head_a_conflict(
+    either: ConversationStore,
+) -> None:
+    with pytest.raises(LookupError):
+        await either.read_entry("nowhere")
+    record = ConversationRecord(conversation_id="c1", head_id="nowhere", revision="r1")
+    with pytest.raises(ConversationConflict):
+        await either.write_record(record, expected_revision=None)
+    assert await either.read_record("c1") is None
+
+
+@_sync
+async def test_a_save_with_nothing_new_writes_only_a_new_revision(
+    either: ConversationStore,
+) -> None:
+    await _turn(either, "c1", "first")
+    loaded = await either.load("c1")
+    assert loaded is not None and loaded.revision is not None
+    before = loaded.revision
+    assert await either.save(loaded) == []
+    record = await either.read_record("c1")
+    assert record is not None and record.revision not in (None, before)
+
+
+@_sync
+async def test_a_branch_moves_the_head_to_an_entry_or_back_to_a_branch_tip(
+    either: ConversationStore,
+) -> None:
+    entries = await _two_turns(either)
+    record = await either.read_record("c1")
+    assert entries is not None and record is not None
+    stale, tip = record.revision, entries[-1].id
+    await either.branch("c1", from_entry=entries[1].id, expected_revision=stale)
+    with pytest.raises(ConversationConflict):
+        await either.branch("c1", at=1, expected_revision=stale)
+    record = await either.read_record("c1")
+    assert record is not None and (record.head_id, record.branches) == (entries[1].id, [tip])
+    back = await either.branch("c1", from_entry=tip, expected_revision=record.revision)
+    assert back.messages == [entry.message for entry in entries]
+    record = await either.read_record("c1")
+    assert record is not None and record.head_id == tip
+    for wrong in ({"at": 99}, {"from_entry": "nowhere"}, {}, {"at": 1, "from_entry": tip}):
+        with pytest.raises(UserError):
+            await either.branch("c1", expected_revision=record.revision, **wrong)
+
+
+@_sync
+async def test_a_fork_keeps_usage_only_whole_and_refuses_a_taken_id(
+    either: ConversationStore,
+) -> None:
+    await _two_turns(either)
+    source = await either.load("c1")
+    assert source is not None
+    whole = await either.fork("c1", new_conversation_id="whole")
+    part = await either.fork("c1", at=2, new_conversation_id="part")
+    assert whole.usage == source.usage and whole.messages == source.messages
+    assert part.usage == RunUsage() and part.messages == source.messages[:2]
+    with pytest.raises(ConversationConflict):
+        await either.fork("c1", new_conversation_id="whole")
+    with pytest.raises(UserError):
+        await either.fork("c1", source_scope="elsewhere", new_conversation_id="f3")
+
+
+@_sync
+async def test_conversations_are_listed_newest_first_up_to_the_limit(
+    store: ConversationStore,
+) -> None:
+    for conversation_id in ("c1", "c2", "c3"):
+        await _turn(store, conversation_id, "hi")
+    listed = [r.conversation_id for r in await store.list_conversations()]
+    assert listed == ["c3", "c2", "c1"]
+    assert [r.conversation_id for r in await store.list_conversations(limit=2)] == ["c3", "c2"]
+    assert await store.list_conversations(limit=0) == []
+
+
+@_sync
+async def test_every_field_of_a_record_and_its_entries_reads_back_equal(
+    store: ConversationStore,
+) -> None:
+    call = ToolCallPart("lookup", '{"key": 1}', tool_call_id="call-1")
+    messages: list[ModelMessage] = [
+        ModelRequest(
+            parts=[SystemPromptPart("Be brief."), UserPromptPart("What is 1?")],
+            instructions="Answer in English.",
+            metadata={"source": "test"},
+        ),
+        ModelResponse(parts=[ThinkingPart("hm"), call], usage=RequestUsage(input_tokens=3)),
+        ModelRequest(parts=[ToolReturnPart("lookup", {"value": 1}, tool_call_id="call-1")]),
+        ModelResponse(parts=[TextPart("One"), TextPart(" it is.")], finish_reason="stop"),
+    ]
+    entries, parent = [], None
+    for message in messages:
+        entries.append(ConversationEntry(id=f"e{len(entries)}", parent_id=parent, message=message))
+        parent = entries[-1].id
+    record = ConversationRecord(
+        conversation_id="c1",
+        head_id=parent,
+        usage=RunUsage(input_tokens=3, requests=2, tool_calls=1, details={"reasoning": 2}),
+        deferred_tool_requests=DeferredToolRequests(approvals=[call], metadata={"call-1": {}}),
+        scope="alice",
+        forked_from="c0",
+        forked_at="e9",
+        branches=["e1", "e2"],
+        revision="r1",
+        updated_at=datetime(2026, 1, 2, 3, 4, 5, 678901, tzinfo=UTC),
+    )
+    await store.write_record(record, new_entries=entries, expected_revision=None)
+    assert await store.read_record("c1") == record
+    assert [await store.read_entry(entry.id) for entry in entries] == entries
+    assert await store.read_history(parent) == entries
+
+
+def _asks_approval(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+    """Call ``delete_file`` (which needs approval) once, then answer."""
+    if any(isinstance(part, ToolReturnPart) for m in messages for part in m.parts):
+        return ModelResponse(parts=[TextPart("deleted")])
+    return ModelResponse(parts=[ToolCallPart("delete_file", {"path": "a"}, tool_call_id="del")])
+
+
+def _approving_agent() -> Agent[None, str | DeferredToolRequests]:
+    agent: Agent[None, str | DeferredToolRequests] = Agent(
+        FunctionModel(_asks_approval), output_type=[str, DeferredToolRequests]
+    )
+
+    @agent.tool_plain(requires_approval=True)
+    def delete_file(path: str) -> str:
+        return f"{path} deleted"
+
+    return agent
+
+
+@_sync
+async def test_a_save_that_resumes_deferred_tools_keeps_them_until_resolved(
+    either: ConversationStore,
+) -> None:
+    agent = _approving_agent()
+    asked = await agent.run("delete a", conversation=Conversation(conversation_id="c1"))
+    assert isinstance(asked.output, DeferredToolRequests)
+    await either.save(asked)
+    waiting = await either.load("c1")
+    assert waiting is not None and waiting.deferred_tool_requests == asked.output
+
+    approved = DeferredToolResults(approvals={"del": True})
+    resumed = await agent.run(conversation=waiting, deferred_tool_results=approved)
+    assert resumed.output == "deleted"
+    await either.save(resumed)
+    done = await either.load("c1")
+    assert done is not None and done.deferred_tool_requests is None
+    assert done.messages == resumed.all_messages()
+    if isinstance(either, LedgerConversationStore):
+        runs = either.ledger.runs("c1")
+        assert [r.status for r in runs] == ["interrupted"]
+
+
+def test_forgetting_a_forks_source_leaves_the_fork_what_it_wrote(ledger: Ledger) -> None:
+    store = LedgerConversationStore(ledger)
+    asyncio.run(_turn(store, "c1", "first"))
+    assert ledger.conversation("c1").id == "c1"
+    asyncio.run(store.fork("c1", new_conversation_id="f1"))
+    own = asyncio.run(_turn(store, "f1", "on the fork"))
+    stale = asyncio.run(store.load("f1"))
+    asyncio.run(store.fork("c1", new_conversation_id="f2"))
+
+    ledger.forget("c1")
+    assert asyncio.run(store.load("c1")) is None
+    entries = asyncio.run(store.load_entries("f1"))
+    assert entries is not None and [e.id for e in entries] == [e.id for e in own]
+    assert entries[0].parent_id is None
+    assert asyncio.run(store.load_entries("f2")) == []
+    assert stale is not None
+    with pytest.raises(ConversationConflict):
+        asyncio.run(store.save(stale))
+    assert ledger.verify() == []

@@ -57,14 +57,20 @@ def analytics_error(url: str) -> str:
     return "Analytics.open did not fail"
 
 
-def sqlite_rows(url: str, query: str) -> list[list[Any]]:
-    """The rows of ``query`` on the ledger file of ``url`` (a ``sqlite:///`` one), read with
-    the standard library's sqlite3."""
+def sqlite_rows(url: str, query: str, *params: Any) -> list[list[Any]]:
+    """The rows of ``query`` (with ``params``) on the ledger file of ``url`` (a
+    ``sqlite:///`` one), read with the standard library's sqlite3."""
     connection = sqlite3.connect(url.removeprefix("sqlite:///"))
     try:
-        return [list(row) for row in connection.execute(query)]
+        return [list(row) for row in connection.execute(query, params)]
     finally:
         connection.close()
+
+
+def said(url: str, conversation_id: str) -> list[list[Any]]:
+    """The role and text of each message of the conversation, in order, read with SQL."""
+    query = "SELECT role, content FROM conversation_messages WHERE conversation_id = ? ORDER BY seq"
+    return sqlite_rows(url, query, conversation_id)
 
 
 def agentledger(*args: str) -> dict[str, Any]:
@@ -77,7 +83,8 @@ def agentledger(*args: str) -> dict[str, Any]:
 
 def base_errors(url: str) -> dict[str, Any]:
     """What each extra's feature says where its extra is not installed: ``Analytics.open``,
-    importing ``LedgerSaver``, and ``agentledger import`` (dry run and real)."""
+    importing ``LedgerSaver`` and ``LedgerConversationStore``, and ``agentledger import`` (dry
+    run and real)."""
     from agentledger.errors import ConfigurationError
 
     try:
@@ -87,6 +94,12 @@ def base_errors(url: str) -> dict[str, Any]:
     else:
         langgraph = "LedgerSaver was imported"
     try:
+        from agentledger.integrations.pydantic_ai import LedgerConversationStore  # noqa: F401
+    except ConfigurationError as exc:
+        pydantic_ai = str(exc)
+    else:
+        pydantic_ai = "LedgerConversationStore was imported"
+    try:
         from agentledger.integrations.adk import LedgerSessionService  # noqa: F401
     except ConfigurationError as exc:
         adk = str(exc)
@@ -95,6 +108,7 @@ def base_errors(url: str) -> dict[str, Any]:
     return {
         "analytics": analytics_error(url),
         "langgraph": langgraph,
+        "pydantic-ai": pydantic_ai,
         "adk": adk,
         "import": import_twice(url),
     }
@@ -265,11 +279,7 @@ def graph_rows(url: str) -> dict[str, Any]:
         state = graph.invoke({"messages": [HumanMessage("bye")]}, config)
     return {
         "state": [message.content for message in state["messages"]],
-        "messages": sqlite_rows(
-            url,
-            "SELECT role, content FROM conversation_messages "
-            "WHERE conversation_id = 'probe' ORDER BY seq",
-        ),
+        "messages": said(url, "probe"),
         "runs": sqlite_rows(
             url,
             "SELECT status, step_count, input_tokens, output_tokens, cost_usd > 0 "
@@ -278,6 +288,47 @@ def graph_rows(url: str) -> dict[str, Any]:
         "checkpoints": sqlite_rows(
             url, "SELECT count(*) FROM graph_checkpoints WHERE thread_id = 'probe'"
         )[0][0],
+    }
+
+
+def stored_conversation(url: str) -> dict[str, Any]:
+    """Two runs of a pydantic-ai agent on a scripted model (``FunctionModel``, no network),
+    each saved through ``LedgerConversationStore``: the messages loaded back, then the
+    conversation's messages and runs read with SQL."""
+    import asyncio
+
+    from pydantic_ai import Agent
+    from pydantic_ai.conversation import Conversation
+    from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart
+    from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import RequestUsage
+
+    from agentledger.integrations.pydantic_ai import LedgerConversationStore
+    from agentledger.ledger import Ledger
+
+    def reply(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        usage = RequestUsage(input_tokens=12, output_tokens=3)
+        return ModelResponse(parts=[TextPart(f"answer {len(messages)}")], usage=usage)
+
+    agent = Agent(FunctionModel(reply))
+
+    async def turns(store: LedgerConversationStore) -> list[Any]:
+        for prompt in ("hi", "bye"):
+            conversation = await store.load("probe") or Conversation(conversation_id="probe")
+            await store.save(await agent.run(prompt, conversation=conversation))
+        loaded = await store.load("probe")
+        return [type(m).__name__ for m in loaded.messages] if loaded is not None else []
+
+    with Ledger.open(url) as ledger:
+        kinds = asyncio.run(turns(LedgerConversationStore(ledger)))
+    return {
+        "loaded": kinds,
+        "messages": said(url, "probe"),
+        "runs": sqlite_rows(
+            url,
+            "SELECT status, input_tokens, output_tokens FROM agent_runs "
+            "WHERE conversation_id = 'probe' ORDER BY started_at",
+        ),
     }
 
 
@@ -400,6 +451,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "otel": traced_and_exported,
     "mcp": mcp_tool_call,
     "langgraph": graph_rows,
+    "pydantic-ai": stored_conversation,
     "adk": session_rows,
     "import": imported,
 }

@@ -33,9 +33,9 @@ from ._adk_events import (
     residue_of,
 )
 from ._engine import Database
-from ._graph_rows import insert_if_absent
+from ._framework_conversations import _create, insert_if_absent
 from .checksums import check_row, sealed
-from .tables import ConversationKind, adk_sessions, adk_states, conversations
+from .tables import adk_sessions, adk_states
 
 T = TypeVar("T")
 
@@ -257,20 +257,8 @@ class AdkSessions:
                 "handle's scope (the app is the tenant, the user the owner): use a handle of "
                 "that scope, or the unscoped ledger"
             )
-        now = self._database.clock()
-        row = {
-            "id": conversation_id,
-            "kind": ConversationKind.MAIN.value,
-            "title": None,
-            "parent_run_id": None,
-            "version": 0,
-            "created_at": now,
-            "updated_at": now,
-            "metadata": {SESSION_KEY: key.session_id},
-            "tenant_id": key.app_name,
-            "owner_id": key.user_id,
-        }
-        conn.execute(insert(conversations), sealed(conversations, row))
+        owners = {"tenant_id": key.app_name, "owner_id": key.user_id}
+        _create(conn, self._database, conversation_id, {SESSION_KEY: key.session_id}, owners)
 
 
 def _session_row(conn: Connection, key: SessionKey) -> RowMapping | None:

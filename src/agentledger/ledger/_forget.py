@@ -5,7 +5,9 @@ handle's scope), then take along everything below them: their messages in every 
 runs with their steps, tool executions, buffer rows and compactions, and the subagent runs those
 runs spawned, with the subagents' own conversations, down the whole tree. All of it goes in one
 write transaction, which also writes one ``forget_log`` row (ids, the time, counts: never any
-content) and refuses, deleting nothing, while a run holds any of the conversations.
+content) and refuses, deleting nothing, while a run holds any of the conversations. A stored
+conversation of another conversation that shares their entries (a fork) keeps what it wrote
+itself: its history then begins after what was forgotten (``release_forks``).
 
 What deleting leaves behind, per backend:
 
@@ -52,6 +54,7 @@ from ._connection_reads import ConnectionReads
 from ._engine import Database
 from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
+from ._stored_conversations import release_forks
 from .tables import (
     ADK_SESSION_TABLES,
     GRAPH_TABLES,
@@ -403,6 +406,8 @@ def forget_chosen(
         now = database.clock()
         tree = _tree(conn, choose(conn, scope))
         _check_free(conn, tree.conversation_ids, now)
+        if not dry_run:
+            release_forks(conn, tree.conversation_ids)
         counts = _delete(conn, tree, dry_run=dry_run)
         log_id = None
         if not dry_run:

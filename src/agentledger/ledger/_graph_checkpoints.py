@@ -24,6 +24,7 @@ from sqlalchemy import Connection, Select, Table, delete, insert, select, tuple_
 from .._values import new_id
 from ..errors import UsageError
 from ._engine import Database
+from ._framework_conversations import conversation_tenant
 from ._graph_messages import ChannelIds, Ids, Written, bases_held, message_rows
 from ._graph_retention import Retention, chosen, clear_parents, listed_checkpoints, stored_values
 from ._graph_rows import (
@@ -33,11 +34,9 @@ from ._graph_rows import (
     INSERT_VALUE,
     INSERT_WRITE,
     PARENT_VERSIONS,
-    THREAD,
     VALUE_THERE,
     WRITES_THERE,
     checkpoint_row,
-    insert_if_absent,
     key_values,
     write_row,
 )
@@ -51,7 +50,6 @@ from ._graph_values import (
 from ._statements import statements_for
 from .checksums import check_row, sealed
 from .tables import (
-    ConversationKind,
     conversations,
     graph_channel_values,
     graph_checkpoints,
@@ -318,36 +316,13 @@ class GraphCheckpoints:
     def _thread(self, conn: Connection, thread_id: str) -> str | None:
         """The tenant of thread ``thread_id``'s conversation, created in the handle's scope
         when the thread is new."""
-        scope = self._database.scope
-        found = statements_for(conn.dialect).select(conn, THREAD, {"thread_id": thread_id})
-        if not found:
-            self._create_thread(conn, thread_id)
-            return scope.tenant_id
-        tenant, owner = found[0]["tenant_id"], found[0]["owner_id"]
-        if (scope.tenant_id not in (None, tenant)) or (scope.owner_id not in (None, owner)):
-            raise UsageError(
-                f"the thread id {thread_id!r} is a conversation outside this handle's scope: "
-                "choose another thread id, or use a handle of that conversation's scope"
-            )
-        return str(tenant) if tenant is not None else None
-
-    def _create_thread(self, conn: Connection, thread_id: str) -> None:
-        """Create thread ``thread_id``'s conversation in the handle's scope; nothing when a
-        transaction beside this one created it first (LangGraph writes a step's tasks at once)."""
-        scope = self._database.scope
-        now = self._now()
-        row = {
-            "id": thread_id,
-            "kind": ConversationKind.MAIN.value,
-            "title": None,
-            "parent_run_id": None,
-            "version": 0,
-            "created_at": now,
-            "updated_at": now,
-            "metadata": {GRAPH_THREAD_KEY: thread_id},
-            **scope.columns(),
-        }
-        conn.execute(insert_if_absent(conn), sealed(conversations, row))
+        return conversation_tenant(
+            conn,
+            self._database,
+            thread_id,
+            named="thread id",
+            metadata={GRAPH_THREAD_KEY: thread_id},
+        )
 
     def _parent_versions(self, conn: Connection, stored: StoredCheckpoint) -> dict[str, str]:
         """The channel versions of ``stored``'s parent checkpoint (none without one)."""

@@ -162,6 +162,6 @@ def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
             for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():
                 check_row(table, row)
                 found[row[id_column.name]] = MessageRow(
-                    row[content.name] or "", dict(row["metadata"] or {})
+                    row[content.name] or "", dict(row["metadata"] or {}), row.get("arguments")
                 )
     return found

@@ -5,30 +5,14 @@ its writes are stored at every step of a graph, a few times per turn of a chat."
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from typing import Any
 
-from sqlalchemy import Connection, Table, bindparam, delete, insert, select
+from sqlalchemy import Table, bindparam, delete, insert, select
 
 from .._values import new_id
 from ._graph_values import CheckpointKey, PendingWrite, StoredCheckpoint
 from .checksums import sealed
-from .tables import conversations, graph_channel_values, graph_checkpoints, graph_writes
-
-
-def insert_if_absent(
-    conn: Connection, table: Table = conversations, keys: Sequence[str] = ("id",)
-) -> Any:
-    """An insert into ``table`` (a conversation, unless told) that does nothing when a row of
-    the same ``keys`` is there (each dialect's own ``ON CONFLICT DO NOTHING``; PostgreSQL's is
-    loaded only for a PostgreSQL ledger)."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-
-        return postgresql_insert(table).on_conflict_do_nothing(index_elements=list(keys))
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
+from .tables import graph_channel_values, graph_checkpoints, graph_writes
 
 
 def at_bound(table: Table) -> Any:
@@ -49,9 +33,6 @@ def key_values(key: CheckpointKey) -> dict[str, str]:
     }
 
 
-THREAD = select(conversations.c.tenant_id, conversations.c.owner_id).where(
-    conversations.c.id == bindparam("thread_id")
-)
 PARENT_VERSIONS = select(graph_checkpoints.c.channel_versions).where(at_bound(graph_checkpoints))
 DELETE_CHECKPOINT = delete(graph_checkpoints).where(at_bound(graph_checkpoints))
 INSERT_CHECKPOINT = insert(graph_checkpoints)

@@ -28,10 +28,12 @@ class ChannelValue:
 class MessageRow:
     """A ledger row a channel of messages refers to (a conversation message, a step's
     assistant message, a tool execution's result): its text and its metadata, where the
-    framework keeps what the ledger's columns do not hold."""
+    framework keeps what the ledger's columns do not hold; a tool execution's ``arguments``
+    too (the call's, as the model sent them)."""
 
     content: str
     metadata: dict[str, Any]
+    arguments: Any = None
 
 
 @dataclass(frozen=True)

@@ -12,31 +12,42 @@ them; the ledger keeps them, checks their checksums and forgets them with their 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, insert, literal, select, update
+from sqlalchemy import Connection, Table, insert, literal, select, update
 
-from ..errors import UsageError
+from .._values import new_id
+from ..errors import LedgerCorruptError
 from ._engine import Database
-from ._graph_rows import insert_if_absent
+from ._framework_conversations import conversation_tenant, insert_if_absent
+from ._graph_messages import message_rows
+from ._graph_values import MessageRow
 from .checksums import check_row, sealed
-from .tables import ConversationKind, conversations, stored_entries, stored_records
+from .tables import conversations, stored_entries, stored_records
 
 T = TypeVar("T")
 
 
 @dataclass(frozen=True)
 class StoredEntry:
-    """One entry of a conversation's tree, its message as the framework serialized it."""
+    """One entry of a conversation's tree: its message as the framework serialized it, less
+    what the rows ``message_ids`` names hold (``None``: ``message`` is whole).
+
+    ``message_ids`` has one place per part of the message (the framework says what a part is):
+    the id of the row holding that part's text or arguments (a conversation message, a tool
+    execution, a step's message), or ``None``. Read back, ``rows`` holds those rows, in the
+    same places; it is not written."""
 
     id: str
     parent_id: str | None
     kind: str
     message: JsonValue
+    message_ids: tuple[str | None, ...] | None = None
+    rows: tuple[MessageRow | None, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -70,40 +81,36 @@ class StoredConversations:
     def write(
         self, record: StoredRecord, entries: Sequence[StoredEntry], expected_revision: str | None
     ) -> bool:
-        """Store ``record`` and its new ``entries`` if the stored revision is
-        ``expected_revision`` (``None``: no record yet) and its head is stored or among
-        ``entries``; ``False``, with nothing written, if not."""
+        """Store ``record`` and its new ``entries`` (:meth:`claim`, then :meth:`add`) in one
+        transaction; ``False``, with nothing written, if the claim is refused."""
 
         def work(conn: Connection) -> bool:
             new_ids = {entry.id for entry in entries}
-            head = record.head_id
-            if head is not None and head not in new_ids and self._entry_row(conn, head) is None:
+            if not self._claim(conn, record, new_ids, expected_revision):
                 return False
-            tenant = self._conversation(conn, record.conversation_id)
-            row = sealed(stored_records, _record_row(record, tenant))
-            # RETURNING says whether the row was written (psycopg's rowcount of an insert that
-            # may do nothing is -1).
-            if expected_revision is None:
-                statement = _insert_if_absent(conn).values(row)
-            else:
-                statement = (
-                    update(stored_records)
-                    .where(stored_records.c.id == record.conversation_id)
-                    .where(stored_records.c.revision == expected_revision)
-                    .values(row)
-                )
-            if conn.execute(statement.returning(stored_records.c.id)).first() is None:
-                return False
-            now = self._database.clock()
-            rows = [
-                sealed(stored_entries, _entry_row(entry, record.conversation_id, tenant, now))
-                for entry in entries
-            ]
-            if rows:
-                conn.execute(insert(stored_entries), rows)
+            self._add(conn, record.conversation_id, entries)
             return True
 
         return self._write("saving a conversation", work)
+
+    def claim(
+        self, record: StoredRecord, new_ids: Collection[str], expected_revision: str | None
+    ) -> bool:
+        """Store ``record`` if the stored revision is ``expected_revision`` (``None``: no
+        record yet) and its head is stored or among ``new_ids`` (the entries the caller adds
+        next, in the same transaction: see :meth:`together`); ``False``, with nothing written,
+        if not."""
+        return self._write(
+            "saving a conversation's record",
+            lambda conn: self._claim(conn, record, new_ids, expected_revision),
+        )
+
+    def add(self, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
+        """Insert ``entries``, written by conversation ``conversation_id``."""
+        self._write(
+            "saving a conversation's entries",
+            lambda conn: self._add(conn, conversation_id, entries),
+        )
 
     def delete(self, conversation_id: str, expected_revision: str) -> bool:
         """Delete the record of ``conversation_id`` if its revision is ``expected_revision``
@@ -169,20 +176,59 @@ class StoredConversations:
             query = query.limit(limit)
 
         def read(conn: Connection) -> list[StoredEntry]:
-            rows = list(conn.execute(query).mappings())
+            rows = [
+                {k: v for k, v in row.items() if k != "depth"}
+                for row in conn.execute(query).mappings()
+            ]
             for row in rows:
-                check_row(stored_entries, {k: v for k, v in row.items() if k != "depth"})
-            return [_entry_of(row) for row in reversed(rows)]
+                check_row(stored_entries, row)
+            return _entries_of(conn, rows[::-1])
 
         return self._database.read("reading a conversation's history", read)
 
     # --- inside a transaction -------------------------------------------------------------------
 
-    def _write(self, what: str, work: Callable[[Connection], bool]) -> bool:
+    def _write(self, what: str, work: Callable[[Connection], T]) -> T:
         enclosing = self._database.joined()
         if enclosing is not None:
             return work(enclosing)
         return self._database.write(what, work)
+
+    def _claim(
+        self,
+        conn: Connection,
+        record: StoredRecord,
+        new_ids: Collection[str],
+        expected_revision: str | None,
+    ) -> bool:
+        head = record.head_id
+        if head is not None and head not in new_ids and self._entry_row(conn, head) is None:
+            return False
+        tenant = self._tenant(conn, record.conversation_id)
+        row = sealed(stored_records, _record_row(record, tenant))
+        # RETURNING says whether the row was written (psycopg's rowcount of an insert that may
+        # do nothing is -1).
+        if expected_revision is None:
+            statement = insert_if_absent(conn, stored_records).values(row)
+        else:
+            statement = (
+                update(stored_records)
+                .where(stored_records.c.id == record.conversation_id)
+                .where(stored_records.c.revision == expected_revision)
+                .values(row)
+            )
+        return conn.execute(statement.returning(stored_records.c.id)).first() is not None
+
+    def _add(self, conn: Connection, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
+        if not entries:
+            return
+        tenant = self._tenant(conn, conversation_id)
+        now = self._database.clock()
+        rows = [
+            sealed(stored_entries, _entry_row(entry, conversation_id, tenant, now))
+            for entry in entries
+        ]
+        conn.execute(insert(stored_entries), rows)
 
     def _scoped(self, query: Any) -> Any:
         """``query`` of records, kept to the conversations of the handle's scope."""
@@ -201,54 +247,14 @@ class StoredConversations:
         if row is None:
             return None
         check_row(stored_entries, row)
-        return _entry_of(row)
+        return _entries_of(conn, [row])[0]
 
-    def _conversation(self, conn: Connection, conversation_id: str) -> str | None:
+    def _tenant(self, conn: Connection, conversation_id: str) -> str | None:
         """The tenant of conversation ``conversation_id``, created in the handle's scope when
         it is new."""
-        scope = self._database.scope
-        found = (
-            conn.execute(
-                select(conversations.c.tenant_id, conversations.c.owner_id).where(
-                    conversations.c.id == conversation_id
-                )
-            )
-            .mappings()
-            .first()
+        return conversation_tenant(
+            conn, self._database, conversation_id, named="conversation id", metadata={}
         )
-        if found is None:
-            now = self._database.clock()
-            row = {
-                "id": conversation_id,
-                "kind": ConversationKind.MAIN.value,
-                "title": None,
-                "parent_run_id": None,
-                "version": 0,
-                "created_at": now,
-                "updated_at": now,
-                "metadata": {},
-                **scope.columns(),
-            }
-            conn.execute(insert_if_absent(conn), sealed(conversations, row))
-            return scope.tenant_id
-        tenant, owner = found["tenant_id"], found["owner_id"]
-        if (scope.tenant_id not in (None, tenant)) or (scope.owner_id not in (None, owner)):
-            raise UsageError(
-                f"the conversation id {conversation_id!r} is a conversation outside this "
-                "handle's scope: choose another id, or use a handle of that conversation's scope"
-            )
-        return str(tenant) if tenant is not None else None
-
-
-def _insert_if_absent(conn: Connection) -> Any:
-    """An insert of a record that does nothing when its conversation has one already."""
-    if conn.dialect.name == "postgresql":
-        from sqlalchemy.dialects.postgresql import insert as postgresql_insert
-
-        return postgresql_insert(stored_records).on_conflict_do_nothing(index_elements=["id"])
-    from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-
-    return sqlite_insert(stored_records).on_conflict_do_nothing(index_elements=["id"])
 
 
 def _record_row(record: StoredRecord, tenant: str | None) -> dict[str, Any]:
@@ -294,12 +300,67 @@ def _entry_row(
         "parent_id": entry.parent_id,
         "kind": entry.kind,
         "message": entry.message,
+        "message_ids": list(entry.message_ids) if entry.message_ids is not None else None,
         "created_at": now,
         "tenant_id": tenant,
     }
 
 
-def _entry_of(row: Any) -> StoredEntry:
+def _entries_of(conn: Connection, rows: Sequence[Any]) -> list[StoredEntry]:
+    """The entries of ``rows``, each with the message rows it refers to (read at once)."""
+    wanted = [i for row in rows for i in row["message_ids"] or () if i is not None]
+    held = message_rows(conn, wanted) if wanted else {}
+    return [_entry_of(row, held) for row in rows]
+
+
+def _entry_of(row: Any, held: Mapping[str, MessageRow]) -> StoredEntry:
+    ids = row["message_ids"]
+    if ids is None:
+        return StoredEntry(row["id"], row["parent_id"], row["kind"], row["message"])
+    missing = [i for i in ids if i is not None and i not in held]
+    if missing:
+        raise LedgerCorruptError(
+            f"entry {row['id']!r} of stored_entries refers to message row {missing[0]}, which "
+            "is not in the ledger: run `agentledger verify`; an entry whose runs were "
+            "forgotten is gone with them"
+        )
     return StoredEntry(
-        id=row["id"], parent_id=row["parent_id"], kind=row["kind"], message=row["message"]
+        id=row["id"],
+        parent_id=row["parent_id"],
+        kind=row["kind"],
+        message=row["message"],
+        message_ids=tuple(ids),
+        rows=tuple(held[i] if i is not None else None for i in ids),
     )
+
+
+def release_forks(conn: Connection, conversation_ids: Sequence[str]) -> None:
+    """Before conversations ``conversation_ids`` are forgotten with the entries they wrote:
+    the stored conversations that reach those entries (a fork's history, and a fork's fork's,
+    shares its source's) keep what they wrote themselves. An entry of theirs that follows a
+    forgotten one begins its history; a record whose head is a forgotten entry is left with an
+    empty history. Each such record gets a new revision, so that a save of what it held
+    before is refused (``ConversationConflict``) and its writer loads it again."""
+    gone = select(stored_entries.c.id).where(stored_entries.c.conversation_id.in_(conversation_ids))
+    others = stored_entries.c.conversation_id.not_in(conversation_ids)
+    followers = select(stored_entries).where(others & stored_entries.c.parent_id.in_(gone))
+    touched: set[str] = set()
+    for row in list(conn.execute(followers).mappings()):
+        check_row(stored_entries, row)
+        _reseal(conn, stored_entries, {**row, "parent_id": None})
+        touched.add(row["conversation_id"])
+    records = select(stored_records).where(
+        stored_records.c.id.not_in(conversation_ids)
+        & (stored_records.c.head_id.in_(gone) | stored_records.c.id.in_(touched))
+    )
+    released = list(conn.execute(records).mappings())
+    gone_ids = set(conn.execute(gone).scalars()) if released else set()
+    for row in released:
+        check_row(stored_records, row)
+        head = None if row["head_id"] in gone_ids else row["head_id"]
+        _reseal(conn, stored_records, {**row, "head_id": head, "revision": new_id()})
+
+
+def _reseal(conn: Connection, table: Table, row: dict[str, Any]) -> None:
+    values = sealed(table, {k: v for k, v in row.items() if k != "checksum"})
+    conn.execute(update(table).where(table.c.id == row["id"]).values(values))

@@ -136,7 +136,8 @@ COVERED.update(
             "usage", "deferred", "format_version", "updated_at", "tenant_id",
         ),
         "stored_entries": (
-            "id", "conversation_id", "parent_id", "kind", "message", "created_at", "tenant_id",
+            "id", "conversation_id", "parent_id", "kind", "message", "message_ids", "created_at",
+            "tenant_id",
         ),
         # A session's row and the shared states change with every event: sealed again each time.
         "adk_sessions": (

@@ -575,9 +575,10 @@ class StoredRecordRow(LedgerTable, table=True):
 
 class StoredEntryRow(LedgerTable, table=True):
     """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
-    message as the framework serialized it and the entry it follows. ``conversation_id`` is
-    the conversation that wrote it; a fork's history reaches into its source's (revision
-    0015)."""
+    message as the framework serialized it, less what the rows ``message_ids`` names hold (the
+    conversation's messages, steps and tool executions its runs recorded), and the entry it
+    follows. ``conversation_id`` is the conversation that wrote it; a fork's history reaches
+    into its source's (revision 0015)."""
 
     __tablename__ = "stored_entries"
 
@@ -586,6 +587,7 @@ class StoredEntryRow(LedgerTable, table=True):
     parent_id: str | None = None
     kind: str
     message: JsonValue = _json("message", nullable=False)
+    message_ids: list[str | None] | None = _json("message_ids")
     created_at: datetime = _time()
     checksum: int | None = _checksum_column()
     tenant_id: str | None = _tenant()

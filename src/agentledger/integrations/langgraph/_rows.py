@@ -6,7 +6,6 @@ serialized."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from langchain_core.messages import (
@@ -20,6 +19,7 @@ from langchain_core.messages import (
 from pydantic import JsonValue
 
 from ..._values import ToolCall, Usage
+from .._residue import kept_if_rebuilt
 
 RESIDUE_KEY = "langchain"
 """The key, in a row's metadata, of the message's fields other than its text."""
@@ -28,19 +28,12 @@ RESIDUE_KEY = "langchain"
 def residue(message: BaseMessage) -> dict[str, JsonValue] | None:
     """The fields of ``message`` other than its text, as JSON that rebuilds it exactly; None
     when nothing would."""
-    if not isinstance(message.content, str):
+    content = message.content
+    if not isinstance(content, str):
         return None
     fields = message.model_dump()
     del fields["content"]
-    try:
-        kept: dict[str, JsonValue] = json.loads(json.dumps(fields))
-    except (TypeError, ValueError):
-        return None
-    try:
-        same = rebuilt(message.content, kept) == message
-    except (KeyError, TypeError, ValueError):
-        return None
-    return kept if same else None
+    return kept_if_rebuilt(message, fields, lambda kept: rebuilt(content, kept))
 
 
 _CLASSES: dict[Any, type[BaseMessage]] = {

@@ -2,14 +2,18 @@
 
 Each primitive of the store is one transaction of ``ledger.stored_conversations``, run in a
 worker thread (``asyncio.to_thread``), as the ledger's other async callers do: the event loop
-never waits on the database. The messages are kept as pydantic-ai serializes them
-(``ModelMessagesTypeAdapter``), so that every entry reads back equal to the one saved.
+never waits on the database. A message's text is stored once: where the save's runs recorded
+it (a user prompt, an answer, a step's text, a tool call's arguments, a tool's text return),
+the entry refers to that row and keeps the rest of the message as pydantic-ai serializes it,
+rebuilt on read; a message that would not come back equal that way is kept whole. Every
+entry reads back equal to the one saved.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from pydantic import JsonValue, TypeAdapter
 from pydantic_ai.conversation_store import (
@@ -23,7 +27,8 @@ from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.usage import RunUsage
 
 from ...errors import UsageError
-from ...ledger import Ledger, StoredEntry, StoredRecord
+from ...ledger import Ledger, MessageRow, StoredEntry, StoredRecord
+from .._residue import kept_if_rebuilt
 from ._runs import record_runs
 
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
@@ -38,8 +43,11 @@ class LedgerConversationStore(ConversationStore):
     handle's scope, by its first save). ``write_record`` compares the revision and sets the
     new one in the database, in the transaction that stores the new entries: of two writers
     saving the same conversation, one wins and the other gets ``ConversationConflict`` with
-    nothing written. ``delete_record`` deletes the record and keeps its entries (a fork or
-    another record may reach them); ``ledger.forget(conversation_id)`` deletes both. Each
+    nothing written. ``delete_record`` deletes the record and keeps its entries and runs (a
+    fork may reach them; pydantic-ai lets a store keep them if it says so);
+    ``ledger.forget(conversation_id)`` deletes the conversation with its record, the entries it
+    wrote and its runs. A fork of a forgotten conversation keeps what it wrote itself: its
+    history then begins after what was forgotten, under a new revision. Each
     save's new messages are recorded as the conversation's runs in the same transaction (see
     ``_runs``): steps with their usage, tool executions, the user prompts and answers.
     """
@@ -71,13 +79,15 @@ class LedgerConversationStore(ConversationStore):
         expected_revision: str | None,
     ) -> None:
         stored = _stored_record(record)
-        entries = [_stored_entry(entry) for entry in new_entries]
+        new_ids = {entry.id for entry in new_entries}
         messages = [entry.message for entry in new_entries]
 
         def save() -> None:
-            if not self._stored.write(stored, entries, expected_revision):
+            if not self._stored.claim(stored, new_ids, expected_revision):
                 raise ConversationConflict(record.conversation_id)
-            record_runs(self.ledger, record.conversation_id, messages)
+            rows = record_runs(self.ledger, record.conversation_id, messages)
+            entries = [_stored_entry(e, rows.get(n, {})) for n, e in enumerate(new_entries)]
+            self._stored.add(record.conversation_id, entries)
 
         await asyncio.to_thread(self._stored.together, "saving a conversation", save)
 
@@ -137,15 +147,59 @@ def _record_of(stored: StoredRecord) -> ConversationRecord:
     )
 
 
-def _stored_entry(entry: ConversationEntry) -> StoredEntry:
-    message = _json(_MESSAGE.dump_python(entry.message, mode="json"))
-    return StoredEntry(id=entry.id, parent_id=entry.parent_id, kind=entry.kind, message=message)
+def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEntry:
+    """``entry`` as stored: its message less what the rows ``held`` (part, row id) hold of its
+    parts (:func:`_field`), when it comes back equal without it; else whole."""
+    fields = _MESSAGE.dump_python(entry.message, mode="json")
+    whole = StoredEntry(entry.id, entry.parent_id, entry.kind, _json(fields))
+    if not held:
+        return whole
+    parts = [dict(part) for part in fields["parts"]]
+    values = {n: parts[n].pop(_field(parts[n]), None) for n in held}
+    kept = kept_if_rebuilt(
+        entry.message, {**fields, "parts": parts}, lambda residue: _rebuilt(residue, values)
+    )
+    if kept is None:
+        return whole
+    ids = tuple(held.get(n) for n in range(len(parts)))
+    return StoredEntry(entry.id, entry.parent_id, entry.kind, kept, message_ids=ids)
 
 
 def _entry_of(stored: StoredEntry) -> ConversationEntry:
-    return ConversationEntry(
-        id=stored.id, parent_id=stored.parent_id, message=_MESSAGE.validate_python(stored.message)
-    )
+    message = stored.message
+    if stored.message_ids is not None and isinstance(message, dict):
+        parts = message["parts"]
+        assert isinstance(parts, list)
+        values = {
+            n: _value(part, row)
+            for n, (part, row) in enumerate(zip(parts, stored.rows, strict=True))
+            if row is not None
+        }
+        rebuilt = _rebuilt(message, values)
+    else:
+        rebuilt = _MESSAGE.validate_python(message)
+    return ConversationEntry(id=stored.id, parent_id=stored.parent_id, message=rebuilt)
+
+
+def _field(part: Mapping[str, Any]) -> str:
+    """The field of a serialized part that a row holds: a tool call's arguments (its tool
+    execution's), another part's text (a message's, a step's, a tool result's)."""
+    return "args" if part.get("part_kind") == "tool-call" else "content"
+
+
+def _value(part: Any, row: MessageRow) -> object:
+    """What ``row`` holds of ``part``, as its :func:`_field` takes it."""
+    return row.arguments if _field(part) == "args" else row.content
+
+
+def _rebuilt(residue: Mapping[str, Any], values: Mapping[int, object]) -> ModelMessage:
+    """The message whose parts ``values`` names have those values (in their :func:`_field`),
+    and all else ``residue``."""
+    parts = [
+        {**part, _field(part): values[n]} if n in values else part
+        for n, part in enumerate(residue["parts"])
+    ]
+    return _MESSAGE.validate_python({**residue, "parts": parts})
 
 
 def _json(value: object) -> JsonValue:

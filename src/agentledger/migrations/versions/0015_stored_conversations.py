@@ -12,8 +12,10 @@ its messages as a tree of entries (pydantic-ai's ``ConversationStore``):
   (``branches``, JSON), the usage the framework accumulated (``usage``, JSON), what it awaits
   (``deferred``, JSON) and the record's format version.
 - ``stored_entries``: one row per entry: the entry it follows (``parent_id``), its kind, the
-  message as the framework serialized it (``message``, JSON), and the conversation that wrote
-  it (``conversation_id``; a fork's history reaches into its source's entries).
+  message as the framework serialized it less what the conversation's rows hold
+  (``message``, JSON), the ids of those rows (``message_ids``, JSON, NULL when ``message`` is
+  whole), and the conversation that wrote it (``conversation_id``; a fork's history reaches
+  into its source's entries).
 
 Each row carries its conversation's ``tenant_id`` and a ``checksum``; on PostgreSQL the tables
 get the tenant policy of revision 0010. Nothing already there changes. This revision copies
@@ -74,6 +76,7 @@ def upgrade() -> None:
         sa.Column("parent_id", sa.String(), nullable=True),
         sa.Column("kind", sa.String(), nullable=False),
         sa.Column("message", JSON, nullable=False),
+        sa.Column("message_ids", JSON, nullable=True),
         sa.Column("created_at", sa.DateTime(timezone=True), nullable=False),
         sa.Column("checksum", sa.BigInteger(), nullable=True),
         sa.Column("tenant_id", sa.String(), nullable=True),
