@@ -38,12 +38,15 @@ SUPERSEDED = "a new user message came before the ADK invocation's answer"
 DELETED = "the ADK session was deleted before the invocation's answer"
 
 
-@dataclass
-class _Pending:
-    """An event whose texts the step in progress will hold once it is recorded."""
+@dataclass(frozen=True)
+class _Stored:
+    """An event as its append stored it: its session's conversation, its row, the event and
+    its JSON, and its content's parts."""
 
+    conversation_id: str
     row_id: str
-    event: dict[str, JsonValue]
+    event: Event
+    dumped: dict[str, JsonValue]
     parts: list[types.Part]
 
 
@@ -51,7 +54,8 @@ class _Pending:
 class _Run:
     turn: Turn
     step: TurnStep | None = None
-    pending: list[_Pending] = field(default_factory=list)
+    pending: list[_Stored] = field(default_factory=list)
+    """The events whose texts the step in progress will hold once it is recorded."""
 
 
 class SessionRuns:
@@ -70,6 +74,7 @@ class SessionRuns:
         """Record ``event``, stored as row ``row_id`` of session ``conversation_id``
         (``dumped`` as it was stored), in the session's run (see the module)."""
         parts = list(event.content.parts or []) if event.content else []
+        stored = _Stored(conversation_id, row_id, event, dumped, parts)
         run = self._open.get(conversation_id)
         if (
             event.author == "user"
@@ -77,15 +82,15 @@ class SessionRuns:
             and not _calls_or_responses(parts)
         ):
             self.end(conversation_id, SUPERSEDED)
-            self._begin(conversation_id, row_id, event, dumped, parts)
+            self._begin(stored)
         elif run is None:
             return
         elif run.step is not None:
-            self._responses(conversation_id, run, row_id, dumped, parts)
+            self._responses(run, stored)
         elif event.get_function_calls():
-            self._step(run, row_id, event, dumped, parts)
+            self._step(run, stored)
         elif event.is_final_response():
-            self._answer(conversation_id, run, row_id, event, dumped, parts)
+            self._answer(run, stored)
 
     def end(self, conversation_id: str, reason: str) -> None:
         """End session ``conversation_id``'s open run, if any, ``interrupted``."""
@@ -93,33 +98,22 @@ class SessionRuns:
         if run is not None and run.turn.result is None:
             run.turn.interrupt(reason)
 
-    def _begin(
-        self,
-        conversation_id: str,
-        row_id: str,
-        event: Event,
-        dumped: dict[str, JsonValue],
-        parts: list[types.Part],
-    ) -> None:
-        text = _text_of(parts)
+    def _begin(self, stored: _Stored) -> None:
+        text = _text_of(stored.parts)
         assert text is not None  # record() checked
-        turn = self._ledger.turn(text, conversation_id=conversation_id, agent_name=AGENT_NAME)
+        turn = self._ledger.turn(
+            text, conversation_id=stored.conversation_id, agent_name=AGENT_NAME
+        )
         try:
             turn.begin()
         except ConversationBusyError:
             return  # another handle's run is open on the session: the event is kept whole
-        self._open[conversation_id] = _Run(turn)
+        self._open[stored.conversation_id] = _Run(turn)
         user = turn.user_message
-        self._refer(row_id, dumped, [user.id], {user.id: PartText(text)})
+        self._refer(stored, [user.id], {user.id: PartText(text)})
 
-    def _step(
-        self,
-        run: _Run,
-        row_id: str,
-        event: Event,
-        dumped: dict[str, JsonValue],
-        parts: list[types.Part],
-    ) -> None:
+    def _step(self, run: _Run, stored: _Stored) -> None:
+        event = stored.event
         calls = [
             ToolCall(id=call.id, name=call.name or "", arguments=dict(call.args or {}))
             for call in event.get_function_calls()
@@ -127,7 +121,7 @@ class SessionRuns:
         ]
         if len(calls) != len(event.get_function_calls()):
             return  # a call without an id cannot be answered: kept whole
-        texts = [part.text for part in parts if part.text is not None]
+        texts = [part.text for part in stored.parts if part.text is not None]
         run.step = run.turn.step(
             "".join(texts) or None,
             tool_calls=calls,
@@ -135,21 +129,14 @@ class SessionRuns:
             model=event.model_version,
             finish_reason=_finish_reason_of(event),
         )
-        run.pending = [_Pending(row_id, dumped, parts)]
+        run.pending = [stored]
 
-    def _responses(
-        self,
-        conversation_id: str,
-        run: _Run,
-        row_id: str,
-        dumped: dict[str, JsonValue],
-        parts: list[types.Part],
-    ) -> None:
+    def _responses(self, run: _Run, stored: _Stored) -> None:
         step = run.step
         assert step is not None  # record() checked
         answered = [
             part.function_response
-            for part in parts
+            for part in stored.parts
             if part.function_response is not None and part.function_response.id in step.waiting_for
         ]
         if not answered:
@@ -157,37 +144,29 @@ class SessionRuns:
         for response in answered:
             assert response.id is not None  # it is one step.waiting_for names
             step.tool_result(response.id, json.dumps(response.response))
-        run.pending.append(_Pending(row_id, dumped, parts))
+        run.pending.append(stored)
         if not step.recorded:
             return
         held = self._held(step)
         for pending in run.pending:
-            ids = [_row_of(part, held, step) for part in pending.parts]
-            self._refer(pending.row_id, pending.event, ids, held.texts)
+            self._refer(pending, [_row_of(part, held, step) for part in pending.parts], held.texts)
         run.step, run.pending = None, []
 
-    def _answer(
-        self,
-        conversation_id: str,
-        run: _Run,
-        row_id: str,
-        event: Event,
-        dumped: dict[str, JsonValue],
-        parts: list[types.Part],
-    ) -> None:
-        text = _text_of(parts)
+    def _answer(self, run: _Run, stored: _Stored) -> None:
+        text = _text_of(stored.parts)
         if text is None or not text.strip():
             return
+        event = stored.event
         run.turn.answer(
             text,
             usage=_usage_of(event),
             model=event.model_version,
             finish_reason=_finish_reason_of(event),
         )
-        self._open.pop(conversation_id, None)
+        self._open.pop(stored.conversation_id, None)
         answer = run.turn.state.messages().last()
-        if answer is not None and len(parts) == 1:
-            self._refer(row_id, dumped, [answer.id], {answer.id: PartText(text)})
+        if answer is not None and len(stored.parts) == 1:
+            self._refer(stored, [answer.id], {answer.id: PartText(text)})
 
     def _held(self, step: TurnStep) -> _Held:
         """What the rows of a recorded ``step`` hold: its assistant message's text and each
@@ -201,22 +180,16 @@ class SessionRuns:
             texts[execution.id] = PartText(execution.result, dict(execution.tool_call.arguments))
         return _Held(texts, {call: e.id for call, e in executions.items()})
 
-    def _refer(
-        self,
-        row_id: str,
-        dumped: dict[str, JsonValue],
-        ids: list[str | None],
-        texts: dict[str, PartText],
-    ) -> None:
-        """Keep row ``row_id`` as its residue and ``ids``, if they rebuild ``dumped``."""
+    def _refer(self, stored: _Stored, ids: list[str | None], texts: dict[str, PartText]) -> None:
+        """Keep ``stored``'s row as its residue and ``ids``, if they rebuild the event."""
         if not any(ids):
             return
-        store = self._store
+        store, dumped = self._store, stored.dumped
         kept = kept_if_rebuilt(
             dumped, store.residue(dumped, ids), lambda k: store.rebuilt(k, ids, texts)
         )
         if kept is not None:
-            self._store.refer(row_id, kept, ids)
+            store.refer(stored.row_id, kept, ids)
 
 
 @dataclass(frozen=True)
