@@ -453,3 +453,23 @@ def test_two_handles_creating_and_appending_at_once_lose_nothing(db_url: str) ->
         texts = [e.content.parts[0].text for e in got.events if e.content and e.content.parts]
         assert sorted(texts) == ["x0", "x1", "x2", "y0", "y1", "y2"]
         assert got.state == {"x": 2, "y": 2}
+
+
+def test_forgetting_a_user_deletes_their_sessions_and_their_state_and_keeps_the_apps(
+    ledger: Ledger,
+) -> None:
+    service = LedgerSessionService(ledger)
+
+    async def scenario() -> None:
+        for user in ("ann", "bob"):
+            await service.create_session(
+                app_name="a", user_id=user, state={"app:plan": "pro", "user:name": user}
+            )
+
+    run(scenario())
+    forgotten = ledger.forget_owner("ann")
+    assert forgotten.counts["adk_sessions"] == 1 and forgotten.counts["adk_states"] == 1
+    assert run(service.get_user_state(app_name="a", user_id="ann")) == {}
+    assert run(service.list_sessions(app_name="a", user_id="ann")).sessions == []
+    (kept,) = run(service.list_sessions(app_name="a")).sessions
+    assert kept.state == {"app:plan": "pro", "user:name": "bob"}
