@@ -86,6 +86,7 @@ OLDEST        := $(VENV)/oldest
 OLDEST_LIBS   := sqlalchemy sqlmodel pydantic alembic
 OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette
 OLDEST_SKIP   := --ignore=tests/test_openai_agents_session.py --ignore=tests/test_openai_agents_contract.py \
+    --ignore=tests/test_openai_agents_branches.py \
     --ignore=tests/test_mcp_server.py --ignore=tests/test_mcp_tools.py --ignore=tests/test_install_extras.py \
     --ignore=tests/test_exported_members.py --ignore=tests/test_readme.py \
     --ignore=tests/test_langgraph_conformance.py --ignore=tests/test_langgraph_saver.py \

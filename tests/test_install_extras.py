@@ -1,6 +1,7 @@
 """What ``pip install agentledger`` and each of its extras bring, checked in fresh virtual
-environments from the wheel: the base install has no analytics engine, no LangGraph and no
-sqlite-utils, and says which extra to install for each; each analytics extra brings everything
+environments from the wheel: the wheel ships every migration, which an installed copy plays on a
+fresh ledger; the base install has no analytics engine, no LangGraph and no sqlite-utils, and
+says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
 ``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs,
@@ -17,9 +18,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import venv
+import zipfile
 from collections.abc import Callable
 from collections.abc import Set as AbstractSet
 from pathlib import Path
@@ -135,9 +138,20 @@ def holds(
 def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
     wheel: Path, tmp_path: Path, report: Callable[[str], None]
 ) -> None:
+    shipped = set(zipfile.ZipFile(wheel).namelist())
+    migrations = ROOT / "src"
+    needed = {
+        str(path.relative_to(migrations))
+        for pattern in ("env.py", "script.py.mako", "versions/*.py", "*.py")
+        for path in (migrations / "agentledger" / "migrations").glob(pattern)
+    }
+    assert needed <= shipped, sorted(needed - shipped)  # every revision ships in the wheel
     python = install(wheel, None, tmp_path / "venv")
 
     found = probe(python, "base", f"sqlite:///{tmp_path / 'ledger.db'}")
+    newest = sorted((migrations / "agentledger" / "migrations" / "versions").glob("0*.py"))[-1]
+    # The installed copy migrated the fresh ledger to the newest revision it ships.
+    assert sqlite_version(tmp_path / "ledger.db") == newest.name.split("_")[0]
 
     assert found["uses"]["analytics"].endswith("Install it: pip install 'agentledger[analytics]'")
     assert found["uses"]["langgraph"] == (
@@ -177,6 +191,13 @@ def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
         + ")"
     )
     assert datasette_metadata_of(python, tmp_path / "ledger.db") == datasette_metadata("ledger")
+
+
+def sqlite_version(path: Path) -> str:
+    with sqlite3.connect(path) as conn:
+        (version,) = conn.execute("SELECT version_num FROM agentledger_version").fetchone()
+    conn.close()
+    return str(version)
 
 
 def datasette_metadata_of(python: Path, ledger: Path) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import sqlite3
+import threading
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
@@ -1263,7 +1264,6 @@ def test_close_waits_for_a_write_in_flight_and_refuses_what_begins_after(tmp_pat
     """A write another thread began (one a cancelled run left to finish) ends before
     ``close()`` returns, its connection given back and closed; a transaction that would begin
     after it is refused with an error that says so."""
-    import threading
 
     from agentledger.errors import LedgerUnavailableError
 
@@ -1288,3 +1288,36 @@ def test_close_waits_for_a_write_in_flight_and_refuses_what_begins_after(tmp_pat
     with pytest.raises(LedgerUnavailableError, match=r"closed \(Ledger.close\(\)\)"):
         ledger.create_conversation(title="too late")
     holder.close()
+
+
+def test_a_chosen_conversation_id_another_writer_is_inserting_is_refused_as_taken(pg_url: str):
+    """Checking that a chosen id is free cannot see an insert not yet committed: the insert
+    that waits behind it then gets the same refusal as a taken id, not a database error."""
+    import psycopg
+
+    with Ledger.open(pg_url) as ledger, psycopg.connect(pg_url) as other:
+        other.execute(
+            "INSERT INTO conversations (id, kind, version, created_at, updated_at)"
+            " VALUES ('chat-7', 'main', 0, now(), now())"
+        )
+        outcome: list[object] = []
+
+        def create() -> None:
+            try:
+                outcome.append(ledger.create_conversation(conversation_id="chat-7"))
+            except Exception as exc:
+                outcome.append(exc)
+
+        writer = threading.Thread(target=create)
+        writer.start()
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            waiting = "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'"
+            deadline = time.monotonic() + 30
+            while watcher.execute(waiting).fetchone() != (1,) and time.monotonic() < deadline:
+                time.sleep(0.01)
+        other.commit()
+        writer.join(30)
+        (refused,) = outcome
+        assert isinstance(refused, UsageError), refused
+        assert "'chat-7' is taken in this ledger" in str(refused)
+        assert [c.id for c in ledger.conversations()] == ["chat-7"]

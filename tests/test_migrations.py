@@ -11,7 +11,6 @@ import os
 import subprocess
 import sys
 import threading
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -544,65 +543,3 @@ def test_plain_alembic_from_the_repository_root_migrates_a_database_the_ledger_a
     checked = _alembic("check", db=db)
     assert checked.returncode == 0, checked.stdout + checked.stderr
     assert "No new upgrade operations detected" in checked.stdout + checked.stderr
-
-
-# --- the migrations ship in the wheel -----------------------------------------------------------
-
-_OPEN_FROM_WHEEL = """
-import sys
-import agentledger
-from agentledger.ledger import Ledger
-from sqlalchemy import create_engine, text
-assert agentledger.__file__.startswith(sys.argv[2]), agentledger.__file__
-Ledger.open(sys.argv[1]).close()
-engine = create_engine("sqlite:///" + sys.argv[1])
-with engine.connect() as conn:
-    print(conn.execute(text("SELECT version_num FROM agentledger_version")).scalar())
-engine.dispose()
-"""
-
-
-def test_the_wheel_ships_the_migrations_and_an_installed_copy_migrates_a_fresh_ledger(tmp_path):
-    built = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp_path), str(ROOT)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert built.returncode == 0, built.stdout + built.stderr
-    (wheel,) = tmp_path.glob("agentledger-*.whl")
-    names = set(zipfile.ZipFile(wheel).namelist())
-    expected = {
-        "agentledger/migrations/env.py",
-        "agentledger/migrations/script.py.mako",
-        *(
-            f"agentledger/migrations/versions/{Path(script.path).name}"
-            for script in harness.script_directory().walk_revisions()
-        ),
-    }
-    assert expected <= names, sorted(expected - names)
-
-    site = tmp_path / "site"
-    installed = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), wheel],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert installed.returncode == 0, installed.stdout + installed.stderr
-
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
-    opened = subprocess.run(
-        [sys.executable, "-c", _OPEN_FROM_WHEEL, str(elsewhere / "fresh.db"), str(site)],
-        cwd=elsewhere,
-        env={**os.environ, "PYTHONPATH": str(site)},
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-    assert opened.returncode == 0, opened.stderr
-    assert opened.stdout.strip() == HEAD

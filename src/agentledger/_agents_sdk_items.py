@@ -44,6 +44,17 @@ COMPACTION_KEY = "openai_agents_compaction"
 """In a run's metadata: its batch holds a ``compaction`` item (what ``responses.compact``
 returns in place of the items it compacted), which the model must see again."""
 
+BRANCH_KEY = "openai_agents_branch"
+"""In a conversation's metadata: the session branch it holds (the session's own conversation,
+without it, holds ``main``)."""
+FORKED_FROM_KEY = "openai_agents_forked_from"
+"""In a branch's conversation's metadata: what it was forked from, ``{"conversation": id,
+"runs": n, "before": key, "turn": n}`` (the items of that conversation after its first ``runs``
+runs, up to the user message ``before``, which begins turn ``turn``)."""
+BRANCH_DELETED_KEY = "openai_agents_branch_deleted"
+"""In a run's metadata: ``delete_branch`` took the run's branch out of the session (its rows
+stay)."""
+
 Item = dict[str, JsonValue]
 Indexed = tuple[int, Item]
 

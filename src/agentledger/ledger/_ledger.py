@@ -37,6 +37,7 @@ from ._connection_reads import ConnectionReads
 from ._engine import Connections, Database, make_engine, with_retries
 from ._failures import EngineSettings, Synchronous
 from ._forget import Choose, Forgotten
+from ._framework_conversations import insert_if_absent
 from ._graph_checkpoints import GraphCheckpoints
 from ._opening import prepare
 from ._queries import (
@@ -47,7 +48,7 @@ from ._records import conversation_of, run_of
 from ._recovery import abandon, stale_query
 from ._row_mapping import Row, compaction_of
 from ._scope import EVERYTHING, Scope
-from ._scope_conditions import check_id_free, created_in, refuse_in_scope, within
+from ._scope_conditions import check_id_free, created_in, id_taken, refuse_in_scope, within
 from ._sql import Reads
 from ._stored_conversations import StoredConversations
 from ._tree_model import RunTree
@@ -290,9 +291,15 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         }
 
         def write(conn: Connection) -> Conversation:
-            if conversation_id is not None:
+            if conversation_id is None:
+                conn.execute(insert(conversations), sealed(conversations, row))
+            else:
                 check_id_free(conn, created)
-            conn.execute(insert(conversations), sealed(conversations, row))
+                # Another writer may take the id between the check and the insert (the check
+                # cannot see an insert not yet committed): the insert then does nothing.
+                chosen = insert_if_absent(conn).returning(conversations.c.id)
+                if conn.execute(chosen, sealed(conversations, row)).first() is None:
+                    raise id_taken(created)
             return conversation_of(conversation_row(ConnectionReads(conn), created, EVERYTHING))
 
         return self._database.write("creating a conversation", write)

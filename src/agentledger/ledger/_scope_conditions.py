@@ -56,7 +56,12 @@ def check_id_free(conn: Connection, conversation_id: str) -> None:
     scope: ids are the whole ledger's)."""
     taken = select(conversations.c.id).where(conversations.c.id == conversation_id)
     if conn.execute(taken).first() is not None:
-        raise UsageError(
-            f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
-            "(nothing was written)"
-        )
+        raise id_taken(conversation_id)
+
+
+def id_taken(conversation_id: str) -> UsageError:
+    """The error for a chosen conversation id that another conversation has."""
+    return UsageError(
+        f"the conversation id {conversation_id!r} is taken in this ledger: choose another "
+        "(nothing was written)"
+    )

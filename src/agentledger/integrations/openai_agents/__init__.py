@@ -12,7 +12,10 @@ _require_sdk()  # before the modules that import the SDK
 
 from ..._agents_sdk_items import (  # noqa: E402 (after the check above)
     AGENT_KEY,
+    BRANCH_DELETED_KEY,
+    BRANCH_KEY,
     CLEARED_KEY,
+    FORKED_FROM_KEY,
     INDEX_KEY,
     ITEM_KEY,
     ITEMS_KEY,
@@ -25,7 +28,10 @@ from ._session import AGENT_NAME, LedgerSession  # noqa: E402 (after the check a
 __all__ = [
     "AGENT_KEY",
     "AGENT_NAME",
+    "BRANCH_DELETED_KEY",
+    "BRANCH_KEY",
     "CLEARED_KEY",
+    "FORKED_FROM_KEY",
     "INDEX_KEY",
     "ITEMS_KEY",
     "ITEM_KEY",

@@ -14,12 +14,11 @@ import contextlib
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
 from datetime import datetime
 from functools import partial
 from typing import Any
 
-from agents import Agent, RunContextWrapper, RunHooks
+from agents import Agent, RunContextWrapper, RunHooks, RunResult
 from agents.items import ModelResponse
 from agents.memory import SessionSettings
 from agents.memory.session import _CompactionSnapshot
@@ -44,20 +43,13 @@ from ..._agents_sdk_items import (
 )
 from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
 from ...errors import ConversationBusyError, NotFoundError, UsageError
-from ...ledger import AgentRun, Ledger
+from ...ledger import AgentRun, Conversation, Ledger
+from . import _branches, _turns, _usage
 from ._steps import ModelCall, step_execution, usage_of
+from ._view import MAIN, Branch, Entry
 
 AGENT_NAME = "openai-agents"
 """The ``agent_name`` of the runs a session records (``agent_runs.agent_name``)."""
-
-
-@dataclass(frozen=True)
-class _Entry:
-    """An item of the session, with the key a removal names it by (``run id:index``)."""
-
-    key: str
-    item: Item
-    conversation: bool
 
 
 class LedgerSession:
@@ -83,6 +75,12 @@ class LedgerSession:
     session, and ``clear_session()`` every item: both record a run naming what they removed,
     and ``get_items()`` leaves it out from then on. The rows stay: what a user said and was
     shown is never lost (``Ledger.history`` still holds it).
+
+    The usage and branch operations of the SDK's ``AdvancedSQLiteSession`` are here under its
+    names: usage per session, turn and tool read from the runs' rows (``store_run_usage``
+    stores nothing: the hooks did), and branches, each a conversation forked from a turn of
+    another without copying it (see ``_branches``); the session reads and writes its current
+    branch, ``main`` (the session's own conversation) until it switches.
 
     The SDK awaits each method; the ledger is synchronous, so each runs in a worker thread
     (``asyncio.to_thread``), as ``Agent.arun`` runs its ledger writes: the event loop never
@@ -114,6 +112,7 @@ class LedgerSession:
         self.ledger = ledger
         self.separate_trace = separate_trace
         self.session_settings = session_settings or SessionSettings()
+        self._branch = Branch(MAIN, session_id)
         self._model_calls: deque[ModelCall] = deque()
         self.hooks: RunHooks[Any] = _UsageHooks(self._model_calls)
         """``RunHooks`` to give ``Runner.run`` (``hooks=session.hooks``): they record each
@@ -124,11 +123,15 @@ class LedgerSession:
 
     # --- the Session protocol ---------------------------------------------------------------
 
-    async def get_items(self, limit: int | None = None) -> list[Any]:
-        """The session's items, oldest first; the newest ``limit`` of them when given (or
-        when ``session_settings.limit`` is set)."""
+    async def get_items(self, limit: int | None = None, branch_id: str | None = None) -> list[Any]:
+        """The session's items (of the branch ``branch_id``, by default the current one),
+        oldest first; the newest ``limit`` of them when given (or when
+        ``session_settings.limit`` is set)."""
         limit = resolve_session_limit(limit, self.session_settings)
-        entries = await asyncio.to_thread(self._entries)
+        if branch_id is None:
+            entries = await asyncio.to_thread(self._entries)
+        else:
+            entries = await asyncio.to_thread(_branches.entries_of, self, branch_id)
         items = [e.item for e in entries]
         if limit is not None:
             items = items[-limit:] if limit > 0 else []
@@ -172,6 +175,69 @@ class LedgerSession:
         items: list[Any] = [e.item for e in window]  # the SDK's item dicts, as stored
         return _CompactionSnapshot(items, len(window) == len(entries), replace_suffix)
 
+    # --- usage and branches, as the SDK's AdvancedSQLiteSession names them ---------------------
+
+    async def store_run_usage(self, result: RunResult) -> None:
+        """Nothing to store: the hooks (``hooks=session.hooks``) recorded each model call's
+        usage on its step. Raises :class:`UsageError` when the current turn's model calls
+        were recorded without it while ``result`` reports some (the hooks were not given)."""
+        await asyncio.to_thread(_usage.check_recorded, self, result)
+
+    async def get_session_usage(self, branch_id: str | None = None) -> dict[str, int] | None:
+        """The usage of the branch's turns (of every branch when None): ``requests``,
+        ``input_tokens``, ``output_tokens``, ``total_tokens``, ``total_turns``; None when
+        no model call was recorded."""
+        return await asyncio.to_thread(_usage.session_usage, self, branch_id)
+
+    async def get_turn_usage(
+        self, user_turn_number: int | None = None, branch_id: str | None = None
+    ) -> list[dict[str, Any]] | dict[str, Any]:
+        """The usage of each turn of the branch (the current one by default) whose model
+        calls it recorded, or of the turn ``user_turn_number`` (``{}`` when it has none)."""
+        return await asyncio.to_thread(_usage.turn_usage, self, user_turn_number, branch_id)
+
+    async def get_tool_usage(self, branch_id: str | None = None) -> list[tuple[str, int, int]]:
+        """``(tool name, calls, turn)`` for the tools the branch's turns called, by turn."""
+        return await asyncio.to_thread(_usage.tool_usage, self, branch_id)
+
+    async def create_branch_from_turn(
+        self, turn_number: int, branch_name: str | None = None
+    ) -> str:
+        """Fork the current branch before its turn ``turn_number`` (a user message) into a
+        new branch and switch to it; its id (``branch_name``, or one made up)."""
+        return await asyncio.to_thread(_branches.create, self, turn_number, branch_name)
+
+    async def create_branch_from_content(
+        self, search_term: str, branch_name: str | None = None
+    ) -> str:
+        """Branch from the first turn whose user message holds ``search_term``."""
+        return await asyncio.to_thread(_turns.create_from_content, self, search_term, branch_name)
+
+    async def get_conversation_turns(self, branch_id: str | None = None) -> list[dict[str, Any]]:
+        """The branch's turns, to branch from: ``turn``, ``content`` (its first 100
+        characters), ``full_content``, ``timestamp``, ``can_branch``."""
+        return await asyncio.to_thread(_turns.listed, self, branch_id)
+
+    async def find_turns_by_content(
+        self, search_term: str, branch_id: str | None = None
+    ) -> list[dict[str, Any]]:
+        """The branch's turns whose user message holds ``search_term``."""
+        return await asyncio.to_thread(_turns.containing, self, search_term, branch_id)
+
+    async def switch_to_branch(self, branch_id: str) -> None:
+        """Make ``branch_id`` the branch this session reads and writes."""
+        self._branch = await asyncio.to_thread(_branches.find, self, branch_id)
+
+    async def delete_branch(self, branch_id: str, force: bool = False) -> None:
+        """Take a branch out of the session (its rows stay; its id is not given again); the
+        current one only with ``force``, which switches to ``main`` first."""
+        await asyncio.to_thread(_branches.delete, self, branch_id, force)
+
+    async def list_branches(self) -> list[dict[str, Any]]:
+        """The session's branches, oldest first: ``branch_id``, ``message_count``,
+        ``user_turns``, ``is_current``, ``created_at``."""
+        return await asyncio.to_thread(_branches.listed, self)
+
     # --- in a worker thread -----------------------------------------------------------------
 
     def _add(self, batch: Batch, calls: Sequence[ModelCall]) -> None:
@@ -192,7 +258,7 @@ class LedgerSession:
 
     def _replace(
         self,
-        suffix: list[_Entry],
+        suffix: list[Entry],
         output: list[Any],
         prune_prefix: Callable[[Any], bool] | None,
     ) -> bool:
@@ -223,6 +289,10 @@ class LedgerSession:
         return bool(entries) and entries[-1].key == key
 
     def _clear(self) -> None:
+        """Every branch out of the session, then the main one emptied, as the SDK's
+        ``clear_session`` leaves a session: on ``main``, with nothing in it."""
+        _branches.delete_all(self)
+        self._branch = Branch(MAIN, self.session_id)
         if self._entries():
             self._record({CLEARED_KEY: True})
 
@@ -232,17 +302,20 @@ class LedgerSession:
         batch: Batch | None = None,
         calls: Sequence[ModelCall] = (),
         still: Callable[[], bool] | None = None,
+        conversation_id: str | None = None,
     ) -> bool:
-        """One run of the session: begin, its steps, commit (or, on failure, failed: a
-        failed run's items are not the session's). ``still`` is checked under the run's lease,
-        where no other write of the session can land: when it is false the run ends failed,
-        nothing of it counts, and the answer is False."""
+        """One run of the session (in the current branch's conversation unless another is
+        given): begin, its steps, commit (or, on failure, failed: a failed run's items are not
+        the session's). ``still`` is checked under the run's lease, where no other write of
+        the session can land: when it is false the run ends failed, nothing of it counts, and
+        the answer is False."""
         recorder = self.ledger.recorder
         run_id = new_id()
+        conversation_id = conversation_id or self._branch.conversation_id
         if batch is not None and any(is_compaction(i) for s in batch.steps for _, i in s.produced):
             metadata = {**metadata, COMPACTION_KEY: True}
         state = AgentState(
-            conversation_id=self.session_id,
+            conversation_id=conversation_id,
             run_id=run_id,
             status=AgentStatus.RUNNING,
             # No start time: the ledger stamps the run as it takes the lease, so that the
@@ -252,7 +325,7 @@ class LedgerSession:
         self._begin(state)
         try:
             # Loaded under the run's lease: the conversation cannot change until the commit.
-            loaded = recorder.load_conversation(self.session_id).store
+            loaded = recorder.load_conversation(conversation_id).store
             state = state.with_message_store(loaded)
             if still is not None and not still():
                 recorder.fail_run(state, "the session changed before this write took its turn")
@@ -305,55 +378,71 @@ class LedgerSession:
         return state
 
     def _ensure_conversation(self) -> None:
-        if self._exists():
+        conversation_id = self._branch.conversation_id
+        if self._conversation(conversation_id) is not None:
             return
         try:
             self.ledger.create_conversation(
-                conversation_id=self.session_id, metadata={SESSION_KEY: self.session_id}
+                conversation_id=conversation_id, metadata={SESSION_KEY: self.session_id}
             )
         except Exception:
-            if not self._exists():  # another handle created it first: that is fine
+            if self._conversation(conversation_id) is None:  # another handle created it first
                 raise
 
-    def _exists(self) -> bool:
+    def _conversation(self, conversation_id: str) -> Conversation | None:
         try:
-            return self.ledger.conversation(self.session_id).id == self.session_id
+            found = self.ledger.conversation(conversation_id)
         except NotFoundError:
-            return False
+            return None
+        return found if found.id == conversation_id else None
 
-    def _entries(self) -> list[_Entry]:
-        """The session's items as its view shows them: the items of its completed runs, in
-        order, less those its removals took out."""
-        if not self._exists():
+    def _entries(
+        self,
+        conversation_id: str | None = None,
+        *,
+        every_item: bool = False,
+        runs: int | None = None,
+    ) -> list[Entry]:
+        """The items of a branch of the session (by default the current one) as its view
+        shows them, or every item with ``every_item``: those it was forked with, then the
+        items of its completed runs (the first ``runs`` of them when given), in order, less
+        those its removals took out."""
+        conversation = self._conversation(conversation_id or self._branch.conversation_id)
+        if conversation is None:
             return []
+        entries = _branches.forked_with(self, conversation, every_item=every_item)
         # The runs first: a run commits its messages and steps with it, so every run listed
         # is whole in what is read after it (a run committed in between is left for later).
-        runs = self._runs()
-        messages = self.ledger.messages(self.session_id)
+        counted = self._runs(conversation.id)[:runs]
+        messages = self.ledger.messages(conversation.id)
         by_run: dict[str, list[tuple[int, Item]]] = {}
         for message in messages:
             item, index = message.metadata.get(ITEM_KEY), message.metadata.get(INDEX_KEY)
             run_id = _run_of(message)
             if isinstance(item, dict) and isinstance(index, int) and run_id is not None:
                 by_run.setdefault(run_id, []).append((index, item))
-        entries: list[_Entry] = []
-        for run in runs:
-            entries = self._after(run, entries, by_run.get(run.id, []))
+        separate = self.separate_trace and not every_item
+        for run in counted:
+            entries = self._after(run, entries, by_run.get(run.id, []), separate)
         return entries
 
-    def _runs(self) -> list[AgentRun]:
-        """The session's completed runs in the order they committed (see :func:`_written`)."""
+    def _runs(self, conversation_id: str) -> list[AgentRun]:
+        """A branch's completed runs in the order they committed (see :func:`_written`)."""
         runs = [
             run
-            for run in self.ledger.runs(self.session_id)
+            for run in self.ledger.runs(conversation_id)
             if (run.metadata_ or {}).get(SESSION_KEY) == self.session_id
             and run.status == AgentStatus.COMPLETED
         ]
         return sorted(runs, key=_written)
 
     def _after(
-        self, run: AgentRun, entries: list[_Entry], messages: list[tuple[int, Item]]
-    ) -> list[_Entry]:
+        self,
+        run: AgentRun,
+        entries: list[Entry],
+        messages: list[tuple[int, Item]],
+        separate_trace: bool,
+    ) -> list[Entry]:
         """``entries`` after the run ``run``: its items added, or what it removed taken out."""
         metadata = run.metadata_ or {}
         if metadata.get(CLEARED_KEY):
@@ -362,13 +451,13 @@ class LedgerSession:
         if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
             entries = [e for e in entries if e.key not in removed]
         own = [(n, item, True) for n, item in messages]
-        if run.step_count and (not self.separate_trace or metadata.get(COMPACTION_KEY)):
+        if run.step_count and (not separate_trace or metadata.get(COMPACTION_KEY)):
             # A compaction item stands for the items it replaced: the model sees it in
             # either view.
             trace = self._trace(run.id)
-            own += [(n, i, False) for n, i in trace if not self.separate_trace or is_compaction(i)]
+            own += [(n, i, False) for n, i in trace if not separate_trace or is_compaction(i)]
         own.sort(key=lambda entry: entry[0])
-        return [*entries, *(_Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
+        return [*entries, *(Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
 
     def _trace(self, run_id: str) -> list[tuple[int, Item]]:
         found = []
