@@ -79,9 +79,9 @@ test: $(VENV)/.installed-dev $(SDK_PINNED)/.installed
 # The suite again against the oldest SQLAlchemy, SQLModel, pydantic and Alembic that
 # pyproject.toml allows (their lower bounds, read from it: pydantic>=2.7,<3 installs 2.7), in a
 # virtual environment of its own; `make test` runs it against the newest. The OpenAI Agents SDK,
-# the MCP SDK, LangGraph and llm need newer ones: their extras are not installed, and the tests
-# that import them (the README's examples, the package's exported members, the importer's among
-# them) are left out, as is the wheel's (`make extras`).
+# the MCP SDK, LangGraph, Google's ADK and llm need newer ones: their extras are not installed,
+# and the tests that import them (the README's examples, the package's exported members, the
+# importer's among them) are left out, as is the wheel's (`make extras`).
 OLDEST        := $(VENV)/oldest
 OLDEST_LIBS   := sqlalchemy sqlmodel pydantic alembic
 OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette
@@ -93,6 +93,7 @@ OLDEST_SKIP   := --ignore=tests/test_openai_agents_session.py --ignore=tests/tes
     --ignore=tests/test_langgraph_rows.py --ignore=tests/reliability/test_langgraph_kills.py \
     --ignore=tests/test_langgraph_retention.py --ignore=tests/test_langgraph_trace.py \
     --ignore=tests/test_import.py --ignore=tests/test_import_langgraph.py \
+    --ignore=tests/test_adk_sessions.py \
     --deselect=tests/test_bench_workers.py::test_every_saver_keeps_every_turn_of_the_chat_and_is_held_against_sqlitesaver \
     --deselect=tests/test_layers.py::test_the_agents_sdk_is_loaded_by_its_integration_only \
     --deselect=tests/test_layers.py::test_the_mcp_sdk_is_loaded_by_its_integrations_only \

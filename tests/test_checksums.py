@@ -31,8 +31,10 @@ from agentledger.errors import LedgerCorruptError
 from agentledger.ledger import Ledger
 from agentledger.ledger.checksums import ADDED, COVERED, checksum, checksum_over
 from agentledger.ledger.tables import (
+    ADK_SESSION_TABLES,
     GRAPH_TABLES,
     STORE_TABLES,
+    adk_states,
     agent_runs,
     context_compactions,
     conversation_messages,
@@ -752,6 +754,7 @@ def test_the_tables_checked_here_are_every_table_of_the_ledger():
     # 0008's stamps, and 0010's log of what was forgotten (ids and counts, no content)
     data = set(metadata.tables) - {"agentledger_changes", "agentledger_deletions", "forget_log"}
     # the graph checkpoint tables' damage is checked in tests/test_langgraph_saver.py, the
-    # stored conversations' in tests/test_pydantic_ai_store.py
-    framework = {t.name for t in (*GRAPH_TABLES, *STORE_TABLES)}
+    # stored conversations' in tests/test_pydantic_ai_store.py, the sessions' in
+    # tests/test_adk_sessions.py
+    framework = {t.name for t in (*GRAPH_TABLES, *STORE_TABLES, *ADK_SESSION_TABLES, adk_states)}
     assert {t.name for t in TABLES} | framework == data == set(COVERED)

@@ -95,6 +95,7 @@ def test_every_public_package_is_covered_and_the_layers_are_private():
         "agentledger.integrations.openai_agents",
         "agentledger.integrations.langgraph",
         "agentledger.integrations.pydantic_ai",
+        "agentledger.integrations.adk",
     }
     for layer in ("values", "core", "recording", "loop", "drivers", "builder"):
         with pytest.raises(ImportError):

@@ -46,8 +46,10 @@ from support.subagents import SPAWN, Router, Script, answer, prompt
 FRAMEWORK_TABLES = (
     *("graph_checkpoints", "graph_channel_values", "graph_writes"),
     *("stored_records", "stored_entries"),
+    *("adk_sessions", "adk_events", "adk_states"),
 )
-"""Tables a framework's store writes (tests/test_langgraph_saver.py, test_pydantic_ai_store.py)."""
+"""Tables a framework's store writes (tests/test_langgraph_saver.py, test_pydantic_ai_store.py,
+test_adk_sessions.py)."""
 
 TABLES = (
     "conversations",

@@ -4,8 +4,9 @@ fresh ledger; the base install has no analytics engine, no LangGraph and no sqli
 says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
-``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs, and
-``import`` ``agentledger import`` of an Agents SDK session file (without the SDK).
+``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs,
+``adk`` an ADK session kept by ``LedgerSessionService``, and ``import`` ``agentledger import``
+of an Agents SDK session file (without the SDK).
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -161,6 +162,11 @@ def test_the_base_install_has_no_extra_and_says_which_to_install_for_each(
         "pydantic-ai (2.66 or newer) is not installed: agentledger.integrations.pydantic_ai "
         "(LedgerConversationStore) comes with the pydantic-ai extra. Install it: pip install "
         "'agentledger[pydantic-ai]'"
+    )
+    assert found["uses"]["adk"] == (
+        "Google ADK (2.10 or newer) is not installed: agentledger.integrations.adk "
+        "(LedgerSessionService) comes with the adk extra. Install it: pip install "
+        "'agentledger[adk]'"
     )
     missing = (
         "Error: sqlite-utils is not installed: agentledger import comes with the import "
@@ -328,6 +334,21 @@ def test_the_pydantic_ai_extra_keeps_a_conversation_and_its_runs_in_the_ledger(
     assert found["uses"]["messages"] == said
     assert found["uses"]["runs"] == [["completed", 12, 3]] * 2
     holds(found, "pydantic-ai", {"pydantic-ai-slim", "pydantic-graph"}, report, allowed=OTEL_API)
+
+
+def test_the_adk_extra_keeps_an_adk_session_in_the_ledger(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "adk", tmp_path / "venv")
+
+    found = probe(python, "adk", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {
+        "same": True,
+        "messages": [["user", "hi"]],
+        "owners": [["probe", "u"]],
+    }
+    holds(found, "adk", {"google-adk", "google-genai"}, report, allowed=OTEL)
 
 
 def test_the_import_extra_imports_an_agents_sdk_session_file_without_the_sdk(

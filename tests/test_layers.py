@@ -28,10 +28,12 @@ HEAVY = (
     "mcp",
     "jsonschema",
     "pydantic_ai",
+    "google.adk",
+    "google.genai",
 )
 """Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
-Datasette, OpenTelemetry, the MCP SDK (with jsonschema) and pydantic-ai are loaded only by
-their integrations)."""
+Datasette, OpenTelemetry, the MCP SDK (with jsonschema), pydantic-ai and Google's ADK (with
+google-genai) are loaded only by their integrations)."""
 
 
 def loaded_by(statement: str, names: tuple[str, ...] = HEAVY) -> dict[str, bool]:

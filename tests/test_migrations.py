@@ -255,6 +255,7 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
             forgetting=ledger_tables.forget_log.name not in ONLY_AT_HEAD,
             graph=ledger_tables.graph_checkpoints.name not in ONLY_AT_HEAD,
             stored=ledger_tables.stored_records.name not in ONLY_AT_HEAD,
+            sessions=ledger_tables.adk_sessions.name not in ONLY_AT_HEAD,
         )
     with Database(db_url) as database:
         database.fill_empty_columns(skip=ONLY_AT_HEAD)
@@ -305,6 +306,22 @@ def test_a_ledger_holding_compactions_is_not_downgraded_and_is_left_untouched(db
     assert "cannot downgrade below revision 0004" in result.output
     assert "2 context compaction event(s) and 2 message(s)" in result.output
     assert "Nothing was changed" in result.output
+    with Database(db_url) as database:
+        assert database.versions() == [HEAD]
+        assert database.snapshot() == before
+
+
+def test_a_ledger_holding_adk_sessions_is_not_downgraded_to_0015(db_url):
+    with Ledger.open(db_url) as ledger:
+        harness.record_adk_session(ledger)
+    with Database(db_url) as database:
+        before = database.snapshot()
+
+    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", "0015"])
+
+    assert result.exit_code == 1
+    assert "adk_sessions holds 1 sessions" in result.output
+    assert "delete_session" in result.output
     with Database(db_url) as database:
         assert database.versions() == [HEAD]
         assert database.snapshot() == before

@@ -99,10 +99,17 @@ def base_errors(url: str) -> dict[str, Any]:
         pydantic_ai = str(exc)
     else:
         pydantic_ai = "LedgerConversationStore was imported"
+    try:
+        from agentledger.integrations.adk import LedgerSessionService  # noqa: F401
+    except ConfigurationError as exc:
+        adk = str(exc)
+    else:
+        adk = "LedgerSessionService was imported"
     return {
         "analytics": analytics_error(url),
         "langgraph": langgraph,
         "pydantic-ai": pydantic_ai,
+        "adk": adk,
         "import": import_twice(url),
     }
 
@@ -399,6 +406,38 @@ def imported(url: str) -> dict[str, Any]:
     }
 
 
+def session_rows(url: str) -> dict[str, Any]:
+    """An ADK session kept by ``LedgerSessionService``: created with state in each scope, a
+    user's event appended, read back; the conversation's messages and the session's
+    conversation, read with SQL."""
+    import asyncio
+
+    from google.adk.events.event import Event
+    from google.adk.events.event_actions import EventActions
+    from google.genai import types
+
+    from agentledger.integrations.adk import LedgerSessionService
+    from agentledger.ledger import Ledger
+
+    async def scenario(service: LedgerSessionService) -> bool:
+        made = await service.create_session(
+            app_name="probe", user_id="u", session_id="s", state={"app:a": 1, "user:b": 2}
+        )
+        said = types.Content(role="user", parts=[types.Part(text="hi")])
+        delta = EventActions(state_delta={"c": 3})
+        await service.append_event(made, Event(author="user", content=said, actions=delta))
+        got = await service.get_session(app_name="probe", user_id="u", session_id="s")
+        return got == made
+
+    with Ledger.open(url) as ledger:
+        same = asyncio.run(scenario(LedgerSessionService(ledger)))
+    return {
+        "same": same,
+        "messages": sqlite_rows(url, "SELECT role, content FROM conversation_messages"),
+        "owners": sqlite_rows(url, "SELECT tenant_id, owner_id FROM conversations"),
+    }
+
+
 USES: dict[str, Callable[[str], Any]] = {
     "base": base_errors,
     "postgresql": analytics_error,
@@ -413,6 +452,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "mcp": mcp_tool_call,
     "langgraph": graph_rows,
     "pydantic-ai": stored_conversation,
+    "adk": session_rows,
     "import": imported,
 }
 

@@ -54,12 +54,16 @@ from agentledger import AgentBuilder, AgentState, Message, Role, ToolCall, tool
 from agentledger._values import new_id
 from agentledger.cli import cli
 from agentledger.ledger import (
+    Appended,
     ChannelValue,
     CheckpointKey,
     Ledger,
     PendingWrite,
+    SessionKey,
+    StateDelta,
     StoredCheckpoint,
     StoredEntry,
+    StoredEvent,
     StoredRecord,
 )
 from agentledger.ledger import tables as ledger_tables
@@ -505,6 +509,7 @@ def record_representative_runs(
     forgetting: bool = True,
     graph: bool = True,
     stored: bool = True,
+    sessions: bool = True,
 ) -> dict[str, str]:
     """Real agents recorded in ``ledger``, so that every table gets rows; their ids by name.
 
@@ -518,7 +523,7 @@ def record_representative_runs(
     - with ``compaction``, :func:`record_compactions`;
     - with ``forgetting``, :func:`record_forgetting`;
     - with ``graph``, :func:`record_graph_checkpoints`; with ``stored``,
-      :func:`record_stored_conversations`.
+      :func:`record_stored_conversations`; with ``sessions``, :func:`record_adk_session`.
     """
     ids: dict[str, str] = {}
     usage = {"input_tokens": 120, "output_tokens": 30, "cache_read_tokens": 40}
@@ -592,6 +597,8 @@ def record_representative_runs(
         ids.update(record_graph_checkpoints(ledger))
     if stored:
         ids.update(record_stored_conversations(ledger))
+    if sessions:
+        ids.update(record_adk_session(ledger))
     if compaction:
         ids.update(record_compactions(ledger))
     if forgetting:
@@ -658,6 +665,27 @@ def record_stored_conversations(ledger: Ledger) -> dict[str, str]:
     )
     assert stored.write(forked, [], None)
     return {"stored": conversation, "stored_fork": fork}
+
+
+def record_adk_session(ledger: Ledger) -> dict[str, str]:
+    """``adk_session``: an agent framework's session with state in each scope and two events,
+    the second's text held by the message row of the run it began (its row a residue)."""
+    sessions = ledger.adk_sessions
+    key = SessionKey("harness-app", "harness-user", "session-1")
+    delta = StateDelta(app={"plan": "pro"}, user={"name": "Ann"}, session={"step": 1})
+    made = sessions.create(key, delta, 1_700_000_000.25)
+    assert made is not None
+    first = StoredEvent("event-1", "invocation-1", 1_700_000_001.5, {"author": "app"})
+    assert sessions.append(key, first, delta, expected=0, seen=0.0).outcome is Appended.STORED
+    asked = {"author": "user", "content": {"role": "user", "parts": [{"text": "Hello?"}]}}
+    second = StoredEvent("event-2", "invocation-2", 1_700_000_002.5, asked)
+    appended = sessions.append(key, second, StateDelta(), expected=1, seen=0.0)
+    turn = ledger.turn("Hello?", conversation_id=appended.conversation_id)
+    turn.begin()
+    turn.answer("Hi.")
+    residue = {"author": "user", "content": {"role": "user", "parts": [{}]}}
+    sessions.refer(appended.row_id, residue, [turn.user_message.id])
+    return {"adk_session": appended.conversation_id}
 
 
 def _first_conversation(ledger: Ledger) -> str:
@@ -748,6 +776,7 @@ def representative_source(
             forgetting=compaction,
             graph=compaction,
             stored=compaction,
+            sessions=compaction,
         )
     with Database(path) as database:
         skip = (
@@ -758,6 +787,7 @@ def representative_source(
                 "forget_log": FORGET_LOG_COLUMNS,
                 **ONLY_SINCE_0014,
                 **ONLY_SINCE_0015,
+                **ONLY_SINCE_0016,
             }
         )
         database.fill_empty_columns(skip=skip)
@@ -804,12 +834,19 @@ ONLY_SINCE_0015 = {
 }
 """What revision 0014 cannot hold: a framework's stored conversations."""
 
+ONLY_SINCE_0016 = {
+    table.name: [c.name for c in table.columns]
+    for table in (*ledger_tables.ADK_SESSION_TABLES, ledger_tables.adk_states)
+}
+"""What revision 0015 cannot hold: an agent framework's sessions and their shared state."""
+
 CANNOT_HOLD = {
     "0003": ONLY_SINCE_0004,
     "0005": ONLY_SINCE_0006,
     "0009": ONLY_SINCE_0010,
     "0013": ONLY_SINCE_0014,
     "0014": ONLY_SINCE_0015,
+    "0015": ONLY_SINCE_0016,
 }
 """What a revision cannot hold, by revision (a downgrade to it refuses a ledger that holds it):
 revisions not listed can hold everything the newest can."""

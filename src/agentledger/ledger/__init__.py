@@ -37,6 +37,15 @@ from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
     from .._recording import AsyncTurn, AsyncTurnStep, Turn, TurnStep
+    from ._adk_events import PartText, StoredEvent
+    from ._adk_sessions import (
+        AdkSessions,
+        Append,
+        Appended,
+        SessionKey,
+        StateDelta,
+        StoredSession,
+    )
     from ._forget import Forgotten
     from ._graph_checkpoints import GraphCheckpoints
     from ._ledger import DEFAULT_LEASE_SECONDS, Ledger
@@ -46,6 +55,14 @@ if _TYPE_CHECKING:
     from .tables import AgentRun, Conversation
 
 _LAZY = {
+    "AdkSessions": "agentledger.ledger._adk_sessions",
+    "Append": "agentledger.ledger._adk_sessions",
+    "Appended": "agentledger.ledger._adk_sessions",
+    "SessionKey": "agentledger.ledger._adk_sessions",
+    "StateDelta": "agentledger.ledger._adk_sessions",
+    "StoredEvent": "agentledger.ledger._adk_events",
+    "PartText": "agentledger.ledger._adk_events",
+    "StoredSession": "agentledger.ledger._adk_sessions",
     "AgentRun": "agentledger.ledger.tables",
     "AsyncTurn": "agentledger._recording",
     "AsyncTurnStep": "agentledger._recording",
@@ -68,7 +85,10 @@ Ledger``), which :class:`LedgerReader` and the other names do without."""
 __all__ = [
     "DEFAULT_LEASE_SECONDS",
     "TENANT_SETTING",
+    "AdkSessions",
     "AgentRun",
+    "Append",
+    "Appended",
     "AsyncTurn",
     "AsyncTurnStep",
     "ChannelValue",
@@ -84,14 +104,19 @@ __all__ = [
     "LedgerReader",
     "LedgerRecorder",
     "MessageRow",
+    "PartText",
     "PendingWrite",
     "RunTree",
     "Scope",
     "SearchHit",
+    "SessionKey",
+    "StateDelta",
     "StoredCheckpoint",
     "StoredConversations",
     "StoredEntry",
+    "StoredEvent",
     "StoredRecord",
+    "StoredSession",
     "TraceHit",
     "Turn",
     "TurnStep",

@@ -56,10 +56,14 @@ from ._lookup import id_by_prefix, not_found
 from ._scope import Scope
 from ._stored_conversations import release_forks
 from .tables import (
+    ADK_SESSION_TABLES,
     GRAPH_TABLES,
     LEDGER_TABLES,
     STORE_TABLES,
     ConversationKind,
+    adk_events,
+    adk_sessions,
+    adk_states,
     agent_runs,
     context_compactions,
     conversation_messages,
@@ -72,9 +76,12 @@ from .tables import (
     tool_executions,
 )
 
-FORGOTTEN_TABLES = tuple(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES))
-"""The tables a forgetting deletes from (every table of a conversation's rows), as
-``Forgotten.counts`` lists them."""
+FORGOTTEN_TABLES = (
+    *(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES, *ADK_SESSION_TABLES)),
+    adk_states.name,
+)
+"""The tables a forgetting deletes from (every table of a conversation's rows, and the state an
+agent framework keeps for an owner it forgets), as ``Forgotten.counts`` lists them."""
 
 _CHUNK = 500
 """Ids bound per statement (SQLite and PostgreSQL both cap a statement's parameters)."""
@@ -323,6 +330,8 @@ def _deletions(tree: _Tree) -> list[tuple[Table, Any, list[str]]]:
     conversation_ids, run_ids = tree.conversation_ids, tree.run_ids
     return [
         *((table, table.c.thread_id, conversation_ids) for table in reversed(GRAPH_TABLES)),
+        (adk_events, adk_events.c.conversation_id, conversation_ids),
+        (adk_sessions, adk_sessions.c.id, conversation_ids),
         (stored_entries, stored_entries.c.conversation_id, conversation_ids),
         (stored_records, stored_records.c.id, conversation_ids),
         (context_compactions, context_compactions.c.conversation_id, conversation_ids),
@@ -351,6 +360,19 @@ def _delete(conn: Connection, tree: _Tree, *, dry_run: bool) -> dict[str, int]:
             if counts[indexed]:
                 conn.exec_driver_sql(optimize)
     return counts
+
+
+def _delete_owner_state(conn: Connection, scope: Scope, owner_id: str, *, dry_run: bool) -> int:
+    """Delete the state an agent framework's sessions keep for ``owner_id`` (ADK's ``user:``
+    state, of each app in the scope); how many rows (a dry run counts them)."""
+    where = adk_states.c.owner_id == owner_id
+    if scope.tenant_id is not None:
+        where = where & (adk_states.c.tenant_id == scope.tenant_id)
+    if dry_run:
+        return int(
+            conn.execute(select(func.count()).select_from(adk_states).where(where)).scalar() or 0
+        )
+    return int(conn.execute(delete(adk_states).where(where)).rowcount or 0)
 
 
 def _log(
@@ -402,6 +424,8 @@ def forget_chosen(
         if not dry_run:
             release_forks(conn, tree.conversation_ids)
         counts = _delete(conn, tree, dry_run=dry_run)
+        if owner_id is not None:
+            counts[adk_states.name] = _delete_owner_state(conn, scope, owner_id, dry_run=dry_run)
         log_id = None
         if not dry_run:
             log_id = _log(

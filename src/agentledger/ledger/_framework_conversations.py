@@ -4,7 +4,7 @@ transaction that writes the framework's rows."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pydantic import JsonValue
@@ -21,16 +21,19 @@ OWNERS = select(conversations.c.tenant_id, conversations.c.owner_id).where(
 )
 
 
-def insert_if_absent(conn: Connection, table: Table = conversations) -> Any:
-    """An insert into ``table`` that does nothing when its id is taken (each dialect's own
-    ``ON CONFLICT DO NOTHING``; PostgreSQL's is loaded only for a PostgreSQL ledger)."""
+def insert_if_absent(
+    conn: Connection, table: Table = conversations, keys: Sequence[str] = ("id",)
+) -> Any:
+    """An insert into ``table`` that does nothing when a row of the same ``keys`` (its id,
+    unless told) is there (each dialect's own ``ON CONFLICT DO NOTHING``; PostgreSQL's is
+    loaded only for a PostgreSQL ledger)."""
     if conn.dialect.name == "postgresql":
         from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 
-        return postgresql_insert(table).on_conflict_do_nothing(index_elements=["id"])
+        return postgresql_insert(table).on_conflict_do_nothing(index_elements=list(keys))
     from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 
-    return sqlite_insert(table).on_conflict_do_nothing(index_elements=["id"])
+    return sqlite_insert(table).on_conflict_do_nothing(index_elements=list(keys))
 
 
 def conversation_tenant(
@@ -59,10 +62,15 @@ def conversation_tenant(
 
 
 def _create(
-    conn: Connection, database: Database, conversation_id: str, metadata: Mapping[str, JsonValue]
+    conn: Connection,
+    database: Database,
+    conversation_id: str,
+    metadata: Mapping[str, JsonValue],
+    owners: Mapping[str, str | None] | None = None,
 ) -> None:
-    """Create the conversation in the handle's scope; nothing when a transaction beside this
-    one created it first (LangGraph writes a step's tasks at once)."""
+    """Create the conversation in the handle's scope (or of the tenant and owner ``owners``
+    gives); nothing when a transaction beside this one created it first (LangGraph writes a
+    step's tasks at once)."""
     now = database.clock()
     row = {
         "id": conversation_id,
@@ -73,6 +81,6 @@ def _create(
         "created_at": now,
         "updated_at": now,
         "metadata": dict(metadata),
-        **database.scope.columns(),
+        **(database.scope.columns() if owners is None else owners),
     }
     conn.execute(insert_if_absent(conn), sealed(conversations, row))

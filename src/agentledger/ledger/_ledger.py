@@ -31,6 +31,7 @@ from .._values import (
 from ..errors import SchemaVersionError, UsageError
 from . import _forget
 from ._access import ReadOnly, read_only_access
+from ._adk_sessions import AdkSessions
 from ._arguments import member
 from ._connection_reads import ConnectionReads
 from ._engine import Connections, Database, make_engine, with_retries
@@ -342,6 +343,13 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         this handle's scope: what ``agentledger.integrations.langgraph.LedgerSaver`` reads and
         writes."""
         return GraphCheckpoints(self._database)
+
+    @property
+    def adk_sessions(self) -> AdkSessions:
+        """The sessions agent frameworks keep in this ledger (revision 0016's tables), in this
+        handle's scope: what ``agentledger.integrations.adk.LedgerSessionService`` reads and
+        writes."""
+        return AdkSessions(self._database)
 
     @property
     def stored_conversations(self) -> StoredConversations:

@@ -18,7 +18,7 @@ VERSION_TABLE = "agentledger_version"
 
 REVISIONS: tuple[str, ...] = (
     *("0001", "0002", "0003", "0004", "0005", "0006", "0007", "0008", "0009", "0010"),
-    *("0011", "0012", "0013", "0014", "0015"),
+    *("0011", "0012", "0013", "0014", "0015", "0016"),
 )
 """The revisions this agentledger ships, oldest first."""
 

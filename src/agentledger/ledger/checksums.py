@@ -139,6 +139,15 @@ COVERED.update(
             "id", "conversation_id", "parent_id", "kind", "message", "message_ids", "created_at",
             "tenant_id",
         ),
+        # A session's row and the shared states change with every event: sealed again each time.
+        "adk_sessions": (
+            "id", "session_id", "state", "update_time", "event_count", "tenant_id", "owner_id",
+        ),
+        "adk_events": (
+            "id", "conversation_id", "seq", "event_id", "invocation_id", "timestamp", "event",
+            "message_ids", "tenant_id",
+        ),
+        "adk_states": ("id", "tenant_id", "owner_id", "state"),
     }
 )  # fmt: skip
 # The checkpoint tables (revision 0014): every column of rows that never change. Their bytes are
@@ -208,11 +217,12 @@ def damaged_rows(conn: Connection) -> list[str]:
     """Every row of the ledger whose checksum does not match it, one line each."""
     from sqlalchemy import select  # only here: the rest of this module reads without it
 
-    from .tables import GRAPH_TABLES, LEDGER_TABLES, STORE_TABLES
+    from .tables import ADK_SESSION_TABLES, GRAPH_TABLES, LEDGER_TABLES, STORE_TABLES, adk_states
 
+    framework = (*GRAPH_TABLES, *STORE_TABLES, *ADK_SESSION_TABLES, adk_states)
     return [
         f"row {row['id']!r} of {table.name} does not match its checksum"
-        for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)
+        for table in (*LEDGER_TABLES, *framework)
         for row in conn.execute(select(table).where(table.c[CHECKSUM].is_not(None))).mappings()
         if row[CHECKSUM] != checksum(table, row)
     ]

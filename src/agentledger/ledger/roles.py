@@ -14,12 +14,20 @@ from __future__ import annotations
 
 from ..errors import UsageError
 from .migrate import VERSION_TABLE
-from .tables import GRAPH_TABLES, LEDGER_TABLES, STORE_TABLES, forget_log
+from .tables import (
+    ADK_SESSION_TABLES,
+    GRAPH_TABLES,
+    LEDGER_TABLES,
+    STORE_TABLES,
+    adk_states,
+    forget_log,
+)
 
 __all__ = ["MAX_IDENTIFIER_BYTES", "RUN_TABLES", "application_role_sql", "quote_identifier"]
 
 RUN_TABLES = (
     *(table.name for table in (*LEDGER_TABLES, *GRAPH_TABLES, *STORE_TABLES)),
+    *(table.name for table in (*ADK_SESSION_TABLES, adk_states)),
     forget_log.name,
 )
 """The tables the application role reads and writes: every table holding a tenant's rows, each

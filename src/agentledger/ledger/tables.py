@@ -28,6 +28,7 @@ from sqlalchemy import (
     BigInteger,
     Column,
     DateTime,
+    Float,
     Index,
     LargeBinary,
     MetaData,
@@ -592,6 +593,64 @@ class StoredEntryRow(LedgerTable, table=True):
     tenant_id: str | None = _tenant()
 
 
+class AdkSessionRow(LedgerTable, table=True):
+    """An agent framework's session (Google ADK's): its conversation, the framework's id for
+    it, its session-scoped state and the time of its last event (revision 0016). The app is
+    the conversation's tenant and the user its owner, copied here as on ``agent_runs``."""
+
+    __tablename__ = "adk_sessions"
+    __table_args__ = (UniqueConstraint("tenant_id", "owner_id", "session_id"),)
+
+    id: str = Field(primary_key=True, foreign_key="conversations.id")
+    """The session's conversation."""
+    session_id: str
+    state: dict[str, JsonValue] = _json("state", nullable=False)
+    update_time: float = Field(sa_type=Float(precision=53))
+    """The framework's timestamp of the session's last event (seconds since the epoch)."""
+    event_count: int
+    """How many events the session has had: the next one's ``seq``, and the revision an
+    append compares and sets."""
+    checksum: int | None = _checksum_column()
+    tenant_id: str
+    owner_id: str
+
+
+class AdkEventRow(LedgerTable, table=True):
+    """An event of an agent framework's session, as the framework serialized it, less the
+    texts held by the rows ``message_ids`` names, one per part of its content (the
+    conversation's messages, steps' calls and tool executions its runs recorded) (revision
+    0016)."""
+
+    __tablename__ = "adk_events"
+    __table_args__ = (UniqueConstraint("conversation_id", "seq"),)
+
+    id: str = Field(primary_key=True)
+    conversation_id: str = Field(foreign_key="conversations.id")
+    seq: int
+    event_id: str
+    invocation_id: str
+    timestamp: float = Field(sa_type=Float(precision=53))
+    event: dict[str, JsonValue] = _json("event", nullable=False)
+    message_ids: list[str | None] | None = _json("message_ids")
+    checksum: int | None = _checksum_column()
+    tenant_id: str | None = _tenant()
+
+
+class AdkStateRow(LedgerTable, table=True):
+    """The state an agent framework shares between sessions: every session of an app (the
+    tenant; ``owner_id`` is ``''``), or every session of one user (the owner) of an app
+    (revision 0016)."""
+
+    __tablename__ = "adk_states"
+    __table_args__ = (UniqueConstraint("tenant_id", "owner_id"),)
+
+    id: str = Field(primary_key=True)
+    tenant_id: str
+    owner_id: str
+    state: dict[str, JsonValue] = _json("state", nullable=False)
+    checksum: int | None = _checksum_column()
+
+
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
 
 conversations = metadata.tables["conversations"]
@@ -607,6 +666,9 @@ graph_channel_values = metadata.tables["graph_channel_values"]
 graph_writes = metadata.tables["graph_writes"]
 stored_records = metadata.tables["stored_records"]
 stored_entries = metadata.tables["stored_entries"]
+adk_sessions = metadata.tables["adk_sessions"]
+adk_events = metadata.tables["adk_events"]
+adk_states = metadata.tables["adk_states"]
 
 LEDGER_TABLES = (
     conversations,
@@ -625,6 +687,10 @@ GRAPH_TABLES = (graph_checkpoints, graph_channel_values, graph_writes)
 STORE_TABLES = (stored_records, stored_entries)
 """The tables of the frameworks' conversation stores (revision 0015), each written before the
 one after it is deleted: a conversation's entries, then its record."""
+
+ADK_SESSION_TABLES = (adk_sessions, adk_events)
+"""The tables of an agent framework's sessions (revision 0016) that hold a conversation's rows,
+each written before the ones that refer to it (``adk_states`` is shared between sessions)."""
 
 
 Row = TypeVar("Row", bound=LedgerTable)
