@@ -204,7 +204,7 @@ def test_db_verify_says_ok_on_a_healthy_read_only_ledger_and_writes_nothing(nobo
 
     assert unwritable.files() == before
     assert code == 0, output
-    assert output.startswith("ok: 8 conversations"), output
+    assert output.startswith("ok: 9 conversations"), output
     assert "the full-text index check found nothing" in output
     assert "problem" not in output and "readonly" not in output
 
@@ -212,7 +212,7 @@ def test_db_verify_says_ok_on_a_healthy_read_only_ledger_and_writes_nothing(nobo
 def test_plain_sql_reads_a_read_only_ledger_through_read_only_uri(nobody, unwritable):
     before = unwritable.files()
 
-    assert as_nobody(nobody, play.count_runs_in_plain_sql, str(unwritable.ledger)) == 7
+    assert as_nobody(nobody, play.count_runs_in_plain_sql, str(unwritable.ledger)) == 8
 
     assert unwritable.files() == before
 
@@ -255,7 +255,7 @@ def test_analytics_and_the_parquet_export_work_on_a_read_only_ledger(nobody, unw
     )
 
     assert unwritable.files() == before
-    assert found["runs"] == 7
+    assert found["runs"] == 8
     assert found["tools"] == ["convert", "forecast", "get_weather"]
     assert "tool_executions" in found["exported"]
     assert code == 0, output
@@ -598,7 +598,7 @@ def test_read_only_true_opens_a_file_whose_name_a_uri_must_escape(tmp_path, sour
     path.write_bytes(source.data)
 
     with Ledger.open(path, read_only=True) as ledger:
-        assert len(ledger.conversations()) == 8  # record_representative_runs's: a graph's, a store's
+        assert len(ledger.conversations()) == 9  # record_representative_runs's, frameworks' too
         assert ledger.verify() == []
 
     assert [p.name for p in tmp_path.iterdir()] == [name]

@@ -27,12 +27,14 @@ _SKIPPED_TABLES = (
     _rollup.TABLE,
     "graph_",
     "stored_",
+    "adk_",
 )
 """Not exported: full-text search, the ledger's change counter and the cache's bookkeeping,
 the rollup the cache keeps (the views give it), and the frameworks' own state: the graph
-frameworks' checkpoints and the conversation stores' records and entries, read back through
-their saver or store (the messages and steps they hold are in the ledger's tables). ``forget_log`` is (ids and counts, no
-content), and so is the log of deleted rows."""
+frameworks' checkpoints, the conversation stores' records and entries and ADK's sessions, read
+back through their saver, store or session service (the messages and steps they hold are in the
+ledger's tables). ``forget_log`` is (ids and counts, no content), and so is the log of deleted
+rows."""
 DELETIONS = "agentledger_deletions"
 _DELETIONS_COLUMNS = (
     ("id", "BIGINT"),
