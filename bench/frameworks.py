@@ -280,8 +280,13 @@ class PydanticChat:
 
     async def _turn(self, text: str) -> None:
         from pydantic_ai.conversation import ConversationTypeAdapter
+        from pydantic_ai.usage import UsageLimits
 
-        result = await self.agent.run(text, conversation=await self._load())
+        # A conversation carries its usage into the run, and the run's default limit (50
+        # requests) counts it: a long conversation needs none.
+        limits = UsageLimits(request_limit=None)
+        conversation = await self._load()
+        result = await self.agent.run(text, conversation=conversation, usage_limits=limits)
         if self.store is not None:
             await self.store.save(result)
         else:
