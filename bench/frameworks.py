@@ -16,7 +16,8 @@ store for that framework.
 A turn is section 6's: a user message, three model calls each calling ``lookup`` (a ~1 KB
 result), an answer, with usage on every model call. Each system at each history length is a
 worker process of its own (section 6's :func:`~bench.recording.timed_turns`): its history built
-untimed, its file's size taken, then one timed turn of each in turn, the order rotating.
+untimed, its file's size taken, then one timed turn of each in turn, the order rotating. The
+chats themselves are ``bench/framework_chats.py``'s.
 """
 
 from __future__ import annotations
@@ -24,36 +25,35 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.util
-import json
-import os
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ._common import (
-    ANSWER,
-    TOOL_NAME,
     TOOL_STEPS,
-    USAGE,
     Samples,
     Sizes,
-    call_arguments,
-    lookup,
     ms,
-    question,
 )
 from ._raw import checkpointed_size
 from ._report import Row, Section, judged, ratio
+from .framework_chats import (
+    ADK_LEDGER,
+    ADK_SQLITE,
+    AGENTS_LEDGER,
+    AGENTS_SQLITE,
+    PAI_JSON,
+    PAI_LEDGER,
+    PAI_MEMORY,
+    AdkChat,
+    AgentsChat,
+    PydanticChat,
+)
 from .recording import timed_turns
-
-AGENTS_SQLITE, AGENTS_LEDGER = "OpenAI Agents SQLiteSession", "agentledger LedgerSession"
-PAI_JSON, PAI_LEDGER = "pydantic-ai JSON file", "agentledger LedgerConversationStore"
-PAI_MEMORY = "pydantic-ai InMemoryConversationStore"
-ADK_SQLITE, ADK_LEDGER = "ADK SqliteSessionService", "agentledger LedgerSessionService"
 
 
 @dataclass(frozen=True)
@@ -107,285 +107,7 @@ HELD = 2 + 2 * TOOL_STEPS
 (items, messages or events); ``LedgerSession`` keeps the user's message and the answer as the
 session's items, the calls and results in the run's steps (its default, ``separate_trace``)."""
 HELD_BY = {AGENTS_LEDGER: 2}
-CONVERSATION, APP, USER = "chat", "bench", "user"
 TURN_TARGET = "≤ 1.2x"
-
-
-def _call_id(turn: int, step: int) -> str:
-    return f"t{turn}-s{step}"
-
-
-def _durable_write(path: Path, data: bytes) -> None:
-    """``data`` as the whole of ``path``, surviving a crash as a SQLite commit does: written to
-    a new file, fsynced, then renamed over the old one."""
-    new = path.with_name(path.name + ".new")
-    with new.open("wb") as file:
-        file.write(data)
-        file.flush()
-        os.fsync(file.fileno())
-    os.replace(new, path)
-
-
-def _ledger(path: Path, synchronous: str) -> Any:
-    from agentledger.ledger import Ledger
-
-    return Ledger.open(path, synchronous=synchronous)
-
-
-# -- the OpenAI Agents SDK ----------------------------------------------------------------------
-
-
-def _agents_model(turn: int) -> Any:
-    """The SDK's ``Model`` answering one turn from its script: three calls, then the answer."""
-    from agents.items import ModelResponse
-    from agents.models.interface import Model
-    from agents.usage import Usage
-    from openai.types.responses import (
-        ResponseFunctionToolCall,
-        ResponseOutputMessage,
-        ResponseOutputText,
-    )
-
-    outputs: list[Any] = [
-        ResponseFunctionToolCall(
-            type="function_call",
-            name=TOOL_NAME,
-            arguments=json.dumps(call_arguments(s, 0)),
-            call_id=_call_id(turn, s),
-            id=f"fc_{turn}_{s}",
-            status="completed",
-        )
-        for s in range(TOOL_STEPS)
-    ]
-    text = ResponseOutputText(type="output_text", text=ANSWER, annotations=[])
-    outputs.append(
-        ResponseOutputMessage(
-            id=f"msg_{turn}", type="message", role="assistant", status="completed", content=[text]
-        )
-    )
-    total = USAGE.input_tokens + USAGE.output_tokens
-
-    class Scripted(Model):
-        async def get_response(self, *args: Any, **kwargs: Any) -> ModelResponse:
-            usage = Usage(
-                requests=1,
-                input_tokens=USAGE.input_tokens,
-                output_tokens=USAGE.output_tokens,
-                total_tokens=total,
-            )
-            return ModelResponse(output=[outputs.pop(0)], usage=usage, response_id=None)
-
-        def stream_response(self, *args: Any, **kwargs: Any) -> AsyncIterator[Any]:
-            raise NotImplementedError("the benchmark runs without streaming")
-
-    return Scripted()
-
-
-class AgentsChat:
-    """One session on a file: ``SQLiteSession`` or ``LedgerSession`` (whose run hooks record
-    each model call's usage)."""
-
-    def __init__(self, path: Path, ledger: bool, synchronous: str) -> None:
-        from agents import RunConfig, SQLiteSession, function_tool
-
-        self.run_config = RunConfig(tracing_disabled=True)
-        self.tool = function_tool(lookup.function)
-        self.hooks: Any = None
-        self.handle: Any = None
-        if ledger:
-            from agentledger.integrations.openai_agents import LedgerSession
-
-            self.handle = _ledger(path, synchronous)
-            self.session: Any = LedgerSession(CONVERSATION, self.handle)
-            self.hooks = self.session.hooks
-        else:
-            self.session = SQLiteSession(CONVERSATION, str(path))
-
-    def prepare(self, turn: int) -> Callable[[], Coroutine[Any, Any, object]]:
-        from agents import Agent, Runner
-
-        agent = Agent(name=APP, tools=[self.tool], model=_agents_model(turn))
-        more = {} if self.hooks is None else {"hooks": self.hooks}
-        text = question(turn)
-        return lambda: Runner.run(
-            agent, text, session=self.session, run_config=self.run_config, **more
-        )
-
-    async def held(self) -> int:
-        return len(await self.session.get_items())
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-        else:
-            self.session.close()
-
-
-# -- pydantic-ai --------------------------------------------------------------------------------
-
-
-def _pai_reply(messages: list[Any], info: Any) -> Any:
-    """pydantic-ai's ``FunctionModel`` function: ``lookup`` until three results follow the
-    turn's prompt, then the answer."""
-    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart, ToolReturnPart
-    from pydantic_ai.usage import RequestUsage
-
-    turns = returns = 0
-    for message in messages:
-        for part in message.parts:
-            if part.part_kind == "user-prompt":
-                turns, returns = turns + 1, 0
-            returns += isinstance(part, ToolReturnPart)
-    usage = RequestUsage(input_tokens=USAGE.input_tokens, output_tokens=USAGE.output_tokens)
-    if returns < TOOL_STEPS:
-        call = ToolCallPart(
-            TOOL_NAME, call_arguments(returns, 0), tool_call_id=_call_id(turns, returns)
-        )
-        return ModelResponse(parts=[call], usage=usage, model_name="scripted")
-    return ModelResponse(parts=[TextPart(ANSWER)], usage=usage, model_name="scripted")
-
-
-class PydanticChat:
-    """One conversation: loaded before each ``Agent.run`` and saved after it, through a
-    ``ConversationStore`` (the ledger's, or pydantic-ai's in memory), or as
-    ``ConversationTypeAdapter`` JSON in a file of its own (``path`` with ``.json``)."""
-
-    def __init__(self, path: Path, kind: str, synchronous: str) -> None:
-        from pydantic_ai import Agent
-        from pydantic_ai.models.function import FunctionModel
-
-        self.agent = Agent(FunctionModel(_pai_reply))
-        self.agent.tool_plain(lookup.function)
-        self.file, self.handle, self.store = path.with_suffix(".json"), None, None
-        if kind == PAI_LEDGER:
-            from agentledger.integrations.pydantic_ai import LedgerConversationStore
-
-            self.handle = _ledger(path, synchronous)
-            self.store = LedgerConversationStore(self.handle)
-        elif kind == PAI_MEMORY:
-            from pydantic_ai.conversation_store import InMemoryConversationStore
-
-            self.store = InMemoryConversationStore()
-
-    async def _load(self) -> Any:
-        from pydantic_ai.conversation import Conversation, ConversationTypeAdapter
-
-        if self.store is not None:
-            loaded = await self.store.load(CONVERSATION)
-        elif self.file.exists():
-            loaded = ConversationTypeAdapter.validate_json(self.file.read_bytes())
-        else:
-            loaded = None
-        return loaded or Conversation(conversation_id=CONVERSATION)
-
-    async def _turn(self, text: str) -> None:
-        from pydantic_ai.conversation import ConversationTypeAdapter
-        from pydantic_ai.usage import UsageLimits
-
-        # A conversation carries its usage into the run, and the run's default limit (50
-        # requests) counts it: a long conversation needs none.
-        limits = UsageLimits(request_limit=None)
-        conversation = await self._load()
-        result = await self.agent.run(text, conversation=conversation, usage_limits=limits)
-        if self.store is not None:
-            await self.store.save(result)
-        else:
-            _durable_write(self.file, ConversationTypeAdapter.dump_json(result.conversation))
-
-    def prepare(self, turn: int) -> Callable[[], Coroutine[Any, Any, object]]:
-        text = question(turn)
-        return lambda: self._turn(text)
-
-    async def held(self) -> int:
-        return len((await self._load()).messages)
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
-
-
-# -- Google ADK ---------------------------------------------------------------------------------
-
-
-def _adk_agent() -> Any:
-    """An ``LlmAgent`` on a scripted ``BaseLlm``: ``lookup`` until three results follow the
-    last user text, then the answer."""
-    from google.adk.agents import LlmAgent
-    from google.adk.models.base_llm import BaseLlm
-    from google.adk.models.llm_request import LlmRequest
-    from google.adk.models.llm_response import LlmResponse
-    from google.genai import types
-
-    class Scripted(BaseLlm):
-        model: str = "scripted"
-
-        async def generate_content_async(
-            self, llm_request: LlmRequest, stream: bool = False
-        ) -> AsyncIterator[LlmResponse]:
-            returns = 0
-            for content in llm_request.contents:
-                for part in content.parts or []:
-                    if part.text and content.role == "user":
-                        returns = 0
-                    returns += part.function_response is not None
-            usage = types.GenerateContentResponseUsageMetadata(
-                prompt_token_count=USAGE.input_tokens,
-                candidates_token_count=USAGE.output_tokens,
-                total_token_count=USAGE.input_tokens + USAGE.output_tokens,
-            )
-            if returns < TOOL_STEPS:
-                part = types.Part.from_function_call(
-                    name=TOOL_NAME, args=call_arguments(returns, 0)
-                )
-            else:
-                part = types.Part(text=ANSWER)
-            content = types.Content(role="model", parts=[part])
-            yield LlmResponse(content=content, usage_metadata=usage)
-
-    return LlmAgent(name=APP, model=Scripted(), tools=[lookup.function], instruction="Look up.")
-
-
-class AdkChat:
-    """One session of an ADK ``Runner``: ``SqliteSessionService`` or ``LedgerSessionService``."""
-
-    def __init__(self, path: Path, ledger: bool, synchronous: str, loop: Any) -> None:
-        from google.adk.runners import Runner
-
-        self.handle: Any = None
-        if ledger:
-            from agentledger.integrations.adk import LedgerSessionService
-
-            self.handle = _ledger(path, synchronous)
-            self.service: Any = LedgerSessionService(self.handle)
-        else:
-            from google.adk.sessions.sqlite_session_service import SqliteSessionService
-
-            self.service = SqliteSessionService(str(path))
-        self.runner = Runner(app_name=APP, agent=_adk_agent(), session_service=self.service)
-        made = self.service.create_session(app_name=APP, user_id=USER, session_id=CONVERSATION)
-        loop.run_until_complete(made)
-
-    def prepare(self, turn: int) -> Callable[[], Coroutine[Any, Any, object]]:
-        from google.genai import types
-
-        message = types.Content(role="user", parts=[types.Part(text=question(turn))])
-
-        async def run() -> None:
-            events = self.runner.run_async(
-                user_id=USER, session_id=CONVERSATION, new_message=message
-            )
-            async for _ in events:
-                pass
-
-        return run
-
-    async def held(self) -> int:
-        got = await self.service.get_session(app_name=APP, user_id=USER, session_id=CONVERSATION)
-        return 0 if got is None else len(got.events)
-
-    def close(self) -> None:
-        if self.handle is not None:
-            self.handle.close()
 
 
 # -- a worker's system --------------------------------------------------------------------------
@@ -444,6 +166,29 @@ class Chat:
         """The bytes on disk once the history was built, before any timed turn."""
         return self.grown
 
+    def statements(self) -> tuple[int, int]:
+        """One more turn, untimed, on a ledger: the statements it sent and the transactions it
+        committed (SQLAlchemy's engine events), checked like the others."""
+        from sqlalchemy import event
+
+        engine, counted = self.chat.handle.engine, [0, 0]
+
+        def statement(*_: object) -> None:
+            counted[0] += 1
+
+        def commit(*_: object) -> None:
+            counted[1] += 1
+
+        event.listen(engine, "before_cursor_execute", statement)
+        event.listen(engine, "commit", commit)
+        try:
+            self._timed(self.chat.prepare(self.turns))
+        finally:
+            event.remove(engine, "before_cursor_execute", statement)
+            event.remove(engine, "commit", commit)
+        self.check()
+        return counted[0], counted[1]
+
     def close(self) -> None:
         self.chat.close()
         self.loop.close()
@@ -470,6 +215,8 @@ class Measured:
     sizes: dict[str, int]
     """Each worker's bytes on disk once its history was built (-1: in memory)."""
     skipped: list[str]
+    counted: dict[str, tuple[int, int]]
+    """The statements and commits of a turn of each ledger store at the longest history."""
 
 
 def skipped() -> dict[str, str]:
@@ -505,8 +252,10 @@ def measure(plan: Plan, tmp: Path) -> Measured:
     with ExitStack() as stack:
         workers, turns = timed_turns(stack, tmp, chosen, plan.reps, factory=Chat)
         sizes = {name: int(w.call("size_grown")) for name, w in workers.items()}
+        ledgers = {f"{f.ledger} @ {plan.histories[-1]}" for f in FRAMEWORKS} & set(workers)
+        counted = {name: workers[name].call("statements") for name in sorted(ledgers)}
     notes = [f"{s}: skipped, {r}." for s, r in why.items()]
-    return Measured(plan, systems, turns, sizes, notes)
+    return Measured(plan, systems, turns, sizes, notes, counted)
 
 
 def run(sizes: Sizes, tmp: Path) -> list[Section]:
@@ -538,6 +287,10 @@ def _framework_rows(measured: Measured, framework: Framework) -> list[Row]:
             Row(f"@ {n}: a turn, {pair} (target {TURN_TARGET})", ratio=shown, headline=True)
         )
         rows.append(ratio(f"@ {n}: on disk, {pair}", sizes[top] / sizes[bottom], "", n == largest))
+        if top in measured.counted:
+            statements, commits = measured.counted[top]
+            shown = f"{statements} statements, {commits} commits"
+            rows.append(Row(f"@ {n}: {framework.ledger}: a turn sends", shown))
         for other in framework.others:
             value = turns.ratio(top, f"{other} @ {n}")
             rows.append(ratio(f"@ {n}: a turn, {framework.ledger} / {other}", value))
@@ -568,9 +321,11 @@ def report(measured: Measured) -> Section:
         f"{', '.join(map(str, plan.histories))} turns of history; each system and history in a "
         "process of its own; the bytes on disk once the history is built (a SQLite file after "
         f"`PRAGMA wal_checkpoint(TRUNCATE)`); then one whole turn each in turn, {plan.reps} "
-        "repetitions, medians, the ledger's over the default's with the interquartile range "
-        "of the per-repetition ratios; checked before and after, through each framework's own "
-        f"reads: the store holds {HELD} messages a turn.",
+        "repetitions, medians, the ledger's over the default's with the interquartile range of "
+        "the per-repetition ratios; then one more turn of each ledger store at the longest "
+        "history, its statements and commits counted. Checked before and after, through each "
+        "framework's own reads: the store holds every message of every turn (`LedgerSession` "
+        "the user's and the answer as the session's items, the calls in its runs' steps).",
         rows,
         measured.skipped,
     )

@@ -194,10 +194,12 @@ def test_each_frameworks_store_and_the_ledgers_keep_every_turn_and_are_held_side
         judged = found[f"@ 2: a turn, {pair} (target ≤ 1.2x)"][1]
         assert FIGURE.match(judged) and "[" in judged and judged.endswith(("met", "missed"))
         assert FIGURE.match(found[f"@ 2: on disk, {pair}"][1])
-    # The ledger's stores keep each of the 4 turns (2 built, 2 timed) as runs of the ledger:
-    # the prompt and the answer the conversation, the 3 tool steps and the answer's step, a tool
-    # execution for each call.
-    recorded = {"conversation_messages": 8, "step_executions": 16, "tool_executions": 12}
+        sent = found[f"@ 2: {framework.ledger}: a turn sends"][0]
+        assert re.fullmatch(r"[1-9]\d* statements, [1-9]\d* commits", sent)
+    # The ledger's stores keep each of the 5 turns (2 built, 2 timed, 1 with its statements
+    # counted) as runs of the ledger: the prompt and the answer the conversation, the 3 tool
+    # steps and the answer's step, a tool execution for each call.
+    recorded = {"conversation_messages": 10, "step_executions": 20, "tool_executions": 15}
     for system in (frameworks.AGENTS_LEDGER, frameworks.PAI_LEDGER):
         if system in measured.systems:
             path = tmp_path / f"{system.lower().replace(' ', '-')}-2.db"
