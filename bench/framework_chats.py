@@ -18,6 +18,7 @@ from typing import Any
 from ._common import ANSWER, TOOL_NAME, TOOL_STEPS, USAGE, call_arguments, lookup, question
 
 AGENTS_SQLITE, AGENTS_LEDGER = "OpenAI Agents SQLiteSession", "agentledger LedgerSession"
+AGENTS_WHOLE = "agentledger LedgerSession, separate_trace=False"
 PAI_JSON, PAI_LEDGER = "pydantic-ai JSON file", "agentledger LedgerConversationStore"
 PAI_MEMORY = "pydantic-ai InMemoryConversationStore"
 ADK_SQLITE, ADK_LEDGER = "ADK SqliteSessionService", "agentledger LedgerSessionService"
@@ -96,20 +97,23 @@ def _agents_model(turn: int) -> Any:
 
 class AgentsChat:
     """One session on a file: ``SQLiteSession`` or ``LedgerSession`` (whose run hooks record
-    each model call's usage)."""
+    each model call's usage). ``LedgerSession`` gives the model the user's messages and the
+    answers, the tool calls kept in the runs' steps; with ``separate_trace=False``
+    (:data:`AGENTS_WHOLE`) every item, as ``SQLiteSession`` does."""
 
-    def __init__(self, path: Path, ledger: bool, synchronous: str) -> None:
+    def __init__(self, path: Path, kind: str, synchronous: str) -> None:
         from agents import RunConfig, SQLiteSession, function_tool
 
         self.run_config = RunConfig(tracing_disabled=True)
         self.tool = function_tool(lookup.function)
         self.hooks: Any = None
         self.handle: Any = None
-        if ledger:
+        if kind != AGENTS_SQLITE:
             from agentledger.integrations.openai_agents import LedgerSession
 
             self.handle = _ledger(path, synchronous)
-            self.session: Any = LedgerSession(CONVERSATION, self.handle)
+            separate = kind == AGENTS_LEDGER
+            self.session: Any = LedgerSession(CONVERSATION, self.handle, separate_trace=separate)
             self.hooks = self.session.hooks
         else:
             self.session = SQLiteSession(CONVERSATION, str(path))

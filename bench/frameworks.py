@@ -3,7 +3,10 @@ their conversation kept by the store a user of the framework reaches for first a
 store for that framework.
 
 - The OpenAI Agents SDK: ``Runner.run`` on a scripted ``Model``, with ``SQLiteSession`` on a file
-  (the store its documentation starts from) or ``LedgerSession``.
+  (the store its documentation starts from) or ``LedgerSession``, which gives the model the
+  conversation without the tool calls (kept in the runs' steps); ``LedgerSession`` with
+  ``separate_trace=False``, which gives it every item as ``SQLiteSession`` does, is timed beside
+  them.
 - pydantic-ai: ``Agent.run`` on a ``FunctionModel``, the conversation loaded before the run and
   saved after it; pydantic-ai ships no store on disk, so its usual persistence is the whole
   conversation as ``ConversationTypeAdapter`` JSON in a file of its own (written to a new file,
@@ -46,6 +49,7 @@ from .framework_chats import (
     ADK_SQLITE,
     AGENTS_LEDGER,
     AGENTS_SQLITE,
+    AGENTS_WHOLE,
     PAI_JSON,
     PAI_LEDGER,
     PAI_MEMORY,
@@ -61,10 +65,16 @@ class Framework:
     name: str
     default: str
     ledger: str
-    others: tuple[str, ...]
-    """Systems timed beside the pair, held against nothing."""
+    beside: tuple[tuple[str, str], ...]
+    """More ratios, without a target, each (top, bottom); a system they name that is not the
+    pair's is timed beside the pair."""
     needs: tuple[tuple[str, str], ...]
     """Each module the systems import and what to install when it is missing."""
+
+    @property
+    def systems(self) -> tuple[str, ...]:
+        named = (self.default, self.ledger, *(s for pair in self.beside for s in pair))
+        return tuple(dict.fromkeys(named))
 
 
 FRAMEWORKS = (
@@ -72,7 +82,7 @@ FRAMEWORKS = (
         "OpenAI Agents SDK",
         AGENTS_SQLITE,
         AGENTS_LEDGER,
-        (),
+        ((AGENTS_WHOLE, AGENTS_SQLITE),),
         (
             ("agents", "the openai-agents extra"),
             ("agentledger.integrations.openai_agents", "an agentledger with LedgerSession"),
@@ -82,7 +92,7 @@ FRAMEWORKS = (
         "pydantic-ai",
         PAI_JSON,
         PAI_LEDGER,
-        (PAI_MEMORY,),
+        ((PAI_LEDGER, PAI_MEMORY),),
         (
             ("pydantic_ai.conversation_store", "pydantic-ai-slim 2.66 or later"),
             (
@@ -122,8 +132,8 @@ class Chat:
         self.path, self.kind, self.turns, self.grown = Path(path), kind, 0, 0
         self.loop = asyncio.new_event_loop()
         self.chat: AgentsChat | PydanticChat | AdkChat
-        if kind in (AGENTS_SQLITE, AGENTS_LEDGER):
-            self.chat = AgentsChat(self.path, kind == AGENTS_LEDGER, synchronous)
+        if kind in (AGENTS_SQLITE, AGENTS_LEDGER, AGENTS_WHOLE):
+            self.chat = AgentsChat(self.path, kind, synchronous)
         elif kind in (PAI_JSON, PAI_LEDGER, PAI_MEMORY):
             self.chat = PydanticChat(self.path, kind, synchronous)
         else:
@@ -230,8 +240,7 @@ def skipped() -> dict[str, str]:
             except ImportError:
                 found = False
             if not found:
-                systems = (framework.default, framework.ledger, *framework.others)
-                why |= dict.fromkeys(systems, f"needs {what} (no {module} here)")
+                why |= dict.fromkeys(framework.systems, f"needs {what} (no {module} here)")
                 break
     return why
 
@@ -241,7 +250,7 @@ def measure(plan: Plan, tmp: Path) -> Measured:
     systems = [
         s
         for f in FRAMEWORKS
-        for s in (f.default, f.ledger, *f.others)
+        for s in f.systems
         if s not in why  # a framework's systems are skipped together
     ]
     chosen = {
@@ -274,7 +283,7 @@ def _framework_rows(measured: Measured, framework: Framework) -> list[Row]:
     turns, sizes, rows = measured.turns, measured.sizes, []
     largest = measured.plan.histories[-1]
     for n in measured.plan.histories:
-        for s in (framework.default, framework.ledger, *framework.others):
+        for s in framework.systems:
             rows += [
                 Row(f"@ {n}: {s}: on disk", _megabytes(sizes[f"{s} @ {n}"])),
                 Row(f"@ {n}: {s}: a turn", ms(turns.median(f"{s} @ {n}"))),
@@ -289,11 +298,11 @@ def _framework_rows(measured: Measured, framework: Framework) -> list[Row]:
         rows.append(ratio(f"@ {n}: on disk, {pair}", sizes[top] / sizes[bottom], "", n == largest))
         if top in measured.counted:
             statements, commits = measured.counted[top]
-            shown = f"{statements} statements, {commits} commits"
+            shown = f"{statements} statements, {commits} commit{'s' * (commits != 1)}"
             rows.append(Row(f"@ {n}: {framework.ledger}: a turn sends", shown))
-        for other in framework.others:
-            value = turns.ratio(top, f"{other} @ {n}")
-            rows.append(ratio(f"@ {n}: a turn, {framework.ledger} / {other}", value))
+        for above, below in framework.beside:
+            value = turns.ratio(f"{above} @ {n}", f"{below} @ {n}")
+            rows.append(ratio(f"@ {n}: a turn, {above} / {below}", value))
     return rows
 
 
@@ -310,8 +319,11 @@ def report(measured: Measured) -> Section:
         "Each framework runs the turn of section 6 (a user message, three model calls each "
         "calling `lookup` for a ~1 KB result, an answer; usage on every call; a scripted model, "
         "no network) through its own runner: the OpenAI Agents SDK's `Runner.run` with "
-        "`SQLiteSession` on a file or `LedgerSession`; pydantic-ai's `Agent.run` on a "
-        "`FunctionModel`, the conversation loaded before and saved after, as "
+        "`SQLiteSession` on a file or `LedgerSession` (which gives the model the conversation "
+        "without the tool calls, kept in the runs' steps), with `LedgerSession(..., "
+        "separate_trace=False)` (every item, as `SQLiteSession`) timed beside them; "
+        "pydantic-ai's `Agent.run` on a `FunctionModel`, the conversation loaded before and "
+        "saved after, as "
         "`ConversationTypeAdapter` JSON in a file of its own (pydantic-ai ships no store on "
         "disk: its usual persistence; rewritten whole to a new file, fsynced and renamed over "
         "the old) or through `LedgerConversationStore`, with its `InMemoryConversationStore` "
