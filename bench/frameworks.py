@@ -293,7 +293,7 @@ def _framework_rows(measured: Measured, framework: Framework) -> list[Row]:
         shown = judged(turns.paired(top, bottom), value, TURN_TARGET)
         pair = f"{framework.ledger} / {framework.default}"
         rows.append(
-            Row(f"@ {n}: a turn, {pair} (target {TURN_TARGET})", ratio=shown, headline=True)
+            Row(f"@ {n}: a turn, {pair} (target {TURN_TARGET})", ratio=shown, headline=n == largest)
         )
         rows.append(ratio(f"@ {n}: on disk, {pair}", sizes[top] / sizes[bottom], "", n == largest))
         if top in measured.counted:
