@@ -17,6 +17,7 @@ from pathlib import Path
 from . import (
     analytics,
     checkpoints,
+    frameworks,
     previous,
     recording,
     startup,
@@ -41,6 +42,7 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
     ((15,), lambda sizes, tmp, _: writers.run(sizes, tmp)),
     ((16,), lambda sizes, tmp, _: [startup.read_commands(sizes, tmp)]),
     ((17,), lambda sizes, tmp, _: checkpoints.run(sizes, tmp)),
+    ((18,), lambda sizes, tmp, _: frameworks.run(sizes, tmp)),
 ]
 RETIRED = Section(
     "Retired figures",

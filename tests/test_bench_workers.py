@@ -1,8 +1,8 @@
 """The benchmarks that run systems in worker processes (``bench/recording.py``,
-``bench/previous.py``, ``bench/writers.py``, ``bench/checkpoints.py``) run end to end at a tiny
-size: every worker runs the version it was started from, every system records every turn
-(checked in SQL), the recorder's replay writes what ``Agent.run`` writes, and each report gives
-a figure for every system. Correctness only: the timing is ``make bench``'s."""
+``bench/previous.py``, ``bench/writers.py``, ``bench/checkpoints.py``, ``bench/frameworks.py``)
+run end to end at a tiny size: every worker runs the version it was started from, every system
+records every turn (checked in SQL), the recorder's replay writes what ``Agent.run`` writes, and
+each report gives a figure for every system. Correctness only: the timing is ``make bench``'s."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import _versions, checkpoints, peers, previous, recording, writers
+from bench import _versions, checkpoints, frameworks, peers, previous, recording, writers
 from bench._workers import Worker, WorkerError
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -174,3 +174,33 @@ def test_every_saver_keeps_every_turn_of_the_chat_and_is_held_against_sqlitesave
         held = conn.execute("SELECT count(*) FROM graph_checkpoints WHERE thread_id = 'chat'")
         assert held.fetchone() == (3 * (3 + plan.reps),)
         assert conn.execute("SELECT id FROM conversations").fetchall() == [("chat",)]
+
+
+# -- three frameworks' stores -------------------------------------------------------------------
+
+
+def test_each_frameworks_store_and_the_ledgers_keep_every_turn_and_are_held_side_by_side(tmp_path):
+    measured = frameworks.measure(frameworks.Plan((2,), reps=2), tmp_path)
+    found = table([frameworks.report(measured)])
+    skipped = " ".join(measured.skipped)
+    for framework in frameworks.FRAMEWORKS:
+        pair = f"{framework.ledger} / {framework.default}"
+        if framework.default not in measured.systems:
+            assert f"{framework.ledger}: skipped, needs" in skipped
+            continue
+        for system in framework.systems:
+            assert re.fullmatch(r"[\d.]+ MB|in memory", found[f"@ 2: {system}: on disk"][0])
+            assert re.fullmatch(r"[\d.]+ ms", found[f"@ 2: {system}: a turn"][0])
+        judged = found[f"@ 2: a turn, {pair} (target ≤ 1.2x)"][1]
+        assert FIGURE.match(judged) and "[" in judged and judged.endswith(("met", "missed"))
+        assert FIGURE.match(found[f"@ 2: on disk, {pair}"][1])
+        sent = found[f"@ 2: {framework.ledger}: a turn sends"][0]
+        assert re.fullmatch(r"[1-9]\d* statements, [1-9]\d* commits?", sent)
+    # The ledger's stores keep each of the 5 turns (2 built, 2 timed, 1 with its statements
+    # counted) as runs of the ledger: the prompt and the answer the conversation, the 3 tool
+    # steps and the answer's step, a tool execution for each call.
+    recorded = {"conversation_messages": 10, "step_executions": 20, "tool_executions": 15}
+    for system in (frameworks.AGENTS_LEDGER, frameworks.PAI_LEDGER):
+        if system in measured.systems:
+            path = tmp_path / f"{system.lower().replace(' ', '-')}-2.db"
+            assert {k: v for k, v in counts(path).items() if k != "agent_runs"} == recorded
