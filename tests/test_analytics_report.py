@@ -706,6 +706,10 @@ def test_export_writes_a_partition_per_day_with_every_row(priced, tmp_path, tabl
     assert listed[table][1:] == ["3", "3", str(rows)]
 
 
+FTS = ("conversation_messages_fts", "tool_executions_fts")
+FRAMEWORKS = ("graph_", "stored_", "adk_")
+
+
 def test_the_pattern_the_export_prints_reads_back_every_table_it_wrote(demo, tmp_path):
     target = tmp_path / "exported"
 
@@ -718,10 +722,10 @@ def test_the_pattern_the_export_prints_reads_back_every_table_it_wrote(demo, tmp
     tables = {
         name
         for (name,) in sql(demo, "SELECT name FROM sqlite_master WHERE type = 'table'")
-        # The search index, and LangGraph's checkpoints (named as left out: graph_*)
-        if not name.startswith(("conversation_messages_fts", "tool_executions_fts", "graph_"))
+        # The search index, and the frameworks' state (named as left out: graph_* and so on)
+        if not name.startswith(FTS + FRAMEWORKS)
     } - bookkeeping
-    assert "graph_*" in flat(output)
+    assert all(f"{prefix}*" in flat(output) for prefix in FRAMEWORKS)
     assert {folder.name for folder in target.iterdir()} == tables
     with duckdb.connect() as db:
         for table in sorted(tables):

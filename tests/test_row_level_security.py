@@ -45,8 +45,14 @@ def owner_url(pg_server: PostgresServer) -> Iterator[str]:
                 record_representative_runs(ledger)
             for table in RUN_TABLES:  # unsealed: the checksum covers a tenant
                 unseal = ", checksum = NULL" if table != "forget_log" else ""
-                statement = f"UPDATE {{}} SET tenant_id = %s{unseal} WHERE tenant_id IS NULL"
-                conn.execute(sql.SQL(statement).format(sql.Identifier(table)), [tenant])
+                # Rows of no tenant, and an ADK session's (its app is its tenant).
+                statement = (
+                    f"UPDATE {{}} SET tenant_id = %s{unseal}"
+                    " WHERE tenant_id IS NULL OR tenant_id <> ALL(%s)"
+                )
+                conn.execute(
+                    sql.SQL(statement).format(sql.Identifier(table)), [tenant, list(TENANTS)]
+                )
             conn.execute(
                 "INSERT INTO forget_log (id, forgotten_at, tenant_id, reason, conversation_ids,"
                 " counts) VALUES (%s, now(), %s, 'conversation', '[]', '{}')",

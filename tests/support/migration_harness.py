@@ -671,7 +671,7 @@ def record_adk_session(ledger: Ledger) -> dict[str, str]:
     """``adk_session``: an agent framework's session with state in each scope and two events,
     the second's text held by the message row of the run it began (its row a residue)."""
     sessions = ledger.adk_sessions
-    key = SessionKey("harness-app", "harness-user", "session-1")
+    key = SessionKey("harness-app", "harness-user", f"session-{new_id()}")
     delta = StateDelta(app={"plan": "pro"}, user={"name": "Ann"}, session={"step": 1})
     made = sessions.create(key, delta, 1_700_000_000.25)
     assert made is not None

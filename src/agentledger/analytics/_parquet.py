@@ -46,8 +46,8 @@ _DELETIONS_COLUMNS = (
 read: in a scope (its rows name no tenant, so it cannot be told whose they are) and from a
 cache (which applies the deletions rather than keeping them)."""
 LEFT_OUT = (
-    "the full-text index, the change counter (agentledger_changes) and LangGraph's checkpoint "
-    "tables (graph_*); in a scope or from a cache, the deletion log (agentledger_deletions) "
+    "the full-text index, the change counter (agentledger_changes) and the frameworks' own "
+    "state (graph_*, stored_*, adk_*); in a scope or from a cache, the deletion log (agentledger_deletions) "
     "holds no rows"
 )
 """What :meth:`Analytics.export_parquet` leaves out, in words."""
