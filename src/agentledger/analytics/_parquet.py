@@ -47,8 +47,8 @@ read: in a scope (its rows name no tenant, so it cannot be told whose they are) 
 cache (which applies the deletions rather than keeping them)."""
 LEFT_OUT = (
     "the full-text index, the change counter (agentledger_changes) and the frameworks' own "
-    "state (graph_*, stored_*, adk_*); in a scope or from a cache, the deletion log (agentledger_deletions) "
-    "holds no rows"
+    "state (graph_*, stored_*, adk_*); in a scope or from a cache, the deletion log "
+    "(agentledger_deletions) holds no rows"
 )
 """What :meth:`Analytics.export_parquet` leaves out, in words."""
 
