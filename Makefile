@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 # in a fraction of pip's time on a fresh machine); pip installs uv itself.
 PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
 
-.PHONY: demo chat-app test test-oldest soak extras lint typecheck bench clean schema
+.PHONY: demo chat-app test test-bench test-oldest soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -70,11 +70,17 @@ CHECKS_LOG := $(VENV)/checks.log
 
 test: $(VENV)/.installed-dev $(SDK_PINNED)/.installed
 	@$(MAKE) --no-print-directory lint typecheck > $(CHECKS_LOG) 2>&1 & checks=$$!; \
-	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial"; tests=$$?; \
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m "not serial and not bench"; tests=$$?; \
 	wait $$checks; checked=$$?; \
 	echo "--- make lint typecheck ($$([ $$checked -eq 0 ] && echo passed || echo FAILED)):"; \
 	cat $(CHECKS_LOG); [ $$tests -eq 0 ] && [ $$checked -eq 0 ]
 	$(if $(SERIAL_FILES),$(BIN)/pytest -m serial $(SERIAL_FILES))
+
+# The benchmarks, run end to end at a tiny size (each system records every turn, each report
+# has its figures): they check bench/, not the library, and start a worker process per system,
+# so `make test` leaves them to this target, which CI runs after it.
+test-bench: $(VENV)/.installed-dev
+	$(BIN)/pytest -n $(WORKERS) --dist worksteal -m bench tests/test_bench.py tests/test_bench_workers.py
 
 # The suite again against the oldest SQLAlchemy, SQLModel, pydantic and Alembic that
 # pyproject.toml allows (their lower bounds, read from it: pydantic>=2.7,<3 installs 2.7), in a
@@ -113,7 +119,7 @@ $(OLDEST)/.installed: pyproject.toml | $(BIN)/uv
 	touch $@
 
 test-oldest: $(OLDEST)/.installed $(SDK_PINNED)/.installed
-	$(OLDEST)/bin/pytest -n $(WORKERS) --dist worksteal -m "not serial" $(OLDEST_SKIP)
+	$(OLDEST)/bin/pytest -n $(WORKERS) --dist worksteal -m "not serial and not bench" $(OLDEST_SKIP)
 	$(if $(SERIAL_FILES),$(OLDEST)/bin/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;

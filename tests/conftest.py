@@ -85,6 +85,11 @@ def pytest_configure(config: pytest.Config) -> None:
         " processes, random kills); `make test` runs these after the others, with no other"
         " test beside them",
     )
+    config.addinivalue_line(
+        "markers",
+        "bench: the benchmarks run end to end at a tiny size, to check them, not the library;"
+        " `make test-bench` runs these (CI runs it after `make test`)",
+    )
 
 
 # -- the reliability summary -----------------------------------------------------------------------

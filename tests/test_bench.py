@@ -22,6 +22,8 @@ from bench._report import Section
 from bench._versions import THIS, Version, this_version
 from support.cli import record_a_run
 
+pytestmark = pytest.mark.bench  # `make test-bench`, not `make test`
+
 RATIO = re.compile(r"^\*{0,2}(\d+\.\d\d)x(, (met|missed))?\*{0,2}$")
 RUNS, STEPS = 20, 200
 

@@ -18,6 +18,8 @@ import pytest
 from bench import _versions, checkpoints, frameworks, peers, previous, recording, writers
 from bench._workers import Worker, WorkerError
 
+pytestmark = pytest.mark.bench  # `make test-bench`, not `make test`
+
 ROOT = Path(__file__).resolve().parents[1]
 FIGURE = re.compile(r"^\*{0,2}(\d+\.\d\d)x( \[\d+\.\d\d–\d+\.\d\d\])?(, (met|missed))?\*{0,2}$")
 
