@@ -18,7 +18,17 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, Table, insert, literal, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Select,
+    Table,
+    bindparam,
+    insert,
+    literal,
+    select,
+    update,
+)
 
 from .._values import new_id
 from ..errors import LedgerCorruptError
@@ -26,6 +36,8 @@ from ._engine import Database
 from ._framework_conversations import conversation_tenant, insert_if_absent
 from ._graph_messages import message_rows
 from ._graph_values import MessageRow
+from ._statements import send, statements_for
+from ._stored_values import checked_rows
 from .checksums import check_row, sealed
 from .tables import conversations, stored_entries, stored_records
 
@@ -159,29 +171,20 @@ class StoredConversations:
 
     def history(self, head_id: str, limit: int | None = None) -> list[StoredEntry]:
         """The entries from the root to ``head_id``, oldest first (its last ``limit``): one
-        recursive query, whichever conversations wrote them."""
-        walk = (
-            select(*stored_entries.c, literal(0).label("depth"))
-            .where(stored_entries.c.id == head_id)
-            .cte("walk", recursive=True)
-        )
-        parent = stored_entries.alias("parent")
-        walk = walk.union_all(
-            select(*parent.c, (walk.c.depth + 1).label("depth")).where(
-                parent.c.id == walk.c.parent_id
-            )
-        )
-        query = select(walk).order_by(walk.c.depth)
-        if limit is not None:
-            query = query.limit(limit)
+        recursive query, whichever conversations wrote them, and one a table of the rows
+        holding their texts."""
+        walk = _WALK if limit is None else _WALK_LIMITED
+        values = {"head": head_id, "limit": limit}
 
         def read(conn: Connection) -> list[StoredEntry]:
-            rows = [
-                {k: v for k, v in row.items() if k != "depth"}
-                for row in conn.execute(query).mappings()
-            ]
-            for row in rows:
-                check_row(stored_entries, row)
+            if conn.dialect.name == "sqlite":  # checked from the stored values
+                compiled = statements_for(conn.dialect).of(walk)
+                sent = send(conn, compiled.sql, compiled.params(values))
+                rows = checked_rows(compiled, sent, stored_entries)
+            else:
+                rows = [dict(row) for row in conn.execute(walk, values).mappings()]
+                for row in rows:
+                    check_row(stored_entries, row)
             return _entries_of(conn, rows[::-1])
 
         return self._database.read("reading a conversation's history", read)
@@ -202,7 +205,7 @@ class StoredConversations:
         expected_revision: str | None,
     ) -> bool:
         head = record.head_id
-        if head is not None and head not in new_ids and self._entry_row(conn, head) is None:
+        if head is not None and head not in new_ids and not _stored(conn, head):
             return False
         tenant = self._tenant(conn, record.conversation_id)
         row = sealed(stored_records, _record_row(record, tenant))
@@ -255,6 +258,30 @@ class StoredConversations:
         return conversation_tenant(
             conn, self._database, conversation_id, named="conversation id", metadata={}
         )
+
+
+def _walk() -> Select[Any]:
+    """The entries from ``:head`` to the root, the head first."""
+    walk = (
+        select(*stored_entries.c, literal(0).label("depth"))
+        .where(stored_entries.c.id == bindparam("head"))
+        .cte("walk", recursive=True)
+    )
+    parent = stored_entries.alias("parent")
+    walk = walk.union_all(
+        select(*parent.c, (walk.c.depth + 1).label("depth")).where(parent.c.id == walk.c.parent_id)
+    )
+    return select(*(walk.c[column.name] for column in stored_entries.c)).order_by(walk.c.depth)
+
+
+_WALK = _walk()
+_WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
+
+
+def _stored(conn: Connection, entry_id: str) -> bool:
+    """Whether entry ``entry_id`` is stored (its row is not read: a claim only needs to know)."""
+    found = select(stored_entries.c.id).where(stored_entries.c.id == entry_id)
+    return conn.execute(found).first() is not None
 
 
 def _record_row(record: StoredRecord, tenant: str | None) -> dict[str, Any]:
