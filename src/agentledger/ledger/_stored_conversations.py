@@ -63,6 +63,15 @@ class StoredEntry:
 
 
 @dataclass(frozen=True)
+class Claimed:
+    """A conversation whose record a save claimed (:meth:`StoredConversations.claim`): its
+    entries are added under the tenant the claim found, not looked up again."""
+
+    conversation_id: str
+    tenant_id: str | None
+
+
+@dataclass(frozen=True)
 class StoredRecord:
     """A conversation's record (see ``stored_records`` in the schema)."""
 
@@ -98,30 +107,30 @@ class StoredConversations:
 
         def work(conn: Connection) -> bool:
             new_ids = {entry.id for entry in entries}
-            if not self._claim(conn, record, new_ids, expected_revision):
+            claimed = self._claim(conn, record, new_ids, expected_revision)
+            if claimed is None:
                 return False
-            self._add(conn, record.conversation_id, entries)
+            self._add(conn, claimed, entries)
             return True
 
         return self._write("saving a conversation", work)
 
     def claim(
         self, record: StoredRecord, new_ids: Collection[str], expected_revision: str | None
-    ) -> bool:
+    ) -> Claimed | None:
         """Store ``record`` if the stored revision is ``expected_revision`` (``None``: no
         record yet) and its head is stored or among ``new_ids`` (the entries the caller adds
-        next, in the same transaction: see :meth:`together`); ``False``, with nothing written,
-        if not."""
+        next, with :meth:`add`, in the same transaction: see :meth:`together`); ``None``, with
+        nothing written, if not."""
         return self._write(
             "saving a conversation's record",
             lambda conn: self._claim(conn, record, new_ids, expected_revision),
         )
 
-    def add(self, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
-        """Insert ``entries``, written by conversation ``conversation_id``."""
+    def add(self, claimed: Claimed, entries: Sequence[StoredEntry]) -> None:
+        """Insert ``entries``, written by the conversation whose record was ``claimed``."""
         self._write(
-            "saving a conversation's entries",
-            lambda conn: self._add(conn, conversation_id, entries),
+            "saving a conversation's entries", lambda conn: self._add(conn, claimed, entries)
         )
 
     def delete(self, conversation_id: str, expected_revision: str) -> bool:
@@ -203,12 +212,12 @@ class StoredConversations:
         record: StoredRecord,
         new_ids: Collection[str],
         expected_revision: str | None,
-    ) -> bool:
+    ) -> Claimed | None:
         head = record.head_id
         if head is not None and head not in new_ids and not _stored(conn, head):
-            return False
-        tenant = self._tenant(conn, record.conversation_id)
-        row = sealed(stored_records, _record_row(record, tenant))
+            return None
+        claimed = Claimed(record.conversation_id, self._tenant(conn, record.conversation_id))
+        row = sealed(stored_records, _record_row(record, claimed.tenant_id))
         # RETURNING says whether the row was written (psycopg's rowcount of an insert that may
         # do nothing is -1).
         if expected_revision is None:
@@ -220,15 +229,18 @@ class StoredConversations:
                 .where(stored_records.c.revision == expected_revision)
                 .values(row)
             )
-        return conn.execute(statement.returning(stored_records.c.id)).first() is not None
+        written = conn.execute(statement.returning(stored_records.c.id)).first() is not None
+        return claimed if written else None
 
-    def _add(self, conn: Connection, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
+    def _add(self, conn: Connection, claimed: Claimed, entries: Sequence[StoredEntry]) -> None:
         if not entries:
             return
-        tenant = self._tenant(conn, conversation_id)
         now = self._database.clock()
         rows = [
-            sealed(stored_entries, _entry_row(entry, conversation_id, tenant, now))
+            sealed(
+                stored_entries,
+                _entry_row(entry, claimed.conversation_id, claimed.tenant_id, now),
+            )
             for entry in entries
         ]
         conn.execute(insert(stored_entries), rows)

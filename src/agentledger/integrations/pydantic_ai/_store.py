@@ -86,11 +86,12 @@ class LedgerConversationStore(ConversationStore):
         messages = [entry.message for entry in new_entries]
 
         def save() -> None:
-            if not self._stored.claim(stored, new_ids, expected_revision):
+            claimed = self._stored.claim(stored, new_ids, expected_revision)
+            if claimed is None:
                 raise ConversationConflict(record.conversation_id)
             rows = record_runs(self.ledger, record.conversation_id, messages)
             entries = [_stored_entry(e, rows.get(n, {})) for n, e in enumerate(new_entries)]
-            self._stored.add(record.conversation_id, entries)
+            self._stored.add(claimed, entries)
 
         await asyncio.to_thread(self._stored.together, "saving a conversation", save)
 
