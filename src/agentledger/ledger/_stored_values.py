@@ -51,27 +51,39 @@ def _float(value: float) -> str:
     return f"f{value!r}"
 
 
-_FLOAT = re.compile(r"(?<=[:,\[])-?\d+(?:\.\d+)?[eE.][-+\d]*")
-"""A float in canonical JSON text (where a value begins: after a colon, a comma or a bracket)."""
+_FLOAT = re.compile(r"[:,\[](-?\d+(?:\.\d+)?[eE.][-+\d]*)")
+"""A float in canonical JSON text, where a value begins: after a colon, a comma or a bracket."""
 
 
 def _json(value: str) -> str:
     """Stored JSON text in its canonical form, with its integral floats as the integers they
-    read back as (``0.0`` is ``0``): the text split at its quotes, every other piece outside
-    a string. Text with an escaped quote is left to the general check."""
-    if _FLOAT.search(value) is None:
+    read back as (``0.0`` is ``0``); a match inside a string (an odd number of quotes before
+    it) is text, kept. Text with an escaped quote is left to the general check."""
+    found = _FLOAT.search(value)
+    if found is None:
         return "j" + value
     if '\\"' in value:
         raise ValueError("an escaped quote: the general check forms it")
-    pieces = value.split('"')
-    pieces[0::2] = [_FLOAT.sub(_read_back, piece) for piece in pieces[0::2]]
-    return "j" + '"'.join(pieces)
+    pieces, kept = ["j"], 0
+    for match in _FLOAT.finditer(value, found.start()):
+        start = match.start(1)
+        if value.count('"', 0, start) % 2 == 0:
+            pieces += (value[kept:start], _read_back(match.group(1)))
+            kept = match.end()
+    pieces.append(value[kept:])
+    return "".join(pieces)
 
 
-def _read_back(found: re.Match[str]) -> str:
+def _read_back(token: str) -> str:
     """A float of JSON text as it reads back: integral, the integer its decimal form names."""
-    token = found.group()
-    return str(int(Decimal(token))) if float(token).is_integer() else token
+    number = float(token)
+    if not number.is_integer():
+        return token
+    return str(int(number)) if abs(number) < _EXACT else str(int(Decimal(token)))
+
+
+_EXACT = 2.0**53
+"""Below it, an integral float is the integer its decimal form names."""
 
 
 UTC_OFFSET = "+00:00"
