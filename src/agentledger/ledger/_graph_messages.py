@@ -11,14 +11,17 @@ one is stored against is kept while the other is (:func:`bases_held`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import json
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Connection, select
+from sqlalchemy import Column, Connection, String, Table, bindparam, func, select
 
 from ..errors import LedgerCorruptError
 from ._graph_values import MessageRow
+from ._statements import send, statements_for
+from ._stored_values import checked_rows
 from .checksums import check_row
 from .tables import conversation_messages, graph_channel_values, step_executions, tool_executions
 
@@ -152,16 +155,38 @@ _MESSAGE_ROWS = (
 
 _CHUNK = 500
 
+_LISTED = func.json_each(bindparam("ids", type_=String)).table_valued("value")
+"""On SQLite, the ids given as one JSON array: a read of any number of them is one statement."""
+_LISTED_ROWS = {
+    table.name: select(table).where(id_column.in_(select(_LISTED.c.value)))
+    for table, id_column, _ in _MESSAGE_ROWS
+}
+
 
 def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
-    """The rows holding the messages ``ids`` (of a checkpoint's channels), by message id."""
+    """The rows holding the messages ``ids`` (of a checkpoint's channels, of a stored
+    conversation's entries), by message id, each checked against its checksum; on SQLite one
+    statement a table, the rows checked from their stored values."""
     found: dict[str, MessageRow] = {}
     for table, id_column, content in _MESSAGE_ROWS:
-        for start in range(0, len(ids), _CHUNK):
-            chunk = ids[start : start + _CHUNK]
-            for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():
-                check_row(table, row)
-                found[row[id_column.name]] = MessageRow(
-                    row[content.name] or "", dict(row["metadata"] or {}), row.get("arguments")
-                )
+        for row in _rows_of(conn, table, id_column, ids):
+            found[row[id_column.name]] = MessageRow(
+                row[content.name] or "", dict(row["metadata"] or {}), row.get("arguments")
+            )
     return found
+
+
+def _rows_of(
+    conn: Connection, table: Table, id_column: Column[str], ids: Sequence[str]
+) -> Iterable[Mapping[Any, Any]]:
+    """The rows of ``table`` whose ``id_column`` is one of ``ids``, checked."""
+    if conn.dialect.name == "sqlite":
+        compiled = statements_for(conn.dialect).of(_LISTED_ROWS[table.name])
+        sent = send(conn, compiled.sql, compiled.params({"ids": json.dumps(list(ids))}))
+        yield from checked_rows(compiled, sent, table)
+        return
+    for start in range(0, len(ids), _CHUNK):
+        chunk = ids[start : start + _CHUNK]
+        for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():
+            check_row(table, row)
+            yield row

@@ -18,7 +18,17 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, Table, insert, literal, select, update
+from sqlalchemy import (
+    Connection,
+    Integer,
+    Select,
+    Table,
+    bindparam,
+    insert,
+    literal,
+    select,
+    update,
+)
 
 from .._values import new_id
 from ..errors import LedgerCorruptError
@@ -26,6 +36,8 @@ from ._engine import Database
 from ._framework_conversations import conversation_tenant, insert_if_absent
 from ._graph_messages import message_rows
 from ._graph_values import MessageRow
+from ._statements import send, statements_for
+from ._stored_values import checked_rows
 from .checksums import check_row, sealed
 from .tables import conversations, stored_entries, stored_records
 
@@ -48,6 +60,15 @@ class StoredEntry:
     message: JsonValue
     message_ids: tuple[str | None, ...] | None = None
     rows: tuple[MessageRow | None, ...] = ()
+
+
+@dataclass(frozen=True)
+class Claimed:
+    """A conversation whose record a save claimed (:meth:`StoredConversations.claim`): its
+    entries are added under the tenant the claim found, not looked up again."""
+
+    conversation_id: str
+    tenant_id: str | None
 
 
 @dataclass(frozen=True)
@@ -86,30 +107,30 @@ class StoredConversations:
 
         def work(conn: Connection) -> bool:
             new_ids = {entry.id for entry in entries}
-            if not self._claim(conn, record, new_ids, expected_revision):
+            claimed = self._claim(conn, record, new_ids, expected_revision)
+            if claimed is None:
                 return False
-            self._add(conn, record.conversation_id, entries)
+            self._add(conn, claimed, entries)
             return True
 
         return self._write("saving a conversation", work)
 
     def claim(
         self, record: StoredRecord, new_ids: Collection[str], expected_revision: str | None
-    ) -> bool:
+    ) -> Claimed | None:
         """Store ``record`` if the stored revision is ``expected_revision`` (``None``: no
         record yet) and its head is stored or among ``new_ids`` (the entries the caller adds
-        next, in the same transaction: see :meth:`together`); ``False``, with nothing written,
-        if not."""
+        next, with :meth:`add`, in the same transaction: see :meth:`together`); ``None``, with
+        nothing written, if not."""
         return self._write(
             "saving a conversation's record",
             lambda conn: self._claim(conn, record, new_ids, expected_revision),
         )
 
-    def add(self, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
-        """Insert ``entries``, written by conversation ``conversation_id``."""
+    def add(self, claimed: Claimed, entries: Sequence[StoredEntry]) -> None:
+        """Insert ``entries``, written by the conversation whose record was ``claimed``."""
         self._write(
-            "saving a conversation's entries",
-            lambda conn: self._add(conn, conversation_id, entries),
+            "saving a conversation's entries", lambda conn: self._add(conn, claimed, entries)
         )
 
     def delete(self, conversation_id: str, expected_revision: str) -> bool:
@@ -159,29 +180,20 @@ class StoredConversations:
 
     def history(self, head_id: str, limit: int | None = None) -> list[StoredEntry]:
         """The entries from the root to ``head_id``, oldest first (its last ``limit``): one
-        recursive query, whichever conversations wrote them."""
-        walk = (
-            select(*stored_entries.c, literal(0).label("depth"))
-            .where(stored_entries.c.id == head_id)
-            .cte("walk", recursive=True)
-        )
-        parent = stored_entries.alias("parent")
-        walk = walk.union_all(
-            select(*parent.c, (walk.c.depth + 1).label("depth")).where(
-                parent.c.id == walk.c.parent_id
-            )
-        )
-        query = select(walk).order_by(walk.c.depth)
-        if limit is not None:
-            query = query.limit(limit)
+        recursive query, whichever conversations wrote them, and one a table of the rows
+        holding their texts."""
+        walk = _WALK if limit is None else _WALK_LIMITED
+        values = {"head": head_id, "limit": limit}
 
         def read(conn: Connection) -> list[StoredEntry]:
-            rows = [
-                {k: v for k, v in row.items() if k != "depth"}
-                for row in conn.execute(query).mappings()
-            ]
-            for row in rows:
-                check_row(stored_entries, row)
+            if conn.dialect.name == "sqlite":  # checked from the stored values
+                compiled = statements_for(conn.dialect).of(walk)
+                sent = send(conn, compiled.sql, compiled.params(values))
+                rows = checked_rows(compiled, sent, stored_entries)
+            else:
+                rows = [dict(row) for row in conn.execute(walk, values).mappings()]
+                for row in rows:
+                    check_row(stored_entries, row)
             return _entries_of(conn, rows[::-1])
 
         return self._database.read("reading a conversation's history", read)
@@ -200,12 +212,12 @@ class StoredConversations:
         record: StoredRecord,
         new_ids: Collection[str],
         expected_revision: str | None,
-    ) -> bool:
+    ) -> Claimed | None:
         head = record.head_id
-        if head is not None and head not in new_ids and self._entry_row(conn, head) is None:
-            return False
-        tenant = self._tenant(conn, record.conversation_id)
-        row = sealed(stored_records, _record_row(record, tenant))
+        if head is not None and head not in new_ids and not _stored(conn, head):
+            return None
+        claimed = Claimed(record.conversation_id, self._tenant(conn, record.conversation_id))
+        row = sealed(stored_records, _record_row(record, claimed.tenant_id))
         # RETURNING says whether the row was written (psycopg's rowcount of an insert that may
         # do nothing is -1).
         if expected_revision is None:
@@ -217,15 +229,18 @@ class StoredConversations:
                 .where(stored_records.c.revision == expected_revision)
                 .values(row)
             )
-        return conn.execute(statement.returning(stored_records.c.id)).first() is not None
+        written = conn.execute(statement.returning(stored_records.c.id)).first() is not None
+        return claimed if written else None
 
-    def _add(self, conn: Connection, conversation_id: str, entries: Sequence[StoredEntry]) -> None:
+    def _add(self, conn: Connection, claimed: Claimed, entries: Sequence[StoredEntry]) -> None:
         if not entries:
             return
-        tenant = self._tenant(conn, conversation_id)
         now = self._database.clock()
         rows = [
-            sealed(stored_entries, _entry_row(entry, conversation_id, tenant, now))
+            sealed(
+                stored_entries,
+                _entry_row(entry, claimed.conversation_id, claimed.tenant_id, now),
+            )
             for entry in entries
         ]
         conn.execute(insert(stored_entries), rows)
@@ -255,6 +270,30 @@ class StoredConversations:
         return conversation_tenant(
             conn, self._database, conversation_id, named="conversation id", metadata={}
         )
+
+
+def _walk() -> Select[Any]:
+    """The entries from ``:head`` to the root, the head first."""
+    walk = (
+        select(*stored_entries.c, literal(0).label("depth"))
+        .where(stored_entries.c.id == bindparam("head"))
+        .cte("walk", recursive=True)
+    )
+    parent = stored_entries.alias("parent")
+    walk = walk.union_all(
+        select(*parent.c, (walk.c.depth + 1).label("depth")).where(parent.c.id == walk.c.parent_id)
+    )
+    return select(*(walk.c[column.name] for column in stored_entries.c)).order_by(walk.c.depth)
+
+
+_WALK = _walk()
+_WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
+
+
+def _stored(conn: Connection, entry_id: str) -> bool:
+    """Whether entry ``entry_id`` is stored (its row is not read: a claim only needs to know)."""
+    found = select(stored_entries.c.id).where(stored_entries.c.id == entry_id)
+    return conn.execute(found).first() is not None
 
 
 def _record_row(record: StoredRecord, tenant: str | None) -> dict[str, Any]:

@@ -32,8 +32,11 @@ from .._residue import kept_if_rebuilt
 from ._runs import record_runs
 
 _MESSAGE: TypeAdapter[ModelMessage] = TypeAdapter(ModelMessage)
+_MESSAGES: TypeAdapter[list[ModelMessage]] = TypeAdapter(list[ModelMessage])
 _USAGE: TypeAdapter[RunUsage] = TypeAdapter(RunUsage)
 _DEFERRED: TypeAdapter[DeferredToolRequests | None] = TypeAdapter(DeferredToolRequests | None)
+_JSON: TypeAdapter[JsonValue] = TypeAdapter(JsonValue)
+"""Built once: building an adapter costs more than the save of a turn's entries."""
 
 
 class LedgerConversationStore(ConversationStore):
@@ -83,11 +86,12 @@ class LedgerConversationStore(ConversationStore):
         messages = [entry.message for entry in new_entries]
 
         def save() -> None:
-            if not self._stored.claim(stored, new_ids, expected_revision):
+            claimed = self._stored.claim(stored, new_ids, expected_revision)
+            if claimed is None:
                 raise ConversationConflict(record.conversation_id)
             rows = record_runs(self.ledger, record.conversation_id, messages)
             entries = [_stored_entry(e, rows.get(n, {})) for n, e in enumerate(new_entries)]
-            self._stored.add(record.conversation_id, entries)
+            self._stored.add(claimed, entries)
 
         await asyncio.to_thread(self._stored.together, "saving a conversation", save)
 
@@ -100,7 +104,7 @@ class LedgerConversationStore(ConversationStore):
         stored = await asyncio.to_thread(self._stored.entry, entry_id)
         if stored is None:
             raise LookupError(f"no conversation entry {entry_id!r} in this ledger")
-        return _entry_of(stored)
+        return _entries_of([stored])[0]
 
     async def read_history(
         self, head_id: str | None, *, limit: int | None = None
@@ -112,7 +116,7 @@ class LedgerConversationStore(ConversationStore):
         stored = await asyncio.to_thread(self._stored.history, head_id, limit)
         if not stored or stored[-1].id != head_id:
             raise LookupError(f"no conversation entry {head_id!r} in this ledger")
-        return [_entry_of(entry) for entry in stored]
+        return _entries_of(stored)
 
 
 def _stored_record(record: ConversationRecord) -> StoredRecord:
@@ -165,20 +169,29 @@ def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEn
     return StoredEntry(entry.id, entry.parent_id, entry.kind, kept, message_ids=ids)
 
 
-def _entry_of(stored: StoredEntry) -> ConversationEntry:
+def _entries_of(stored: Sequence[StoredEntry]) -> list[ConversationEntry]:
+    """The entries ``stored``, their messages validated in one call (a call per message
+    costs several times as much on a long history)."""
+    messages = _MESSAGES.validate_python([_fields_of(entry) for entry in stored])
+    return [
+        ConversationEntry(id=entry.id, parent_id=entry.parent_id, message=message)
+        for entry, message in zip(stored, messages, strict=True)
+    ]
+
+
+def _fields_of(stored: StoredEntry) -> JsonValue:
+    """The serialized message of ``stored``, its parts' texts back from the rows holding them."""
     message = stored.message
-    if stored.message_ids is not None and isinstance(message, dict):
-        parts = message["parts"]
-        assert isinstance(parts, list)
-        values = {
-            n: _value(part, row)
-            for n, (part, row) in enumerate(zip(parts, stored.rows, strict=True))
-            if row is not None
-        }
-        rebuilt = _rebuilt(message, values)
-    else:
-        rebuilt = _MESSAGE.validate_python(message)
-    return ConversationEntry(id=stored.id, parent_id=stored.parent_id, message=rebuilt)
+    if stored.message_ids is None or not isinstance(message, dict):
+        return message
+    parts = message["parts"]
+    assert isinstance(parts, list)
+    values = {
+        n: _value(part, row)
+        for n, (part, row) in enumerate(zip(parts, stored.rows, strict=True))
+        if row is not None
+    }
+    return _with_values(message, values)
 
 
 def _field(part: Mapping[str, Any]) -> str:
@@ -195,13 +208,19 @@ def _value(part: Any, row: MessageRow) -> object:
 def _rebuilt(residue: Mapping[str, Any], values: Mapping[int, object]) -> ModelMessage:
     """The message whose parts ``values`` names have those values (in their :func:`_field`),
     and all else ``residue``."""
+    return _MESSAGE.validate_python(_with_values(residue, values))
+
+
+def _with_values(residue: Mapping[str, Any], values: Mapping[int, object]) -> dict[str, Any]:
+    """``residue`` with the parts ``values`` names given those values (in their
+    :func:`_field`)."""
     parts = [
         {**part, _field(part): values[n]} if n in values else part
         for n, part in enumerate(residue["parts"])
     ]
-    return _MESSAGE.validate_python({**residue, "parts": parts})
+    return {**residue, "parts": parts}
 
 
 def _json(value: object) -> JsonValue:
     """``value``, dumped in JSON mode, as the JSON it is."""
-    return TypeAdapter(JsonValue).validate_python(value)
+    return _JSON.validate_python(value)

@@ -1,0 +1,159 @@
+"""Rows checked against their checksums from SQLite's stored values, not decoded first.
+
+The general check (:func:`~agentledger.ledger.checksums.check_row`) forms a row's canonical
+text from its decoded values: each JSON value walked in Python and encoded again. On SQLite the
+stored values are nearly that canonical form already: text and integers as they are, JSON in
+its canonical text (the engine's serializer is
+:func:`~agentledger.ledger.checksums.canonical_json`; an integral float is read back as an
+integer, as the checksum covers it), times as ISO text. So :class:`RowCheck`
+forms the canonical text from the stored values themselves (string operations, nothing decoded)
+and compares its CRC-32 with the row's checksum.
+
+Nothing is accepted that the general check would refuse: a row matches here only when the text
+formed from its stored values is the canonical text its checksum was computed over, which (but
+for a CRC-32 collision, as on the general path) means the stored values decode to the values
+written. A row whose canonical text cannot be formed from what is stored (JSON written before
+the serializer was canonical, JSON with an escaped quote, a float column's integral value, a
+value of a type its column does not hold, a row written by hand without a checksum) does not
+match, and goes through the general check, which raises
+:class:`~agentledger.errors.LedgerCorruptError` if it is damaged.
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+from collections.abc import Callable, Sequence
+from decimal import Decimal
+from operator import itemgetter
+from typing import Any
+
+from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, Table
+from sqlalchemy.types import TypeEngine
+
+from ._statements import Compiled, Sent
+from .checksums import ADDED, CHECKSUM, COVERED, check_row
+
+__all__ = ["UTC_OFFSET", "RowCheck", "checked_rows"]
+
+
+def _text(value: str) -> str:
+    return "s" + value
+
+
+def _integer(value: int) -> str:
+    return f"i{value:d}"
+
+
+def _float(value: float) -> str:
+    if value.is_integer():
+        raise ValueError("an integral float: the general check forms it")
+    return f"f{value!r}"
+
+
+_FLOAT = re.compile(r"[:,\[](-?\d+(?:\.\d+)?[eE.][-+\d]*)")
+"""A float in canonical JSON text, where a value begins: after a colon, a comma or a bracket."""
+
+
+def _json(value: str) -> str:
+    """Stored JSON text in its canonical form, with its integral floats as the integers they
+    read back as (``0.0`` is ``0``); a match inside a string (an odd number of quotes before
+    it) is text, kept. Text with an escaped quote is left to the general check."""
+    found = _FLOAT.search(value)
+    if found is None:
+        return "j" + value
+    if '\\"' in value:
+        raise ValueError("an escaped quote: the general check forms it")
+    pieces, kept = ["j"], 0
+    for match in _FLOAT.finditer(value, found.start()):
+        start = match.start(1)
+        if value.count('"', 0, start) % 2 == 0:
+            pieces += (value[kept:start], _read_back(match.group(1)))
+            kept = match.end()
+    pieces.append(value[kept:])
+    return "".join(pieces)
+
+
+def _read_back(token: str) -> str:
+    """A float of JSON text as it reads back: integral, the integer its decimal form names."""
+    number = float(token)
+    if not number.is_integer():
+        return token
+    return str(int(number)) if abs(number) < _EXACT else str(int(Decimal(token)))
+
+
+_EXACT = 2.0**53
+"""Below it, an integral float is the integer its decimal form names."""
+
+
+UTC_OFFSET = "+00:00"
+"""The offset of every stored time, which is stored in UTC without it."""
+
+
+def _time(value: str) -> str:
+    """A time as stored (``2026-01-02 03:04:05.678901``, UTC) in its canonical form, the UTC
+    ISO form, which leaves out a zero fraction."""
+    if value.endswith(".000000"):
+        value = value[:-7]
+    return "t" + value.replace(" ", "T", 1) + UTC_OFFSET
+
+
+def _form_of(kind: TypeEngine[Any]) -> Callable[[Any], str]:
+    """The canonical form of a stored value of a column of type ``kind``."""
+    impl = getattr(kind, "impl", kind)
+    if isinstance(impl, JSON):
+        return _json
+    if isinstance(impl, DateTime):
+        return _time
+    if isinstance(impl, Boolean | Integer):
+        return _integer
+    if isinstance(impl, Float):
+        return _float
+    return _text
+
+
+class RowCheck:
+    """Whether the canonical text formed from a row's stored values (rows of a select whose
+    columns ``at`` names) has the row's checksum."""
+
+    def __init__(self, table: Table, at: dict[str, int]) -> None:
+        covered = COVERED[table.name]
+        self.covered = itemgetter(*(at[name] for name in covered))
+        self.forms = [_form_of(table.c[name].type) for name in covered]
+        self.added = [
+            (at[name], name, _form_of(table.c[name].type), default)
+            for name, default in ADDED.get(table.name, {}).items()
+        ]
+        self.stored = at[CHECKSUM]
+
+    def __call__(self, values: Sequence[Any]) -> bool:
+        checksum = values[self.stored]
+        if checksum is None:
+            return False  # written by hand: the general check sees it
+        try:
+            parts = [
+                "~" if value is None else form(value)
+                for form, value in zip(self.forms, self.covered(values), strict=True)
+            ]
+            for i, name, form, default in self.added:
+                if (value := values[i]) != default:
+                    parts.append(f"{name}={'~' if value is None else form(value)}")
+            text = "\x1f".join(parts)
+        except (TypeError, ValueError, AttributeError):
+            return False  # a value of a type its column does not hold
+        return bool(zlib.crc32(text.encode("utf-8", "surrogatepass")) == checksum)
+
+
+def checked_rows(compiled: Compiled, sent: Sent, table: Table) -> list[dict[str, Any]]:
+    """The rows of ``sent``, the select ``compiled`` of ``table``'s columns (and any more), as
+    dicts through the result processors, each checked against its checksum: from its stored
+    values where they form its canonical text, else in full (a damaged row raises)."""
+    description = sent.description
+    assert description is not None
+    check = RowCheck(table, {column[0]: index for index, column in enumerate(description)})
+    fetched = sent.fetchall()
+    rows = compiled.dicts(description, fetched)
+    for values, row in zip(fetched, rows, strict=True):
+        if not check(values):
+            check_row(table, row)
+    return rows
