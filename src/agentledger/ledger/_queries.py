@@ -182,11 +182,40 @@ _STEPS = select_rows("step_executions") + "WHERE run_id = :run_id ORDER BY step_
 _TOOLS = select_rows("tool_executions") + "WHERE run_id = :run_id ORDER BY step_index, position"
 
 
+_OF_CONVERSATION = "WHERE run_id IN (SELECT id FROM agent_runs WHERE conversation_id = :c) "
+_CONVERSATION_STEPS = select_rows("step_executions") + _OF_CONVERSATION + "ORDER BY step_index"
+_CONVERSATION_TOOLS = (
+    select_rows("tool_executions") + _OF_CONVERSATION + "ORDER BY step_index, position"
+)
+
+
 def load_steps(reads: Reads, run_id: str) -> tuple[StepExecution, ...]:
     """A run's steps (given by its full id), rebuilt from their rows and their tool rows."""
     steps = reads.rows(_STEPS, {"run_id": run_id}, "step_executions")
+    tools = reads.rows(_TOOLS, {"run_id": run_id}, "tool_executions")
+    return _rebuilt_steps(run_id, steps, tools)
+
+
+def conversation_steps(reads: Reads, conversation_id: str) -> dict[str, tuple[StepExecution, ...]]:
+    """The steps of every run of a conversation (given by its full id), by run id: one
+    statement for the step rows and one for the tool rows, however many runs it has."""
+    params = {"c": conversation_id}
+    steps: dict[str, list[Row]] = {}
+    for step in reads.rows(_CONVERSATION_STEPS, params, "step_executions"):
+        steps.setdefault(step["run_id"], []).append(step)
+    tools: dict[str, list[Row]] = {}
+    for tool in reads.rows(_CONVERSATION_TOOLS, params, "tool_executions"):
+        tools.setdefault(tool["run_id"], []).append(tool)
+    return {run: _rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
+
+
+def _rebuilt_steps(
+    run_id: str, steps: Sequence[Row], tools: Sequence[Row]
+) -> tuple[StepExecution, ...]:
+    """A run's steps from their rows (in order of their index) and their tool rows (in order
+    of step and position)."""
     by_step: dict[str, list[Row]] = {}
-    for tool in reads.rows(_TOOLS, {"run_id": run_id}, "tool_executions"):
+    for tool in tools:
         by_step.setdefault(tool["step_id"], []).append(tool)
     in_sequence(steps, "step_index", 0, f"the steps of run {run_id}")
     return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)

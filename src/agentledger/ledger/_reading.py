@@ -20,6 +20,7 @@ from ._queries import (
     buffer_rows,
     conversation_row,
     conversation_rows,
+    conversation_steps,
     counted_steps,
     in_section,
     load_steps,
@@ -212,6 +213,24 @@ class LedgerReads(Generic[C, R, N]):
         )
         counted_steps(steps, run["id"], run["step_count"])
         return steps
+
+    def runs_with_steps(self, conversation_id: str) -> list[tuple[R, tuple[StepExecution, ...]]]:
+        """Every run of the conversation, oldest first (as :meth:`runs` lists them), each with
+        its steps (as :meth:`steps` gives them), read together: three statements however many
+        runs it has, where a run's :meth:`steps` each take a read of their own."""
+        conversation_id = self._conversation_row(conversation_id)["id"]
+
+        def read(reads: Reads) -> list[tuple[R, tuple[StepExecution, ...]]]:
+            rows = run_rows(reads, self.scope, conversation_id=conversation_id)
+            steps = conversation_steps(reads, conversation_id)
+            found = []
+            for row in rows:
+                run, own = self._run_of(row), steps.get(row["id"], ())
+                counted_steps(own, row["id"], row["step_count"])
+                found.append((run, own))
+            return found
+
+        return self._reads(f"reading the runs and steps of conversation {conversation_id}", read)
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
         """The run's tool executions, in the order of its steps and of each step's calls."""
