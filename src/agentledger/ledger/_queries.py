@@ -159,11 +159,13 @@ def run_rows(
     status: AgentStatus | str | None = None,
     limit: int | None = None,
     since: datetime | None = None,
+    condition: tuple[str, dict[str, Any]] = ("", {}),
 ) -> list[dict[str, Any]]:
     """Runs in ``scope``, oldest first within a conversation (``conversation_id``: its full
-    id), newest first across the ledger; with ``since``, those started at or after it."""
-    sql = select_rows("agent_runs") + "WHERE 1 = 1 " + in_scope(scope)
-    params = _params(scope, limit=row_limit(limit))
+    id), newest first across the ledger; with ``since``, those started at or after it; those
+    meeting ``condition`` (more ``AND ...`` SQL, and its parameters)."""
+    sql = select_rows("agent_runs") + "WHERE 1 = 1 " + in_scope(scope) + condition[0]
+    params = _params(scope, limit=row_limit(limit), **condition[1])
     if since is not None:
         sql += "AND started_at >= :since "
         params["since"] = time_param(reads.dialect, since)
@@ -187,6 +189,17 @@ _CONVERSATION_STEPS = select_rows("step_executions") + _OF_CONVERSATION + "ORDER
 _CONVERSATION_TOOLS = (
     select_rows("tool_executions") + _OF_CONVERSATION + "ORDER BY step_index, position"
 )
+
+
+def speaking(
+    dialect: str, conversation_id: str, metadata: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The condition keeping the runs that hold a message of the conversation (its full id),
+    recorded no step, or have ``metadata`` (see :func:`metadata_condition`)."""
+    held = "SELECT run_id FROM conversation_messages WHERE conversation_id = :conversation_id"
+    found, params = metadata_condition(dialect, metadata, "agent_runs") if metadata else ("", {})
+    marked = f"OR (1 = 1 {found})" if metadata else ""
+    return f"AND (step_count = 0 OR id IN ({held}) {marked}) ", params
 
 
 def load_steps(reads: Reads, run_id: str) -> tuple[StepExecution, ...]:
@@ -239,18 +252,20 @@ def _params(scope: Scope, **params: Any) -> dict[str, Any]:
 _JSON_TYPES = {True: "true", False: "false", None: "null"}
 
 
-def metadata_condition(dialect: str, wanted: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def metadata_condition(
+    dialect: str, wanted: Mapping[str, Any], table: str = "conversations"
+) -> tuple[str, dict[str, Any]]:
     """The conditions, as SQL text (each ``AND ...``) and their parameters, that keep the
-    conversations whose metadata has each of ``wanted``'s top-level keys, equal to its value
-    (a string, a number, a boolean or ``None`` for JSON null). Keys and values are parameters,
-    never part of the SQL text or of a JSON path, so any text is a key."""
+    rows of ``table`` whose metadata has each of ``wanted``'s top-level keys, equal to its
+    value (a string, a number, a boolean or ``None`` for JSON null). Keys and values are
+    parameters, never part of the SQL text or of a JSON path, so any text is a key."""
     for key, value in wanted.items():
         _check_filter(key, value)
     if dialect == "postgresql":
         return "AND metadata @> CAST(:metadata AS JSONB) ", {"metadata": json.dumps(wanted)}
     conditions, params = [], {}
     for n, (key, value) in enumerate(wanted.items()):
-        condition, values = _sqlite_member(n, key, value)
+        condition, values = _sqlite_member(table, n, key, value)
         conditions.append(condition)
         params.update(values)
     return "".join(conditions), params
@@ -266,7 +281,7 @@ def _check_filter(key: object, value: object) -> None:
         )
 
 
-def _sqlite_member(n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
+def _sqlite_member(table: str, n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
     """SQLite: the metadata object has ``key``, whose value is ``value`` (``json_each``, so
     the key is compared as data, never read as a JSON path); the ``n``-th such condition."""
     params: dict[str, Any] = {f"key{n}": key}
@@ -277,7 +292,5 @@ def _sqlite_member(n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
     else:
         matches = f"j.type IN ('integer', 'real') AND j.atom = :value{n}"
         params[f"value{n}"] = value
-    member = (
-        f"SELECT 1 FROM json_each(conversations.metadata) AS j WHERE j.key = :key{n} AND {matches}"
-    )
+    member = f"SELECT 1 FROM json_each({table}.metadata) AS j WHERE j.key = :key{n} AND {matches}"
     return f"AND EXISTS ({member}) ", params

@@ -29,6 +29,7 @@ from ._queries import (
     metadata_condition,
     run_row,
     run_rows,
+    speaking,
     turns_of,
 )
 from ._row_mapping import Row
@@ -188,6 +189,33 @@ class LedgerReads(Generic[C, R, N]):
                 )
             ],
         )
+
+    def speaking_runs(
+        self,
+        conversation_id: str,
+        *,
+        status: AgentStatus | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[R]:
+        """The conversation's runs that say something in it, oldest first (as :meth:`runs`
+        lists them), of ``status`` if given: those that hold a message of it, those that
+        recorded no step (what they did is in their metadata), and those whose metadata has
+        each of ``metadata``'s top-level keys with its value. The runs that only recorded
+        steps are left out: a view of the conversation built from its runs reads these."""
+        conversation_id = self._conversation_row(conversation_id)["id"]
+
+        def read(reads: Reads) -> list[R]:
+            condition = speaking(reads.dialect, conversation_id, metadata)
+            rows = run_rows(
+                reads,
+                self.scope,
+                conversation_id=conversation_id,
+                status=status,
+                condition=condition,
+            )
+            return [self._run_of(row) for row in rows]
+
+        return self._reads("listing runs", read)
 
     def run_tree(self, run_id: str) -> N:
         """The run ``run_id`` and every subagent run below it, with exclusive and inclusive

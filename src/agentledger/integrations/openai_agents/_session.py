@@ -436,7 +436,7 @@ class LedgerSession:
         separate = self.separate_trace and not every_item
         # The runs first: a run commits its messages and steps with it, so every run listed
         # is whole in what is read after it (a run committed in between is left for later).
-        counted, traces = self._counted(conversation.id, separate)
+        counted, traces = self._counted(conversation.id, separate, every_run=runs is not None)
         messages = self.ledger.messages(conversation.id)
         by_run: dict[str, list[tuple[int, Item]]] = {}
         for message in messages:
@@ -450,13 +450,21 @@ class LedgerSession:
         return entries
 
     def _counted(
-        self, conversation_id: str, separate_trace: bool
+        self, conversation_id: str, separate_trace: bool, *, every_run: bool
     ) -> tuple[list[AgentRun], dict[str, list[tuple[int, Item]]]]:
         """A branch's completed runs (see :meth:`_runs`), and the trace items of those whose
         trace is in the view: every run's with the trace inline, the compactions' otherwise.
-        Their steps are read in one read for the whole branch, not one per run."""
+        Their steps are read in one read for the whole branch, not one per run. Without the
+        trace, and unless ``every_run`` is asked for (to count them), the runs that only
+        recorded steps are not read: they add nothing to the view."""
         if separate_trace:
-            counted = self._runs(conversation_id)
+            if every_run:
+                counted = self._runs(conversation_id)
+            else:
+                speaking = self.ledger.speaking_runs(
+                    conversation_id, status=AgentStatus.COMPLETED, metadata={COMPACTION_KEY: True}
+                )
+                counted = self._session_runs(speaking)
             if not any(_compacted(run) for run in counted):
                 return counted, {}
         listed = self.ledger.runs_with_steps(conversation_id)
