@@ -1,7 +1,8 @@
 """``LedgerSession``: the OpenAI Agents SDK's ``Session`` protocol over an agentledger ledger.
 
 The session's id is its conversation's id. Each ``add_items`` call is one ledger run, recorded
-through the ledger's recorder as any run is (begin, a step per model call, commit): the user
+through the ledger's recorder as any run is (begin, a step per model call, commit), all in one
+transaction (``Ledger.together``), which commits once or not at all: the user
 and assistant messages go to ``conversation_messages``, every other item to the run's steps
 and tool executions. Nothing is ever deleted: ``pop_item`` and ``clear_session`` are runs too,
 whose metadata names what they took out of the session (see :class:`LedgerSession`).
