@@ -337,6 +337,14 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
 
     aturn = on_an_event_loop(turn)
 
+    def together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction that every read and write of this handle on this
+        thread joins while it runs (each write a savepoint of it), ``what`` naming it in
+        errors: a run begun, stepped and committed in it commits at once, with one sync to
+        disk, or not at all. Tried again only while the database is locked before ``work``
+        begins (:class:`LedgerBusyError` when it is met after)."""
+        return self._database.together(what, work)
+
     @property
     def graph_checkpoints(self) -> GraphCheckpoints:
         """The checkpoints graph frameworks keep in this ledger (revision 0014's tables), in

@@ -159,11 +159,13 @@ def run_rows(
     status: AgentStatus | str | None = None,
     limit: int | None = None,
     since: datetime | None = None,
+    condition: tuple[str, dict[str, Any]] = ("", {}),
 ) -> list[dict[str, Any]]:
     """Runs in ``scope``, oldest first within a conversation (``conversation_id``: its full
-    id), newest first across the ledger; with ``since``, those started at or after it."""
-    sql = select_rows("agent_runs") + "WHERE 1 = 1 " + in_scope(scope)
-    params = _params(scope, limit=row_limit(limit))
+    id), newest first across the ledger; with ``since``, those started at or after it; those
+    meeting ``condition`` (more ``AND ...`` SQL, and its parameters)."""
+    sql = select_rows("agent_runs") + "WHERE 1 = 1 " + in_scope(scope) + condition[0]
+    params = _params(scope, limit=row_limit(limit), **condition[1])
     if since is not None:
         sql += "AND started_at >= :since "
         params["since"] = time_param(reads.dialect, since)
@@ -182,11 +184,51 @@ _STEPS = select_rows("step_executions") + "WHERE run_id = :run_id ORDER BY step_
 _TOOLS = select_rows("tool_executions") + "WHERE run_id = :run_id ORDER BY step_index, position"
 
 
+_OF_CONVERSATION = "WHERE run_id IN (SELECT id FROM agent_runs WHERE conversation_id = :c) "
+_CONVERSATION_STEPS = select_rows("step_executions") + _OF_CONVERSATION + "ORDER BY step_index"
+_CONVERSATION_TOOLS = (
+    select_rows("tool_executions") + _OF_CONVERSATION + "ORDER BY step_index, position"
+)
+
+
+def speaking(
+    dialect: str, conversation_id: str, metadata: Mapping[str, Any] | None
+) -> tuple[str, dict[str, Any]]:
+    """The condition keeping the runs that hold a message of the conversation (its full id),
+    recorded no step, or have ``metadata`` (see :func:`metadata_condition`)."""
+    held = "SELECT run_id FROM conversation_messages WHERE conversation_id = :conversation_id"
+    found, params = metadata_condition(dialect, metadata, "agent_runs") if metadata else ("", {})
+    marked = f"OR (1 = 1 {found})" if metadata else ""
+    return f"AND (step_count = 0 OR id IN ({held}) {marked}) ", params
+
+
 def load_steps(reads: Reads, run_id: str) -> tuple[StepExecution, ...]:
     """A run's steps (given by its full id), rebuilt from their rows and their tool rows."""
     steps = reads.rows(_STEPS, {"run_id": run_id}, "step_executions")
+    tools = reads.rows(_TOOLS, {"run_id": run_id}, "tool_executions")
+    return _rebuilt_steps(run_id, steps, tools)
+
+
+def conversation_steps(reads: Reads, conversation_id: str) -> dict[str, tuple[StepExecution, ...]]:
+    """The steps of every run of a conversation (given by its full id), by run id: one
+    statement for the step rows and one for the tool rows, however many runs it has."""
+    params = {"c": conversation_id}
+    steps: dict[str, list[Row]] = {}
+    for step in reads.rows(_CONVERSATION_STEPS, params, "step_executions"):
+        steps.setdefault(step["run_id"], []).append(step)
+    tools: dict[str, list[Row]] = {}
+    for tool in reads.rows(_CONVERSATION_TOOLS, params, "tool_executions"):
+        tools.setdefault(tool["run_id"], []).append(tool)
+    return {run: _rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
+
+
+def _rebuilt_steps(
+    run_id: str, steps: Sequence[Row], tools: Sequence[Row]
+) -> tuple[StepExecution, ...]:
+    """A run's steps from their rows (in order of their index) and their tool rows (in order
+    of step and position)."""
     by_step: dict[str, list[Row]] = {}
-    for tool in reads.rows(_TOOLS, {"run_id": run_id}, "tool_executions"):
+    for tool in tools:
         by_step.setdefault(tool["step_id"], []).append(tool)
     in_sequence(steps, "step_index", 0, f"the steps of run {run_id}")
     return tuple(step_execution_of(s, by_step.get(s["id"], ())) for s in steps)
@@ -210,18 +252,20 @@ def _params(scope: Scope, **params: Any) -> dict[str, Any]:
 _JSON_TYPES = {True: "true", False: "false", None: "null"}
 
 
-def metadata_condition(dialect: str, wanted: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+def metadata_condition(
+    dialect: str, wanted: Mapping[str, Any], table: str = "conversations"
+) -> tuple[str, dict[str, Any]]:
     """The conditions, as SQL text (each ``AND ...``) and their parameters, that keep the
-    conversations whose metadata has each of ``wanted``'s top-level keys, equal to its value
-    (a string, a number, a boolean or ``None`` for JSON null). Keys and values are parameters,
-    never part of the SQL text or of a JSON path, so any text is a key."""
+    rows of ``table`` whose metadata has each of ``wanted``'s top-level keys, equal to its
+    value (a string, a number, a boolean or ``None`` for JSON null). Keys and values are
+    parameters, never part of the SQL text or of a JSON path, so any text is a key."""
     for key, value in wanted.items():
         _check_filter(key, value)
     if dialect == "postgresql":
         return "AND metadata @> CAST(:metadata AS JSONB) ", {"metadata": json.dumps(wanted)}
     conditions, params = [], {}
     for n, (key, value) in enumerate(wanted.items()):
-        condition, values = _sqlite_member(n, key, value)
+        condition, values = _sqlite_member(table, n, key, value)
         conditions.append(condition)
         params.update(values)
     return "".join(conditions), params
@@ -237,7 +281,7 @@ def _check_filter(key: object, value: object) -> None:
         )
 
 
-def _sqlite_member(n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
+def _sqlite_member(table: str, n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
     """SQLite: the metadata object has ``key``, whose value is ``value`` (``json_each``, so
     the key is compared as data, never read as a JSON path); the ``n``-th such condition."""
     params: dict[str, Any] = {f"key{n}": key}
@@ -248,7 +292,5 @@ def _sqlite_member(n: int, key: str, value: Any) -> tuple[str, dict[str, Any]]:
     else:
         matches = f"j.type IN ('integer', 'real') AND j.atom = :value{n}"
         params[f"value{n}"] = value
-    member = (
-        f"SELECT 1 FROM json_each(conversations.metadata) AS j WHERE j.key = :key{n} AND {matches}"
-    )
+    member = f"SELECT 1 FROM json_each({table}.metadata) AS j WHERE j.key = :key{n} AND {matches}"
     return f"AND EXISTS ({member}) ", params

@@ -20,6 +20,7 @@ from ._queries import (
     buffer_rows,
     conversation_row,
     conversation_rows,
+    conversation_steps,
     counted_steps,
     in_section,
     load_steps,
@@ -28,6 +29,7 @@ from ._queries import (
     metadata_condition,
     run_row,
     run_rows,
+    speaking,
     turns_of,
 )
 from ._row_mapping import Row
@@ -188,6 +190,33 @@ class LedgerReads(Generic[C, R, N]):
             ],
         )
 
+    def speaking_runs(
+        self,
+        conversation_id: str,
+        *,
+        status: AgentStatus | str | None = None,
+        metadata: Mapping[str, Any] | None = None,
+    ) -> list[R]:
+        """The conversation's runs that say something in it, oldest first (as :meth:`runs`
+        lists them), of ``status`` if given: those that hold a message of it, those that
+        recorded no step (what they did is in their metadata), and those whose metadata has
+        each of ``metadata``'s top-level keys with its value. The runs that only recorded
+        steps are left out: a view of the conversation built from its runs reads these."""
+        conversation_id = self._conversation_row(conversation_id)["id"]
+
+        def read(reads: Reads) -> list[R]:
+            condition = speaking(reads.dialect, conversation_id, metadata)
+            rows = run_rows(
+                reads,
+                self.scope,
+                conversation_id=conversation_id,
+                status=status,
+                condition=condition,
+            )
+            return [self._run_of(row) for row in rows]
+
+        return self._reads("listing runs", read)
+
     def run_tree(self, run_id: str) -> N:
         """The run ``run_id`` and every subagent run below it, with exclusive and inclusive
         usage. Give a root run's id for the whole tree (``AgentRun.root_run_id``)."""
@@ -212,6 +241,24 @@ class LedgerReads(Generic[C, R, N]):
         )
         counted_steps(steps, run["id"], run["step_count"])
         return steps
+
+    def runs_with_steps(self, conversation_id: str) -> list[tuple[R, tuple[StepExecution, ...]]]:
+        """Every run of the conversation, oldest first (as :meth:`runs` lists them), each with
+        its steps (as :meth:`steps` gives them), read together: three statements however many
+        runs it has, where a run's :meth:`steps` each take a read of their own."""
+        conversation_id = self._conversation_row(conversation_id)["id"]
+
+        def read(reads: Reads) -> list[tuple[R, tuple[StepExecution, ...]]]:
+            rows = run_rows(reads, self.scope, conversation_id=conversation_id)
+            steps = conversation_steps(reads, conversation_id)
+            found = []
+            for row in rows:
+                run, own = self._run_of(row), steps.get(row["id"], ())
+                counted_steps(own, row["id"], row["step_count"])
+                found.append((run, own))
+            return found
+
+        return self._reads(f"reading the runs and steps of conversation {conversation_id}", read)
 
     def tool_executions(self, run_id: str) -> tuple[ToolExecution, ...]:
         """The run's tool executions, in the order of its steps and of each step's calls."""

@@ -1,7 +1,8 @@
 """``LedgerSession``: the OpenAI Agents SDK's ``Session`` protocol over an agentledger ledger.
 
 The session's id is its conversation's id. Each ``add_items`` call is one ledger run, recorded
-through the ledger's recorder as any run is (begin, a step per model call, commit): the user
+through the ledger's recorder as any run is (begin, a step per model call, commit), all in one
+transaction (``Ledger.together``), which commits once or not at all: the user
 and assistant messages go to ``conversation_messages``, every other item to the run's steps
 and tool executions. Nothing is ever deleted: ``pop_item`` and ``clear_session`` are runs too,
 whose metadata names what they took out of the session (see :class:`LedgerSession`).
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
 from typing import Any
@@ -41,7 +42,15 @@ from ..._agents_sdk_items import (
     stored_items,
     text_of,
 )
-from ..._values import AgentState, AgentStatus, Message, Role, check_storable, new_id
+from ..._values import (
+    AgentState,
+    AgentStatus,
+    Message,
+    Role,
+    StepExecution,
+    check_storable,
+    new_id,
+)
 from ...errors import ConversationBusyError, NotFoundError, UsageError
 from ...ledger import AgentRun, Conversation, Ledger
 from . import _branches, _turns, _usage
@@ -241,7 +250,6 @@ class LedgerSession:
     # --- in a worker thread -----------------------------------------------------------------
 
     def _add(self, batch: Batch, calls: Sequence[ModelCall]) -> None:
-        self._ensure_conversation()
         self._record({}, batch, calls)
 
     def _pop(self) -> Any | None:
@@ -305,13 +313,45 @@ class LedgerSession:
         conversation_id: str | None = None,
     ) -> bool:
         """One run of the session (in the current branch's conversation unless another is
-        given): begin, its steps, commit (or, on failure, failed: a failed run's items are not
-        the session's). ``still`` is checked under the run's lease, where no other write of
-        the session can land: when it is false the run ends failed, nothing of it counts, and
-        the answer is False."""
+        given), begun, stepped and committed in one transaction (see :meth:`_recorded`),
+        waiting up to the ledger's ``busy_timeout`` while another write holds the
+        conversation: those of other handles last milliseconds. An agentledger run holding it
+        for longer gives its :class:`ConversationBusyError`."""
+        deadline = time.monotonic() + self.ledger.settings.busy_timeout
+        pause = 0.005
+        while True:
+            try:
+                return self.ledger.together(
+                    f"recording a run of session {self.session_id}",
+                    partial(self._recorded, metadata, batch, calls, still, conversation_id),
+                )
+            except ConversationBusyError:
+                # Out of the transaction (which held the database) before waiting: the writer
+                # holding the conversation needs it to end its run.
+                if time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)
+            pause = min(pause * 2, 0.1)
+
+    def _recorded(
+        self,
+        metadata: dict[str, JsonValue],
+        batch: Batch | None,
+        calls: Sequence[ModelCall],
+        still: Callable[[], bool] | None,
+        conversation_id: str | None,
+    ) -> bool:
+        """The run, in the transaction :meth:`_record` holds: begin, its steps, commit, each a
+        savepoint of it, committed together with one sync to disk. When anything fails the
+        transaction is rolled back whole: nothing of the run is written (the run ends failed
+        first, to let its lease go). ``still`` is checked under the run's lease, where no
+        other write of the session can land: when it is false the run ends failed, nothing of
+        it counts, and the answer is False."""
         recorder = self.ledger.recorder
         run_id = new_id()
-        conversation_id = conversation_id or self._branch.conversation_id
+        if conversation_id is None:
+            conversation_id = self._branch.conversation_id
+            self._ensure_conversation(conversation_id)
         if batch is not None and any(is_compaction(i) for s in batch.steps for _, i in s.produced):
             metadata = {**metadata, COMPACTION_KEY: True}
         state = AgentState(
@@ -322,7 +362,7 @@ class LedgerSession:
             # session's runs sort in the order they wrote, whichever handle wrote them.
             metadata={SESSION_KEY: self.session_id, **metadata},
         )
-        self._begin(state)
+        recorder.begin_run(state, user_message=None, agent_name=AGENT_NAME)
         try:
             # Loaded under the run's lease: the conversation cannot change until the commit.
             loaded = recorder.load_conversation(conversation_id).store
@@ -338,22 +378,6 @@ class LedgerSession:
             with contextlib.suppress(Exception):  # the error that ended it is the one to raise
                 recorder.fail_run(state, f"{type(exc).__name__}: {exc}")
             raise
-
-    def _begin(self, state: AgentState) -> None:
-        """Begin the run, waiting up to the ledger's ``busy_timeout`` while another write of
-        the session (from another handle) holds the conversation: those last milliseconds.
-        An agentledger run holding it for longer gives its :class:`ConversationBusyError`."""
-        deadline = time.monotonic() + self.ledger.settings.busy_timeout
-        pause = 0.005
-        while True:
-            try:
-                self.ledger.recorder.begin_run(state, user_message=None, agent_name=AGENT_NAME)
-                return
-            except ConversationBusyError:
-                if time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)
-            pause = min(pause * 2, 0.1)
 
     def _filled(self, state: AgentState, batch: Batch, calls: Sequence[ModelCall]) -> AgentState:
         """``state`` with the batch's messages and its steps (each recorded as it is added)."""
@@ -377,8 +401,7 @@ class LedgerSession:
             self.ledger.recorder.record_step(run_id, execution, ())
         return state
 
-    def _ensure_conversation(self) -> None:
-        conversation_id = self._branch.conversation_id
+    def _ensure_conversation(self, conversation_id: str) -> None:
         if self._conversation(conversation_id) is not None:
             return
         try:
@@ -411,9 +434,10 @@ class LedgerSession:
         if conversation is None:
             return []
         entries = _branches.forked_with(self, conversation, every_item=every_item)
+        separate = self.separate_trace and not every_item
         # The runs first: a run commits its messages and steps with it, so every run listed
         # is whole in what is read after it (a run committed in between is left for later).
-        counted = self._runs(conversation.id)[:runs]
+        counted, traces = self._counted(conversation.id, separate, every_run=runs is not None)
         messages = self.ledger.messages(conversation.id)
         by_run: dict[str, list[tuple[int, Item]]] = {}
         for message in messages:
@@ -421,53 +445,86 @@ class LedgerSession:
             run_id = _run_of(message)
             if isinstance(item, dict) and isinstance(index, int) and run_id is not None:
                 by_run.setdefault(run_id, []).append((index, item))
-        separate = self.separate_trace and not every_item
-        for run in counted:
-            entries = self._after(run, entries, by_run.get(run.id, []), separate)
+        for run in counted[:runs]:
+            own = by_run.get(run.id, [])
+            entries = _after(run, entries, own, traces.get(run.id, []), separate)
         return entries
+
+    def _counted(
+        self, conversation_id: str, separate_trace: bool, *, every_run: bool
+    ) -> tuple[list[AgentRun], dict[str, list[tuple[int, Item]]]]:
+        """A branch's completed runs (see :meth:`_runs`), and the trace items of those whose
+        trace is in the view: every run's with the trace inline, the compactions' otherwise.
+        Their steps are read in one read for the whole branch, not one per run. Without the
+        trace, and unless ``every_run`` is asked for (to count them), the runs that only
+        recorded steps are not read: they add nothing to the view."""
+        if separate_trace:
+            if every_run:
+                counted = self._runs(conversation_id)
+            else:
+                speaking = self.ledger.speaking_runs(
+                    conversation_id, status=AgentStatus.COMPLETED, metadata={COMPACTION_KEY: True}
+                )
+                counted = self._session_runs(speaking)
+            if not any(_compacted(run) for run in counted):
+                return counted, {}
+        listed = self.ledger.runs_with_steps(conversation_id)
+        counted = self._session_runs(run for run, _ in listed)
+        traces = {run.id: _trace_of(steps) for run, steps in listed}
+        return counted, traces
 
     def _runs(self, conversation_id: str) -> list[AgentRun]:
         """A branch's completed runs in the order they committed (see :func:`_written`)."""
-        runs = [
+        return self._session_runs(self.ledger.runs(conversation_id))
+
+    def _session_runs(self, runs: Iterable[AgentRun]) -> list[AgentRun]:
+        """The completed runs of this session among ``runs``, in the order they committed."""
+        mine = [
             run
-            for run in self.ledger.runs(conversation_id)
+            for run in runs
             if (run.metadata_ or {}).get(SESSION_KEY) == self.session_id
             and run.status == AgentStatus.COMPLETED
         ]
-        return sorted(runs, key=_written)
+        return sorted(mine, key=_written)
 
-    def _after(
-        self,
-        run: AgentRun,
-        entries: list[Entry],
-        messages: list[tuple[int, Item]],
-        separate_trace: bool,
-    ) -> list[Entry]:
-        """``entries`` after the run ``run``: its items added, or what it removed taken out."""
-        metadata = run.metadata_ or {}
-        if metadata.get(CLEARED_KEY):
-            return []
-        removed = metadata.get(REMOVED_KEY)
-        if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
-            entries = [e for e in entries if e.key not in removed]
-        own = [(n, item, True) for n, item in messages]
-        if run.step_count and (not separate_trace or metadata.get(COMPACTION_KEY)):
-            # A compaction item stands for the items it replaced: the model sees it in
-            # either view.
-            trace = self._trace(run.id)
-            own += [(n, i, False) for n, i in trace if not separate_trace or is_compaction(i)]
-        own.sort(key=lambda entry: entry[0])
-        return [*entries, *(Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
 
-    def _trace(self, run_id: str) -> list[tuple[int, Item]]:
-        found = []
-        for execution in self.ledger.steps(run_id):
-            assistant = execution.step.assistant_message
-            stored = assistant.metadata.get(ITEMS_KEY) if assistant is not None else None
-            for entry in stored if isinstance(stored, list) else []:
-                if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
-                    found.append((int(str(entry["index"])), entry["item"]))
-        return found  # type: ignore[return-value]
+def _compacted(run: AgentRun) -> bool:
+    """Whether the run added a compaction item (which stands for the items it replaced: the
+    model sees it in either view)."""
+    return bool(run.step_count and (run.metadata_ or {}).get(COMPACTION_KEY))
+
+
+def _after(
+    run: AgentRun,
+    entries: list[Entry],
+    messages: list[tuple[int, Item]],
+    trace: list[tuple[int, Item]],
+    separate_trace: bool,
+) -> list[Entry]:
+    """``entries`` after the run ``run`` (its conversation ``messages`` and ``trace`` items):
+    its items added, or what it removed taken out."""
+    metadata = run.metadata_ or {}
+    if metadata.get(CLEARED_KEY):
+        return []
+    removed = metadata.get(REMOVED_KEY)
+    if isinstance(removed, list):  # a pop, or a compaction (which adds its output after)
+        entries = [e for e in entries if e.key not in removed]
+    own = [(n, item, True) for n, item in messages]
+    own += [(n, i, False) for n, i in trace if not separate_trace or is_compaction(i)]
+    own.sort(key=lambda entry: entry[0])
+    return [*entries, *(Entry(f"{run.id}:{n}", item, c) for n, item, c in own)]
+
+
+def _trace_of(steps: Sequence[StepExecution]) -> list[tuple[int, Item]]:
+    """The trace items a run's steps hold, each with its index in the run's batch."""
+    found = []
+    for execution in steps:
+        assistant = execution.step.assistant_message
+        stored = assistant.metadata.get(ITEMS_KEY) if assistant is not None else None
+        for entry in stored if isinstance(stored, list) else []:
+            if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
+                found.append((int(str(entry["index"])), entry["item"]))
+    return found  # type: ignore[return-value]
 
 
 def _written(run: AgentRun) -> tuple[bool, int, datetime, str]:
