@@ -294,50 +294,45 @@ def test_downgrading_to_the_previous_revision_and_upgrading_again_loses_nothing(
         assert [h.message.content for h in porto] == [harness.STALE_USER_TEXT]
 
 
-def test_a_ledger_holding_compactions_is_not_downgraded_and_is_left_untouched(db_url):
+@pytest.mark.parametrize(
+    ("record", "target", "said"),
+    [
+        pytest.param(
+            harness.record_compactions,
+            "0003",
+            [
+                "cannot downgrade below revision 0004",
+                "2 context compaction event(s) and 2 message(s)",
+                "Nothing was changed",
+            ],
+            id="compactions",
+        ),
+        pytest.param(
+            harness.record_stored_conversations,
+            "0014",
+            ["holds 2 stored conversation record(s)", "agentledger forget"],
+            id="stored conversations",
+        ),
+        pytest.param(
+            harness.record_adk_session,
+            "0015",
+            ["adk_sessions holds 1 sessions", "delete_session"],
+            id="adk sessions",
+        ),
+    ],
+)
+def test_a_ledger_holding_what_an_older_revision_cannot_is_not_downgraded_and_left_untouched(
+    db_url, record, target, said
+):
     with Ledger.open(db_url) as ledger:
-        harness.record_compactions(ledger)
+        record(ledger)
     with Database(db_url) as database:
         before = database.snapshot()
 
-    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", "0003"])
+    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", target])
 
     assert result.exit_code == 1
-    assert "cannot downgrade below revision 0004" in result.output
-    assert "2 context compaction event(s) and 2 message(s)" in result.output
-    assert "Nothing was changed" in result.output
-    with Database(db_url) as database:
-        assert database.versions() == [HEAD]
-        assert database.snapshot() == before
-
-
-def test_a_ledger_holding_adk_sessions_is_not_downgraded_to_0015(db_url):
-    with Ledger.open(db_url) as ledger:
-        harness.record_adk_session(ledger)
-    with Database(db_url) as database:
-        before = database.snapshot()
-
-    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", "0015"])
-
-    assert result.exit_code == 1
-    assert "adk_sessions holds 1 sessions" in result.output
-    assert "delete_session" in result.output
-    with Database(db_url) as database:
-        assert database.versions() == [HEAD]
-        assert database.snapshot() == before
-
-
-def test_a_ledger_holding_stored_conversations_is_not_downgraded_to_0014(db_url):
-    with Ledger.open(db_url) as ledger:
-        harness.record_stored_conversations(ledger)
-    with Database(db_url) as database:
-        before = database.snapshot()
-
-    result = CliRunner().invoke(cli, ["--db", db_url, "db", "downgrade", "0014"])
-
-    assert result.exit_code == 1
-    assert "holds 2 stored conversation record(s)" in result.output
-    assert "agentledger forget" in result.output
+    assert all(words in result.output for words in said), result.output
     with Database(db_url) as database:
         assert database.versions() == [HEAD]
         assert database.snapshot() == before
