@@ -18,7 +18,12 @@ from typing import Any
 import pytest
 
 from agentledger import AgentBuilder, NotFoundError
-from agentledger.errors import ConfigurationError, LedgerOpenError, SchemaVersionError
+from agentledger.errors import (
+    ConfigurationError,
+    LedgerOpenError,
+    SchemaVersionError,
+    UsageError,
+)
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
 from support.databases import BACKENDS, fresh_database
@@ -267,3 +272,24 @@ def test_an_unknown_id_raises_not_found_naming_it_and_writes_nothing(busy_ledger
         assert UNKNOWN in str(raised.value)
     with Database(busy_ledger) as database:
         assert database.snapshot() == before
+
+
+@pytest.mark.parametrize(
+    ("module", "store", "framework"),
+    [
+        ("agentledger.integrations.langgraph", "LedgerSaver", "langgraph"),
+        ("agentledger.integrations.openai_agents", "LedgerSession", "agents"),
+        ("agentledger.integrations.pydantic_ai", "LedgerConversationStore", "pydantic_ai"),
+        ("agentledger.integrations.adk", "LedgerSessionService", "google.adk"),
+    ],
+)
+def test_a_frameworks_store_given_a_path_for_its_ledger_says_to_open_one(
+    module: str, store: str, framework: str
+) -> None:
+    pytest.importorskip(framework)
+    made = getattr(__import__(module, fromlist=[store]), store)
+    with pytest.raises(UsageError) as raised:
+        made("session-1", "ledger.db") if store == "LedgerSession" else made("ledger.db")
+    assert str(raised.value) == (
+        f"{store} takes a Ledger (agentledger.ledger.Ledger.open(url)), not str"
+    )

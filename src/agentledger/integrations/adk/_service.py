@@ -27,7 +27,6 @@ from google.adk.sessions.base_session_service import GetSessionConfig, ListSessi
 from pydantic import JsonValue
 from pydantic_core import to_jsonable_python
 
-from ...errors import UsageError
 from ...ledger import (
     Append,
     Appended,
@@ -37,6 +36,7 @@ from ...ledger import (
     StoredEvent,
     StoredSession,
 )
+from .._ledger_argument import a_ledger
 from ._runs import DELETED, SessionRuns
 
 STALE = (
@@ -49,11 +49,7 @@ class LedgerSessionService(BaseSessionService):
     """ADK sessions in an agentledger :class:`~agentledger.ledger.Ledger` (see the module)."""
 
     def __init__(self, ledger: Ledger) -> None:
-        if not isinstance(ledger, Ledger):
-            raise UsageError(
-                f"LedgerSessionService takes a Ledger (agentledger.ledger.Ledger.open(url)), "
-                f"not {type(ledger).__name__}"
-            )
+        ledger = a_ledger(ledger, "LedgerSessionService")
         self._ledger = ledger
         self._store = ledger.adk_sessions
         self._runs = SessionRuns(ledger, self._store)

@@ -42,6 +42,7 @@ from ...ledger import (
     PendingWrite,
     StoredCheckpoint,
 )
+from .._ledger_argument import a_ledger
 from ._messages import MessageChannels
 
 WRITE_LOCKS = 64
@@ -66,11 +67,7 @@ class LedgerSaver(BaseCheckpointSaver[str]):
     """
 
     def __init__(self, ledger: Ledger, *, serde: SerializerProtocol | None = None) -> None:
-        if not isinstance(ledger, Ledger):
-            raise UsageError(
-                f"LedgerSaver takes a Ledger (agentledger.ledger.Ledger.open(url)), not "
-                f"{type(ledger).__name__}"
-            )
+        ledger = a_ledger(ledger, "LedgerSaver")
         super().__init__(serde=serde)
         self.ledger = ledger
         self._store = ledger.graph_checkpoints

@@ -53,6 +53,7 @@ from ..._values import (
 )
 from ...errors import ConversationBusyError, NotFoundError, UsageError
 from ...ledger import AgentRun, Conversation, Ledger
+from .._ledger_argument import a_ledger
 from . import _branches, _turns, _usage
 from ._steps import ModelCall, step_execution, usage_of
 from ._view import MAIN, Branch, Entry
@@ -112,11 +113,7 @@ class LedgerSession:
                 "of the session's conversation in the ledger"
             )
         check_storable(session_id, "the session id")
-        if not isinstance(ledger, Ledger):
-            raise UsageError(
-                f"LedgerSession takes a Ledger (agentledger.ledger.Ledger.open(url)), not "
-                f"{type(ledger).__name__}"
-            )
+        ledger = a_ledger(ledger, "LedgerSession")
         self.session_id = session_id
         self.ledger = ledger
         self.separate_trace = separate_trace

@@ -26,8 +26,8 @@ from pydantic_ai.messages import ModelMessage
 from pydantic_ai.tools import DeferredToolRequests
 from pydantic_ai.usage import RunUsage
 
-from ...errors import UsageError
 from ...ledger import Ledger, MessageRow, StoredEntry, StoredRecord
+from .._ledger_argument import a_ledger
 from .._residue import kept_if_rebuilt
 from ._runs import record_runs
 
@@ -56,11 +56,7 @@ class LedgerConversationStore(ConversationStore):
     """
 
     def __init__(self, ledger: Ledger) -> None:
-        if not isinstance(ledger, Ledger):
-            raise UsageError(
-                f"LedgerConversationStore takes a Ledger (agentledger.ledger.Ledger.open(url)), "
-                f"not {type(ledger).__name__}"
-            )
+        ledger = a_ledger(ledger, "LedgerConversationStore")
         self.ledger = ledger
         self._stored = ledger.stored_conversations
 
