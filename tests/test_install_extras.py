@@ -343,10 +343,10 @@ def test_the_adk_extra_keeps_an_adk_session_in_the_ledger(
 
     found = probe(python, "adk", f"sqlite:///{tmp_path / 'ledger.db'}")
 
-    assert found["uses"] == {
+    assert found["uses"] == {  # the probe's own scripted run first, of no tenant or owner
         "same": True,
-        "messages": [["user", "hi"]],
-        "owners": [["probe", "u"]],
+        "messages": [["user", "What is 2 + 3?"], ["assistant", "5"], ["user", "hi"]],
+        "owners": [[None, None], ["probe", "u"]],
     }
     holds(found, "adk", {"google-adk", "google-genai"}, report, allowed=OTEL)
 
