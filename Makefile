@@ -102,9 +102,7 @@ OLDEST_SKIP   := --ignore=tests/test_openai_agents_session.py --ignore=tests/tes
     --ignore=tests/test_adk_sessions.py --ignore=tests/test_pydantic_ai_store.py \
     --ignore=tests/test_openai_agents_reads.py \
     --deselect=tests/test_bench_workers.py::test_every_saver_keeps_every_turn_of_the_chat_and_is_held_against_sqlitesaver \
-    --deselect=tests/test_layers.py::test_the_agents_sdk_is_loaded_by_its_integration_only \
-    --deselect=tests/test_layers.py::test_the_mcp_sdk_is_loaded_by_its_integrations_only \
-    --deselect=tests/test_layers.py::test_pydantic_ai_is_loaded_by_its_integration_only \
+    --deselect=tests/test_layers.py::test_each_framework_is_loaded_by_its_integration \
     --deselect=tests/test_scopes.py::test_a_session_on_a_scoped_handle_cannot_read_or_write_another_tenants_session
 LOWER_BOUNDS  := import re, sys, tomllib; \
     wanted = sys.argv[1:]; \
@@ -125,9 +123,11 @@ test-oldest: $(OLDEST)/.installed $(SDK_PINNED)/.installed
 	$(if $(SERIAL_FILES),$(OLDEST)/bin/pytest -m serial $(SERIAL_FILES))
 
 # The reliability suite at its large size: 1,000 random kills per backend, a minute of writers;
-# a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous); and
-# the files whose long tests make test runs on SQLite alone (SQLITE_UNLESS_SOAK), on both.
+# a ledger of every revision upgraded on PostgreSQL (make test: the oldest and the previous); the
+# documents' examples run a second time, last first; and the files whose long tests make test
+# runs on SQLite alone (SQLITE_UNLESS_SOAK), on both.
 SOAK_ALSO = tests/test_migrations.py::test_a_ledger_written_at_any_revision_reads_whole_at_the_head_and_downgrades_back \
+    tests/test_readme.py::test_every_example_runs_in_order_in_one_folder_and_under_soak_again_last_first \
     $(shell grep -rlE --include='test_*.py' '^@SQLITE_UNLESS_SOAK' tests)
 soak: $(VENV)/.installed-dev
 	AGENTLEDGER_SOAK=1 AGENTLEDGER_REQUIRE_PG=1 $(BIN)/pytest tests/reliability $(SOAK_ALSO) $(SOAK_ARGS)

@@ -17,31 +17,16 @@ database and the enum in Python. Token totals on ``agent_runs`` are the run's ow
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from datetime import UTC, datetime
+from collections.abc import Mapping
+from datetime import datetime
 from enum import StrEnum
 from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import (
-    JSON,
-    BigInteger,
-    Column,
-    DateTime,
-    Float,
-    Index,
-    LargeBinary,
-    MetaData,
-    UniqueConstraint,
-    false,
-    true,
-)
-from sqlalchemy.engine import Dialect
-from sqlalchemy.orm import configure_mappers, registry
+from sqlalchemy import BigInteger, Index, UniqueConstraint, false, true
+from sqlalchemy.orm import configure_mappers
 from sqlalchemy.orm.instrumentation import manager_of_class
-from sqlalchemy.types import TypeDecorator, TypeEngine
-from sqlmodel import Field, SQLModel
-from sqlmodel.sql.sqltypes import AutoString
+from sqlmodel import Field
 
 from .._values import (
     AgentStatus,
@@ -52,127 +37,83 @@ from .._values import (
     StopReason,
     Usage,
 )
-from ._columns import USAGE_COLUMNS as USAGE_COLUMNS
-from ._columns import ConversationKind as ConversationKind
-from ._columns import EnumValues, duration_ms, sqlite_time, usage_of, utc_time
+from ._columns import USAGE_COLUMNS, ConversationKind, duration_ms, usage_of
+from ._framework_tables import (
+    AdkEventRow,
+    AdkSessionRow,
+    AdkStateRow,
+    GraphChannelValueRow,
+    GraphCheckpointRow,
+    GraphWriteRow,
+    StoredEntryRow,
+    StoredRecordRow,
+)
+from ._table_types import (
+    NAMING_CONVENTION,
+    EnumText,
+    JSONColumn,
+    JSONType,
+    LedgerTable,
+    UTCDateTime,
+    checksum_field,
+    json_field,
+    metadata,
+    tenant_field,
+    time_field,
+)
 
-NAMING_CONVENTION = {
-    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
-    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
-    "ck": "ck_%(table_name)s_%(constraint_name)s",
-    "fk": "fk_%(table_name)s_%(column_0_name)s_%(referred_table_name)s",
-    "pk": "pk_%(table_name)s",
-}
-
-metadata = MetaData(naming_convention=NAMING_CONVENTION)
-"""The ledger's own metadata, apart from ``SQLModel.metadata``, so an application's tables and
-ours never mix in one migration environment."""
-
-
-class LedgerTable(SQLModel, registry=registry(metadata=metadata)):
-    """Base of the ledger's tables."""
-
-
-class UTCDateTime(TypeDecorator[datetime]):
-    """A timestamp stored in UTC (``timestamptz`` on PostgreSQL, ISO text on SQLite) and
-    always read back as a timezone-aware datetime."""
-
-    impl = DateTime(timezone=True)
-    cache_ok = True
-
-    def process_bind_param(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        if value is None:
-            return None
-        if value.tzinfo is None:
-            raise ValueError(f"naive datetime {value!r}: the ledger stores aware UTC times")
-        value = value.astimezone(UTC)
-        return value.replace(tzinfo=None) if dialect.name == "sqlite" else value
-
-    def process_result_value(self, value: datetime | None, dialect: Dialect) -> datetime | None:
-        return None if value is None else utc_time(value)
-
-    # SQLite keeps the time as text: there, one step each way instead of two (the same text as
-    # SQLAlchemy's own DATETIME writes, ``YYYY-MM-DD HH:MM:SS.ffffff``, read as it reads it).
-
-    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any] | None:
-        if dialect.name != "sqlite":
-            return super().bind_processor(dialect)
-
-        def process(value: datetime | None) -> str | None:
-            return None if value is None else sqlite_time(value)
-
-        return process
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any] | None:
-        if dialect.name != "sqlite":
-            return super().result_processor(dialect, coltype)
-
-        def process(value: str | None) -> datetime | None:
-            return None if value is None else utc_time(value)
-
-        return process
-
-
-class EnumText(TypeDecorator[StrEnum]):
-    """A column of an enum's values: text in the database (the same DDL as a ``str`` column),
-    the enum in Python. A value that is not one of the enum's is a ``ValueError`` either way
-    (read back: a damaged row).
-
-    Both directions are one dictionary lookup (rows are read and written by the thousand on
-    the hot path); a ``StrEnum`` member and its text are the same key."""
-
-    impl = AutoString
-    cache_ok = True
-
-    def __init__(self, enum: type[StrEnum]) -> None:
-        super().__init__()
-        self.enum = enum
-        self._members = EnumValues(enum)
-        self._texts = EnumValues(enum, {m.value: m.value for m in enum})
-
-    def process_bind_param(self, value: Any, dialect: Dialect) -> str | None:
-        text: str | None = self._texts[value]
-        return text
-
-    def process_result_value(self, value: Any, dialect: Dialect) -> StrEnum | None:
-        member: StrEnum | None = self._members[value]
-        return member
-
-    def bind_processor(self, dialect: Dialect) -> Callable[[Any], Any]:
-        return self._texts.__getitem__
-
-    def result_processor(self, dialect: Dialect, coltype: object) -> Callable[[Any], Any]:
-        return self._members.__getitem__
-
-
-class JSONColumn(TypeDecorator[Any]):
-    """JSON, with Python ``None`` stored as SQL ``NULL`` (not the JSON text ``null``): JSONB on
-    PostgreSQL, whose dialect loads only for a PostgreSQL ledger (a SQLite ledger loads
-    SQLAlchemy's SQLite dialect alone)."""
-
-    impl = JSON(none_as_null=True)
-    cache_ok = True
-
-    def load_dialect_impl(self, dialect: Dialect) -> TypeEngine[Any]:
-        if dialect.name == "postgresql":
-            from sqlalchemy.dialects.postgresql import JSONB
-
-            return dialect.type_descriptor(JSONB(none_as_null=True))
-        return dialect.type_descriptor(JSON(none_as_null=True))
-
-
-JSONType = JSONColumn()
-"""The ledger's JSON columns' type (the migrations that add such a column use it too)."""
-
-
-def _json(name: str, *, nullable: bool = True) -> Any:
-    return Field(default=None, sa_column=Column(name, JSONType, nullable=nullable))
-
-
-def _checksum_column() -> Any:
-    """A CRC-32 of the row's columns (``agentledger.ledger.checksums``); NULL for runs still
-    running."""
-    return Field(default=None, sa_type=BigInteger, nullable=True)
+__all__ = [
+    "ADK_SESSION_TABLES",
+    "GRAPH_TABLES",
+    "LEDGER_TABLES",
+    "NAMING_CONVENTION",
+    "STAMPED_TABLES",
+    "STORE_TABLES",
+    "USAGE_COLUMNS",
+    "AdkEventRow",
+    "AdkSessionRow",
+    "AdkStateRow",
+    "AgentRun",
+    "ContextCompactionRow",
+    "Conversation",
+    "ConversationKind",
+    "ConversationMessage",
+    "EnumText",
+    "ExecutionBufferRow",
+    "ForgetLogRow",
+    "GraphChannelValueRow",
+    "GraphCheckpointRow",
+    "GraphWriteRow",
+    "JSONColumn",
+    "JSONType",
+    "LedgerChanges",
+    "LedgerDeletion",
+    "LedgerTable",
+    "Row",
+    "StepExecutionRow",
+    "StoredEntryRow",
+    "StoredRecordRow",
+    "ToolExecutionRow",
+    "UTCDateTime",
+    "adk_events",
+    "adk_sessions",
+    "adk_states",
+    "agent_runs",
+    "context_compactions",
+    "conversation_messages",
+    "conversations",
+    "execution_buffer_rows",
+    "forget_log",
+    "graph_channel_values",
+    "graph_checkpoints",
+    "graph_writes",
+    "metadata",
+    "row_of",
+    "step_executions",
+    "stored_entries",
+    "stored_records",
+    "tool_executions",
+]
 
 
 def _one_hour_writes() -> Any:
@@ -192,12 +133,6 @@ STAMPED_TABLES = (
 """The tables whose rows carry ``change_seq`` (revision 0008)."""
 
 
-def _tenant(*, index: bool = False) -> Any:
-    """``tenant_id``: the app's tenant the row belongs to, a copy of its conversation's on every
-    table but ``conversations`` (revision 0010; last, as it was added). ``NULL``: no tenant."""
-    return Field(default=None, nullable=True, index=index)
-
-
 def _owner() -> Any:
     """``owner_id``: the user the row's conversation belongs to (revision 0010). ``NULL``: no
     owner."""
@@ -209,10 +144,6 @@ def _change_seq() -> Any:
     copies of the ledger that read only what changed (revision 0008; set by the library as it
     writes on SQLite since 0009, by triggers otherwise); not covered by the checksums."""
     return Field(default=None, sa_type=BigInteger, nullable=True, index=True)
-
-
-def _time(*, nullable: bool = False, index: bool = False) -> Any:
-    return Field(default=None, sa_type=UTCDateTime, nullable=nullable, index=index)
 
 
 def _enum(enum: type[StrEnum], *, nullable: bool = False, index: bool = False, **kw: Any) -> Any:
@@ -229,13 +160,13 @@ class Conversation(LedgerTable, table=True):
     version: int = 0
     lease_holder: str | None = None
     lease_run_id: str | None = None
-    lease_expires_at: datetime | None = _time(nullable=True)
-    created_at: datetime = _time()
-    updated_at: datetime = _time(index=True)
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum_column()
+    lease_expires_at: datetime | None = time_field(nullable=True)
+    created_at: datetime = time_field()
+    updated_at: datetime = time_field(index=True)
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    checksum: int | None = checksum_field()
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant(index=True)
+    tenant_id: str | None = tenant_field(index=True)
     owner_id: str | None = _owner()
 
 
@@ -264,18 +195,18 @@ class ConversationMessage(LedgerTable, table=True):
     role: Role = _enum(Role)
     content: str = ""
     name: str | None = None
-    tool_calls: list[JsonValue] | None = _json("tool_calls")
+    tool_calls: list[JsonValue] | None = json_field("tool_calls")
     tool_call_id: str | None = None
     reasoning: str | None = None
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
     run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
-    created_at: datetime = _time()
+    created_at: datetime = time_field()
     in_context: bool = Field(default=True, sa_column_kwargs={"server_default": true()})
     summary_id: str | None = None
-    checksum: int | None = _checksum_column()
+    checksum: int | None = checksum_field()
     interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant()
+    tenant_id: str | None = tenant_field()
 
 
 class AgentRun(LedgerTable, table=True):
@@ -291,9 +222,9 @@ class AgentRun(LedgerTable, table=True):
     status: AgentStatus = _enum(AgentStatus, index=True)
     stop_reason: StopReason | None = _enum(StopReason, nullable=True, default=None)
     error: str | None = None
-    started_at: datetime = _time(index=True)
-    finished_at: datetime | None = _time(nullable=True)
-    heartbeat_at: datetime = _time()
+    started_at: datetime = time_field(index=True)
+    finished_at: datetime | None = time_field(nullable=True)
+    heartbeat_at: datetime = time_field()
     step_count: int = 0
     input_tokens: int = 0
     output_tokens: int = 0
@@ -302,16 +233,16 @@ class AgentRun(LedgerTable, table=True):
     reasoning_tokens: int = 0
     cost_usd: float | None = None
     fully_priced: bool = True
-    budget: dict[str, JsonValue] | None = _json("budget")
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum_column()
+    budget: dict[str, JsonValue] | None = json_field("budget")
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    checksum: int | None = checksum_field()
     partial_output: str | None = None
     """What the user has been shown so far of the step being streamed (``NULL`` when none)."""
     partial_step_index: int | None = None
     """The step ``partial_output`` belongs to."""
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant(index=True)
+    tenant_id: str | None = tenant_field(index=True)
     owner_id: str | None = _owner()
 
     @property
@@ -337,13 +268,13 @@ class ExecutionBufferRow(LedgerTable, table=True):
     role: Role = _enum(Role)
     content: str = ""
     name: str | None = None
-    tool_calls: list[JsonValue] | None = _json("tool_calls")
+    tool_calls: list[JsonValue] | None = json_field("tool_calls")
     tool_call_id: str | None = None
     reasoning: str | None = None
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    created_at: datetime = _time()
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    created_at: datetime = time_field()
+    checksum: int | None = checksum_field()
+    tenant_id: str | None = tenant_field()
 
 
 class StepExecutionRow(LedgerTable, table=True):
@@ -356,8 +287,8 @@ class StepExecutionRow(LedgerTable, table=True):
     step_type: StepType = _enum(StepType)
     model: str | None = None
     finish_reason: str | None = None
-    started_at: datetime = _time(index=True)
-    finished_at: datetime = _time()
+    started_at: datetime = time_field(index=True)
+    finished_at: datetime = time_field()
     duration_ms: float
     input_tokens: int = 0
     output_tokens: int = 0
@@ -374,13 +305,13 @@ class StepExecutionRow(LedgerTable, table=True):
     message_id: str | None = None
     content: str | None = None
     reasoning: str | None = None
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum_column()
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    checksum: int | None = checksum_field()
     tool_call_count: int = Field(default=0, sa_column_kwargs={"server_default": "0"})
     """How many tools the step called: its tool rows (revision 0005; last, as it was added)."""
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant()
+    tenant_id: str | None = tenant_field()
     interrupted: bool = Field(default=False, sa_column_kwargs={"server_default": false()})
     """The run ended while the step was in progress: it holds what it had come to, each of its
     tool calls answered (revision 0012; last, as it was added)."""
@@ -396,19 +327,19 @@ class ToolExecutionRow(LedgerTable, table=True):
     position: int
     tool_call_id: str
     tool_name: str = Field(index=True)
-    arguments: dict[str, JsonValue] | None = _json("arguments")
-    validated_arguments: dict[str, JsonValue] | None = _json("validated_arguments")
+    arguments: dict[str, JsonValue] | None = json_field("arguments")
+    validated_arguments: dict[str, JsonValue] | None = json_field("validated_arguments")
     result: str
     is_error: bool = False
     error: str | None = None
-    started_at: datetime = _time()
-    finished_at: datetime = _time()
+    started_at: datetime = time_field()
+    finished_at: datetime = time_field()
     duration_ms: float
     child_run_id: str | None = Field(default=None, foreign_key="agent_runs.id", index=True)
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum_column()
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    checksum: int | None = checksum_field()
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant()
+    tenant_id: str | None = tenant_field()
 
 
 class ContextCompactionRow(LedgerTable, table=True):
@@ -434,13 +365,13 @@ class ContextCompactionRow(LedgerTable, table=True):
     reasoning_tokens: int = 0
     cost_usd: float | None = None
     error: str | None = None
-    created_at: datetime = _time(index=True)
+    created_at: datetime = time_field(index=True)
     duration_ms: float = 0.0
-    metadata_: dict[str, JsonValue] | None = _json("metadata")
-    checksum: int | None = _checksum_column()
+    metadata_: dict[str, JsonValue] | None = json_field("metadata")
+    checksum: int | None = checksum_field()
     cache_write_1h_tokens: int = _one_hour_writes()
     change_seq: int | None = _change_seq()
-    tenant_id: str | None = _tenant()
+    tenant_id: str | None = tenant_field()
 
 
 class LedgerChanges(LedgerTable, table=True):
@@ -472,183 +403,12 @@ class ForgetLogRow(LedgerTable, table=True):
     __tablename__ = "forget_log"
 
     id: str = Field(primary_key=True)
-    forgotten_at: datetime = _time(index=True)
+    forgotten_at: datetime = time_field(index=True)
     tenant_id: str | None = Field(default=None, nullable=True, index=True)
     owner_id: str | None = None
     reason: str
-    conversation_ids: list[JsonValue] = _json("conversation_ids", nullable=False)
-    counts: dict[str, JsonValue] = _json("counts", nullable=False)
-
-
-def _thread_id() -> Any:
-    """``thread_id``: the graph's thread, which is a conversation (revision 0014)."""
-    return Field(foreign_key="conversations.id")
-
-
-class GraphCheckpointRow(LedgerTable, table=True):
-    """A checkpoint of a graph framework's thread (LangGraph's), without its channel values
-    (``graph_channel_values``), as the framework serialized it (revision 0014)."""
-
-    __tablename__ = "graph_checkpoints"
-    __table_args__ = (UniqueConstraint("thread_id", "checkpoint_ns", "checkpoint_id"),)
-
-    id: str = Field(primary_key=True)
-    thread_id: str = _thread_id()
-    checkpoint_ns: str
-    checkpoint_id: str
-    parent_checkpoint_id: str | None = None
-    graph_run_id: str | None = Field(default=None, index=True)
-    """The framework's own run id (the checkpoint metadata's ``run_id``)."""
-    checkpoint_type: str
-    checkpoint: bytes = Field(sa_type=LargeBinary)
-    channel_versions: dict[str, JsonValue] = _json("channel_versions", nullable=False)
-    """The version of each channel the checkpoint holds (``graph_channel_values.version``)."""
-    metadata_: dict[str, JsonValue] = _json("metadata", nullable=False)
-    created_at: datetime = _time()
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class GraphChannelValueRow(LedgerTable, table=True):
-    """One version of one channel of a thread: the framework's serialized value, or, for a
-    channel of messages, the ids of the ledger rows that hold them (revision 0014)."""
-
-    __tablename__ = "graph_channel_values"
-    __table_args__ = (UniqueConstraint("thread_id", "checkpoint_ns", "channel", "version"),)
-
-    id: str = Field(primary_key=True)
-    thread_id: str = _thread_id()
-    checkpoint_ns: str
-    channel: str
-    version: str
-    value_type: str | None = None
-    value: bytes | None = Field(default=None, sa_type=LargeBinary)
-    message_ids: list[JsonValue] | None = _json("message_ids")
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class GraphWriteRow(LedgerTable, table=True):
-    """A write of a task whose step is not checkpointed yet (a pending write, revision 0014)."""
-
-    __tablename__ = "graph_writes"
-    __table_args__ = (
-        UniqueConstraint("thread_id", "checkpoint_ns", "checkpoint_id", "task_id", "idx"),
-    )
-
-    id: str = Field(primary_key=True)
-    thread_id: str = _thread_id()
-    checkpoint_ns: str
-    checkpoint_id: str
-    task_id: str
-    idx: int
-    channel: str
-    value_type: str
-    value: bytes = Field(sa_type=LargeBinary)
-    task_path: str
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class StoredRecordRow(LedgerTable, table=True):
-    """The record a framework's conversation store keeps of a conversation (pydantic-ai's
-    ``ConversationRecord``): its head entry, its revision (compared and set on every save),
-    what the framework accumulated over it, and what it was forked from (revision 0015). Its
-    id is the conversation's."""
-
-    __tablename__ = "stored_records"
-
-    id: str = Field(primary_key=True, foreign_key="conversations.id")
-    head_id: str | None = None
-    revision: str
-    scope: str | None = Field(default=None, index=True)
-    forked_from: str | None = None
-    forked_at: str | None = None
-    branches: list[JsonValue] = _json("branches", nullable=False)
-    usage: dict[str, JsonValue] = _json("usage", nullable=False)
-    deferred: JsonValue = _json("deferred")
-    format_version: int
-    updated_at: datetime = _time(index=True)
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class StoredEntryRow(LedgerTable, table=True):
-    """One entry of a framework's conversation tree (a pydantic-ai ``ConversationEntry``): the
-    message as the framework serialized it, less what the rows ``message_ids`` names hold (the
-    conversation's messages, steps and tool executions its runs recorded), and the entry it
-    follows. ``conversation_id`` is the conversation that wrote it; a fork's history reaches
-    into its source's (revision 0015)."""
-
-    __tablename__ = "stored_entries"
-
-    id: str = Field(primary_key=True)
-    conversation_id: str = Field(foreign_key="conversations.id", index=True)
-    parent_id: str | None = None
-    kind: str
-    message: JsonValue = _json("message", nullable=False)
-    message_ids: list[str | None] | None = _json("message_ids")
-    created_at: datetime = _time()
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class AdkSessionRow(LedgerTable, table=True):
-    """An agent framework's session (Google ADK's): its conversation, the framework's id for
-    it, its session-scoped state and the time of its last event (revision 0016). The app is
-    the conversation's tenant and the user its owner, copied here as on ``agent_runs``."""
-
-    __tablename__ = "adk_sessions"
-    __table_args__ = (UniqueConstraint("tenant_id", "owner_id", "session_id"),)
-
-    id: str = Field(primary_key=True, foreign_key="conversations.id")
-    """The session's conversation."""
-    session_id: str
-    state: dict[str, JsonValue] = _json("state", nullable=False)
-    update_time: float = Field(sa_type=Float(precision=53))
-    """The framework's timestamp of the session's last event (seconds since the epoch)."""
-    event_count: int
-    """How many events the session has had: the next one's ``seq``, and the revision an
-    append compares and sets."""
-    checksum: int | None = _checksum_column()
-    tenant_id: str
-    owner_id: str
-
-
-class AdkEventRow(LedgerTable, table=True):
-    """An event of an agent framework's session, as the framework serialized it, less the
-    texts held by the rows ``message_ids`` names, one per part of its content (the
-    conversation's messages, steps' calls and tool executions its runs recorded) (revision
-    0016)."""
-
-    __tablename__ = "adk_events"
-    __table_args__ = (UniqueConstraint("conversation_id", "seq"),)
-
-    id: str = Field(primary_key=True)
-    conversation_id: str = Field(foreign_key="conversations.id")
-    seq: int
-    event_id: str
-    invocation_id: str
-    timestamp: float = Field(sa_type=Float(precision=53))
-    event: dict[str, JsonValue] = _json("event", nullable=False)
-    message_ids: list[str | None] | None = _json("message_ids")
-    checksum: int | None = _checksum_column()
-    tenant_id: str | None = _tenant()
-
-
-class AdkStateRow(LedgerTable, table=True):
-    """The state an agent framework shares between sessions: every session of an app (the
-    tenant; ``owner_id`` is ``''``), or every session of one user (the owner) of an app
-    (revision 0016)."""
-
-    __tablename__ = "adk_states"
-    __table_args__ = (UniqueConstraint("tenant_id", "owner_id"),)
-
-    id: str = Field(primary_key=True)
-    tenant_id: str
-    owner_id: str
-    state: dict[str, JsonValue] = _json("state", nullable=False)
-    checksum: int | None = _checksum_column()
+    conversation_ids: list[JsonValue] = json_field("conversation_ids", nullable=False)
+    counts: dict[str, JsonValue] = json_field("counts", nullable=False)
 
 
 configure_mappers()  # now, so that the rows built by row_of read and set their attributes
