@@ -5,6 +5,12 @@ BIN    := $(VENV)/bin
 # uv installs into the virtual environment (it resolves and downloads in parallel: the dev extra
 # in a fraction of pip's time on a fresh machine); pip installs uv itself.
 PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
+# Python's compiled modules are cached under the virtual environment, even where the environment
+# asks Python not to write them beside the sources (PYTHONDONTWRITEBYTECODE; an empty value is
+# unset): without the cache, every test process and every subprocess a test starts compiles
+# every module it imports again, and pytest rewrites every test module's asserts again.
+export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
+export PYTHONDONTWRITEBYTECODE :=
 
 .PHONY: demo chat-app test test-bench test-oldest soak extras lint typecheck bench clean schema
 
