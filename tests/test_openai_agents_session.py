@@ -30,7 +30,7 @@ from agentledger.errors import (
     UnstorableTextError,
     UsageError,
 )
-from agentledger.integrations.openai_agents import AGENT_NAME, LedgerSession
+from agentledger.integrations.openai_agents import AGENT_NAME, ITEMS_KEY, LedgerSession
 from agentledger.ledger import Ledger
 from support.agents_sdk import FakeModel, add, call, say, think, weather
 
@@ -107,7 +107,7 @@ def test_the_session_is_the_sdks_session_protocol(ledger):
     assert session.session_settings == SessionSettings()
 
 
-def test_with_the_trace_inline_the_items_equal_the_sdks_own_session(ledger, sdk_items):
+def test_with_the_trace_inline_the_items_equal_the_sdks_own_session(ledger, db, sdk_items):
     session = LedgerSession(SESSION, ledger, separate_trace=False)
     answers, _ = run(drive(session))
 
@@ -115,6 +115,16 @@ def test_with_the_trace_inline_the_items_equal_the_sdks_own_session(ledger, sdk_
     assert run(session.get_items()) == sdk_items
     types = [item.get("type", "message") for item in sdk_items]
     assert {"reasoning", "function_call", "function_call_output"} <= set(types)
+    # Each call's output is stored once, in its tool execution; its item keeps the rest.
+    kept = [
+        entry
+        for metadata in db.column("SELECT metadata FROM step_executions")
+        for entry in _json(metadata)[ITEMS_KEY]
+        if entry["item"]["type"] == "function_call_output"
+    ]
+    assert [(e["item"]["output"], e["output_in"]) for e in kept] == [
+        (None, "tool_executions")
+    ] * 3
 
 
 def test_by_default_the_model_sees_the_conversation_and_the_trace_stays_in_the_runs(ledger, db):

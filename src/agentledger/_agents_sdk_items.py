@@ -33,7 +33,11 @@ RUN_KEY = "openai_agents_run"
 """In a conversation message's metadata: the run that added it (the row's ``run_id``, which
 the ``Message`` values the ledger reads back do not carry)."""
 ITEMS_KEY = "openai_agents_items"
-"""In a step's metadata: its trace items, each ``{"index": n, "item": {...}}``."""
+"""In a step's metadata: its trace items, each ``{"index": n, "item": {...}}``; a call's output
+whose text the step's tool execution holds is kept as ``{"index": n, "item": {..., "output":
+null}, "output_in": "tool_executions"}`` (:func:`kept_item`, :func:`rebuilt_item`)."""
+OUTPUT_IN = "output_in"
+"""In an entry of :data:`ITEMS_KEY`: where the item's ``output`` is kept instead."""
 AGENT_KEY = "openai_agents_agent"
 """In a step's metadata: the SDK agent whose model call it was, when the hooks said so."""
 REMOVED_KEY = "openai_agents_removed"
@@ -240,3 +244,31 @@ def function_calls(items: Sequence[Item]) -> dict[str, ToolCall]:
                 id=call_id, name=str(name), arguments=arguments, raw_arguments=raw
             )
     return calls
+
+
+def kept_item(n: int, item: Item, results: Mapping[str, str]) -> Item:
+    """The entry of :data:`ITEMS_KEY` for the step's item ``n``: a function call's output
+    left to the tool execution that holds the same text (``results``, by call id), so that a
+    long result is stored once; any other item whole."""
+    output, call_id = item.get("output"), item.get("call_id")
+    if (
+        item.get("type") == "function_call_output"
+        and isinstance(output, str)
+        and isinstance(call_id, str)
+        and results.get(call_id) == output
+    ):
+        return {"index": n, "item": {**item, "output": None}, OUTPUT_IN: "tool_executions"}
+    return {"index": n, "item": item}
+
+
+def rebuilt_item(entry: Item, results: Mapping[str, str]) -> tuple[int, Item] | None:
+    """The step's item an entry of :data:`ITEMS_KEY` keeps, with its index in the batch; None
+    for an entry that is not one (a hand-edited row), or whose output's tool execution is
+    gone."""
+    item, index = entry.get("item"), entry.get("index")
+    if not isinstance(item, dict) or not isinstance(index, int):
+        return None
+    if entry.get(OUTPUT_IN) != "tool_executions":
+        return index, item
+    result = results.get(str(item.get("call_id")))
+    return None if result is None else (index, {**item, "output": result})

@@ -38,6 +38,7 @@ from ..._agents_sdk_items import (
     Batch,
     Item,
     is_compaction,
+    rebuilt_item,
     split_batch,
     stored_items,
     text_of,
@@ -518,10 +519,12 @@ def _trace_of(steps: Sequence[StepExecution]) -> list[tuple[int, Item]]:
     for execution in steps:
         assistant = execution.step.assistant_message
         stored = assistant.metadata.get(ITEMS_KEY) if assistant is not None else None
+        results = {e.tool_call.id: e.result for e in execution.step.tool_executions}
         for entry in stored if isinstance(stored, list) else []:
-            if isinstance(entry, dict) and isinstance(entry.get("item"), dict):
-                found.append((int(str(entry["index"])), entry["item"]))
-    return found  # type: ignore[return-value]
+            item = rebuilt_item(entry, results) if isinstance(entry, dict) else None
+            if item is not None:
+                found.append(item)
+    return found
 
 
 def _written(run: AgentRun) -> tuple[bool, int, datetime, str]:

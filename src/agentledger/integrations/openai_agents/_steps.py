@@ -16,6 +16,7 @@ from ..._agents_sdk_items import (
     Item,
     StepItems,
     function_calls,
+    kept_item,
     output_text,
     reasoning_of,
     text_of,
@@ -77,7 +78,8 @@ def _step(items: StepItems, call: ModelCall | None, now: datetime) -> AgentStep:
     calls = function_calls([item for _, item in trace])
     executions = _executions(calls, [item for _, item in items.outputs], now)
     answered = {e.tool_call.id for e in executions}
-    metadata: dict[str, JsonValue] = {ITEMS_KEY: [{"index": n, "item": i} for n, i in trace]}
+    results = {e.tool_call.id: e.result for e in executions}
+    metadata: dict[str, JsonValue] = {ITEMS_KEY: [kept_item(n, i, results) for n, i in trace]}
     if call is not None and call.agent_name is not None:
         metadata[AGENT_KEY] = call.agent_name
     assistant = Message(
