@@ -122,9 +122,7 @@ def test_with_the_trace_inline_the_items_equal_the_sdks_own_session(ledger, db, 
         for entry in _json(metadata)[ITEMS_KEY]
         if entry["item"]["type"] == "function_call_output"
     ]
-    assert [(e["item"]["output"], e["output_in"]) for e in kept] == [
-        (None, "tool_executions")
-    ] * 3
+    assert [(e["item"]["output"], e["output_in"]) for e in kept] == [(None, "tool_executions")] * 3
 
 
 def test_by_default_the_model_sees_the_conversation_and_the_trace_stays_in_the_runs(ledger, db):
