@@ -29,6 +29,7 @@ from ._graph_values import (
     PendingWrite,
     StoredCheckpoint,
 )
+from ._overviews import ConversationOverview
 from ._queries import ConversationTurn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
@@ -96,6 +97,7 @@ __all__ = [
     "CheckpointQuery",
     "Conversation",
     "ConversationKind",
+    "ConversationOverview",
     "ConversationTurn",
     "EngineSettings",
     "Forgotten",

@@ -14,6 +14,7 @@ from .._values import AgentStatus, Message, Messages, Spend, StepExecution, Tool
 from ._arguments import row_limit
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes
+from ._overviews import ConversationOverview, overview_rows
 from ._queries import (
     ConversationTurn,
     as_seen,
@@ -118,6 +119,36 @@ class LedgerReads(Generic[C, R, N]):
             return [self._conversation_of(row) for row in rows]
 
         return self._reads("listing conversations", read)
+
+    def conversation_overviews(
+        self,
+        *,
+        kind: ConversationKind | str | None = ConversationKind.MAIN,
+        agent_name: str | None = None,
+        status: AgentStatus | str | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 50,
+    ) -> list[ConversationOverview]:
+        """A page of conversations as a listing shows them, most recently updated first (as
+        :meth:`conversations` lists them): each with its title or first user message, its
+        turns, its last run's agent and status, when it was last active and what its run
+        trees cost (:class:`ConversationOverview`). Of ``kind`` (the main ones unless told;
+        ``None``: every kind); with ``agent_name``, those that agent ran in; with ``status``,
+        those whose last run has it. ``after`` is the ``(updated_at, id)`` of the last
+        conversation of the page before: the page that follows it, found by the index
+        however far down the listing it is."""
+        return self._reads(
+            "listing conversations",
+            lambda reads: overview_rows(
+                reads,
+                self.scope,
+                kind=kind,
+                agent_name=agent_name,
+                status=status,
+                after=None if after is None else (_utc(after[0]), after[1]),
+                limit=limit,
+            ),
+        )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
         """A section of a conversation as committed: by default the conversation itself (the

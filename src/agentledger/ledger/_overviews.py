@@ -1,0 +1,189 @@
+"""A listing of conversations with what a person looks for first in each: its title or first
+message, how many turns it has, its last run (agent, status, who recorded it), when it was last
+active and what its runs cost, subagents included. One page at a time, in the order of
+``Ledger.conversations`` (most recently updated first), continued from the last row shown
+(keyset paging: the ``updated_at`` index finds the next page at once however deep it is).
+
+A page is read in four statements whatever its length: the conversations (each checked against
+its checksum), then for those only their details, their last runs (checked too) and their
+costs. The counts and sums are read as the database computes them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, JsonValue
+
+from .._values import AgentState, AgentStatus
+from ._arguments import member, row_limit
+from ._columns import ConversationKind
+from ._row_mapping import Row
+from ._scope import Scope
+from ._sql import Reads, in_scope, scope_params, select_rows, time_param
+from .checksums import check_row
+
+PREVIEW_LENGTH = 200
+"""How much of a first user message an overview holds, when the conversation has no title."""
+
+
+class ConversationOverview(BaseModel):
+    """A conversation as a listing shows it (``Ledger.conversation_overviews``).
+
+    ``turns`` counts what the user said; ``cost_usd`` and ``fully_priced`` are those of every
+    run of the conversation's run trees, its subagents' included (``None``: no step was
+    priced). The ``last_run_*`` fields describe its latest run, ``None`` when it has none;
+    ``recorded_by`` is that run's ``metadata["recorded_by"]`` (the recording API, LangGraph,
+    an import), ``None`` for the agent loop's own runs."""
+
+    model_config = ConfigDict(frozen=True, defer_build=True)
+
+    id: str
+    kind: ConversationKind
+    title: str | None
+    first_message: str | None
+    tenant_id: str | None
+    owner_id: str | None
+    created_at: datetime
+    updated_at: datetime
+    last_active_at: datetime
+    turns: int
+    cost_usd: float | None
+    fully_priced: bool
+    last_run_id: str | None
+    agent_name: str | None
+    status: AgentStatus | None
+    recorded_by: str | None
+    run_metadata: dict[str, JsonValue]
+
+
+_SEEN = ", ".join(f"'{section}'" for section in (AgentState.DEFAULT_SECTION, "buffer"))
+_SAID = f"m.conversation_id = c.id AND m.role = 'user' AND m.section IN ({_SEEN})"
+_LAST_RUN = (
+    "SELECT r.{column} FROM agent_runs r WHERE r.conversation_id = c.id "
+    "ORDER BY r.started_at DESC, r.id DESC LIMIT 1"
+)
+_DETAILS = (
+    "SELECT c.id AS id, "
+    f"(SELECT COUNT(*) FROM conversation_messages m WHERE {_SAID}) AS turns, "
+    f"(SELECT substr(m.content, 1, {PREVIEW_LENGTH}) FROM conversation_messages m "
+    f"WHERE {_SAID} ORDER BY m.seq LIMIT 1) AS first_message, "
+    f"({_LAST_RUN.format(column='id')}) AS last_run_id "
+    "FROM conversations c WHERE c.id IN ({ids})"
+)
+_COSTS = (
+    "SELECT top.conversation_id AS id, SUM(r.cost_usd) AS cost_usd, "
+    "MIN(CASE WHEN r.fully_priced THEN 1 ELSE 0 END) AS fully_priced "
+    "FROM agent_runs top JOIN agent_runs r ON r.root_run_id = top.id "
+    "WHERE top.conversation_id IN ({ids}) GROUP BY top.conversation_id"
+)
+
+
+def overview_rows(
+    reads: Reads,
+    scope: Scope,
+    *,
+    kind: ConversationKind | str | None,
+    agent_name: str | None,
+    status: AgentStatus | str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> list[ConversationOverview]:
+    """A page of :class:`ConversationOverview` (see the module and
+    ``Ledger.conversation_overviews``)."""
+    row_limit(limit)
+    found = _page(reads, scope, kind, agent_name, status, after, limit)
+    if not found:
+        return []
+    ids = _ids_params([row["id"] for row in found])
+    details = {row["id"]: row for row in reads.rows(_DETAILS.format(ids=ids[0]), ids[1])}
+    costs = {row["id"]: row for row in reads.rows(_COSTS.format(ids=ids[0]), ids[1])}
+    last_ids = [row["last_run_id"] for row in details.values() if row["last_run_id"]]
+    runs = _runs(reads, last_ids)
+    return [_overview(row, details[row["id"]], costs.get(row["id"]), runs) for row in found]
+
+
+def _page(
+    reads: Reads,
+    scope: Scope,
+    kind: ConversationKind | str | None,
+    agent_name: str | None,
+    status: AgentStatus | str | None,
+    after: tuple[datetime, str] | None,
+    limit: int,
+) -> Sequence[Row]:
+    """The page's conversation rows, checked."""
+    sql = select_rows("conversations", "c") + "WHERE 1 = 1 " + in_scope(scope, "c")
+    params: dict[str, Any] = {**scope_params(scope), "limit": limit}
+    if kind is not None:
+        sql += "AND c.kind = :kind "
+        params["kind"] = member(ConversationKind, kind, "kind").value
+    if agent_name is not None:
+        sql += (
+            "AND EXISTS (SELECT 1 FROM agent_runs r WHERE r.conversation_id = c.id "
+            "AND r.agent_name = :agent_name) "
+        )
+        params["agent_name"] = agent_name
+    if status is not None:
+        sql += f"AND ({_LAST_RUN.format(column='status')}) = :status "
+        params["status"] = member(AgentStatus, status, "status").value
+    if after is not None:
+        sql += "AND (c.updated_at < :after OR (c.updated_at = :after AND c.id < :after_id)) "
+        params["after"] = time_param(reads.dialect, after[0])
+        params["after_id"] = after[1]
+    sql += "ORDER BY c.updated_at DESC, c.id DESC LIMIT :limit"
+    rows = reads.rows(sql, params, "conversations")
+    for row in rows:
+        check_row("conversations", row)
+    return rows
+
+
+def _ids_params(ids: Sequence[str]) -> tuple[str, dict[str, Any]]:
+    """``:id0, :id1, ...`` and their parameters: a list of ids as an ``IN`` takes it."""
+    return ", ".join(f":id{n}" for n in range(len(ids))), {f"id{n}": v for n, v in enumerate(ids)}
+
+
+def _runs(reads: Reads, ids: Sequence[str]) -> dict[str, Row]:
+    """The runs ``ids``, checked, by id."""
+    if not ids:
+        return {}
+    names, params = _ids_params(ids)
+    rows = reads.rows(select_rows("agent_runs") + f"WHERE id IN ({names})", params, "agent_runs")
+    for row in rows:
+        check_row("agent_runs", row)
+    return {row["id"]: row for row in rows}
+
+
+def _overview(
+    row: Row, details: Row, costs: Row | None, runs: Mapping[str, Row]
+) -> ConversationOverview:
+    last = runs.get(details["last_run_id"] or "")
+    metadata = (last["metadata"] or {}) if last is not None else {}
+    moments = [row["updated_at"]]
+    if last is not None:
+        moments += [m for m in (last["finished_at"], last["heartbeat_at"]) if m is not None]
+    return ConversationOverview(
+        id=row["id"],
+        kind=row["kind"],
+        title=row["title"],
+        first_message=details["first_message"],
+        tenant_id=row["tenant_id"],
+        owner_id=row["owner_id"],
+        created_at=row["created_at"],
+        updated_at=row["updated_at"],
+        last_active_at=max(moments),
+        turns=details["turns"],
+        cost_usd=costs["cost_usd"] if costs is not None else None,
+        fully_priced=bool(costs["fully_priced"]) if costs is not None else True,
+        last_run_id=last["id"] if last is not None else None,
+        agent_name=last["agent_name"] if last is not None else None,
+        status=last["status"] if last is not None else None,
+        recorded_by=_text(metadata.get("recorded_by")),
+        run_metadata=metadata,
+    )
+
+
+def _text(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
