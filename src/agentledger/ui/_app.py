@@ -10,6 +10,7 @@ must carry it (see :mod:`._access`).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -60,12 +61,15 @@ def templates() -> jinja2.Environment:
     return environment
 
 
-def create_app(ledger: Ledger, *, token: str | None = None) -> Starlette:
+def create_app(
+    ledger: Ledger, *, token: str | None = None, page_size: int = _pages.PAGE_SIZE
+) -> Starlette:
     """The viewer of ``ledger`` (opened read-only, and scoped as it should show): the
     conversations at ``/``, a conversation at ``/c/{id}``, a run at ``/r/{id}`` (each id in
     full or by a unique prefix), its stylesheet and script under ``/static``. With ``token``,
     every request must carry it (see :mod:`._access`); without, only requests addressed to
-    the loopback interface are answered."""
+    the loopback interface are answered. The listing shows ``page_size`` conversations a
+    page."""
     environment = templates()
     environment.globals["scope_text"] = _scope_text(ledger)
 
@@ -82,7 +86,7 @@ def create_app(ledger: Ledger, *, token: str | None = None) -> Starlette:
         return endpoint
 
     routes = [
-        Route("/", page(_conversations), methods=["GET", "HEAD"]),
+        Route("/", page(functools.partial(_conversations, page_size)), methods=["GET", "HEAD"]),
         Route("/c/{given:path}", page(_conversation), methods=["GET", "HEAD"]),
         Route("/r/{given:path}", page(_run), methods=["GET", "HEAD"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
@@ -98,10 +102,12 @@ def create_app(ledger: Ledger, *, token: str | None = None) -> Starlette:
     return app
 
 
-def _conversations(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
+def _conversations(
+    page_size: int, ledger: Ledger, request: Request
+) -> tuple[str, Mapping[str, Any]]:
     wanted = request.query_params
     filters = _pages.Filters(**{name: wanted.get(name, "").strip() for name in _FILTERS})
-    context = _pages.listing(ledger, filters)
+    context = _pages.listing(ledger, filters, page_size)
     return "conversations.html", {
         **context,
         "filters": filters,

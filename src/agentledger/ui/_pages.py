@@ -89,9 +89,9 @@ def cursor_of(overview: ConversationOverview) -> str:
 # --- the conversations ---------------------------------------------------------------------------
 
 
-def listing(ledger: Ledger, filters: Filters) -> dict[str, Any]:
+def listing(ledger: Ledger, filters: Filters, page_size: int = PAGE_SIZE) -> dict[str, Any]:
     """The conversations page: a search's hits when there is a query, else a page of
-    overviews, with the short ids they are shown by."""
+    ``page_size`` overviews, with the short ids they are shown by."""
     handle = filters.narrowed(ledger)
     if filters.query:
         return search_results(handle, filters.query)
@@ -99,9 +99,9 @@ def listing(ledger: Ledger, filters: Filters) -> dict[str, Any]:
         agent_name=filters.agent or None,
         status=filters.status_value(),
         after=filters.cursor(),
-        limit=PAGE_SIZE + 1,
+        limit=page_size + 1,
     )
-    shown, more = found[:PAGE_SIZE], len(found) > PAGE_SIZE
+    shown, more = found[:page_size], len(found) > page_size
     return {
         "overviews": shown,
         "next": filters.next_page(cursor_of(shown[-1])) if more else None,
