@@ -50,9 +50,8 @@ def ui(ctx: click.Context, port: int, host: str, token: str | None) -> None:
     require_file(ctx, "record runs in it first, or give --db the ledger to view")
     tenant, owner = scope(ctx)
     with cli_errors():
-        from ..ui import check_address, serve
+        from ..ui import serve
 
-        check_address(host, token)
         serve(
             database(ctx),
             host=host,

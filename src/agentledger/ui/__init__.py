@@ -11,6 +11,6 @@ It serves GET and HEAD only, on 127.0.0.1 unless a token guards it.
 # First: a missing extra is a clear error naming it, before anything imports Starlette.
 from . import _require  # noqa: F401  (isort: keep first)
 from ._app import create_app
-from ._serve import DEFAULT_PORT, TOKEN_VARIABLE, address, check_address, serve
+from ._serve import serve
 
-__all__ = ["DEFAULT_PORT", "TOKEN_VARIABLE", "address", "check_address", "create_app", "serve"]
+__all__ = ["create_app", "serve"]
