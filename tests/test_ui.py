@@ -322,3 +322,21 @@ def test_ui_refuses_a_ledger_file_that_does_not_exist(tmp_path):
     assert result.exit_code == 1
     assert "no ledger at" in result.output
     assert not (tmp_path / "none.db").exists()
+
+
+def test_a_damaged_ledger_is_said_so_on_the_page_not_as_a_traceback(tmp_path):
+    import sqlite3
+
+    from support.cli import record_a_run
+
+    recorded = record_a_run(str(tmp_path / "ledger.db"))
+    with sqlite3.connect(tmp_path / "ledger.db") as conn:
+        conn.execute("UPDATE agent_runs SET step_count = 5, checksum = NULL")
+    conn.close()
+    with Ledger.open(recorded.url, migrate=False, read_only=True) as ledger:
+        page = TestClient(create_app(ledger), base_url=ADDRESS).get(
+            f"/c/{recorded.conversation_id}"
+        )
+    assert page.status_code == 500
+    assert "recorded 5 steps but the ledger reads 2" in main_text(page.text)
+    assert "restore it from a backup" in main_text(page.text)

@@ -22,7 +22,7 @@ from ._arguments import member, row_limit
 from ._columns import ConversationKind
 from ._row_mapping import Row
 from ._scope import Scope
-from ._sql import Reads, in_scope, scope_params, select_rows, time_param
+from ._sql import Reads, columns, in_scope, scope_params, select_rows, time_param
 from .checksums import check_row
 
 PREVIEW_LENGTH = 200
@@ -105,6 +105,14 @@ def overview_rows(
     return [_overview(row, details[row["id"]], costs.get(row["id"]), runs) for row in found]
 
 
+_ORDERED = {"sqlite": "INDEXED BY ix_conversations_updated_at ", "postgresql": ""}
+"""How the page is found: on SQLite always by walking the ``updated_at`` index from where the
+page begins, stopping once it is full. SQLite has no statistics unless ``ANALYZE`` ran (which
+a reader cannot run), so it would otherwise take an index on a filter's column (the tenant's)
+and sort every row it finds: 60 ms for a tenant of 50,000 conversations against 1 ms, and
+worse as the ledger grows. PostgreSQL plans from its statistics."""
+
+
 def _page(
     reads: Reads,
     scope: Scope,
@@ -115,7 +123,8 @@ def _page(
     limit: int,
 ) -> Sequence[Row]:
     """The page's conversation rows, checked."""
-    sql = select_rows("conversations", "c") + "WHERE 1 = 1 " + in_scope(scope, "c")
+    sql = f"SELECT {columns('conversations', 'c')} FROM conversations c {_ORDERED[reads.dialect]}"
+    sql += "WHERE 1 = 1 " + in_scope(scope, "c")
     params: dict[str, Any] = {**scope_params(scope), "limit": limit}
     if kind is not None:
         sql += "AND c.kind = :kind "

@@ -24,7 +24,7 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
 from .._values import cost_text
-from ..errors import AmbiguousIdError, NotFoundError, UsageError
+from ..errors import AgentLedgerError, AmbiguousIdError, NotFoundError, UsageError
 from ..ledger import Ledger
 from . import _pages, _text
 from ._access import Guard
@@ -81,6 +81,8 @@ def create_app(
                 return _not_found(environment, request, exc)
             except UsageError as exc:
                 return _html(environment, "problem.html", request, {"problem": str(exc)}, 400)
+            except AgentLedgerError as exc:  # the ledger could not be read: said, not a trace
+                return _html(environment, "problem.html", request, {"problem": str(exc)}, 500)
             return _html(environment, name, request, context)
 
         return endpoint
