@@ -9,19 +9,25 @@ rendered by ``test_hostile_input.py``."""
 from __future__ import annotations
 
 import re
+import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+import httpx
 import pytest
 from starlette.testclient import TestClient
 
 from agentledger import ToolCall, Usage
 from agentledger.ledger import Ledger
 from agentledger.ui import create_app
-from support.cli import invoke
-from support.databases import BACKENDS, fresh_database
+from support.cli import Interactive, invoke
+from support.databases import BACKENDS, fresh_database, sqlite_url
 
 ADDRESS = "http://127.0.0.1:8765"
+TIMETABLE = "Departures: " + ", ".join(
+    f"{h:02d}:{m:02d}" for h in range(6, 23) for m in range(0, 60, 10)
+)
+"""A tool result longer than a page shows at once."""
 TOKEN = "a-token-of-twenty-four-c"
 
 
@@ -48,15 +54,17 @@ def record(url: str) -> Viewed:
     with Ledger.open(url) as ledger:
         ann = ledger.scoped("acme", "ann")
         research = ToolCall(id="r1", name="research", arguments={"topic": "Lisbon trams"})
+        timetable = ToolCall(id="t1", name="timetable", arguments={"line": 28})
         with ann.turn(user="Plan a day in Lisbon", agent_name="planner", model="gpt-4o") as turn:
             step = turn.step(
-                tool_calls=[research],
+                tool_calls=[research, timetable],
                 usage=Usage(input_tokens=100, output_tokens=10),
                 reasoning="Trams first.",
             )
             with turn.child("Find tram lines", agent_name="researcher", call_id="r1") as child:
                 child.answer("Tram 28 climbs to Graça.", usage=Usage(input_tokens=50))
             step.tool_result("r1", child.result.answer)
+            step.tool_result("t1", TIMETABLE)
             turn.answer("Ride tram 28 in the morning.", usage=Usage(input_tokens=120))
         with ledger.scoped("acme", "bob").turn(user="Book it", agent_name="booker") as failed:
             failed.fail("the booking service refused")
@@ -144,6 +152,23 @@ def test_a_conversation_shows_each_answer_with_its_run_folded_and_its_subagent_n
     assert "Trams first." in text  # the reasoning
     assert f'href="/r/{viewed.child_run}"' in page
     assert "gpt-4o" in text and "100 in / 10 out" in text
+
+
+def test_a_long_value_is_folded_to_its_beginning_and_shown_whole_on_demand(client, viewed):
+    page = client.get(f"/c/{viewed.planned}").text
+    folded = re.search(
+        r'<details class="fold"><summary><pre>(.*?)</pre></summary><pre>(.*?)</pre>', page
+    )
+    assert folded, "no folded value"
+    assert folded[2] == TIMETABLE and len(folded[1]) < len(TIMETABLE)
+    assert TIMETABLE.startswith(folded[1].removesuffix("…"))
+
+
+def test_head_answers_as_get_does_without_a_body(client, viewed):
+    for address in ("/", f"/c/{viewed.planned}", f"/r/{viewed.planner_run}", "/static/ui.js"):
+        head, get = client.head(address), client.get(address)
+        assert head.status_code == get.status_code == 200
+        assert head.content == b""
 
 
 def test_an_interrupted_answer_is_marked_and_a_running_runs_partial_answer_is_shown(client, viewed):
@@ -340,3 +365,32 @@ def test_a_damaged_ledger_is_said_so_on_the_page_not_as_a_traceback(tmp_path):
     assert page.status_code == 500
     assert "recorded 5 steps but the ledger reads 2" in main_text(page.text)
     assert "restore it from a backup" in main_text(page.text)
+
+
+def test_ui_listens_on_the_loopback_interface_and_prints_the_address_to_open(tmp_path):
+    """The one test of the process itself: the address it prints is where it listens, and it
+    leaves no file beside the ledger."""
+    recorded = record(sqlite_url(tmp_path))
+    before = sorted(tmp_path.iterdir())
+    served = Interactive("--db", recorded.url, "ui", "--port", "0")
+    try:
+        served.wait_for("/\n", after=served.wait_for("agentledger ui: "))
+        address = re.search(r"at (http://127\.0\.0\.1:\d+/)\n", served.output)
+        assert address, served.output
+        page = httpx.get(address[1], timeout=30)
+        assert page.status_code == 200 and "Plan a day in Lisbon" in page.text
+        assert httpx.post(address[1], timeout=30).status_code == 405
+    finally:
+        served.close()
+    assert sorted(tmp_path.iterdir()) == before
+
+
+def test_ui_says_when_its_port_is_taken(viewed):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        result = invoke("--db", viewed.url, "ui", "--port", str(port))
+    assert result.exit_code == 1
+    assert f"cannot listen on 127.0.0.1:{port}" in result.output
+    assert "choose another port with --port" in result.output

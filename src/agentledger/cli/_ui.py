@@ -11,10 +11,10 @@ from ._app import cli, cli_errors, database, require_file, scope
 @cli.command()
 @click.option(
     "--port",
-    type=click.IntRange(1, 65535),
+    type=click.IntRange(0, 65535),
     default=8765,
     show_default=True,
-    help="The port to listen on.",
+    help="The port to listen on (0: any free port).",
 )
 @click.option(
     "--host",

@@ -3,9 +3,11 @@ unless a token guards it."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import secrets
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 
 import uvicorn
 
@@ -52,13 +54,33 @@ def serve(
     announce: Callable[[str], None] = print,
 ) -> None:
     """Serve the viewer of the ledger at ``url`` (opened read-only, kept to ``tenant_id`` and
-    ``owner_id``) on ``host``:``port`` until the process is stopped; ``announce`` is told the
-    address to open once it is known."""
+    ``owner_id``) on ``host``:``port`` (0: any free port) until the process is stopped;
+    ``announce`` is told the address to open once it listens."""
     check_address(host, token)
-    with Ledger.open(url, migrate=False, read_only=True) as ledger:
-        viewed = (
-            ledger if tenant_id is None and owner_id is None else ledger.scoped(tenant_id, owner_id)
-        )
-        app = create_app(viewed, token=token)
-        announce(address(host, port, token))
-        uvicorn.run(app, host=host, port=port, log_level="warning", server_header=False)
+    with Ledger.open(url, migrate=False, read_only=True) as ledger, listening(host, port) as sock:
+        scoped = tenant_id is not None or owner_id is not None
+        app = create_app(ledger.scoped(tenant_id, owner_id) if scoped else ledger, token=token)
+        announce(address(host, sock.getsockname()[1], token))
+        config = uvicorn.Config(app, log_level="warning", server_header=False)
+        uvicorn.Server(config).run(sockets=[sock])
+
+
+@contextlib.contextmanager
+def listening(host: str, port: int) -> Iterator[socket.socket]:
+    """A socket bound to ``host``:``port`` (0: a free port) and listening, before the address
+    is announced: a browser opened on it at once is answered as soon as the server starts,
+    and a port already taken is said before anything else."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise UsageError(
+            f"cannot listen on {host}:{port} ({exc.strerror or exc}): choose another port with "
+            "--port (0 takes any free one)"
+        ) from None
+    with sock:
+        yield sock
