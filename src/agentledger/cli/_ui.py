@@ -45,7 +45,7 @@ def ui(ctx: click.Context, port: int, host: str, token: str | None) -> None:
     Examples:
       agentledger ui --db trips.db
       agentledger ui --db trips.db --port 9000 --tenant acme
-      agentledger ui --db postgresql://host/ledger --host 0.0.0.0 --token "$SECRET"
+      agentledger ui --db postgresql:///ledger --host 0.0.0.0 --token "$TOKEN"
     """
     require_file(ctx, "record runs in it first, or give --db the ledger to view")
     tenant, owner = scope(ctx)
