@@ -12,10 +12,11 @@ costs. The counts and sums are read as the database computes them.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, JsonValue
+from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
 from .._values import AgentState, AgentStatus
 from ._arguments import member, row_limit
@@ -52,11 +53,11 @@ class ConversationOverview(BaseModel):
     turns: int
     cost_usd: float | None
     fully_priced: bool
-    last_run_id: str | None
-    agent_name: str | None
-    status: AgentStatus | None
-    recorded_by: str | None
-    run_metadata: dict[str, JsonValue]
+    last_run_id: str | None = None
+    agent_name: str | None = None
+    status: AgentStatus | None = None
+    recorded_by: str | None = None
+    run_metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
 _SEEN = ", ".join(f"'{section}'" for section in (AgentState.DEFAULT_SECTION, "buffer"))
@@ -81,20 +82,46 @@ _COSTS = (
 )
 
 
+@dataclass(frozen=True)
+class OverviewFilter:
+    """Which conversations a listing holds (``Ledger.conversation_overviews`` says each), and
+    where its page begins: after ``after``, the ``(updated_at, id)`` of the page before's last
+    row (``None``: at the top)."""
+
+    kind: ConversationKind | str | None = ConversationKind.MAIN
+    agent_name: str | None = None
+    status: AgentStatus | str | None = None
+    after: tuple[datetime, str] | None = None
+
+    def conditions(self, dialect: str) -> tuple[str, dict[str, Any]]:
+        """Each as ``AND ...`` over the conversations ``c``, with its parameters."""
+        sql, params = "", {}
+        if self.kind is not None:
+            sql += "AND c.kind = :kind "
+            params["kind"] = member(ConversationKind, self.kind, "kind").value
+        if self.agent_name is not None:
+            sql += (
+                "AND EXISTS (SELECT 1 FROM agent_runs r WHERE r.conversation_id = c.id "
+                "AND r.agent_name = :agent_name) "
+            )
+            params["agent_name"] = self.agent_name
+        if self.status is not None:
+            sql += f"AND ({_LAST_RUN.format(column='status')}) = :status "
+            params["status"] = member(AgentStatus, self.status, "status").value
+        if self.after is not None:
+            sql += "AND (c.updated_at < :after OR (c.updated_at = :after AND c.id < :after_id)) "
+            params["after"] = time_param(dialect, self.after[0])
+            params["after_id"] = self.after[1]
+        return sql, params
+
+
 def overview_rows(
-    reads: Reads,
-    scope: Scope,
-    *,
-    kind: ConversationKind | str | None,
-    agent_name: str | None,
-    status: AgentStatus | str | None,
-    after: tuple[datetime, str] | None,
-    limit: int,
+    reads: Reads, scope: Scope, wanted: OverviewFilter, limit: int
 ) -> list[ConversationOverview]:
     """A page of :class:`ConversationOverview` (see the module and
     ``Ledger.conversation_overviews``)."""
     row_limit(limit)
-    found = _page(reads, scope, kind, agent_name, status, after, limit)
+    found = _page(reads, scope, wanted, limit)
     if not found:
         return []
     ids = _ids_params([row["id"] for row in found])
@@ -113,37 +140,15 @@ and sort every row it finds: 60 ms for a tenant of 50,000 conversations against 
 worse as the ledger grows. PostgreSQL plans from its statistics."""
 
 
-def _page(
-    reads: Reads,
-    scope: Scope,
-    kind: ConversationKind | str | None,
-    agent_name: str | None,
-    status: AgentStatus | str | None,
-    after: tuple[datetime, str] | None,
-    limit: int,
-) -> Sequence[Row]:
+def _page(reads: Reads, scope: Scope, wanted: OverviewFilter, limit: int) -> Sequence[Row]:
     """The page's conversation rows, checked."""
-    sql = f"SELECT {columns('conversations', 'c')} FROM conversations c {_ORDERED[reads.dialect]}"
-    sql += "WHERE 1 = 1 " + in_scope(scope, "c")
-    params: dict[str, Any] = {**scope_params(scope), "limit": limit}
-    if kind is not None:
-        sql += "AND c.kind = :kind "
-        params["kind"] = member(ConversationKind, kind, "kind").value
-    if agent_name is not None:
-        sql += (
-            "AND EXISTS (SELECT 1 FROM agent_runs r WHERE r.conversation_id = c.id "
-            "AND r.agent_name = :agent_name) "
-        )
-        params["agent_name"] = agent_name
-    if status is not None:
-        sql += f"AND ({_LAST_RUN.format(column='status')}) = :status "
-        params["status"] = member(AgentStatus, status, "status").value
-    if after is not None:
-        sql += "AND (c.updated_at < :after OR (c.updated_at = :after AND c.id < :after_id)) "
-        params["after"] = time_param(reads.dialect, after[0])
-        params["after_id"] = after[1]
-    sql += "ORDER BY c.updated_at DESC, c.id DESC LIMIT :limit"
-    rows = reads.rows(sql, params, "conversations")
+    conditions, params = wanted.conditions(reads.dialect)
+    sql = (
+        f"SELECT {columns('conversations', 'c')} FROM conversations c {_ORDERED[reads.dialect]}"
+        f"WHERE 1 = 1 {in_scope(scope, 'c')}{conditions}"
+        "ORDER BY c.updated_at DESC, c.id DESC LIMIT :limit"
+    )
+    rows = reads.rows(sql, {**params, **scope_params(scope), "limit": limit}, "conversations")
     for row in rows:
         check_row("conversations", row)
     return rows
@@ -169,7 +174,6 @@ def _overview(
     row: Row, details: Row, costs: Row | None, runs: Mapping[str, Row]
 ) -> ConversationOverview:
     last = runs.get(details["last_run_id"] or "")
-    metadata = (last["metadata"] or {}) if last is not None else {}
     moments = [row["updated_at"]]
     if last is not None:
         moments += [m for m in (last["finished_at"], last["heartbeat_at"]) if m is not None]
@@ -186,13 +190,20 @@ def _overview(
         turns=details["turns"],
         cost_usd=costs["cost_usd"] if costs is not None else None,
         fully_priced=bool(costs["fully_priced"]) if costs is not None else True,
-        last_run_id=last["id"] if last is not None else None,
-        agent_name=last["agent_name"] if last is not None else None,
-        status=last["status"] if last is not None else None,
-        recorded_by=_text(metadata.get("recorded_by")),
-        run_metadata=metadata,
+        **_last_run(last),
     )
 
 
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+def _last_run(last: Row | None) -> dict[str, Any]:
+    """The overview's fields that describe the conversation's last run (none: no run)."""
+    if last is None:
+        return {}
+    metadata = last["metadata"] or {}
+    recorded_by = metadata.get("recorded_by")
+    return {
+        "last_run_id": last["id"],
+        "agent_name": last["agent_name"],
+        "status": last["status"],
+        "recorded_by": recorded_by if isinstance(recorded_by, str) else None,
+        "run_metadata": metadata,
+    }

@@ -14,7 +14,7 @@ from .._values import AgentStatus, Message, Messages, Spend, StepExecution, Tool
 from ._arguments import row_limit
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes
-from ._overviews import ConversationOverview, overview_rows
+from ._overviews import ConversationOverview, OverviewFilter, overview_rows
 from ._queries import (
     ConversationTurn,
     as_seen,
@@ -137,17 +137,11 @@ class LedgerReads(Generic[C, R, N]):
         those whose last run has it. ``after`` is the ``(updated_at, id)`` of the last
         conversation of the page before: the page that follows it, found by the index
         however far down the listing it is."""
+        after = None if after is None else (_utc(after[0]), after[1])
+        wanted = OverviewFilter(kind=kind, agent_name=agent_name, status=status, after=after)
         return self._reads(
             "listing conversations",
-            lambda reads: overview_rows(
-                reads,
-                self.scope,
-                kind=kind,
-                agent_name=agent_name,
-                status=status,
-                after=None if after is None else (_utc(after[0]), after[1]),
-                limit=limit,
-            ),
+            lambda reads: overview_rows(reads, self.scope, wanted, limit),
         )
 
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
