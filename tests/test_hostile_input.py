@@ -807,7 +807,8 @@ def test_the_viewer_renders_every_text_of_the_ledger_inert(rendered_ledger):
         assert all(raw not in page for raw in HTML[:2])
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", page)
         links = re.findall(r'href="([^"]*)"', page)
-        assert all(re.fullmatch(r"/(static/ui\.css|[cr]/[\w%.~-]+)?", link) for link in links)
+        shape = r"/(static/ui\.css|[cr]/[\w%.~-]+(#step-[\w%.~-]+)?)?"
+        assert all(re.fullmatch(shape, link) for link in links), links
     listing, conversation, run = (p.text for p in pages[:3])
     assert str(escape(MARKUP_TITLE)) in listing
     assert str(escape(AGENT)) in conversation and str(escape(TOOL_NAME)) in run

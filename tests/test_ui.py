@@ -206,6 +206,17 @@ def test_a_run_shows_its_tree_with_the_usage_the_analytics_compute(client, viewe
     assert f'href="/c/{viewed.planned}"' in page
 
 
+def test_a_prefix_of_several_ids_links_to_each(tmp_path):
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        for n in (1, 2):
+            ledger.create_conversation(conversation_id=f"trip/lisbon-{n}")
+        client = TestClient(create_app(ledger), base_url=ADDRESS)
+        page = client.get("/c/trip%2Flisbon")
+    assert page.status_code == 404
+    links = re.findall(r'<li><a class="id" href="([^"]+)">', page.text)
+    assert links == ["/c/trip%2Flisbon-1", "/c/trip%2Flisbon-2"]
+
+
 def test_short_prefixes_open_pages_and_every_id_links_to_its_page(client, viewed, ledger):
     short = ledger.short_ids([viewed.planned], of="conversation")[viewed.planned]
     assert client.get(f"/c/{short}").text == client.get(f"/c/{viewed.planned}").text
@@ -220,8 +231,11 @@ def test_short_prefixes_open_pages_and_every_id_links_to_its_page(client, viewed
 def test_search_finds_words_in_messages_and_in_tool_calls(client, viewed):
     said = main_text(client.get("/", params={"query": "tram"}).text)
     assert "Ride tram 28" in said
-    traced = main_text(client.get("/", params={"query": "trams"}).text)
-    assert "trace: research (step 0)" in traced
+    traced = client.get("/", params={"query": "trams"}).text
+    assert "trace: research (step 0)" in main_text(traced)
+    step = f"step-{viewed.planner_run}-0"
+    assert f'href="/r/{viewed.planner_run}#{step}"' in traced  # to the step in the run's page
+    assert f'id="{step}"' in client.get(f"/r/{viewed.planner_run}").text
     nothing = main_text(client.get("/", params={"query": "zeppelin"}).text)
     assert "No message or tool call holds every word of it." in nothing
 

@@ -131,13 +131,16 @@ def _run(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
 
 def _not_found(environment: jinja2.Environment, request: Request, exc: NotFoundError) -> Response:
     """The same answer for an id that does not exist and one outside the viewer's scope; a
-    prefix that begins several ids in scope lists them."""
-    kind = "conversation" if request.url.path.startswith("/c/") else "run"
+    prefix that begins several ids in scope links to each."""
+    letter = request.url.path[1]
+    kind = {"c": "conversation", "r": "run"}[letter]
     given = request.path_params.get("given", "")
-    problem = f"No {kind} {given!r} here: check the id, or open the listing to find it."
+    context: dict[str, Any] = {
+        "problem": f"No {kind} {given!r} here: check the id, or open the listing to find it."
+    }
     if isinstance(exc, AmbiguousIdError):
-        problem = str(exc)
-    return _html(environment, "problem.html", request, {"problem": problem}, 404)
+        context = {"problem": str(exc), "letter": letter, "candidates": exc.candidates}
+    return _html(environment, "problem.html", request, context, 404)
 
 
 def _html(
