@@ -67,3 +67,33 @@ def test_the_reader_lists_what_the_ledger_lists(tmp_path):
         assert reader.conversation_overviews(agent_name="agent1") == expected
         assert pages(reader, 1) == listed
     assert [o.agent_name for o in expected] == ["agent1"]
+
+
+def test_the_latest_turns_are_read_window_by_window_back_to_the_first(db_url):
+    with Ledger.open(db_url) as ledger:
+        conversation_id = None
+        for n in range(5):
+            with ledger.turn(user=f"question {n}", conversation_id=conversation_id) as turn:
+                if n == 2:
+                    turn.shown("cut ")
+                    turn.interrupt()
+                else:
+                    turn.answer(f"answer {n}")
+            conversation_id = turn.conversation_id
+        whole = ledger.turns(conversation_id)
+        windows, before = [], None
+        while True:
+            window = ledger.latest_turns(conversation_id, last=2, before_seq=before)
+            windows.insert(0, window.turns)
+            if window.first_seq == 0:
+                break
+            before = window.first_seq
+        wanted = {t.run_id for t in windows[-1] if t.run_id is not None}
+        some = ledger.runs_with_steps(conversation_id, run_ids=wanted)
+        every = ledger.runs_with_steps(conversation_id)
+
+    assert [len(w) for w in windows] == [1, 2, 2]
+    assert [t for w in windows for t in w] == whole
+    assert [m.content for m in windows[1][1].messages] == ["question 2", "cut "]
+    assert some == [(run, steps) for run, steps in every if run.id in wanted]
+    assert len(some) == 2

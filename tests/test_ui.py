@@ -269,6 +269,27 @@ def test_pages_follow_one_another_without_repeating_or_skipping_a_conversation(l
     assert len(seen) == 4
 
 
+def test_a_long_conversation_shows_its_last_turns_and_links_to_the_ones_before(tmp_path):
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        conversation_id = None
+        for n in range(5):
+            with ledger.turn(user=f"question {n}", conversation_id=conversation_id) as turn:
+                turn.answer(f"answer {n}")
+            conversation_id = turn.conversation_id
+        client = TestClient(create_app(ledger, turns_shown=2), base_url=ADDRESS)
+        said, address, back = [], f"/c/{conversation_id}", []
+        while address:
+            page = client.get(address).text
+            said = re.findall(r"question \d", main_text(page)) + said
+            back.append("the latest turns" in page)  # a link back to the end, once not there
+            found = re.search(r'<a rel="prev" href="([^"]+)">earlier turns</a>', page)
+            address = found[1] if found else ""
+        refused = client.get(f"/c/{conversation_id}", params={"before": "soon"})
+    assert said == [f"question {n}" for n in range(5)]
+    assert back == [False, True, True]
+    assert refused.status_code == 400 and "earlier turns" in main_text(refused.text)
+
+
 def test_a_bad_filter_is_said_plainly(client):
     page = client.get("/", params={"status": "sleeping"})
     assert page.status_code == 400

@@ -34,6 +34,7 @@ from ._queries import ConversationTurn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
 from ._search import SearchHit, TraceHit, search_snippet
+from ._turn_windows import TurnWindow
 from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
@@ -122,6 +123,7 @@ __all__ = [
     "TraceHit",
     "Turn",
     "TurnStep",
+    "TurnWindow",
     "file_to_read",
     "normalize_url",
     "read_only_uri",

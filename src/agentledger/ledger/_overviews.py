@@ -18,12 +18,13 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, JsonValue
 
-from .._values import AgentState, AgentStatus
+from .._values import AgentStatus
 from ._arguments import member, row_limit
 from ._columns import ConversationKind
+from ._queries import SEEN_SQL
 from ._row_mapping import Row
 from ._scope import Scope
-from ._sql import Reads, columns, in_scope, scope_params, select_rows, time_param
+from ._sql import Reads, columns, in_scope, listed, scope_params, select_rows, time_param
 from .checksums import check_row
 
 PREVIEW_LENGTH = 200
@@ -60,8 +61,7 @@ class ConversationOverview(BaseModel):
     run_metadata: dict[str, JsonValue] = Field(default_factory=dict)
 
 
-_SEEN = ", ".join(f"'{section}'" for section in (AgentState.DEFAULT_SECTION, "buffer"))
-_SAID = f"m.conversation_id = c.id AND m.role = 'user' AND m.section IN ({_SEEN})"
+_SAID = f"m.conversation_id = c.id AND m.role = 'user' AND m.section IN ({SEEN_SQL})"
 _LAST_RUN = (
     "SELECT r.{column} FROM agent_runs r WHERE r.conversation_id = c.id "
     "ORDER BY r.started_at DESC, r.id DESC LIMIT 1"
@@ -124,7 +124,7 @@ def overview_rows(
     found = _page(reads, scope, wanted, limit)
     if not found:
         return []
-    ids = _ids_params([row["id"] for row in found])
+    ids = listed("id", [row["id"] for row in found])
     details = {row["id"]: row for row in reads.rows(_DETAILS.format(ids=ids[0]), ids[1])}
     costs = {row["id"]: row for row in reads.rows(_COSTS.format(ids=ids[0]), ids[1])}
     last_ids = [row["last_run_id"] for row in details.values() if row["last_run_id"]]
@@ -154,16 +154,11 @@ def _page(reads: Reads, scope: Scope, wanted: OverviewFilter, limit: int) -> Seq
     return rows
 
 
-def _ids_params(ids: Sequence[str]) -> tuple[str, dict[str, Any]]:
-    """``:id0, :id1, ...`` and their parameters: a list of ids as an ``IN`` takes it."""
-    return ", ".join(f":id{n}" for n in range(len(ids))), {f"id{n}": v for n, v in enumerate(ids)}
-
-
 def _runs(reads: Reads, ids: Sequence[str]) -> dict[str, Row]:
     """The runs ``ids``, checked, by id."""
     if not ids:
         return {}
-    names, params = _ids_params(ids)
+    names, params = listed("id", ids)
     rows = reads.rows(select_rows("agent_runs") + f"WHERE id IN ({names})", params, "agent_runs")
     for row in rows:
         check_row("agent_runs", row)

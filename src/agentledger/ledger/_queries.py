@@ -92,6 +92,8 @@ def in_section(section: str) -> Callable[[Row], bool]:
 
 
 _SEEN = (AgentState.DEFAULT_SECTION, AgentState.BUFFER_SECTION)
+SEEN_SQL = ", ".join(f"'{section}'" for section in _SEEN)
+"""The sections of the conversation as the user saw it, as a list SQL's ``IN`` takes."""
 
 
 def as_seen(row: Row) -> bool:
@@ -206,7 +208,7 @@ def load_steps(reads: Reads, run_id: str) -> tuple[StepExecution, ...]:
     """A run's steps (given by its full id), rebuilt from their rows and their tool rows."""
     steps = reads.rows(_STEPS, {"run_id": run_id}, "step_executions")
     tools = reads.rows(_TOOLS, {"run_id": run_id}, "tool_executions")
-    return _rebuilt_steps(run_id, steps, tools)
+    return rebuilt_steps(run_id, steps, tools)
 
 
 def conversation_steps(reads: Reads, conversation_id: str) -> dict[str, tuple[StepExecution, ...]]:
@@ -219,10 +221,10 @@ def conversation_steps(reads: Reads, conversation_id: str) -> dict[str, tuple[St
     tools: dict[str, list[Row]] = {}
     for tool in reads.rows(_CONVERSATION_TOOLS, params, "tool_executions"):
         tools.setdefault(tool["run_id"], []).append(tool)
-    return {run: _rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
+    return {run: rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
 
 
-def _rebuilt_steps(
+def rebuilt_steps(
     run_id: str, steps: Sequence[Row], tools: Sequence[Row]
 ) -> tuple[StepExecution, ...]:
     """A run's steps from their rows (in order of their index) and their tool rows (in order

@@ -62,14 +62,18 @@ def templates() -> jinja2.Environment:
 
 
 def create_app(
-    ledger: Ledger, *, token: str | None = None, page_size: int = _pages.PAGE_SIZE
+    ledger: Ledger,
+    *,
+    token: str | None = None,
+    page_size: int = _pages.PAGE_SIZE,
+    turns_shown: int = _pages.TURNS_SHOWN,
 ) -> Starlette:
     """The viewer of ``ledger`` (opened read-only, and scoped as it should show): the
     conversations at ``/``, a conversation at ``/c/{id}``, a run at ``/r/{id}`` (each id in
     full or by a unique prefix), its stylesheet and script under ``/static``. With ``token``,
     every request must carry it (see :mod:`._access`); without, only requests addressed to
     the loopback interface are answered. The listing shows ``page_size`` conversations a
-    page."""
+    page, a conversation its last ``turns_shown`` turns (and links to the ones before)."""
     environment = templates()
     environment.globals["scope_text"] = _scope_text(ledger)
 
@@ -89,7 +93,11 @@ def create_app(
 
     routes = [
         Route("/", page(functools.partial(_conversations, page_size)), methods=["GET", "HEAD"]),
-        Route("/c/{given:path}", page(_conversation), methods=["GET", "HEAD"]),
+        Route(
+            "/c/{given:path}",
+            page(functools.partial(_conversation, turns_shown)),
+            methods=["GET", "HEAD"],
+        ),
         Route("/r/{given:path}", page(_run), methods=["GET", "HEAD"]),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
@@ -121,8 +129,13 @@ def _conversations(
 _FILTERS = ("query", "agent", "status", "tenant", "owner", "after")
 
 
-def _conversation(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
-    return "conversation.html", _pages.conversation_page(ledger, request.path_params["given"])
+def _conversation(
+    turns_shown: int, ledger: Ledger, request: Request
+) -> tuple[str, Mapping[str, Any]]:
+    before = request.query_params.get("before", "").strip()
+    return "conversation.html", _pages.conversation_page(
+        ledger, request.path_params["given"], before, turns_shown
+    )
 
 
 def _run(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:

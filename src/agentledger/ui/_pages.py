@@ -27,6 +27,9 @@ from ..ledger import (
 PAGE_SIZE = 50
 """Conversations per page of the listing."""
 
+TURNS_SHOWN = 100
+"""Turns a conversation's page shows at once, from its end; a link leads to the ones before."""
+
 SEARCH_LIMIT = 50
 """Hits of each kind (messages, tool calls) a search shows."""
 
@@ -183,20 +186,24 @@ class TurnView:
     answered: tuple[Message, ...]
 
 
-def conversation_page(ledger: Ledger, given: str) -> dict[str, Any]:
+def conversation_page(
+    ledger: Ledger, given: str, before: str = "", turns_shown: int = TURNS_SHOWN
+) -> dict[str, Any]:
     """The conversation ``given`` (its id or a unique prefix) turn by turn, each answer with
-    the run that produced it, subagent runs nested where they were spawned."""
+    the run that produced it, subagent runs nested where they were spawned: its last
+    ``turns_shown`` turns, or with ``before`` (a message's ``seq``) the last ones before it."""
     conversation = ledger.conversation(given)
-    turns = ledger.turns(conversation.id)
-    runs = {run.id: (run, steps) for run, steps in ledger.runs_with_steps(conversation.id)}
-    views = {run_id: _run_view(ledger, *runs[run_id]) for run_id in runs}
+    window = ledger.latest_turns(conversation.id, last=turns_shown, before_seq=_seq(before))
+    wanted = {turn.run_id for turn in window.turns if turn.run_id is not None}
+    runs = ledger.runs_with_steps(conversation.id, run_ids=wanted)
+    views = {run.id: _run_view(ledger, run, steps) for run, steps in runs}
     shown = [
         TurnView(
             said=tuple(m for m in turn.messages if m.role in _SAID),
             run=views.get(turn.run_id) if turn.run_id is not None else None,
             answered=tuple(m for m in turn.messages if m.role not in _SAID),
         )
-        for turn in turns
+        for turn in window.turns
     ]
     every_run = [view.run.id for run in views.values() for view in run.all_runs()]
     short = ledger.short_ids(every_run, of="run")
@@ -204,7 +211,24 @@ def conversation_page(ledger: Ledger, given: str) -> dict[str, Any]:
     parent = conversation.parent_run_id
     if parent is not None:
         short.update(ledger.short_ids([parent], of="run"))
-    return {"conversation": conversation, "turns": shown, "short": short}
+    return {
+        "conversation": conversation,
+        "turns": shown,
+        "short": short,
+        "earlier": window.first_seq if window.first_seq > 0 else None,
+        "latest": bool(before),
+    }
+
+
+def _seq(before: str) -> int | None:
+    """The ``before`` of a conversation's address: where the turns shown end."""
+    if not before:
+        return None
+    if not before.isdigit():
+        raise UsageError(
+            f"before={before!r} is not where turns end: follow the page's own link to earlier turns"
+        )
+    return int(before)
 
 
 def _run_view(ledger: Ledger, run: AgentRun, steps: tuple[StepExecution, ...]) -> RunView:
