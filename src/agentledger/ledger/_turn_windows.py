@@ -11,8 +11,8 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from .._values import Role, StepExecution
-from ._queries import SEEN_SQL, ConversationTurn, rebuilt_steps, turns_of
-from ._row_mapping import Row, in_sequence
+from ._queries import SEEN_SQL, ConversationTurn, steps_where, turns_of
+from ._row_mapping import in_sequence
 from ._sql import Reads, listed, select_rows
 
 
@@ -53,25 +53,11 @@ def turn_window(reads: Reads, conversation_id: str, last: int, before: int | Non
 
 
 def steps_of_runs(reads: Reads, run_ids: Sequence[str]) -> dict[str, tuple[StepExecution, ...]]:
-    """The steps of the runs ``run_ids``, by run id: one statement for the step rows and one
-    for the tool rows, however many runs."""
+    """The steps of the runs ``run_ids``, by run id, in two statements however many runs."""
     if not run_ids:
         return {}
     names, params = listed("run", run_ids)
-    where = f"WHERE run_id IN ({names}) "
-    steps: dict[str, list[Row]] = {}
-    for step in reads.rows(
-        select_rows("step_executions") + where + "ORDER BY step_index", params, "step_executions"
-    ):
-        steps.setdefault(step["run_id"], []).append(step)
-    tools: dict[str, list[Row]] = {}
-    for tool in reads.rows(
-        select_rows("tool_executions") + where + "ORDER BY step_index, position",
-        params,
-        "tool_executions",
-    ):
-        tools.setdefault(tool["run_id"], []).append(tool)
-    return {run: rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
+    return steps_where(reads, f"WHERE run_id IN ({names}) ", params)
 
 
 def runs_condition(run_ids: Sequence[str]) -> tuple[str, dict[str, Any]]:
