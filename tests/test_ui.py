@@ -136,6 +136,7 @@ def test_the_listing_shows_each_conversation_with_its_agent_turns_cost_and_last_
     assert "interrupted" in rows[viewed.interrupted]
     assert "running" in rows[viewed.running]
     assert "tenant acme · owner ann" in planned  # an unscoped viewer says whose it is
+    assert f'href="/r/{viewed.planner_run}"' in page.text  # the last run, by its status
 
 
 def test_a_conversation_shows_each_answer_with_its_run_folded_and_its_subagent_nested(
