@@ -96,7 +96,7 @@ test-bench: $(VENV)/.installed-dev
 # importer's among them) are left out, as is the wheel's (`make extras`).
 OLDEST        := $(VENV)/oldest
 OLDEST_LIBS   := sqlalchemy sqlmodel pydantic alembic
-OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette
+OLDEST_EXTRAS := test,analytics-postgresql,pandas,arrow,polars,examples,otel,datasette,ui
 OLDEST_SKIP   := --ignore=tests/test_openai_agents_session.py --ignore=tests/test_openai_agents_contract.py \
     --ignore=tests/test_openai_agents_branches.py \
     --ignore=tests/test_mcp_server.py --ignore=tests/test_mcp_tools.py --ignore=tests/test_install_extras.py \

@@ -96,6 +96,7 @@ def test_every_public_package_is_covered_and_the_layers_are_private():
         "agentledger.integrations.langgraph",
         "agentledger.integrations.pydantic_ai",
         "agentledger.integrations.adk",
+        "agentledger.ui",
     }
     for layer in ("values", "core", "recording", "loop", "drivers", "builder"):
         with pytest.raises(ImportError):

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 import pytest
@@ -773,6 +774,47 @@ def test_a_path_the_user_gives_is_theirs_even_when_it_climbs(
     result = invoke("--db", str(path), "analytics", "report", "--html", "../../report.html")
     assert result.exit_code == 0, result.output
     assert files_under(tmp_path) == {tmp_path / "report.html"}
+
+
+def test_the_viewer_renders_every_text_of_the_ledger_inert(rendered_ledger):
+    """Markup, scripts, terminal sequences and paths in a title, an id, an agent's and a
+    model's and a tool's name, arguments, results and errors: escaped, their control
+    characters written out, and no id makes a link of its own."""
+    from markupsafe import escape
+    from starlette.testclient import TestClient
+
+    from agentledger.ui import create_app
+
+    path, run_id = rendered_ledger
+    with Ledger.open(path, migrate=False, read_only=True) as ledger:
+        client = TestClient(create_app(ledger), base_url="http://127.0.0.1:8765")
+        pages = [
+            client.get(address)
+            for address in (
+                "/",
+                "/c/" + quote(CONVERSATION, safe=""),
+                f"/r/{run_id}",
+                "/?query=bold",
+                "/?query=" + quote(HTML[0], safe=""),
+                "/c/" + quote(HTML[0], safe=""),
+            )
+        ]
+    assert [p.status_code for p in pages] == [200] * 5 + [404]
+    for page in (p.text for p in pages):
+        tags = re.findall(r"<[^>]*>", page)
+        assert not [t for t in tags if re.search(r"^<(script(?! src=\"/static/ui\.js\")|img)", t)]
+        assert not [t for t in tags if re.search(r"\son\w+=|javascript:", t, re.I)]
+        assert all(raw not in page for raw in HTML[:2])
+        assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", page)
+        links = re.findall(r'href="([^"]*)"', page)
+        shape = r"/(static/ui\.css|[cr]/[\w%.~-]+(#step-[\w%.~-]+)?)?"
+        assert all(re.fullmatch(shape, link) for link in links), links
+    listing, conversation, run = (p.text for p in pages[:3])
+    assert str(escape(MARKUP_TITLE)) in listing
+    assert str(escape(AGENT)) in conversation and str(escape(TOOL_NAME)) in run
+    assert str(escape(MODEL)) in run
+    assert "\\x1b[31m" in conversation  # the sequence, written out
+    assert f'href="/c/{quote(CONVERSATION, safe="")}"' in listing
 
 
 # --- the example chat app -------------------------------------------------------------------------

@@ -5,8 +5,8 @@ says which extra to install for each; each analytics extra brings everything
 its conversion needs (``.df()``, ``.arrow()``, ``.pl()``), ``examples`` what the example chat
 app runs on, ``langgraph`` a graph checkpointed by ``LedgerSaver`` with its messages as rows,
 ``pydantic-ai`` a conversation saved through ``LedgerConversationStore`` with its runs,
-``adk`` an ADK session kept by ``LedgerSessionService``, and ``import`` ``agentledger import``
-of an Agents SDK session file (without the SDK).
+``adk`` an ADK session kept by ``LedgerSessionService``, ``import`` ``agentledger import``
+of an Agents SDK session file (without the SDK), and ``ui`` the viewer with the files it serves.
 
 Slow (a wheel, a virtual environment per extra, packages from the registry): it runs with
 ``AGENTLEDGER_EXTRAS=1``, as ``make extras`` and CI do, and is skipped otherwise. The base
@@ -250,6 +250,17 @@ def test_the_examples_extra_runs_the_example_chat_app(
         ("assistant", "Lisbon a subject", False),
     ]
     holds(found, "examples", {"fastapi", "uvicorn", "starlette"}, report, allowed=OTEL_API)
+
+
+def test_the_ui_extra_serves_the_viewer_with_its_own_stylesheet(
+    wheel: Path, tmp_path: Path, report: Callable[[str], None]
+) -> None:
+    python = install(wheel, "ui", tmp_path / "venv")
+
+    found = probe(python, "ui", f"sqlite:///{tmp_path / 'ledger.db'}")
+
+    assert found["uses"] == {"page": 200, "style": 200, "agent": True}
+    holds(found, "ui", {"starlette", "jinja2", "uvicorn"}, report)
 
 
 def test_the_openai_agents_extra_keeps_an_sdk_session_in_the_ledger(

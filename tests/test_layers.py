@@ -15,6 +15,9 @@ import pytest
 
 from support.cli import record_a_run
 
+VIEWER = ("starlette", "jinja2", "uvicorn")
+"""What the viewer (``agentledger ui``, the ui extra) serves and writes its pages with."""
+
 HEAVY = (
     "httpx",
     "sqlalchemy",
@@ -31,10 +34,11 @@ HEAVY = (
     "pydantic_ai",
     "google.adk",
     "google.genai",
+    *VIEWER,
 )
 """Libraries ``import agentledger`` must not load (``agents`` is the OpenAI Agents SDK; it,
 Datasette, OpenTelemetry, the MCP SDK (with jsonschema), pydantic-ai and Google's ADK (with
-google-genai) are loaded only by their integrations)."""
+google-genai) are loaded only by their integrations, and the web libraries by the viewer)."""
 
 
 def loaded_by(statement: str, names: tuple[str, ...] = HEAVY) -> dict[str, bool]:
@@ -82,6 +86,11 @@ LIGHT = ("pydantic", "rich", "sqlalchemy", "sqlmodel", "alembic", "httpx", "duck
 
 def test_the_command_line_loads_click_alone_until_a_command_runs():
     assert loaded_by("import agentledger.cli", LIGHT) == dict.fromkeys(LIGHT, False)
+
+
+def test_the_command_line_loads_the_viewers_libraries_only_when_the_viewer_is_imported():
+    assert loaded_by("import agentledger.cli", VIEWER) == dict.fromkeys(VIEWER, False)
+    assert loaded_by("import agentledger.ui", VIEWER) == dict.fromkeys(VIEWER, True)
 
 
 READ_COMMANDS = (

@@ -100,6 +100,7 @@ PRINTS_NO_ROWS = {
     "export": "a group",
     "mcp": "a group",
     "mcp serve": "an MCP server: the protocol itself on standard output (stdio), or over HTTP",
+    "ui": "one line: the address of the viewer it serves",
 }
 """The commands that print no rows, and what they print instead (every other command takes
 ``--json``)."""

@@ -175,6 +175,21 @@ def chat_app_conversation(url: str) -> Any:
         return client.get(f"/conversations/{conversation_id}").json()["messages"]
 
 
+def viewed(url: str) -> dict[str, Any]:
+    """The viewer of the ledger at ``url``, as a browser on this machine reads it: the
+    status of its conversations page, of its stylesheet (shipped in the wheel), and whether
+    the page names the probe's agent."""
+    from starlette.testclient import TestClient
+
+    from agentledger.ledger import Ledger
+    from agentledger.ui import create_app
+
+    with Ledger.open(url, migrate=False, read_only=True) as ledger:
+        client = TestClient(create_app(ledger), base_url="http://127.0.0.1:8765")
+        page, style = client.get("/"), client.get("/static/ui.css")
+        return {"page": page.status_code, "style": style.status_code, "agent": "agent" in page.text}
+
+
 def traced_and_exported(url: str) -> dict[str, Any]:
     """A run traced live to an in-memory exporter (its spans' names), then the ledger's runs
     exported as OTLP JSON (how many spans the file holds)."""
@@ -454,6 +469,7 @@ USES: dict[str, Callable[[str], Any]] = {
     "pydantic-ai": stored_conversation,
     "adk": session_rows,
     "import": imported,
+    "ui": viewed,
 }
 
 

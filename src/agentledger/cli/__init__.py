@@ -4,8 +4,8 @@
 reading a ledger (``_browse``), migrations and verification (``_db``), forgetting
 (``_forget``), graph checkpoints' retention (``_prune``), importing other programs' files
 (``_import``), talking to a model (``_talk``), analytics and exports (``_analytics``), traces
-out (``_otlp``), Datasette's metadata (``_datasette``), the MCP server (``_mcp``); the offline
-demo is :mod:`.demo`.
+out (``_otlp``), Datasette's metadata (``_datasette``), the MCP server (``_mcp``), the viewer
+(``_ui``); the offline demo is :mod:`.demo`.
 """
 
 # They register their commands.
@@ -20,6 +20,7 @@ from . import (  # noqa: F401
     _otlp,
     _prune,
     _talk,
+    _ui,
 )
 from ._app import cli, main
 

@@ -29,10 +29,12 @@ from ._graph_values import (
     PendingWrite,
     StoredCheckpoint,
 )
+from ._overviews import ConversationOverview
 from ._queries import ConversationTurn
 from ._reader import LedgerReader
 from ._scope import TENANT_SETTING, Scope
 from ._search import SearchHit, TraceHit, search_snippet
+from ._turn_windows import TurnWindow
 from ._urls import normalize_url, sqlite_path
 
 if _TYPE_CHECKING:
@@ -96,6 +98,7 @@ __all__ = [
     "CheckpointQuery",
     "Conversation",
     "ConversationKind",
+    "ConversationOverview",
     "ConversationTurn",
     "EngineSettings",
     "Forgotten",
@@ -120,6 +123,7 @@ __all__ = [
     "TraceHit",
     "Turn",
     "TurnStep",
+    "TurnWindow",
     "file_to_read",
     "normalize_url",
     "read_only_uri",

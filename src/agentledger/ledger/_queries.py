@@ -92,6 +92,8 @@ def in_section(section: str) -> Callable[[Row], bool]:
 
 
 _SEEN = (AgentState.DEFAULT_SECTION, AgentState.BUFFER_SECTION)
+SEEN_SQL = ", ".join(f"'{section}'" for section in _SEEN)
+"""The sections of the conversation as the user saw it, as a list SQL's ``IN`` takes."""
 
 
 def as_seen(row: Row) -> bool:
@@ -185,10 +187,6 @@ _TOOLS = select_rows("tool_executions") + "WHERE run_id = :run_id ORDER BY step_
 
 
 _OF_CONVERSATION = "WHERE run_id IN (SELECT id FROM agent_runs WHERE conversation_id = :c) "
-_CONVERSATION_STEPS = select_rows("step_executions") + _OF_CONVERSATION + "ORDER BY step_index"
-_CONVERSATION_TOOLS = (
-    select_rows("tool_executions") + _OF_CONVERSATION + "ORDER BY step_index, position"
-)
 
 
 def speaking(
@@ -212,12 +210,21 @@ def load_steps(reads: Reads, run_id: str) -> tuple[StepExecution, ...]:
 def conversation_steps(reads: Reads, conversation_id: str) -> dict[str, tuple[StepExecution, ...]]:
     """The steps of every run of a conversation (given by its full id), by run id: one
     statement for the step rows and one for the tool rows, however many runs it has."""
-    params = {"c": conversation_id}
+    return steps_where(reads, _OF_CONVERSATION, {"c": conversation_id})
+
+
+def steps_where(
+    reads: Reads, where: str, params: Mapping[str, Any]
+) -> dict[str, tuple[StepExecution, ...]]:
+    """The steps of the runs ``where`` keeps (``WHERE ...`` over ``run_id``), by run id, read
+    in two statements: the step rows, then the tool rows."""
     steps: dict[str, list[Row]] = {}
-    for step in reads.rows(_CONVERSATION_STEPS, params, "step_executions"):
+    step_sql = select_rows("step_executions") + where + "ORDER BY step_index"
+    for step in reads.rows(step_sql, params, "step_executions"):
         steps.setdefault(step["run_id"], []).append(step)
     tools: dict[str, list[Row]] = {}
-    for tool in reads.rows(_CONVERSATION_TOOLS, params, "tool_executions"):
+    tool_sql = select_rows("tool_executions") + where + "ORDER BY step_index, position"
+    for tool in reads.rows(tool_sql, params, "tool_executions"):
         tools.setdefault(tool["run_id"], []).append(tool)
     return {run: _rebuilt_steps(run, rows, tools.get(run, ())) for run, rows in steps.items()}
 

@@ -6,7 +6,7 @@ SQLModel rows for ``Ledger``, records for ``LedgerReader``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Generic, Literal, TypeVar, overload
 
@@ -14,6 +14,7 @@ from .._values import AgentStatus, Message, Messages, Spend, StepExecution, Tool
 from ._arguments import row_limit
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes
+from ._overviews import ConversationOverview, OverviewFilter, overview_rows
 from ._queries import (
     ConversationTurn,
     as_seen,
@@ -37,6 +38,7 @@ from ._run_nodes import NOTHING, tree_of, tree_rows
 from ._scope import Scope
 from ._search import SearchHit, TraceHit, search_hits
 from ._sql import Reads
+from ._turn_windows import TurnWindow, runs_condition, steps_of_runs, turn_window
 from .checksums import check_row
 
 C = TypeVar("C")
@@ -119,6 +121,30 @@ class LedgerReads(Generic[C, R, N]):
 
         return self._reads("listing conversations", read)
 
+    def conversation_overviews(
+        self,
+        *,
+        kind: ConversationKind | str | None = ConversationKind.MAIN,
+        agent_name: str | None = None,
+        status: AgentStatus | str | None = None,
+        after: tuple[datetime, str] | None = None,
+        limit: int = 50,
+    ) -> list[ConversationOverview]:
+        """A page of conversations as a listing shows them, most recently updated first (as
+        :meth:`conversations` lists them): each with its title or first user message, its
+        turns, its last run's agent and status, when it was last active and what its run
+        trees cost (:class:`ConversationOverview`). Of ``kind`` (the main ones unless told;
+        ``None``: every kind); with ``agent_name``, those that agent ran in; with ``status``,
+        those whose last run has it. ``after`` is the ``(updated_at, id)`` of the last
+        conversation of the page before: the page that follows it, found by the index
+        however far down the listing it is."""
+        after = None if after is None else (_utc(after[0]), after[1])
+        wanted = OverviewFilter(kind=kind, agent_name=agent_name, status=status, after=after)
+        return self._reads(
+            "listing conversations",
+            lambda reads: overview_rows(reads, self.scope, wanted, limit),
+        )
+
     def messages(self, conversation_id: str, section: str = "messages") -> Messages:
         """A section of a conversation as committed: by default the conversation itself (the
         messages a summary replaced are in the ``buffer`` section, the summaries in
@@ -131,6 +157,20 @@ class LedgerReads(Generic[C, R, N]):
         """The conversation as the user saw it: every message of it in order, those a summary
         replaced included (and the summaries left out). No compaction changes it."""
         return self._conversation(conversation_id, lambda rows: messages_in(rows, as_seen))
+
+    def latest_turns(
+        self, conversation_id: str, *, last: int = 100, before_seq: int | None = None
+    ) -> TurnWindow:
+        """The last ``last`` turns of the conversation as the user saw it (as :meth:`turns`
+        gives them), or with ``before_seq`` the last ``last`` before that message: read
+        without the rest of the conversation, however long it is. Each window begins where
+        its user spoke; its ``first_seq`` is where the turns before it end."""
+        row_limit(last)
+        conversation_id = self._conversation_row(conversation_id)["id"]
+        return self._reads(
+            f"reading the turns of conversation {conversation_id}",
+            lambda reads: turn_window(reads, conversation_id, last, before_seq),
+        )
 
     def turns(self, conversation_id: str) -> list[ConversationTurn]:
         """The conversation as the user saw it (:meth:`history`), turn by turn: the messages
@@ -242,15 +282,25 @@ class LedgerReads(Generic[C, R, N]):
         counted_steps(steps, run["id"], run["step_count"])
         return steps
 
-    def runs_with_steps(self, conversation_id: str) -> list[tuple[R, tuple[StepExecution, ...]]]:
+    def runs_with_steps(
+        self, conversation_id: str, *, run_ids: Collection[str] | None = None
+    ) -> list[tuple[R, tuple[StepExecution, ...]]]:
         """Every run of the conversation, oldest first (as :meth:`runs` lists them), each with
         its steps (as :meth:`steps` gives them), read together: three statements however many
-        runs it has, where a run's :meth:`steps` each take a read of their own."""
+        runs it has, where a run's :meth:`steps` each take a read of their own. With
+        ``run_ids``, only those of its runs (the runs of a :meth:`latest_turns` window), read
+        without the others."""
         conversation_id = self._conversation_row(conversation_id)["id"]
+        wanted = None if run_ids is None else sorted(run_ids)
 
         def read(reads: Reads) -> list[tuple[R, tuple[StepExecution, ...]]]:
-            rows = run_rows(reads, self.scope, conversation_id=conversation_id)
-            steps = conversation_steps(reads, conversation_id)
+            if wanted is None:
+                rows = run_rows(reads, self.scope, conversation_id=conversation_id)
+                steps = conversation_steps(reads, conversation_id)
+            else:
+                only = runs_condition(wanted)
+                rows = run_rows(reads, self.scope, conversation_id=conversation_id, condition=only)
+                steps = steps_of_runs(reads, wanted)
             found = []
             for row in rows:
                 run, own = self._run_of(row), steps.get(row["id"], ())

@@ -9,7 +9,7 @@ A read is given a :class:`Reads`: a transaction that runs a statement with named
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import Any, Protocol
 
@@ -58,6 +58,13 @@ def in_scope(scope: Scope, alias: str = "") -> str:
 def scope_params(scope: Scope) -> dict[str, Any]:
     """The parameters of :func:`in_scope`."""
     return {"tenant": scope.tenant_id, "owner": scope.owner_id}
+
+
+def listed(name: str, values: Sequence[Any]) -> tuple[str, dict[str, Any]]:
+    """``:name0, :name1, ...`` and their parameters: ``values`` as an ``IN (...)`` takes them
+    (both drivers take a parameter per value, not a list)."""
+    names = ", ".join(f":{name}{n}" for n in range(len(values)))
+    return names, {f"{name}{n}": value for n, value in enumerate(values)}
 
 
 def limited(limit: int | None) -> str:
