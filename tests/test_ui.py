@@ -359,6 +359,11 @@ def test_with_a_token_every_request_must_carry_it(ledger):
     assert "HttpOnly" in opened.headers["set-cookie"]
     assert "SameSite=strict" in opened.headers["set-cookie"]
     assert client.get("/?agent=planner").status_code == 200  # the cookie carries it now
+    # An address whose path names another host sends the browser on to this viewer's page.
+    elsewhere = client.get(
+        f"http://0.0.0.0:8765//evil.example/?token={TOKEN}", follow_redirects=False
+    )
+    assert elsewhere.headers["location"] == "/evil.example/"
 
 
 # --- the command ----------------------------------------------------------------------------------

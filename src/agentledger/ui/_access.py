@@ -112,6 +112,7 @@ def _remember(path: str, query: Iterable[tuple[str, str]], token: str) -> Respon
     """Send the browser on to the address without its token, keeping it in a cookie that
     only this viewer's pages send back (never to another site, never to a script)."""
     kept = urlencode([(n, v) for n, v in query if n != TOKEN_PARAMETER])
+    path = "/" + path.lstrip("/")  # "//host/..." would send the browser to another host
     response = RedirectResponse(path + (f"?{kept}" if kept else ""), status_code=303)
     response.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
     return response
