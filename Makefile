@@ -21,9 +21,10 @@ $(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 
 # One stamp per extra: re-installed whenever pyproject.toml changes.
-# The demo ends with DuckDB metrics: it installs the analytics extra.
+# The demo ends with DuckDB metrics and the viewer to open on its ledger: it installs the
+# analytics and ui extras.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/uv
-	$(PIP) -e '.[analytics]'
+	$(PIP) -e '.[analytics,ui]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/uv
