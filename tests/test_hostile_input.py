@@ -797,9 +797,12 @@ def test_the_viewer_renders_every_text_of_the_ledger_inert(rendered_ledger):
                 "/?query=bold",
                 "/?query=" + quote(HTML[0], safe=""),
                 "/c/" + quote(HTML[0], safe=""),
+                "/live/",
+                "/live/c/" + quote(CONVERSATION, safe=""),
+                f"/live/r/{run_id}",
             )
         ]
-    assert [p.status_code for p in pages] == [200] * 5 + [404]
+    assert [p.status_code for p in pages] == [200] * 5 + [404] + [200] * 3
     for page in (p.text for p in pages):
         tags = re.findall(r"<[^>]*>", page)
         assert not [t for t in tags if re.search(r"^<(script(?! src=\"/static/ui\.js\")|img)", t)]
