@@ -33,6 +33,10 @@ OWN_STEPS = "#555555"
 steps and a lighter shade for its subtree."""
 
 
+Colour = Callable[[str, Literal["agent", "model"]], str]
+"""The colour (``#rrggbb``) of an agent or a model, by its name."""
+
+
 @dataclass(frozen=True)
 class Palette:
     """The colour of each agent and of each model, the same in every chart: the busiest (most
@@ -42,7 +46,15 @@ class Palette:
     models: dict[str, str]
 
     @classmethod
-    def of(cls, report: Report) -> Palette:
+    def of(cls, report: Report, colour: Colour | None = None) -> Palette:
+        if colour is not None:
+            named = {p.agent_name for p in report.usage}
+            named |= {run.agent_name for root in report.runs for run in root.walk()}
+            return cls(
+                {a: colour(a, "agent") for a in sorted(named)},
+                {m: colour(m, "model") for m in sorted({p.model for p in report.usage})},
+            )
+
         def busiest(key: Callable[[UsagePoint], str]) -> list[str]:
             tokens: dict[str, int] = {}
             for point in report.usage:
@@ -65,12 +77,16 @@ class Figure:
     note: str = ""
 
 
-def figures(report: Report) -> dict[str, Figure]:
+def figures(report: Report, *, colour: Colour | None = None) -> dict[str, Figure]:
     """The report's charts by name, in the order the HTML page shows them: ``tokens`` and
     ``cost`` (per time bucket, stacked by agent and by model), ``cost_tree`` (the most
     expensive runs and their subagent runs, inclusive and exclusive), ``tool_latency`` (p50,
-    p95 and p99 per tool) and ``tool_errors`` (the share of calls that returned an error)."""
-    palette = Palette.of(report)
+    p95 and p99 per tool) and ``tool_errors`` (the share of calls that returned an error).
+
+    Each agent and model is drawn in ``colour(name, "agent")`` (or ``"model"``) when given
+    (a viewer that colours names elsewhere the same way), else in the report's own palette:
+    the busiest first, each a colour of its own."""
+    palette = Palette.of(report, colour)
     return {
         "tokens": Figure("Tokens over time", *_usage_chart(report, "tokens", palette)),
         "cost": Figure("Cost over time", *_usage_chart(report, "cost", palette)),

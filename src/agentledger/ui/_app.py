@@ -28,6 +28,7 @@ from ..errors import AgentLedgerError, AmbiguousIdError, NotFoundError, UsageErr
 from ..ledger import Ledger
 from . import _pages, _text
 from ._access import Guard
+from ._insights import analytics_page
 from ._live import ChangeFeed, since_of
 
 HERE = Path(__file__).parent
@@ -77,6 +78,8 @@ def create_app(
     page, a conversation its last ``turns_shown`` turns (and links to the ones before)."""
     environment = templates()
     environment.globals["scope_text"] = _scope_text(ledger)
+    hues = _text.Hues()
+    environment.filters["hue"] = hues.of
     feed = ChangeFeed(ledger)
 
     def page(render: Page, *, live: bool = True) -> Callable[[Request], Response]:
@@ -105,6 +108,7 @@ def create_app(
         Route("/", page(listed), methods=GET),
         Route("/c/{given:path}", page(functools.partial(_conversation, turns_shown)), methods=GET),
         Route("/r/{given:path}", page(_run), methods=GET),
+        Route("/analytics", page(functools.partial(_analytics, hues), live=False), methods=GET),
         Route("/events", events, methods=["GET"]),
         Route("/live/", page(_fragment(listed, "listing"), live=False), methods=GET),
         Route("/live/c/{given:path}", page(_live_turns, live=False), methods=GET),
@@ -170,6 +174,10 @@ def _fragment(render: Page, fragment: str) -> Page:
 
 
 _live_turns = _fragment(functools.partial(_conversation, LIVE_TURNS), "turns")
+
+
+def _analytics(hues: _text.Hues, ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
+    return "analytics.html", analytics_page(ledger, hues)
 
 
 def _not_found(environment: jinja2.Environment, request: Request, exc: NotFoundError) -> Response:

@@ -5,6 +5,8 @@ times and costs have one wording each, shared with the command line where it has
 from __future__ import annotations
 
 import json
+import threading
+import zlib
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +32,51 @@ runs (agentledger.integrations.pydantic_ai and .adk)."""
 _AGENTS_SDK = "openai-agents"
 """The agent name of the runs the OpenAI Agents SDK's session records (their metadata holds
 the session's key)."""
+
+
+HUES = (
+    "#4e79a7",
+    "#f28e2b",
+    "#59a14f",
+    "#e15759",
+    "#76b7b2",
+    "#edc948",
+    "#b07aa1",
+    "#ff9da7",
+    "#9c755f",
+)
+"""The colours of agents and models, as ``ui.css`` names them (``hue-0`` ...): the analytics
+report's palette."""
+
+
+class Hues:
+    """The colour each agent and each model is shown in (an index into :data:`HUES`), the
+    same on every page and in every chart of a viewer while it runs. A name takes the colour
+    its own text picks (so it mostly keeps it from one run of the viewer to the next), unless
+    another name of its kind holds it already: then the next free one, so that names seen
+    together differ until more than :data:`HUES` of a kind are shown."""
+
+    def __init__(self) -> None:
+        self._given: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()  # pages are written in several threads at once
+
+    def of(self, name: str | None, kind: str = "agent") -> int:
+        given = self._given.setdefault(kind, {})
+        text = name or ""
+        with self._lock:
+            if text not in given:
+                given[text] = self._free(text, set(given.values()))
+            return given[text]
+
+    def colour(self, name: str, kind: str) -> str:
+        """:meth:`of` as a colour, for the charts."""
+        return HUES[self.of(name, kind)]
+
+    @staticmethod
+    def _free(name: str, taken: set[int]) -> int:
+        first = zlib.crc32(name.encode()) % len(HUES)
+        tried = ((first + step) % len(HUES) for step in range(len(HUES)))
+        return next((hue for hue in tried if hue not in taken), first)
 
 
 def shown(value: Any) -> Any:
