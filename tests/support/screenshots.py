@@ -16,8 +16,8 @@ from playwright.sync_api import sync_playwright
 from agentledger.ledger import Ledger
 from agentledger.ui import create_app
 from support.browser import FLAGS, find_chromium
-from support.served import served
 from support.cli import ok
+from support.served import served
 
 VIEWPORT = {"width": 1280, "height": 760}
 
