@@ -52,7 +52,7 @@ def analytics_page(ledger: Ledger, hues: _text.Hues) -> dict[str, Any]:
             report = build_report(a)
     except ConfigurationError as exc:
         return {"missing": str(exc)}
-    drawn = figures(report, colour=hues.colour)
+    drawn = figures(report, hue=hues.of)
     costly = [
         Costly(run.run_id, run.agent_name, depth)
         for root in report.runs

@@ -34,27 +34,17 @@ _AGENTS_SDK = "openai-agents"
 the session's key)."""
 
 
-HUES = (
-    "#4e79a7",
-    "#f28e2b",
-    "#59a14f",
-    "#e15759",
-    "#76b7b2",
-    "#edc948",
-    "#b07aa1",
-    "#ff9da7",
-    "#9c755f",
-)
-"""The colours of agents and models, as ``ui.css`` names them (``hue-0`` ...): the analytics
-report's palette."""
+HUE_COUNT = 9
+"""How many colours agents and models are shown in: the analytics report's palette, which
+``ui.css`` names ``hue-0`` to ``hue-8``."""
 
 
 class Hues:
-    """The colour each agent and each model is shown in (an index into :data:`HUES`), the
+    """The colour each agent and each model is shown in (a number below :data:`HUE_COUNT`), the
     same on every page and in every chart of a viewer while it runs. A name takes the colour
     its own text picks (so it mostly keeps it from one run of the viewer to the next), unless
     another name of its kind holds it already: then the next free one, so that names seen
-    together differ until more than :data:`HUES` of a kind are shown."""
+    together differ until more than :data:`HUE_COUNT` of a kind are shown."""
 
     def __init__(self) -> None:
         self._given: dict[str, dict[str, int]] = {}
@@ -68,14 +58,10 @@ class Hues:
                 given[text] = self._free(text, set(given.values()))
             return given[text]
 
-    def colour(self, name: str, kind: str) -> str:
-        """:meth:`of` as a colour, for the charts."""
-        return HUES[self.of(name, kind)]
-
     @staticmethod
     def _free(name: str, taken: set[int]) -> int:
-        first = zlib.crc32(name.encode()) % len(HUES)
-        tried = ((first + step) % len(HUES) for step in range(len(HUES)))
+        first = zlib.crc32(name.encode()) % HUE_COUNT
+        tried = ((first + step) % HUE_COUNT for step in range(HUE_COUNT))
         return next((hue for hue in tried if hue not in taken), first)
 
 
