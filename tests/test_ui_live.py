@@ -17,7 +17,7 @@ import sqlalchemy
 from starlette.testclient import TestClient
 
 from agentledger import Usage
-from agentledger.ledger import Ledger
+from agentledger.ledger import ChangedSince, Ledger, LedgerReader
 from agentledger.ui import create_app
 from support.databases import BACKENDS, fresh_database
 from support.served import served
@@ -97,6 +97,18 @@ def test_a_change_committed_after_the_stamp_was_read_is_told_next_time(url):
         finally:
             engine.dispose()
         assert turn.conversation_id in after.conversation_ids
+
+
+def test_the_standard_librarys_reader_tells_the_same_changes(tmp_path):
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        start = ledger.changes_since().stamp
+        with ledger.turn(user="Hello", agent_name="a") as turn:
+            turn.answer("hi")
+        expected = ledger.changes_since(start)
+    with LedgerReader.open(path, read_only=True) as reader:
+        assert reader.changes_since(start) == expected
+        assert reader.changes_since(expected.stamp) == ChangedSince(stamp=expected.stamp)
 
 
 # --- the viewer ----------------------------------------------------------------------------------
