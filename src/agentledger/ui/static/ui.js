@@ -111,6 +111,7 @@ async function refresh(changed) {
 function watch() {
   const stamp = document.body.dataset.stamp;
   if (stamp === undefined || typeof EventSource === "undefined") return;
+  if (document.querySelector("[data-live], details.run[data-run]") === null) return; // nothing to follow
   const source = new EventSource("/events?since=" + encodeURIComponent(stamp));
   let queue = Promise.resolve();
   const later = (changed) => {
