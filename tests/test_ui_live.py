@@ -181,6 +181,36 @@ def test_the_event_stream_tells_every_open_page_what_changed_as_it_is_committed(
         assert event_id >= stamp  # PostgreSQL: the oldest open transaction of the server
 
 
+def test_a_scoped_viewers_stream_never_names_another_tenants_conversation_or_run(url):
+    with Ledger.open(url) as ledger, Ledger.open(url, migrate=False, read_only=True) as viewer:
+        stamp = viewer.changes_since().stamp
+        with (
+            served(create_app(viewer.scoped("acme"))) as base,
+            httpx.Client(base_url=base) as client,
+            client.stream("GET", f"/events?since={stamp}") as stream,
+        ):
+            with ledger.scoped("other").turn(user="Theirs", agent_name="a") as theirs:
+                theirs.answer("no")
+            with ledger.scoped("acme").turn(user="Ours", agent_name="a") as ours:
+                ours.answer("yes")
+            told = stream_until(stream.iter_lines(), ours.run_id)
+    named = " ".join(told)
+    assert theirs.conversation_id not in named and theirs.run_id not in named
+    assert ours.conversation_id in named
+
+
+def stream_until(lines: Iterator[str], wanted: str) -> list[str]:
+    """The data lines of a stream, read until one names ``wanted``."""
+    deadline, told = time.monotonic() + WAIT, []
+    for line in lines:
+        assert time.monotonic() < deadline, f"{wanted} not told"
+        if line.startswith("data: "):
+            told.append(line)
+            if wanted in line:
+                return told
+    raise AssertionError("the stream ended")
+
+
 def next_change(lines: Iterator[str]) -> tuple[int, dict[str, list[str]]]:
     """The next event of a stream that names a change: its id and its data."""
     deadline = time.monotonic() + WAIT
