@@ -72,7 +72,9 @@ def create_app(
 ) -> Starlette:
     """The viewer of ``ledger`` (opened read-only, and scoped as it should show): the
     conversations at ``/``, a conversation at ``/c/{id}``, a run at ``/r/{id}`` (each id in
-    full or by a unique prefix), its stylesheet and script under ``/static``. With ``token``,
+    full or by a unique prefix), the analytics' charts at ``/analytics``, its stylesheet and
+    script under ``/static``; what changed, as server-sent events, at ``/events``, and the
+    parts of the pages that show it under ``/live/`` (:mod:`._live`). With ``token``,
     every request must carry it (see :mod:`._access`); without, only requests addressed to
     the loopback interface are answered. The listing shows ``page_size`` conversations a
     page, a conversation its last ``turns_shown`` turns (and links to the ones before)."""
