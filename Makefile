@@ -12,7 +12,7 @@ PIP    := $(BIN)/uv pip install --quiet --python $(BIN)/python
 export PYTHONPYCACHEPREFIX := $(abspath $(VENV))/pycache
 export PYTHONDONTWRITEBYTECODE :=
 
-.PHONY: demo chat-app test test-bench test-oldest soak extras lint typecheck bench clean schema
+.PHONY: demo chat-app screenshots test test-bench test-oldest soak extras lint typecheck bench clean schema
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -21,9 +21,10 @@ $(BIN)/uv: | $(BIN)/python
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check uv
 
 # One stamp per extra: re-installed whenever pyproject.toml changes.
-# The demo ends with DuckDB metrics: it installs the analytics extra.
+# The demo ends with DuckDB metrics and the viewer to open on its ledger: it installs the
+# analytics and ui extras.
 $(VENV)/.installed-run: pyproject.toml | $(BIN)/uv
-	$(PIP) -e '.[analytics]'
+	$(PIP) -e '.[analytics,ui]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/uv
@@ -53,6 +54,11 @@ $(VENV)/.installed-examples: pyproject.toml | $(BIN)/uv
 # chat-app.db here (or CHAT_APP_DB). uvicorn's options: make chat-app CHAT_APP_ARGS='--port 9000'
 chat-app: $(VENV)/.installed-examples
 	$(BIN)/uvicorn examples.chat_app.app:app $(CHAT_APP_ARGS)
+
+# The viewer's screenshots in docs/images (docs/ui.md shows them): its pages over the demo's
+# ledger in headless Chromium. Not part of make test; run it when the pages change.
+screenshots: $(VENV)/.installed-dev
+	PYTHONPATH=tests $(BIN)/python -m support.screenshots docs/images
 
 # ruff, then the package's layering (import-linter's contracts are in pyproject.toml).
 lint: $(VENV)/.installed-dev

@@ -130,6 +130,9 @@ def test_the_demo_writes_its_ledger_here_and_prints_short_commands_to_look_aroun
     ]
     assert len(commands) >= 4 and all(len(f"  {c}") <= 80 for c in commands)
     assert str(demo.folder) not in demo.output  # the commands name the file, not where it is
+    # It ends by saying how to open the viewer on its ledger.
+    assert lines[-2].startswith("See it in your browser")
+    assert lines[-1] == f"  agentledger ui --db {DEMO_FILE}"
     # Each command runs as printed, from the demo's folder.
     trace = next(c for c in commands if " trace " in c)
     with contextlib.chdir(demo.folder):

@@ -797,9 +797,13 @@ def test_the_viewer_renders_every_text_of_the_ledger_inert(rendered_ledger):
                 "/?query=bold",
                 "/?query=" + quote(HTML[0], safe=""),
                 "/c/" + quote(HTML[0], safe=""),
+                "/live/",
+                "/live/c/" + quote(CONVERSATION, safe=""),
+                f"/live/r/{run_id}",
+                "/analytics",
             )
         ]
-    assert [p.status_code for p in pages] == [200] * 5 + [404]
+    assert [p.status_code for p in pages] == [200] * 5 + [404] + [200] * 4
     for page in (p.text for p in pages):
         tags = re.findall(r"<[^>]*>", page)
         assert not [t for t in tags if re.search(r"^<(script(?! src=\"/static/ui\.js\")|img)", t)]
@@ -807,7 +811,7 @@ def test_the_viewer_renders_every_text_of_the_ledger_inert(rendered_ledger):
         assert all(raw not in page for raw in HTML[:2])
         assert not re.search("[\x00-\x08\x0b-\x1f\x7f-\x9f]", page)
         links = re.findall(r'href="([^"]*)"', page)
-        shape = r"/(static/ui\.css|[cr]/[\w%.~-]+(#step-[\w%.~-]+)?)?"
+        shape = r"/(static/ui\.css|analytics|[cr]/[\w%.~-]+(#step-[\w%.~-]+)?)?|#run-[\w.~-]+"
         assert all(re.fullmatch(shape, link) for link in links), links
     listing, conversation, run = (p.text for p in pages[:3])
     assert str(escape(MARKUP_TITLE)) in listing

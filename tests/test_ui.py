@@ -189,7 +189,7 @@ def test_a_run_shows_its_tree_with_the_usage_the_analytics_compute(client, viewe
     from agentledger.analytics import Analytics
 
     page = client.get(f"/r/{viewed.planner_run}").text
-    tree = flat(page.split('<ul class="tree">', 1)[1].split("<h2>Trace</h2>", 1)[0])
+    tree = flat(re.split(r'<ul class="tree"[^>]*>', page, maxsplit=1)[1].split("<h2>Trace</h2>")[0])
     with Analytics.open(viewed.url) as analytics:
         rollup = {
             row[0]: row[1:]

@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING
 from ..errors import LedgerBusyError, LedgerOpenError, SchemaVersionError
 from ..ledger import Scope
 from ..ledger.migrate import VERSION_TABLE, head
-from ..ledger.tables import STAMPED_TABLES
+from ..ledger.tables import CHANGE_MARK_SQL, STAMPED_TABLES
 from . import _rollup
 from ._duckdb import identifier, quoted
 from ._scope import WHOLE_LEDGER, condition, describe
@@ -213,9 +213,9 @@ def _source_mark(connection: duckdb.DuckDBPyConnection, *, postgres: bool) -> tu
         )
     if not postgres:
         return str(row[0]), int(row[1]) + 1
+    mark_sql = CHANGE_MARK_SQL["postgresql"]
     snapshot = connection.execute(
-        f"SELECT * FROM postgres_query({quoted(SOURCE)}, "
-        "'SELECT pg_snapshot_xmin(pg_current_snapshot())::text::bigint')"
+        f"SELECT * FROM postgres_query({quoted(SOURCE)}, {quoted(mark_sql)})"
     ).fetchone()
     assert snapshot is not None
     return str(row[0]), int(snapshot[0])

@@ -33,6 +33,10 @@ OWN_STEPS = "#555555"
 steps and a lighter shade for its subtree."""
 
 
+Hue = Callable[[str, Literal["agent", "model"]], int]
+"""Which colour of :data:`_charts.PALETTE` an agent or a model is drawn in, by its name."""
+
+
 @dataclass(frozen=True)
 class Palette:
     """The colour of each agent and of each model, the same in every chart: the busiest (most
@@ -42,7 +46,10 @@ class Palette:
     models: dict[str, str]
 
     @classmethod
-    def of(cls, report: Report) -> Palette:
+    def of(cls, report: Report, hue: Hue | None = None) -> Palette:
+        if hue is not None:
+            return cls._by_hue(report, hue)
+
         def busiest(key: Callable[[UsagePoint], str]) -> list[str]:
             tokens: dict[str, int] = {}
             for point in report.usage:
@@ -52,6 +59,20 @@ class Palette:
         in_trees = (run.agent_name for root in report.runs for run in root.walk())
         agents = _charts.colours([*busiest(lambda p: p.agent_name), *sorted(in_trees)])
         return cls(agents, _charts.colours(busiest(lambda p: p.model)))
+
+    @classmethod
+    def _by_hue(cls, report: Report, hue: Hue) -> Palette:
+        """Each name in the colour ``hue`` gives it (asked in the order of the names)."""
+
+        def colour(name: str, kind: Literal["agent", "model"]) -> str:
+            return _charts.PALETTE[hue(name, kind) % len(_charts.PALETTE)]
+
+        agents = {p.agent_name for p in report.usage}
+        agents |= {run.agent_name for root in report.runs for run in root.walk()}
+        return cls(
+            {a: colour(a, "agent") for a in sorted(agents)},
+            {m: colour(m, "model") for m in sorted({p.model for p in report.usage})},
+        )
 
 
 @dataclass(frozen=True)
@@ -65,12 +86,16 @@ class Figure:
     note: str = ""
 
 
-def figures(report: Report) -> dict[str, Figure]:
+def figures(report: Report, *, hue: Hue | None = None) -> dict[str, Figure]:
     """The report's charts by name, in the order the HTML page shows them: ``tokens`` and
     ``cost`` (per time bucket, stacked by agent and by model), ``cost_tree`` (the most
     expensive runs and their subagent runs, inclusive and exclusive), ``tool_latency`` (p50,
-    p95 and p99 per tool) and ``tool_errors`` (the share of calls that returned an error)."""
-    palette = Palette.of(report)
+    p95 and p99 per tool) and ``tool_errors`` (the share of calls that returned an error).
+
+    Each agent and model is drawn in the colour number ``hue(name, "agent")`` (or
+    ``"model"``) of the palette when given (a viewer that colours names elsewhere the same
+    way), else the busiest first, each in a colour of its own."""
+    palette = Palette.of(report, hue)
     return {
         "tokens": Figure("Tokens over time", *_usage_chart(report, "tokens", palette)),
         "cost": Figure("Cost over time", *_usage_chart(report, "cost", palette)),

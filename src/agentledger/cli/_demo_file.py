@@ -93,6 +93,14 @@ def look_around(path: Path, run: str) -> list[str]:
     ]
 
 
+def open_the_viewer(path: Path) -> tuple[str, str]:
+    """How to see the demo's ledger in a browser: the last lines the demo prints."""
+    return (
+        "See it in your browser (the viewer prints the address to open):",
+        f"  agentledger ui --db {shlex.quote(str(path))}",
+    )
+
+
 def not_on_the_path() -> str | None:
     """How to put ``agentledger`` on the PATH when it is not there (a virtual environment
     not activated, as under ``make demo``); None when it is."""

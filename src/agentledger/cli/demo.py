@@ -36,6 +36,7 @@ from ._demo_file import (
     demo_conversation,
     look_around,
     not_on_the_path,
+    open_the_viewer,
     start_afresh,
 )
 from ._demo_script import (
@@ -411,3 +412,5 @@ def _print_look_around(console: Console, db_path: Path, run: str) -> None:
     hint = not_on_the_path()
     if hint is not None:
         console.print(hint, markup=False, highlight=False)
+    for line in open_the_viewer(db_path):
+        console.print(line, markup=False, highlight=False)

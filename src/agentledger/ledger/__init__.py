@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING as _TYPE_CHECKING
 from typing import Any as _Any
 
 from ._access import file_to_read, read_only_uri
+from ._changes import ChangedSince
 from ._columns import ConversationKind
 from ._failures import EngineSettings
 from ._graph_values import (
@@ -93,6 +94,7 @@ __all__ = [
     "Appended",
     "AsyncTurn",
     "AsyncTurnStep",
+    "ChangedSince",
     "ChannelValue",
     "CheckpointKey",
     "CheckpointQuery",

@@ -12,6 +12,7 @@ from typing import Any, Generic, Literal, TypeVar, overload
 
 from .._values import AgentStatus, Message, Messages, Spend, StepExecution, ToolExecution
 from ._arguments import row_limit
+from ._changes import ChangedSince, changes
 from ._columns import ConversationKind
 from ._lookup import IdKind, shortest_prefixes
 from ._overviews import ConversationOverview, OverviewFilter, overview_rows
@@ -385,6 +386,17 @@ class LedgerReads(Generic[C, R, N]):
             f"shortening {len(wanted)} {of} ids",
             lambda reads: shortest_prefixes(reads, of, wanted, self.scope),
         )
+
+    # --- changes --------------------------------------------------------------------------------
+
+    def changes_since(self, stamp: int | None = None) -> ChangedSince:
+        """The conversations and runs written since ``stamp`` (the ``stamp`` of an earlier
+        answer; ``None``: nothing yet, only the stamp to start from), in this handle's scope,
+        found by the rows' change stamps: a conversation when its row or one of its messages
+        was written, a run when its row (its status, its partial answer), a step or a tool
+        execution of it was. A viewer asks with each answer's ``stamp`` in turn: no change is
+        missed, and one may be said twice."""
+        return self._reads("reading what changed", lambda reads: changes(reads, self.scope, stamp))
 
 
 def _utc(moment: datetime) -> datetime:

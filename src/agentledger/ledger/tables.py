@@ -37,6 +37,7 @@ from .._values import (
     StopReason,
     Usage,
 )
+from ._changes import CHANGE_MARK_SQL
 from ._columns import USAGE_COLUMNS, ConversationKind, duration_ms, usage_of
 from ._framework_tables import (
     AdkEventRow,
@@ -64,6 +65,7 @@ from ._table_types import (
 
 __all__ = [
     "ADK_SESSION_TABLES",
+    "CHANGE_MARK_SQL",
     "GRAPH_TABLES",
     "LEDGER_TABLES",
     "NAMING_CONVENTION",

@@ -19,7 +19,7 @@ import jinja2
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, Response
+from starlette.responses import HTMLResponse, Response, StreamingResponse
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -28,6 +28,8 @@ from ..errors import AgentLedgerError, AmbiguousIdError, NotFoundError, UsageErr
 from ..ledger import Ledger
 from . import _pages, _text
 from ._access import Guard
+from ._insights import analytics_page
+from ._live import ChangeFeed, since_of
 
 HERE = Path(__file__).parent
 TITLE = "agentledger"
@@ -70,17 +72,25 @@ def create_app(
 ) -> Starlette:
     """The viewer of ``ledger`` (opened read-only, and scoped as it should show): the
     conversations at ``/``, a conversation at ``/c/{id}``, a run at ``/r/{id}`` (each id in
-    full or by a unique prefix), its stylesheet and script under ``/static``. With ``token``,
+    full or by a unique prefix), the analytics' charts at ``/analytics``, its stylesheet and
+    script under ``/static``; what changed, as server-sent events, at ``/events``, and the
+    parts of the pages that show it under ``/live/`` (:mod:`._live`). With ``token``,
     every request must carry it (see :mod:`._access`); without, only requests addressed to
     the loopback interface are answered. The listing shows ``page_size`` conversations a
     page, a conversation its last ``turns_shown`` turns (and links to the ones before)."""
     environment = templates()
     environment.globals["scope_text"] = _scope_text(ledger)
+    hues = _text.Hues()
+    environment.filters["hue"] = hues.of
+    feed = ChangeFeed(ledger)
 
-    def page(render: Page) -> Callable[[Request], Response]:
+    def page(render: Page, *, live: bool = True) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
+                # Read first: a change made while the page is read is then told to it again.
+                stamp = ledger.changes_since().stamp if live else None
                 name, context = render(ledger, request)
+                context = {**context, "stamp": stamp}
             except NotFoundError as exc:
                 return _not_found(environment, request, exc)
             except UsageError as exc:
@@ -91,14 +101,20 @@ def create_app(
 
         return endpoint
 
+    async def events(request: Request) -> Response:
+        given = request.headers.get("last-event-id") or request.query_params.get("since")
+        return StreamingResponse(feed.events(since_of(given)), media_type="text/event-stream")
+
+    listed = functools.partial(_conversations, page_size)
     routes = [
-        Route("/", page(functools.partial(_conversations, page_size)), methods=["GET", "HEAD"]),
-        Route(
-            "/c/{given:path}",
-            page(functools.partial(_conversation, turns_shown)),
-            methods=["GET", "HEAD"],
-        ),
-        Route("/r/{given:path}", page(_run), methods=["GET", "HEAD"]),
+        Route("/", page(listed), methods=GET),
+        Route("/c/{given:path}", page(functools.partial(_conversation, turns_shown)), methods=GET),
+        Route("/r/{given:path}", page(_run), methods=GET),
+        Route("/analytics", page(functools.partial(_analytics, hues), live=False), methods=GET),
+        Route("/events", events, methods=["GET"]),
+        Route("/live/", page(_fragment(listed, "listing"), live=False), methods=GET),
+        Route("/live/c/{given:path}", page(_live_turns, live=False), methods=GET),
+        Route("/live/r/{given:path}", page(_fragment(_run, "run"), live=False), methods=GET),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
 
@@ -142,10 +158,34 @@ def _run(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
     return "run.html", _pages.run_page(ledger, request.path_params["given"])
 
 
+GET = ["GET", "HEAD"]
+
+LIVE_TURNS = 3
+"""The turns a live conversation's page fetches again when the conversation changes: the
+last, being answered, and any that began since."""
+
+
+def _fragment(render: Page, fragment: str) -> Page:
+    """A page's part that changes, as a live page fetches it again (``_live.html``)."""
+
+    def part(ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
+        _name, context = render(ledger, request)
+        return "_live.html", {**context, "fragment": fragment}
+
+    return part
+
+
+_live_turns = _fragment(functools.partial(_conversation, LIVE_TURNS), "turns")
+
+
+def _analytics(hues: _text.Hues, ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
+    return "analytics.html", analytics_page(ledger, hues)
+
+
 def _not_found(environment: jinja2.Environment, request: Request, exc: NotFoundError) -> Response:
     """The same answer for an id that does not exist and one outside the viewer's scope; a
     prefix that begins several ids in scope links to each."""
-    letter = request.url.path[1]
+    letter = request.url.path.removeprefix("/live")[1]
     kind = {"c": "conversation", "r": "run"}[letter]
     given = request.path_params.get("given", "")
     context: dict[str, Any] = {

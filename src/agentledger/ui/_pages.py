@@ -78,6 +78,11 @@ class Filters:
         kept = {**asdict(self), "after": after}
         return "/?" + urlencode({name: value for name, value in kept.items() if value})
 
+    def live_address(self) -> str:
+        """The address of this listing's first page as a live page fetches it again."""
+        kept = {name: value for name, value in asdict(self).items() if value}
+        return "/live/?" + urlencode(kept) if kept else "/live/"
+
     def status_value(self) -> str | None:
         if self.status and self.status not in STATUSES:
             raise UsageError(f"status={self.status!r}: choose one of {', '.join(STATUSES)}")
@@ -106,6 +111,7 @@ def listing(ledger: Ledger, filters: Filters, page_size: int = PAGE_SIZE) -> dic
     )
     shown, more = found[:page_size], len(found) > page_size
     return {
+        "live": None if filters.after else filters.live_address(),
         "overviews": shown,
         "next": filters.next_page(cursor_of(shown[-1])) if more else None,
         # The last runs are linked by their status: the listing shortens conversation ids only
@@ -186,6 +192,13 @@ class TurnView:
     said: tuple[Message, ...]
     run: RunView | None
     answered: tuple[Message, ...]
+
+    @property
+    def key(self) -> str:
+        """What a live page knows the turn by: its run, or its first message."""
+        if self.run is not None:
+            return str(self.run.run.id)
+        return next((m.id for m in self.said + self.answered if m.id), "")
 
 
 def conversation_page(
@@ -273,7 +286,7 @@ def run_page(ledger: Ledger, given: str) -> dict[str, Any]:
     run spent alone and with the runs below it, linked up and down."""
     run = ledger.run(given)
     tree = ledger.run_tree(run.id)
-    view = RunView(run, ledger.steps(run.id), tree.exclusive, tree.inclusive)
+    view = _tree_view(ledger, tree, ledger.steps(run.id))
     related = [n.run.id for n in tree.walk()]
     related += [r for r in (run.parent_run_id, run.root_run_id) if r is not None]
     related += [t.child_run_id for t in _tools(view.steps) if t.child_run_id]

@@ -61,7 +61,10 @@ def serve(
         scoped = tenant_id is not None or owner_id is not None
         app = create_app(ledger.scoped(tenant_id, owner_id) if scoped else ledger, token=token)
         announce(address(host, sock.getsockname()[1], token))
-        config = uvicorn.Config(app, log_level="warning", server_header=False)
+        # Open pages keep their event streams: a stopped viewer closes them, not waits for them.
+        config = uvicorn.Config(
+            app, log_level="warning", server_header=False, timeout_graceful_shutdown=1
+        )
         uvicorn.Server(config).run(sockets=[sock])
 
 

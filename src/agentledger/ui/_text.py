@@ -5,6 +5,8 @@ times and costs have one wording each, shared with the command line where it has
 from __future__ import annotations
 
 import json
+import threading
+import zlib
 from datetime import datetime
 from typing import Any
 from urllib.parse import quote
@@ -30,6 +32,37 @@ runs (agentledger.integrations.pydantic_ai and .adk)."""
 _AGENTS_SDK = "openai-agents"
 """The agent name of the runs the OpenAI Agents SDK's session records (their metadata holds
 the session's key)."""
+
+
+HUE_COUNT = 9
+"""How many colours agents and models are shown in: the analytics report's palette, which
+``ui.css`` names ``hue-0`` to ``hue-8``."""
+
+
+class Hues:
+    """The colour each agent and each model is shown in (a number below :data:`HUE_COUNT`), the
+    same on every page and in every chart of a viewer while it runs. A name takes the colour
+    its own text picks (so it mostly keeps it from one run of the viewer to the next), unless
+    another name of its kind holds it already: then the next free one, so that names seen
+    together differ until more than :data:`HUE_COUNT` of a kind are shown."""
+
+    def __init__(self) -> None:
+        self._given: dict[str, dict[str, int]] = {}
+        self._lock = threading.Lock()  # pages are written in several threads at once
+
+    def of(self, name: str | None, kind: str = "agent") -> int:
+        given = self._given.setdefault(kind, {})
+        text = name or ""
+        with self._lock:
+            if text not in given:
+                given[text] = self._free(text, set(given.values()))
+            return given[text]
+
+    @staticmethod
+    def _free(name: str, taken: set[int]) -> int:
+        first = zlib.crc32(name.encode()) % HUE_COUNT
+        tried = ((first + step) % HUE_COUNT for step in range(HUE_COUNT))
+        return next((hue for hue in tried if hue not in taken), first)
 
 
 def shown(value: Any) -> Any:
