@@ -113,6 +113,13 @@ def test_search_open_a_conversation_expand_its_trace_and_a_subagents_and_follow_
     assert page.url.endswith(f"/r/{child_id}")
 
 
+VISIBILITY = """() => {{
+    Object.defineProperty(document, "hidden", {{ value: {hidden}, configurable: true }});
+    document.dispatchEvent(new Event("visibilitychange"));
+}}"""
+"""What a browser does as its tab is put out of sight (``hidden``) and shown again."""
+
+
 def test_a_run_streamed_by_another_process_appears_step_by_step_without_a_reload(
     ledger, address, browser
 ):
@@ -151,12 +158,18 @@ def test_a_run_streamed_by_another_process_appears_step_by_step_without_a_reload
             partial.filter(has_text=f"so far: {word}").wait_for()
             assert conversation.locator(trace).get_attribute("open") is not None  # kept open
 
+        # The listing is put out of sight: it closes its stream, and is told what it missed
+        # when it is shown again.
+        listing.evaluate(VISIBILITY.format(hidden="true"))
+        listing.wait_for_selector("body[data-live='paused']")
         run.stdin.write("go\n")
         run.stdin.flush()
         assert run.stdout.readline().strip() == "answered"
         conversation.locator("article.role-assistant").filter(has_text="one, two, three").wait_for()
         conversation.wait_for_selector(f"{trace}[data-status='completed']")
         assert conversation.locator("p.pending").count() == 0
+        assert listing.locator(f"tr[data-conversation='{conversation_id}'] .status-running").count()
+        listing.evaluate(VISIBILITY.format(hidden="false"))
         listing.wait_for_selector(f"tr[data-conversation='{conversation_id}'] .status-completed")
         kept = [each.evaluate("window.kept") for each in (listing, conversation)]
     finally:

@@ -112,14 +112,33 @@ function watch() {
   const stamp = document.body.dataset.stamp;
   if (stamp === undefined || typeof EventSource === "undefined") return;
   if (document.querySelector("[data-live], details.run[data-run]") === null) return; // nothing to follow
-  const source = new EventSource("/events?since=" + encodeURIComponent(stamp));
+  // A browser keeps few connections to one host (six over HTTP/1.1), and each stream holds
+  // one: a page out of sight closes its stream, and opens it again from the last stamp it was
+  // told when it is shown, so that what changed meanwhile comes then.
+  let since = stamp;
+  let source = null;
   let queue = Promise.resolve();
   const later = (changed) => {
     queue = queue.then(() => refresh(changed)).catch(() => undefined);
   };
-  source.addEventListener("changes", (event) => later(JSON.parse(event.data)));
-  source.addEventListener("reload", () => later(null));
-  source.addEventListener("open", () => { document.body.dataset.live = "yes"; });
+  const told = (event) => {
+    if (event.lastEventId) since = event.lastEventId;
+  };
+  const open = () => {
+    if (source !== null) return;
+    source = new EventSource("/events?since=" + encodeURIComponent(since));
+    source.addEventListener("changes", (event) => { told(event); later(JSON.parse(event.data)); });
+    source.addEventListener("reload", (event) => { told(event); later(null); });
+    source.addEventListener("open", () => { document.body.dataset.live = "yes"; });
+  };
+  const close = () => {
+    if (source === null) return;
+    source.close();
+    source = null;
+    document.body.dataset.live = "paused";
+  };
+  document.addEventListener("visibilitychange", () => (document.hidden ? close() : open()));
+  if (!document.hidden) open();
 }
 
 document.addEventListener("DOMContentLoaded", () => {
