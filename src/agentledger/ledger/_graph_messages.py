@@ -153,6 +153,17 @@ _MESSAGE_ROWS = (
     (step_executions, step_executions.c.message_id, step_executions.c.content),
 )
 
+_USED = {
+    table.name: [
+        id_column.name,
+        content.name,
+        "metadata",
+        *[c for c in ["arguments"] if c in table.c],
+    ]
+    for table, id_column, content in _MESSAGE_ROWS
+}
+"""The columns a :class:`MessageRow` is made of, of each table: the others are only checked."""
+
 _CHUNK = 500
 
 _LISTED = func.json_each(bindparam("ids", type_=String)).table_valued("value")
@@ -183,7 +194,7 @@ def _rows_of(
     if conn.dialect.name == "sqlite":
         compiled = statements_for(conn.dialect).of(_LISTED_ROWS[table.name])
         sent = send(conn, compiled.sql, compiled.params({"ids": json.dumps(list(ids))}))
-        yield from checked_rows(compiled, sent, table)
+        yield from checked_rows(compiled, sent, table, _USED[table.name])
         return
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]

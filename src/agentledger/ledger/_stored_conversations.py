@@ -189,7 +189,7 @@ class StoredConversations:
             if conn.dialect.name == "sqlite":  # checked from the stored values
                 compiled = statements_for(conn.dialect).of(walk)
                 sent = send(conn, compiled.sql, compiled.params(values))
-                rows = checked_rows(compiled, sent, stored_entries)
+                rows = checked_rows(compiled, sent, stored_entries, _ENTRY_COLUMNS)
             else:
                 rows = [dict(row) for row in conn.execute(walk, values).mappings()]
                 for row in rows:
@@ -287,6 +287,8 @@ def _walk() -> Select[Any]:
 
 
 _WALK = _walk()
+_ENTRY_COLUMNS = ("id", "parent_id", "kind", "message", "message_ids")
+"""The columns a :class:`StoredEntry` is made of: the others are only checked."""
 _WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
 
 
