@@ -37,7 +37,7 @@ from ._framework_conversations import conversation_tenant, insert_if_absent
 from ._graph_messages import message_rows
 from ._graph_values import MessageRow
 from ._statements import send, statements_for
-from ._stored_values import checked_rows
+from ._stored_values import checked_values, stored_json
 from .checksums import check_row, sealed
 from .tables import conversations, stored_entries, stored_records
 
@@ -189,7 +189,8 @@ class StoredConversations:
             if conn.dialect.name == "sqlite":  # checked from the stored values
                 compiled = statements_for(conn.dialect).of(walk)
                 sent = send(conn, compiled.sql, compiled.params(values))
-                rows = checked_rows(compiled, sent, stored_entries, _ENTRY_COLUMNS)
+                at, fetched = checked_values(compiled, sent, stored_entries)
+                rows = [_entry_fields(at, values) for values in fetched]
             else:
                 rows = [dict(row) for row in conn.execute(walk, values).mappings()]
                 for row in rows:
@@ -287,8 +288,20 @@ def _walk() -> Select[Any]:
 
 
 _WALK = _walk()
-_ENTRY_COLUMNS = ("id", "parent_id", "kind", "message", "message_ids")
-"""The columns a :class:`StoredEntry` is made of: the others are only checked."""
+
+
+def _entry_fields(at: Mapping[str, int], values: Sequence[Any]) -> dict[str, Any]:
+    """The columns an entry is made of, from its stored values (the others are only checked):
+    on SQLite its text columns are read as stored, its JSON decoded."""
+    return {
+        "id": values[at["id"]],
+        "parent_id": values[at["parent_id"]],
+        "kind": values[at["kind"]],
+        "message": stored_json(values[at["message"]]),
+        "message_ids": stored_json(values[at["message_ids"]]),
+    }
+
+
 _WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
 
 
