@@ -110,32 +110,10 @@ class Compiled:
         return self.dicts(sent.description, sent.fetchall())
 
     def dicts(
-        self,
-        description: Sequence[Sequence[Any]],
-        fetched: Sequence[Sequence[Any]],
-        names: Sequence[str] | None = None,
+        self, description: Sequence[Sequence[Any]], fetched: Sequence[Sequence[Any]]
     ) -> list[dict[str, Any]]:
         """Rows ``fetched`` by this select, whose cursor described them as ``description``, as
-        dicts by column name, through the result processors: only the columns ``names`` (all
-        of them, when ``None``), so that a reader pays for decoding only what it uses."""
-        selected = [name for name, _ in self._selected]
-        names = selected if names is None else names
-        at = [selected.index(name) for name in names]
-        out = [dict(zip(names, [values[i] for i in at], strict=True)) for values in fetched]
-        wanted = set(names)
-        for name, process in self._processors(description):
-            if name not in wanted:
-                continue
-            for row in out:
-                value = row[name]
-                if value is not None:
-                    row[name] = process(value)
-        return out
-
-    def _processors(
-        self, description: Sequence[Sequence[Any]]
-    ) -> list[tuple[str, Callable[[Any], Any]]]:
-        """The result processors of the selected columns that have one, by column name."""
+        dicts by column name, through the result processors."""
         if self._results is None:  # some drivers' processors depend on the type the cursor says
             results: list[tuple[str, Callable[[Any], Any]]] = []
             for (name, impl), column in zip(self._selected, description, strict=True):
@@ -143,7 +121,14 @@ class Compiled:
                 if processor is not None:
                     results.append((name, processor))
             self._results = results
-        return self._results
+        names = [name for name, _ in self._selected]
+        out = [dict(zip(names, values, strict=True)) for values in fetched]
+        for name, process in self._results:
+            for row in out:
+                value = row[name]
+                if value is not None:
+                    row[name] = process(value)
+        return out
 
 
 def _scalar_defaults(statement: ClauseElement) -> dict[str, Any]:

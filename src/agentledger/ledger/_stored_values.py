@@ -36,7 +36,7 @@ from sqlalchemy.types import TypeEngine
 from ._statements import Compiled, Sent
 from .checksums import ADDED, CHECKSUM, COVERED, check_row
 
-__all__ = ["UTC_OFFSET", "RowCheck", "checked_rows", "checked_values", "stored_json"]
+__all__ = ["UTC_OFFSET", "RowCheck", "checked_values", "stored_json"]
 
 
 def _text(value: str) -> str:
@@ -206,25 +206,15 @@ def checked_values(
     return at, fetched
 
 
-def checked_rows(
-    compiled: Compiled, sent: Sent, table: Table, names: Sequence[str] | None = None
-) -> list[dict[str, Any]]:
-    """The rows of ``sent`` checked (:func:`checked_values`), as dicts through the result
-    processors of the columns ``names`` (all, when ``None``): a reader decodes only what it
-    uses."""
-    _, fetched = checked_values(compiled, sent, table)
-    assert sent.description is not None
-    return compiled.dicts(sent.description, fetched, names)
-
-
-def stored_json(text: str | None) -> Any:
-    """Stored JSON text decoded by pydantic's parser, which takes a third of the time the
-    standard library's does (and reads floats alike); text it refuses that the standard one
-    reads (an escaped lone surrogate, nesting deeper than it goes) is read by the standard
-    one."""
-    if text is None:
-        return None
+def stored_json(stored: Any) -> Any:
+    """A JSON column's stored value decoded, as its result processor decodes it (a JSON column
+    has numeric affinity in SQLite, so a bare number is stored as one, and read as it is), but
+    by pydantic's parser, which takes a third of the time the standard library's does and
+    reads floats alike; text it refuses that the standard one reads (an escaped lone
+    surrogate, nesting deeper than it goes) is read by the standard one."""
+    if not isinstance(stored, str):
+        return stored
     try:
-        return from_json(text)
+        return from_json(stored)
     except ValueError:
-        return json.loads(text)
+        return json.loads(stored)
