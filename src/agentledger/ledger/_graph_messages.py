@@ -168,9 +168,10 @@ def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
     conversation's entries), by message id, each checked against its checksum; on SQLite one
     statement a table, the rows checked from their stored values and made from them."""
     found: dict[str, MessageRow] = {}
+    listed = json.dumps(list(ids))
     for table, id_column, content in _MESSAGE_ROWS:
         if conn.dialect.name == "sqlite":
-            found.update(_stored_rows(conn, table, id_column.name, content.name, ids))
+            found.update(_stored_rows(conn, table, id_column.name, content.name, listed))
             continue
         for row in _rows_of(conn, table, id_column, ids):
             found[row[id_column.name]] = MessageRow(
@@ -180,13 +181,13 @@ def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
 
 
 def _stored_rows(
-    conn: Connection, table: Table, id_name: str, content_name: str, ids: Sequence[str]
+    conn: Connection, table: Table, id_name: str, content_name: str, listed: str
 ) -> Iterator[tuple[str, MessageRow]]:
-    """On SQLite, the rows of ``table`` whose ``id_name`` is one of ``ids``, checked from
-    their stored values and made from them: only the columns a :class:`MessageRow` holds are
-    decoded."""
+    """On SQLite, the rows of ``table`` whose ``id_name`` is one of the ids ``listed`` (a
+    JSON array), checked from their stored values and made from them: only the columns a
+    :class:`MessageRow` holds are decoded."""
     compiled = statements_for(conn.dialect).of(_LISTED_ROWS[table.name])
-    sent = send(conn, compiled.sql, compiled.params({"ids": json.dumps(list(ids))}))
+    sent = send(conn, compiled.sql, compiled.params({"ids": listed}))
     at, fetched = checked_values(compiled, sent, table)
     key, text, metadata = at[id_name], at[content_name], at["metadata"]
     arguments = at.get("arguments")

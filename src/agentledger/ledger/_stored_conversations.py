@@ -274,17 +274,26 @@ class StoredConversations:
 
 
 def _walk() -> Select[Any]:
-    """The entries from ``:head`` to the root, the head first."""
+    """The entries from ``:head`` to the root, the head first: the walk carries each entry's
+    id and parent only, and the rows are read once it is done (carried through the walk,
+    their texts would be copied at each step of it)."""
+    entries = stored_entries
     walk = (
-        select(*stored_entries.c, literal(0).label("depth"))
-        .where(stored_entries.c.id == bindparam("head"))
+        select(entries.c.id, entries.c.parent_id, literal(0).label("depth"))
+        .where(entries.c.id == bindparam("head"))
         .cte("walk", recursive=True)
     )
-    parent = stored_entries.alias("parent")
+    parent = entries.alias("parent")
     walk = walk.union_all(
-        select(*parent.c, (walk.c.depth + 1).label("depth")).where(parent.c.id == walk.c.parent_id)
+        select(parent.c.id, parent.c.parent_id, (walk.c.depth + 1).label("depth")).where(
+            parent.c.id == walk.c.parent_id
+        )
     )
-    return select(*(walk.c[column.name] for column in stored_entries.c)).order_by(walk.c.depth)
+    return (
+        select(*entries.c)
+        .join_from(walk, entries, entries.c.id == walk.c.id)
+        .order_by(walk.c.depth)
+    )
 
 
 _WALK = _walk()
@@ -371,20 +380,21 @@ def _entry_of(row: Any, held: Mapping[str, MessageRow]) -> StoredEntry:
     ids = row["message_ids"]
     if ids is None:
         return StoredEntry(row["id"], row["parent_id"], row["kind"], row["message"])
-    missing = [i for i in ids if i is not None and i not in held]
-    if missing:
+    try:
+        rows = tuple(held[i] if i is not None else None for i in ids)
+    except KeyError as missing:
         raise LedgerCorruptError(
-            f"entry {row['id']!r} of stored_entries refers to message row {missing[0]}, which "
-            "is not in the ledger: run `agentledger verify`; an entry whose runs were "
+            f"entry {row['id']!r} of stored_entries refers to message row {missing.args[0]}, "
+            "which is not in the ledger: run `agentledger verify`; an entry whose runs were "
             "forgotten is gone with them"
-        )
+        ) from None
     return StoredEntry(
         id=row["id"],
         parent_id=row["parent_id"],
         kind=row["kind"],
         message=row["message"],
         message_ids=tuple(ids),
-        rows=tuple(held[i] if i is not None else None for i in ids),
+        rows=rows,
     )
 
 
