@@ -151,9 +151,18 @@ class StoredConversations:
     # --- reads --------------------------------------------------------------------------------
 
     def record(self, conversation_id: str) -> StoredRecord | None:
-        """The record of ``conversation_id``, if it has one in the handle's scope."""
-        found = self.records(where=stored_records.c.id == conversation_id)
-        return found[0] if found else None
+        """The record of ``conversation_id``, if it has one in the handle's scope. A handle
+        of every scope reads it with a statement compiled once (a framework reads the record
+        before each load and each save)."""
+        if not self._database.scope.everything:
+            found = self.records(where=stored_records.c.id == conversation_id)
+            return found[0] if found else None
+
+        def read(conn: Connection) -> StoredRecord | None:
+            rows = statements_for(conn.dialect).select(conn, _RECORD, {"id": conversation_id})
+            return _record_of(rows[0]) if rows else None
+
+        return self._database.read("reading a stored conversation", read)
 
     def records(
         self, *, scope: str | None = None, limit: int | None = None, where: Any = None
@@ -297,6 +306,8 @@ def _walk() -> Select[Any]:
 
 
 _WALK = _walk()
+_RECORD = select(stored_records).where(stored_records.c.id == bindparam("id"))
+_ENTRY_THERE = select(stored_entries.c.id).where(stored_entries.c.id == bindparam("id"))
 
 
 def _entry_fields(at: Mapping[str, int], values: Sequence[Any]) -> dict[str, Any]:
@@ -316,8 +327,7 @@ _WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
 
 def _stored(conn: Connection, entry_id: str) -> bool:
     """Whether entry ``entry_id`` is stored (its row is not read: a claim only needs to know)."""
-    found = select(stored_entries.c.id).where(stored_entries.c.id == entry_id)
-    return conn.execute(found).first() is not None
+    return bool(statements_for(conn.dialect).select(conn, _ENTRY_THERE, {"id": entry_id}))
 
 
 def _record_row(record: StoredRecord, tenant: str | None) -> dict[str, Any]:
