@@ -37,7 +37,7 @@ from ._framework_conversations import conversation_tenant, insert_if_absent
 from ._graph_messages import message_rows
 from ._graph_values import MessageRow
 from ._statements import send, statements_for
-from ._stored_values import checked_values, stored_json
+from ._stored_values import check_values, checked_values, stored_json, stored_values
 from .checksums import check_row, sealed
 from .tables import conversations, stored_entries, stored_records
 
@@ -195,7 +195,9 @@ class StoredConversations:
         values = {"head": head_id, "limit": limit}
 
         def read(conn: Connection) -> list[StoredEntry]:
-            if conn.dialect.name == "sqlite":  # checked from the stored values
+            if conn.dialect.name == "sqlite" and limit is None:
+                rows = _path(conn, head_id)
+            elif conn.dialect.name == "sqlite":  # checked from the stored values
                 compiled = statements_for(conn.dialect).of(walk)
                 sent = send(conn, compiled.sql, compiled.params(values))
                 at, fetched = checked_values(compiled, sent, stored_entries)
@@ -306,8 +308,42 @@ def _walk() -> Select[Any]:
 
 
 _WALK = _walk()
+_OF_CONVERSATION = select(stored_entries).where(
+    stored_entries.c.conversation_id
+    == select(stored_entries.c.conversation_id)
+    .where(stored_entries.c.id == bindparam("head"))
+    .scalar_subquery()
+)
 _RECORD = select(stored_records).where(stored_records.c.id == bindparam("id"))
 _ENTRY_THERE = select(stored_entries.c.id).where(stored_entries.c.id == bindparam("id"))
+
+
+def _path(conn: Connection, head_id: str) -> list[dict[str, Any]]:
+    """On SQLite, the entries from ``head_id`` to the root, the head first, each checked from
+    its stored values: the entries its conversation wrote read at once (by its index: half the
+    time of a recursive walk, which looks each parent up), the path followed through them in
+    Python; from the first entry another conversation wrote (a fork's source's), the recursive
+    walk."""
+    sql = statements_for(conn.dialect)
+    compiled = sql.of(_OF_CONVERSATION)
+    sent = send(conn, compiled.sql, compiled.params({"head": head_id}))
+    at, fetched = stored_values(sent)
+    key, parent = at["id"], at["parent_id"]
+    written = {values[key]: values for values in fetched}
+    path: list[Sequence[Any]] = []
+    entry_id: str | None = head_id
+    while entry_id is not None and entry_id in written:
+        values = written.pop(entry_id)  # popped: an entry met twice ends the path
+        path.append(values)
+        entry_id = values[parent]
+    check_values(compiled, sent, stored_entries, path)
+    rows = [_entry_fields(at, values) for values in path]
+    if entry_id is None:
+        return rows
+    compiled = sql.of(_WALK)
+    sent = send(conn, compiled.sql, compiled.params({"head": entry_id}))
+    at, fetched = checked_values(compiled, sent, stored_entries)
+    return rows + [_entry_fields(at, values) for values in fetched]
 
 
 def _entry_fields(at: Mapping[str, int], values: Sequence[Any]) -> dict[str, Any]:

@@ -36,7 +36,14 @@ from sqlalchemy.types import TypeEngine
 from ._statements import Compiled, Sent
 from .checksums import ADDED, CHECKSUM, COVERED, check_row
 
-__all__ = ["UTC_OFFSET", "RowCheck", "checked_values", "stored_json"]
+__all__ = [
+    "UTC_OFFSET",
+    "RowCheck",
+    "check_values",
+    "checked_values",
+    "stored_json",
+    "stored_values",
+]
 
 
 def _text(value: str) -> str:
@@ -192,18 +199,30 @@ def checked_values(
     compiled: Compiled, sent: Sent, table: Table
 ) -> tuple[dict[str, int], Sequence[Sequence[Any]]]:
     """The rows of ``sent``, the select ``compiled`` of ``table``'s columns (and any more), as
-    stored (with where each column is), each checked against its checksum: from its stored
-    values where they form its canonical text, else decoded and checked in full (a damaged row
-    raises)."""
+    stored (with where each column is), each checked (:func:`check_values`)."""
+    at, fetched = stored_values(sent)
+    check_values(compiled, sent, table, fetched)
+    return at, fetched
+
+
+def stored_values(sent: Sent) -> tuple[dict[str, int], Sequence[Sequence[Any]]]:
+    """The rows of ``sent`` as stored, with where each column is: not checked yet."""
+    assert sent.description is not None
+    return {column[0]: index for index, column in enumerate(sent.description)}, sent.fetchall()
+
+
+def check_values(
+    compiled: Compiled, sent: Sent, table: Table, fetched: Sequence[Sequence[Any]]
+) -> None:
+    """Check rows ``fetched`` of ``sent``, the select ``compiled`` of ``table``'s columns,
+    against their checksums: from their stored values where they form their canonical text,
+    else decoded and checked in full (a damaged row raises)."""
     description = sent.description
     assert description is not None
-    at = {column[0]: index for index, column in enumerate(description)}
-    check = RowCheck(table, at)
-    fetched = sent.fetchall()
+    check = RowCheck(table, {column[0]: index for index, column in enumerate(description)})
     for values in fetched:
         if not check(values):
             check_row(table, compiled.dicts(description, [values])[0])
-    return at, fetched
 
 
 def stored_json(stored: Any) -> Any:
