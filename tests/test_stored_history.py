@@ -95,3 +95,13 @@ def test_an_entry_stored_in_another_json_text_is_read_back_as_saved(tmp_path: Pa
             spaced = json.dumps(json.loads(message), indent=1)  # same values, other text
             conn.execute("UPDATE stored_entries SET message = ? WHERE id = ?", (spaced, entry_id))
     assert _loaded(path) == saved
+
+
+def test_an_entry_whose_text_row_is_gone_is_an_error_that_names_the_row(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+    _saved(path)
+    with sqlite3.connect(path) as conn:
+        (gone,) = conn.execute("SELECT id FROM tool_executions").fetchone()
+        conn.execute("DELETE FROM tool_executions WHERE id = ?", (gone,))
+    with pytest.raises(LedgerCorruptError, match=f"refers to message row {gone}, which is not"):
+        _loaded(path)

@@ -12,7 +12,7 @@ one is stored against is kept while the other is (:func:`bases_held`).
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +21,7 @@ from sqlalchemy import Column, Connection, String, Table, bindparam, func, selec
 from ..errors import LedgerCorruptError
 from ._graph_values import MessageRow
 from ._statements import send, statements_for
-from ._stored_values import checked_rows
+from ._stored_values import checked_values, stored_json
 from .checksums import check_row
 from .tables import conversation_messages, graph_channel_values, step_executions, tool_executions
 
@@ -166,9 +166,13 @@ _LISTED_ROWS = {
 def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
     """The rows holding the messages ``ids`` (of a checkpoint's channels, of a stored
     conversation's entries), by message id, each checked against its checksum; on SQLite one
-    statement a table, the rows checked from their stored values."""
+    statement a table, the rows checked from their stored values and made from them."""
     found: dict[str, MessageRow] = {}
+    listed = json.dumps(list(ids))
     for table, id_column, content in _MESSAGE_ROWS:
+        if conn.dialect.name == "sqlite":
+            found.update(_stored_rows(conn, table, id_column.name, content.name, listed))
+            continue
         for row in _rows_of(conn, table, id_column, ids):
             found[row[id_column.name]] = MessageRow(
                 row[content.name] or "", dict(row["metadata"] or {}), row.get("arguments")
@@ -176,15 +180,32 @@ def message_rows(conn: Connection, ids: Sequence[str]) -> dict[str, MessageRow]:
     return found
 
 
+def _stored_rows(
+    conn: Connection, table: Table, id_name: str, content_name: str, listed: str
+) -> Iterator[tuple[str, MessageRow]]:
+    """On SQLite, the rows of ``table`` whose ``id_name`` is one of the ids ``listed`` (a
+    JSON array), checked from their stored values and made from them: only the columns a
+    :class:`MessageRow` holds are decoded."""
+    compiled = statements_for(conn.dialect).of(_LISTED_ROWS[table.name])
+    sent = send(conn, compiled.sql, compiled.params({"ids": listed}))
+    at, fetched = checked_values(compiled, sent, table)
+    key, text, metadata = at[id_name], at[content_name], at["metadata"]
+    arguments = at.get("arguments")
+    for values in fetched:
+        yield (
+            values[key],
+            MessageRow(
+                values[text] or "",
+                dict(stored_json(values[metadata]) or {}),
+                None if arguments is None else stored_json(values[arguments]),
+            ),
+        )
+
+
 def _rows_of(
     conn: Connection, table: Table, id_column: Column[str], ids: Sequence[str]
 ) -> Iterable[Mapping[Any, Any]]:
     """The rows of ``table`` whose ``id_column`` is one of ``ids``, checked."""
-    if conn.dialect.name == "sqlite":
-        compiled = statements_for(conn.dialect).of(_LISTED_ROWS[table.name])
-        sent = send(conn, compiled.sql, compiled.params({"ids": json.dumps(list(ids))}))
-        yield from checked_rows(compiled, sent, table)
-        return
     for start in range(0, len(ids), _CHUNK):
         chunk = ids[start : start + _CHUNK]
         for row in conn.execute(select(table).where(id_column.in_(chunk))).mappings():

@@ -37,7 +37,7 @@ from ._framework_conversations import conversation_tenant, insert_if_absent
 from ._graph_messages import message_rows
 from ._graph_values import MessageRow
 from ._statements import send, statements_for
-from ._stored_values import checked_rows
+from ._stored_values import check_values, checked_values, stored_json, stored_values
 from .checksums import check_row, sealed
 from .tables import conversations, stored_entries, stored_records
 
@@ -151,9 +151,18 @@ class StoredConversations:
     # --- reads --------------------------------------------------------------------------------
 
     def record(self, conversation_id: str) -> StoredRecord | None:
-        """The record of ``conversation_id``, if it has one in the handle's scope."""
-        found = self.records(where=stored_records.c.id == conversation_id)
-        return found[0] if found else None
+        """The record of ``conversation_id``, if it has one in the handle's scope. A handle
+        of every scope reads it with a statement compiled once (a framework reads the record
+        before each load and each save)."""
+        if not self._database.scope.everything:
+            found = self.records(where=stored_records.c.id == conversation_id)
+            return found[0] if found else None
+
+        def read(conn: Connection) -> StoredRecord | None:
+            rows = statements_for(conn.dialect).select(conn, _RECORD, {"id": conversation_id})
+            return _record_of(rows[0]) if rows else None
+
+        return self._database.read("reading a stored conversation", read)
 
     def records(
         self, *, scope: str | None = None, limit: int | None = None, where: Any = None
@@ -186,10 +195,13 @@ class StoredConversations:
         values = {"head": head_id, "limit": limit}
 
         def read(conn: Connection) -> list[StoredEntry]:
-            if conn.dialect.name == "sqlite":  # checked from the stored values
+            if conn.dialect.name == "sqlite" and limit is None:
+                rows = _path(conn, head_id)
+            elif conn.dialect.name == "sqlite":  # checked from the stored values
                 compiled = statements_for(conn.dialect).of(walk)
                 sent = send(conn, compiled.sql, compiled.params(values))
-                rows = checked_rows(compiled, sent, stored_entries)
+                at, fetched = checked_values(compiled, sent, stored_entries)
+                rows = [_entry_fields(at, values) for values in fetched]
             else:
                 rows = [dict(row) for row in conn.execute(walk, values).mappings()]
                 for row in rows:
@@ -273,27 +285,85 @@ class StoredConversations:
 
 
 def _walk() -> Select[Any]:
-    """The entries from ``:head`` to the root, the head first."""
+    """The entries from ``:head`` to the root, the head first: the walk carries each entry's
+    id and parent only, and the rows are read once it is done (carried through the walk,
+    their texts would be copied at each step of it)."""
+    entries = stored_entries
     walk = (
-        select(*stored_entries.c, literal(0).label("depth"))
-        .where(stored_entries.c.id == bindparam("head"))
+        select(entries.c.id, entries.c.parent_id, literal(0).label("depth"))
+        .where(entries.c.id == bindparam("head"))
         .cte("walk", recursive=True)
     )
-    parent = stored_entries.alias("parent")
+    parent = entries.alias("parent")
     walk = walk.union_all(
-        select(*parent.c, (walk.c.depth + 1).label("depth")).where(parent.c.id == walk.c.parent_id)
+        select(parent.c.id, parent.c.parent_id, (walk.c.depth + 1).label("depth")).where(
+            parent.c.id == walk.c.parent_id
+        )
     )
-    return select(*(walk.c[column.name] for column in stored_entries.c)).order_by(walk.c.depth)
+    return (
+        select(*entries.c)
+        .join_from(walk, entries, entries.c.id == walk.c.id)
+        .order_by(walk.c.depth)
+    )
 
 
 _WALK = _walk()
+_OF_CONVERSATION = select(stored_entries).where(
+    stored_entries.c.conversation_id
+    == select(stored_entries.c.conversation_id)
+    .where(stored_entries.c.id == bindparam("head"))
+    .scalar_subquery()
+)
+_RECORD = select(stored_records).where(stored_records.c.id == bindparam("id"))
+_ENTRY_THERE = select(stored_entries.c.id).where(stored_entries.c.id == bindparam("id"))
+
+
+def _path(conn: Connection, head_id: str) -> list[dict[str, Any]]:
+    """On SQLite, the entries from ``head_id`` to the root, the head first, each checked from
+    its stored values: the entries its conversation wrote read at once (by its index: half the
+    time of a recursive walk, which looks each parent up), the path followed through them in
+    Python; from the first entry another conversation wrote (a fork's source's), the recursive
+    walk."""
+    sql = statements_for(conn.dialect)
+    compiled = sql.of(_OF_CONVERSATION)
+    sent = send(conn, compiled.sql, compiled.params({"head": head_id}))
+    at, fetched = stored_values(sent)
+    key, parent = at["id"], at["parent_id"]
+    written = {values[key]: values for values in fetched}
+    path: list[Sequence[Any]] = []
+    entry_id: str | None = head_id
+    while entry_id is not None and entry_id in written:
+        values = written.pop(entry_id)  # popped: an entry met twice ends the path
+        path.append(values)
+        entry_id = values[parent]
+    check_values(compiled, sent, stored_entries, path)
+    rows = [_entry_fields(at, values) for values in path]
+    if entry_id is None:
+        return rows
+    compiled = sql.of(_WALK)
+    sent = send(conn, compiled.sql, compiled.params({"head": entry_id}))
+    at, fetched = checked_values(compiled, sent, stored_entries)
+    return rows + [_entry_fields(at, values) for values in fetched]
+
+
+def _entry_fields(at: Mapping[str, int], values: Sequence[Any]) -> dict[str, Any]:
+    """The columns an entry is made of, from its stored values (the others are only checked):
+    on SQLite its text columns are read as stored, its JSON decoded."""
+    return {
+        "id": values[at["id"]],
+        "parent_id": values[at["parent_id"]],
+        "kind": values[at["kind"]],
+        "message": stored_json(values[at["message"]]),
+        "message_ids": stored_json(values[at["message_ids"]]),
+    }
+
+
 _WALK_LIMITED = _WALK.limit(bindparam("limit", type_=Integer))
 
 
 def _stored(conn: Connection, entry_id: str) -> bool:
     """Whether entry ``entry_id`` is stored (its row is not read: a claim only needs to know)."""
-    found = select(stored_entries.c.id).where(stored_entries.c.id == entry_id)
-    return conn.execute(found).first() is not None
+    return bool(statements_for(conn.dialect).select(conn, _ENTRY_THERE, {"id": entry_id}))
 
 
 def _record_row(record: StoredRecord, tenant: str | None) -> dict[str, Any]:
@@ -356,20 +426,21 @@ def _entry_of(row: Any, held: Mapping[str, MessageRow]) -> StoredEntry:
     ids = row["message_ids"]
     if ids is None:
         return StoredEntry(row["id"], row["parent_id"], row["kind"], row["message"])
-    missing = [i for i in ids if i is not None and i not in held]
-    if missing:
+    try:
+        rows = tuple(held[i] if i is not None else None for i in ids)
+    except KeyError as missing:
         raise LedgerCorruptError(
-            f"entry {row['id']!r} of stored_entries refers to message row {missing[0]}, which "
-            "is not in the ledger: run `agentledger verify`; an entry whose runs were "
+            f"entry {row['id']!r} of stored_entries refers to message row {missing.args[0]}, "
+            "which is not in the ledger: run `agentledger verify`; an entry whose runs were "
             "forgotten is gone with them"
-        )
+        ) from None
     return StoredEntry(
         id=row["id"],
         parent_id=row["parent_id"],
         kind=row["kind"],
         message=row["message"],
         message_ids=tuple(ids),
-        rows=tuple(held[i] if i is not None else None for i in ids),
+        rows=rows,
     )
 
 

@@ -21,6 +21,7 @@ match, and goes through the general check, which raises
 
 from __future__ import annotations
 
+import json
 import re
 import zlib
 from collections.abc import Callable, Sequence
@@ -28,13 +29,21 @@ from decimal import Decimal
 from operator import itemgetter
 from typing import Any
 
+from pydantic_core import from_json
 from sqlalchemy import JSON, Boolean, DateTime, Float, Integer, Table
 from sqlalchemy.types import TypeEngine
 
 from ._statements import Compiled, Sent
 from .checksums import ADDED, CHECKSUM, COVERED, check_row
 
-__all__ = ["UTC_OFFSET", "RowCheck", "checked_rows"]
+__all__ = [
+    "UTC_OFFSET",
+    "RowCheck",
+    "check_values",
+    "checked_values",
+    "stored_json",
+    "stored_values",
+]
 
 
 def _text(value: str) -> str:
@@ -51,25 +60,40 @@ def _float(value: float) -> str:
     return f"f{value!r}"
 
 
-_FLOAT = re.compile(r"[:,\[](-?\d+(?:\.\d+)?[eE.][-+\d]*)")
-"""A float in canonical JSON text, where a value begins: after a colon, a comma or a bracket."""
+_INTEGRAL = re.compile(r"\.0(?=[,}\]])|e\+")
+"""Where canonical JSON text may hold an integral float: a fraction of one zero ending a value
+(``0.0``), or a positive exponent (``1e+16``; every float from there on is integral). Python
+writes an integral float in no other form, and text not in canonical form fails the check
+anyway. Found as literals, this is a fast scan: a pattern that tries each digit of the text's
+times and ids costs ten times as much."""
+_NUMBER = re.compile(r"-?\d+(?:\.\d+)?(?:[eE][-+]?\d+)?")
+_IN_NUMBER = frozenset("0123456789.-+eE")
 
 
 def _json(value: str) -> str:
     """Stored JSON text in its canonical form, with its integral floats as the integers they
-    read back as (``0.0`` is ``0``); a match inside a string (an odd number of quotes before
-    it) is text, kept. Text with an escaped quote is left to the general check."""
-    found = _FLOAT.search(value)
+    read back as (``0.0`` is ``0``): each a number where a value begins (after a colon, a
+    comma or a bracket); one inside a string (an odd number of quotes before it) is text, kept.
+    Text with an escaped quote is left to the general check."""
+    found = _INTEGRAL.search(value)
     if found is None:
         return "j" + value
     if '\\"' in value:
         raise ValueError("an escaped quote: the general check forms it")
     pieces, kept = ["j"], 0
-    for match in _FLOAT.finditer(value, found.start()):
-        start = match.start(1)
-        if value.count('"', 0, start) % 2 == 0:
-            pieces += (value[kept:start], _read_back(match.group(1)))
-            kept = match.end()
+    for match in _INTEGRAL.finditer(value, found.start()):
+        start = match.start()
+        while start > kept and value[start - 1] in _IN_NUMBER:
+            start -= 1
+        number = _NUMBER.match(value, start)
+        if (
+            number is not None
+            and number.end() >= match.end()
+            and value[start - 1 : start] in (":", ",", "[")
+            and value.count('"', 0, start) % 2 == 0
+        ):
+            pieces += (value[kept:start], _read_back(number.group()))
+            kept = number.end()
     pieces.append(value[kept:])
     return "".join(pieces)
 
@@ -112,6 +136,13 @@ def _form_of(kind: TypeEngine[Any]) -> Callable[[Any], str]:
     return _text
 
 
+_MATCHED: set[int] = set()
+"""Hashes of the stored values of rows that matched their checksums in this process (with the
+table and the columns of their select): see :meth:`RowCheck.__call__`."""
+_MATCHED_MOST = 200_000
+"""Hashes kept at most (about 10 MB); then they are let go, and each row is checked again."""
+
+
 class RowCheck:
     """Whether the canonical text formed from a row's stored values (rows of a select whose
     columns ``at`` names) has the row's checksum."""
@@ -125,8 +156,28 @@ class RowCheck:
             for name, default in ADDED.get(table.name, {}).items()
         ]
         self.stored = at[CHECKSUM]
+        self.shape = f"{table.name}({','.join(sorted(at, key=at.__getitem__))})"
 
     def __call__(self, values: Sequence[Any]) -> bool:
+        """Whether the row matches. The verdict is a function of the stored values alone, so a
+        row read again with the values it had (a conversation loaded at each turn) is known by
+        a hash of them, which costs a tenth of forming its text. A 64-bit hash, keyed at random
+        for each process, mistakes another row for one that matched far less often than a
+        CRC-32 checksum misses a change: the check finds damage as surely as before."""
+        try:
+            key: int | None = hash((self.shape, values))
+        except TypeError:  # a value that has no hash: checked each time
+            key = None
+        if key in _MATCHED:
+            return True
+        matched = self._matches(values)
+        if matched and key is not None:
+            if len(_MATCHED) >= _MATCHED_MOST:
+                _MATCHED.clear()
+            _MATCHED.add(key)
+        return matched
+
+    def _matches(self, values: Sequence[Any]) -> bool:
         checksum = values[self.stored]
         if checksum is None:
             return False  # written by hand: the general check sees it
@@ -144,16 +195,45 @@ class RowCheck:
         return bool(zlib.crc32(text.encode("utf-8", "surrogatepass")) == checksum)
 
 
-def checked_rows(compiled: Compiled, sent: Sent, table: Table) -> list[dict[str, Any]]:
+def checked_values(
+    compiled: Compiled, sent: Sent, table: Table
+) -> tuple[dict[str, int], Sequence[Sequence[Any]]]:
     """The rows of ``sent``, the select ``compiled`` of ``table``'s columns (and any more), as
-    dicts through the result processors, each checked against its checksum: from its stored
-    values where they form its canonical text, else in full (a damaged row raises)."""
+    stored (with where each column is), each checked (:func:`check_values`)."""
+    at, fetched = stored_values(sent)
+    check_values(compiled, sent, table, fetched)
+    return at, fetched
+
+
+def stored_values(sent: Sent) -> tuple[dict[str, int], Sequence[Sequence[Any]]]:
+    """The rows of ``sent`` as stored, with where each column is: not checked yet."""
+    assert sent.description is not None
+    return {column[0]: index for index, column in enumerate(sent.description)}, sent.fetchall()
+
+
+def check_values(
+    compiled: Compiled, sent: Sent, table: Table, fetched: Sequence[Sequence[Any]]
+) -> None:
+    """Check rows ``fetched`` of ``sent``, the select ``compiled`` of ``table``'s columns,
+    against their checksums: from their stored values where they form their canonical text,
+    else decoded and checked in full (a damaged row raises)."""
     description = sent.description
     assert description is not None
     check = RowCheck(table, {column[0]: index for index, column in enumerate(description)})
-    fetched = sent.fetchall()
-    rows = compiled.dicts(description, fetched)
-    for values, row in zip(fetched, rows, strict=True):
+    for values in fetched:
         if not check(values):
-            check_row(table, row)
-    return rows
+            check_row(table, compiled.dicts(description, [values])[0])
+
+
+def stored_json(stored: Any) -> Any:
+    """A JSON column's stored value decoded, as its result processor decodes it (a JSON column
+    has numeric affinity in SQLite, so a bare number is stored as one, and read as it is), but
+    by pydantic's parser, which takes a third of the time the standard library's does and
+    reads floats alike; text it refuses that the standard one reads (an escaped lone
+    surrogate, nesting deeper than it goes) is read by the standard one."""
+    if not isinstance(stored, str):
+        return stored
+    try:
+        return from_json(stored)
+    except ValueError:
+        return json.loads(stored)

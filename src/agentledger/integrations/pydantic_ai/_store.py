@@ -151,18 +151,22 @@ def _stored_entry(entry: ConversationEntry, held: Mapping[int, str]) -> StoredEn
     """``entry`` as stored: its message less what the rows ``held`` (part, row id) hold of its
     parts (:func:`_field`), when it comes back equal without it; else whole."""
     fields = _MESSAGE.dump_python(entry.message, mode="json")
-    whole = StoredEntry(entry.id, entry.parent_id, entry.kind, _json(fields))
     if not held:
-        return whole
+        return _whole(entry, fields)
     parts = [dict(part) for part in fields["parts"]]
     values = {n: parts[n].pop(_field(parts[n]), None) for n in held}
     kept = kept_if_rebuilt(
         entry.message, {**fields, "parts": parts}, lambda residue: _rebuilt(residue, values)
     )
     if kept is None:
-        return whole
+        return _whole(entry, fields)
     ids = tuple(held.get(n) for n in range(len(parts)))
     return StoredEntry(entry.id, entry.parent_id, entry.kind, kept, message_ids=ids)
+
+
+def _whole(entry: ConversationEntry, fields: Any) -> StoredEntry:
+    """``entry`` stored whole: its message's ``fields`` as they were dumped."""
+    return StoredEntry(entry.id, entry.parent_id, entry.kind, _json(fields))
 
 
 def _entries_of(stored: Sequence[StoredEntry]) -> list[ConversationEntry]:
