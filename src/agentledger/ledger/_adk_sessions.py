@@ -138,7 +138,8 @@ class AdkSessions:
                 "owner_id": key.user_id,
             }
             conn.execute(insert(adk_sessions), sealed(adk_sessions, row))
-            app_state, user_state = _apply_shared(conn, key, delta)
+            _apply_shared(conn, key, delta)
+            app_state, user_state = _shared_states(conn, key)
             return StoredSession(
                 key, conversation_id, dict(delta.session), app_state, user_state, update_time, 0
             )
@@ -291,12 +292,13 @@ def _claim(conn: Connection, found: RowMapping, update_time: float, delta: State
 def _stored(conn: Connection, row: RowMapping, events: list[Event]) -> StoredSession:
     check_row(adk_sessions, row)
     key = SessionKey(row["tenant_id"], row["owner_id"], row["session_id"])
+    app_state, user_state = _shared_states(conn, key)
     return StoredSession(
         key=key,
         conversation_id=row["id"],
         state=dict(row["state"]),
-        app_state=_shared(conn, key.app_name, APP_WIDE),
-        user_state=_shared(conn, key.app_name, key.user_id),
+        app_state=app_state,
+        user_state=user_state,
         update_time=row["update_time"],
         revision=row["event_count"],
         events=events,
@@ -318,29 +320,31 @@ def _shared(conn: Connection, app_name: str, user_id: str) -> State:
     return dict(found["state"]) if found is not None else {}
 
 
-def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> tuple[State, State]:
-    """Apply the app's and the user's parts of ``delta``; their states after it."""
-    return (
-        _apply(conn, key.app_name, APP_WIDE, delta.app),
-        _apply(conn, key.app_name, key.user_id, delta.user),
-    )
+def _shared_states(conn: Connection, key: SessionKey) -> tuple[State, State]:
+    """The state the app's sessions share and the one the user's share."""
+    return _shared(conn, key.app_name, APP_WIDE), _shared(conn, key.app_name, key.user_id)
 
 
-def _apply(conn: Connection, app_name: str, user_id: str, delta: State) -> State:
-    """The shared state of ``(app_name, user_id)`` with ``delta`` applied (stored when it
-    changes anything). The row is created empty first if it is new, then locked and read
+def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> None:
+    """Apply the app's and the user's parts of ``delta`` (nothing read or written for a part
+    that changes nothing: most events carry no shared state)."""
+    _apply(conn, key.app_name, APP_WIDE, delta.app)
+    _apply(conn, key.app_name, key.user_id, delta.user)
+
+
+def _apply(conn: Connection, app_name: str, user_id: str, delta: State) -> None:
+    """Store the shared state of ``(app_name, user_id)`` with ``delta`` applied, if ``delta``
+    changes anything. The row is created empty first if it is new, then locked and read
     (PostgreSQL), so that two writers' deltas both land."""
     if not delta:
-        return _shared(conn, app_name, user_id)
+        return
     where = (adk_states.c.tenant_id == app_name) & (adk_states.c.owner_id == user_id)
     empty = {"id": new_id(), "tenant_id": app_name, "owner_id": user_id, "state": {}}
     conn.execute(insert_if_absent(conn, adk_states, _SHARED_BY).values(sealed(adk_states, empty)))
     found = conn.execute(select(adk_states).where(where).with_for_update()).mappings().one()
     check_row(adk_states, found)
-    after = {**found["state"], **delta}
-    row = sealed(adk_states, {**found, "state": after})
+    row = sealed(adk_states, {**found, "state": {**found["state"], **delta}})
     conn.execute(update(adk_states).where(adk_states.c.id == found["id"]).values(row))
-    return after
 
 
 _SHARED_BY = ("tenant_id", "owner_id")
