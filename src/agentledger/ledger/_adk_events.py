@@ -23,7 +23,7 @@ from .._values import new_id
 from ._graph_messages import message_rows
 from ._statements import send, statements_for
 from ._stored_values import checked_rows
-from .checksums import sealed
+from .checksums import CHECKSUM, check_row, sealed
 from .tables import adk_events
 
 Event = dict[str, JsonValue]
@@ -127,17 +127,39 @@ def insert_event(
         "message_ids": None,
         "tenant_id": tenant_id,
     }
-    conn.execute(insert(adk_events), sealed(adk_events, row))
+    statements_for(conn.dialect).execute(conn, _INSERT, sealed(adk_events, row))
     return row_id
 
 
 def refer(conn: Connection, row_id: str, residue: Event, message_ids: Sequence[str | None]) -> None:
     """Keep event row ``row_id`` as ``residue`` and the rows ``message_ids`` (its parts' text
     now held by them)."""
-    row = dict(conn.execute(select(adk_events).where(adk_events.c.id == row_id)).mappings().one())
+    statements = statements_for(conn.dialect)
+    row = statements.select(conn, _ROW, {"row_id": row_id})[0]
+    check_row(adk_events, row)  # sealed again below: damage is never sealed over
     row.update(event=residue, message_ids=list(message_ids))
-    values = sealed(adk_events, row)
-    conn.execute(update(adk_events).where(adk_events.c.id == row_id).values(values))
+    sealed(adk_events, row)
+    kept = {
+        "row_id": row_id,
+        "new_event": residue,
+        "new_ids": row["message_ids"],
+        "new_checksum": row[CHECKSUM],
+    }
+    statements.execute(conn, _REFER, kept)
+
+
+_INSERT = insert(adk_events)
+_ROW = select(adk_events).where(adk_events.c.id == bindparam("row_id"))
+_REFER = (
+    update(adk_events)
+    .where(adk_events.c.id == bindparam("row_id"))
+    .values(
+        event=bindparam("new_event", type_=adk_events.c.event.type),
+        message_ids=bindparam("new_ids", type_=adk_events.c.message_ids.type),
+        checksum=bindparam("new_checksum", type_=adk_events.c.checksum.type),
+    )
+)
+"""An event row kept as its residue and the rows holding the rest."""
 
 
 def read_events(
