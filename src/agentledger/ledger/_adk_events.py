@@ -12,18 +12,19 @@ stores a residue at all).
 
 from __future__ import annotations
 
-import copy
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, insert, select, update
+from sqlalchemy import Connection, Integer, bindparam, insert, select, update
 
 from .._values import new_id
 from ._graph_messages import message_rows
-from .checksums import check_row, sealed
-from .tables import adk_events, tool_executions
+from ._statements import send, statements_for
+from ._stored_values import checked_rows
+from .checksums import CHECKSUM, check_row, sealed
+from .tables import adk_events
 
 Event = dict[str, JsonValue]
 
@@ -54,21 +55,19 @@ def rebuilt(
 ) -> Event:
     """The event whose residue is ``residue``, each part given back what row
     ``message_ids[i]`` holds of it (a function call its arguments, a function response its
-    value, any other part its text)."""
-    event = copy.deepcopy(residue)
-    content = event.get("content")
-    parts = content.get("parts") if isinstance(content, dict) else None
-    if not isinstance(parts, list):
-        return event
-    for part, row_id in zip(parts, message_ids, strict=False):
+    value, any other part its text); ``residue`` itself is left as it is."""
+    event, parts = _with_own_parts(residue)
+    for index, row_id in enumerate(message_ids[: len(parts)]):
+        part = parts[index]
         if row_id is None or not isinstance(part, dict):
             continue
-        held = texts[row_id]
+        held, part = texts[row_id], dict(part)
+        parts[index] = part
         call, response = part.get(FUNCTION_CALL), part.get(FUNCTION_RESPONSE)
         if isinstance(call, dict):
-            call["args"] = held.arguments
+            part[FUNCTION_CALL] = {**call, "args": held.arguments}
         elif isinstance(response, dict):
-            response["response"] = json.loads(held.text)
+            part[FUNCTION_RESPONSE] = {**response, "response": json.loads(held.text)}
         else:
             part["text"] = held.text
     return event
@@ -76,20 +75,40 @@ def rebuilt(
 
 def residue_of(event: Event, message_ids: Sequence[str | None]) -> Event:
     """``event`` less what the rows ``message_ids`` names hold (see :func:`rebuilt`)."""
-    kept = copy.deepcopy(event)
-    content = kept.get("content")
-    parts = content.get("parts") if isinstance(content, dict) else None
-    for part, row_id in zip(parts if isinstance(parts, list) else [], message_ids, strict=False):
+    kept, parts = _with_own_parts(event)
+    for index, row_id in enumerate(message_ids[: len(parts)]):
+        part = parts[index]
         if row_id is None or not isinstance(part, dict):
             continue
         call, response = part.get(FUNCTION_CALL), part.get(FUNCTION_RESPONSE)
         if isinstance(call, dict):
-            call.pop("args", None)
+            part = {**part, FUNCTION_CALL: _without(call, "args")}
         elif isinstance(response, dict):
-            response.pop("response", None)
+            part = {**part, FUNCTION_RESPONSE: _without(response, "response")}
         else:
-            part.pop("text", None)
+            part = _without(part, "text")
+        parts[index] = part
     return kept
+
+
+def _with_own_parts(event: Event) -> tuple[Event, list[JsonValue]]:
+    """A copy of ``event`` whose content and list of parts are its own (what :func:`rebuilt`
+    and :func:`residue_of` change, each part replaced, never changed in place): the rest is
+    shared with ``event``, so an event of a long session is not copied whole."""
+    copied = dict(event)
+    content = copied.get("content")
+    if not isinstance(content, dict):
+        return copied, []
+    parts = content.get("parts")
+    if not isinstance(parts, list):
+        return copied, []
+    own = list(parts)
+    copied["content"] = {**content, "parts": own}
+    return copied, own
+
+
+def _without(value: dict[str, JsonValue], key: str) -> dict[str, JsonValue]:
+    return {k: v for k, v in value.items() if k != key}
 
 
 def insert_event(
@@ -108,46 +127,67 @@ def insert_event(
         "message_ids": None,
         "tenant_id": tenant_id,
     }
-    conn.execute(insert(adk_events), sealed(adk_events, row))
+    statements_for(conn.dialect).execute(conn, _INSERT, sealed(adk_events, row))
     return row_id
 
 
 def refer(conn: Connection, row_id: str, residue: Event, message_ids: Sequence[str | None]) -> None:
     """Keep event row ``row_id`` as ``residue`` and the rows ``message_ids`` (its parts' text
     now held by them)."""
-    row = dict(conn.execute(select(adk_events).where(adk_events.c.id == row_id)).mappings().one())
+    statements = statements_for(conn.dialect)
+    row = statements.select(conn, _ROW, {"row_id": row_id})[0]
+    check_row(adk_events, row)  # sealed again below: damage is never sealed over
     row.update(event=residue, message_ids=list(message_ids))
-    values = sealed(adk_events, row)
-    conn.execute(update(adk_events).where(adk_events.c.id == row_id).values(values))
+    sealed(adk_events, row)
+    kept = {
+        "row_id": row_id,
+        "new_event": residue,
+        "new_ids": row["message_ids"],
+        "new_checksum": row[CHECKSUM],
+    }
+    statements.execute(conn, _REFER, kept)
+
+
+_INSERT = insert(adk_events)
+_ROW = select(adk_events).where(adk_events.c.id == bindparam("row_id"))
+_REFER = (
+    update(adk_events)
+    .where(adk_events.c.id == bindparam("row_id"))
+    .values(
+        event=bindparam("new_event", type_=adk_events.c.event.type),
+        message_ids=bindparam("new_ids", type_=adk_events.c.message_ids.type),
+        checksum=bindparam("new_checksum", type_=adk_events.c.checksum.type),
+    )
+)
+"""An event row kept as its residue and the rows holding the rest."""
 
 
 def read_events(
     conn: Connection, conversation_id: str, recent: int | None, after: float | None
 ) -> list[Event]:
     """The session's events in order, rebuilt: the last ``recent``, then those at ``after``
-    or later."""
-    query = select(adk_events).where(adk_events.c.conversation_id == conversation_id)
-    query = query.order_by(adk_events.c.seq.desc())
-    if recent is not None:
-        query = query.limit(recent)
-    rows = [row for row in conn.execute(query).mappings()][::-1]
-    rows = [row for row in rows if after is None or row["timestamp"] >= after]
-    for row in rows:
-        check_row(adk_events, row)
-    texts = _texts(conn, [i for row in rows for i in row["message_ids"] or () if i is not None])
+    or later. A fixed number of statements, however long the session: its event rows, then
+    the rows holding their texts (one statement a table); each row checked against its
+    checksum from its stored values where it can be (``checked_rows``)."""
+    compiled = statements_for(conn.dialect).of(_EVENTS if recent is None else _RECENT_EVENTS)
+    wanted = {"conversation_id": conversation_id, "recent": recent}
+    rows = checked_rows(compiled, send(conn, compiled.sql, compiled.params(wanted)), adk_events)
+    rows = [row for row in reversed(rows) if after is None or row["timestamp"] >= after]
+    ids = [i for row in rows for i in row["message_ids"] or () if i is not None]
+    texts = {
+        row_id: PartText(row.content, row.arguments)
+        for row_id, row in (message_rows(conn, ids) if ids else {}).items()
+    }
     return [
         rebuilt(row["event"], row["message_ids"], texts) if row["message_ids"] else row["event"]
         for row in rows
     ]
 
 
-def _texts(conn: Connection, ids: list[str]) -> dict[str, PartText]:
-    """What the rows ``ids`` hold of events' parts, by row id."""
-    if not ids:
-        return {}
-    found = {row_id: PartText(row.content) for row_id, row in message_rows(conn, ids).items()}
-    query = select(tool_executions).where(tool_executions.c.id.in_(ids))
-    for row in conn.execute(query).mappings():
-        check_row(tool_executions, row)
-        found[row["id"]] = PartText(row["result"], row["arguments"])
-    return found
+_EVENTS = (
+    select(adk_events)
+    .where(adk_events.c.conversation_id == bindparam("conversation_id"))
+    .order_by(adk_events.c.seq.desc())
+)
+"""A session's event rows, the last first."""
+_RECENT_EVENTS = _EVENTS.limit(bindparam("recent", type_=Integer))

@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import Enum
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import JsonValue
-from sqlalchemy import Connection, RowMapping, insert, select, update
+from sqlalchemy import Connection, RowMapping, bindparam, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .._values import new_id
@@ -34,12 +34,15 @@ from ._adk_events import (
 )
 from ._engine import Database
 from ._framework_conversations import _create, insert_if_absent
-from .checksums import check_row, sealed
+from ._statements import statements_for
+from .checksums import CHECKSUM, check_row, sealed
 from .tables import adk_sessions, adk_states
 
 T = TypeVar("T")
 
 State = dict[str, JsonValue]
+Row = Mapping[Any, Any]
+"""A row as read: by column name."""
 
 APP_WIDE = ""
 """The ``adk_states.owner_id`` of the state every user of an app shares."""
@@ -138,7 +141,8 @@ class AdkSessions:
                 "owner_id": key.user_id,
             }
             conn.execute(insert(adk_sessions), sealed(adk_sessions, row))
-            app_state, user_state = _apply_shared(conn, key, delta)
+            _apply_shared(conn, key, delta)
+            app_state, user_state = _shared_states(conn, key)
             return StoredSession(
                 key, conversation_id, dict(delta.session), app_state, user_state, update_time, 0
             )
@@ -261,16 +265,13 @@ class AdkSessions:
         _create(conn, self._database, conversation_id, {SESSION_KEY: key.session_id}, owners)
 
 
-def _session_row(conn: Connection, key: SessionKey) -> RowMapping | None:
-    query = select(adk_sessions).where(
-        adk_sessions.c.tenant_id == key.app_name,
-        adk_sessions.c.owner_id == key.user_id,
-        adk_sessions.c.session_id == key.session_id,
-    )
-    return conn.execute(query).mappings().first()
+def _session_row(conn: Connection, key: SessionKey) -> Row | None:
+    wanted = {"app": key.app_name, "user": key.user_id, "session": key.session_id}
+    found = statements_for(conn.dialect).select(conn, _SESSION_ROW, wanted)
+    return found[0] if found else None
 
 
-def _claim(conn: Connection, found: RowMapping, update_time: float, delta: State) -> bool:
+def _claim(conn: Connection, found: Row, update_time: float, delta: State) -> bool:
     """Move the session past revision ``found`` (its next event's, its time, its state with
     ``delta``) unless another writer did first: a compare-and-set, which on PostgreSQL also
     holds the row until the transaction ends."""
@@ -280,23 +281,49 @@ def _claim(conn: Connection, found: RowMapping, update_time: float, delta: State
         update_time=update_time,
         state={**found["state"], **delta},
     )
-    where = (adk_sessions.c.id == found["id"]) & (
-        adk_sessions.c.event_count == found["event_count"]
-    )
-    return bool(
-        conn.execute(update(adk_sessions).where(where).values(sealed(adk_sessions, row))).rowcount
-    )
+    sealed(adk_sessions, row)
+    claim = {
+        "claimed": found["id"],
+        "count": found["event_count"],
+        "new_state": row["state"],
+        "new_time": update_time,
+        "new_count": row["event_count"],
+        "new_checksum": row[CHECKSUM],
+    }
+    return bool(statements_for(conn.dialect).execute(conn, _CLAIM, claim).rowcount)
 
 
-def _stored(conn: Connection, row: RowMapping, events: list[Event]) -> StoredSession:
+_SESSION_ROW = select(adk_sessions).where(
+    adk_sessions.c.tenant_id == bindparam("app"),
+    adk_sessions.c.owner_id == bindparam("user"),
+    adk_sessions.c.session_id == bindparam("session"),
+)
+_CLAIM = (
+    update(adk_sessions)
+    .where(
+        (adk_sessions.c.id == bindparam("claimed"))
+        & (adk_sessions.c.event_count == bindparam("count"))
+    )
+    .values(
+        state=bindparam("new_state", type_=adk_sessions.c.state.type),
+        update_time=bindparam("new_time", type_=adk_sessions.c.update_time.type),
+        event_count=bindparam("new_count", type_=adk_sessions.c.event_count.type),
+        checksum=bindparam("new_checksum", type_=adk_sessions.c.checksum.type),
+    )
+)
+"""The session's next revision, if it is still at the one its writer read."""
+
+
+def _stored(conn: Connection, row: Row, events: list[Event]) -> StoredSession:
     check_row(adk_sessions, row)
     key = SessionKey(row["tenant_id"], row["owner_id"], row["session_id"])
+    app_state, user_state = _shared_states(conn, key)
     return StoredSession(
         key=key,
         conversation_id=row["id"],
         state=dict(row["state"]),
-        app_state=_shared(conn, key.app_name, APP_WIDE),
-        user_state=_shared(conn, key.app_name, key.user_id),
+        app_state=app_state,
+        user_state=user_state,
         update_time=row["update_time"],
         revision=row["event_count"],
         events=events,
@@ -318,29 +345,31 @@ def _shared(conn: Connection, app_name: str, user_id: str) -> State:
     return dict(found["state"]) if found is not None else {}
 
 
-def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> tuple[State, State]:
-    """Apply the app's and the user's parts of ``delta``; their states after it."""
-    return (
-        _apply(conn, key.app_name, APP_WIDE, delta.app),
-        _apply(conn, key.app_name, key.user_id, delta.user),
-    )
+def _shared_states(conn: Connection, key: SessionKey) -> tuple[State, State]:
+    """The state the app's sessions share and the one the user's share."""
+    return _shared(conn, key.app_name, APP_WIDE), _shared(conn, key.app_name, key.user_id)
 
 
-def _apply(conn: Connection, app_name: str, user_id: str, delta: State) -> State:
-    """The shared state of ``(app_name, user_id)`` with ``delta`` applied (stored when it
-    changes anything). The row is created empty first if it is new, then locked and read
+def _apply_shared(conn: Connection, key: SessionKey, delta: StateDelta) -> None:
+    """Apply the app's and the user's parts of ``delta`` (nothing read or written for a part
+    that changes nothing: most events carry no shared state)."""
+    _apply(conn, key.app_name, APP_WIDE, delta.app)
+    _apply(conn, key.app_name, key.user_id, delta.user)
+
+
+def _apply(conn: Connection, app_name: str, user_id: str, delta: State) -> None:
+    """Store the shared state of ``(app_name, user_id)`` with ``delta`` applied, if ``delta``
+    changes anything. The row is created empty first if it is new, then locked and read
     (PostgreSQL), so that two writers' deltas both land."""
     if not delta:
-        return _shared(conn, app_name, user_id)
+        return
     where = (adk_states.c.tenant_id == app_name) & (adk_states.c.owner_id == user_id)
     empty = {"id": new_id(), "tenant_id": app_name, "owner_id": user_id, "state": {}}
     conn.execute(insert_if_absent(conn, adk_states, _SHARED_BY).values(sealed(adk_states, empty)))
     found = conn.execute(select(adk_states).where(where).with_for_update()).mappings().one()
     check_row(adk_states, found)
-    after = {**found["state"], **delta}
-    row = sealed(adk_states, {**found, "state": after})
+    row = sealed(adk_states, {**found, "state": {**found["state"], **delta}})
     conn.execute(update(adk_states).where(adk_states.c.id == found["id"]).values(row))
-    return after
 
 
 _SHARED_BY = ("tenant_id", "owner_id")
