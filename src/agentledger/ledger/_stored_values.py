@@ -205,6 +205,15 @@ def checked_values(
     return at, fetched
 
 
+def checked_rows(compiled: Compiled, sent: Sent, table: Table) -> list[dict[str, Any]]:
+    """The rows of ``sent``, the select ``compiled`` of ``table``'s columns (and any more), as
+    dicts through the result processors, each checked (:func:`check_values`)."""
+    assert sent.description is not None
+    fetched = sent.fetchall()
+    check_values(compiled, sent, table, fetched)
+    return compiled.dicts(sent.description, fetched)
+
+
 def stored_values(sent: Sent) -> tuple[dict[str, int], Sequence[Sequence[Any]]]:
     """The rows of ``sent`` as stored, with where each column is: not checked yet."""
     assert sent.description is not None
