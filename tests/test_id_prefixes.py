@@ -173,6 +173,24 @@ def test_short_ids_are_unique_among_every_id_of_their_kind_in_the_ledger(ledger)
     assert all(ledger.conversation(p).id == c for c, p in conversations.items())
 
 
+def test_ids_that_share_a_prefix_up_to_a_character_near_the_surrogates_are_told_apart(ledger):
+    """A prefix is a range of ids up to the character after its last one: after U+D7FF comes
+    U+E000 (no text holds a surrogate), after U+10FFFF nothing."""
+    made = ["abcdefg\ud7ff-1", "abcdefg\ud7ff-2", "abcdefg\ue000-3", "abcdefg\U0010ffff-4"]
+    for conversation_id in made:
+        ledger.create_conversation(conversation_id=conversation_id)
+    shown = ledger.short_ids(made, of="conversation")
+    assert list(shown.values()) == [
+        "abcdefg\ud7ff-1",
+        "abcdefg\ud7ff-2",
+        *(i[:8] for i in made[2:]),
+    ]
+    assert [ledger.conversation(prefix).id for prefix in shown.values()] == made
+    with pytest.raises(AmbiguousIdError) as raised:
+        ledger.conversation("abcdefg\ud7ff")
+    assert raised.value.candidates == tuple(made[:2])
+
+
 def test_analytics_shortens_ids_as_the_ledger_does(ledger, db_url):
     with Analytics.open(db_url) as analytics:
         assert analytics.short_ids(RUNS, of="run") == ledger.short_ids(RUNS, of="run")
