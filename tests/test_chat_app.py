@@ -25,6 +25,8 @@ from support.browser import chromium
 from support.served import served, sse_events
 
 QUESTION = "Lisbon"
+VIEWER = "http://127.0.0.1:9999"
+"""The viewer's address the tests give the app: each answer links to its run there."""
 WAIT = 30.0
 """How long a condition may take to come true on a loaded machine, in seconds."""
 
@@ -111,7 +113,7 @@ def ledger_path(tmp_path: Path) -> Path:
 def test_a_run_streams_its_events_and_the_conversation_then_holds_question_and_answer(
     ledger_path: Path,
 ) -> None:
-    app = create_app(str(ledger_path), OfflineModel(words=12, delay=0.0))
+    app = create_app(str(ledger_path), OfflineModel(words=12, delay=0.0), viewer=f"{VIEWER}/")
 
     async def test(client: httpx.AsyncClient) -> tuple[Any, ...]:
         first = await client.post("/conversations/new/runs", json={"text": QUESTION})
@@ -120,9 +122,9 @@ def test_a_run_streams_its_events_and_the_conversation_then_holds_question_and_a
             f"/conversations/{conversation_id}/runs", json={"text": "And Porto?"}
         )
         shown = await client.get(f"/conversations/{conversation_id}")
-        return first, second, shown
+        return first, second, shown, await client.get("/about")
 
-    first, second, shown = in_process(app, test)
+    first, second, shown, about = in_process(app, test)
 
     assert first.status_code == 200
     assert first.headers["content-type"].startswith("text/event-stream")
@@ -152,6 +154,42 @@ def test_a_run_streams_its_events_and_the_conversation_then_holds_question_and_a
     assert stored_messages(ledger_path, conversation["id"]) == [
         (m["role"], m["content"], False) for m in conversation["messages"]
     ]
+    # Each answer comes with its run's tool calls, read from the ledger, and its page in the
+    # viewer; a question with neither.
+    runs = [events[0]["run_id"], events_of(second.text)[0]["run_id"]]
+    topics = [QUESTION, "And Porto?"]
+    assert [
+        (
+            m["run_id"],
+            m["trace"],
+            [(c["name"], c["arguments"], c["is_error"]) for c in m["tool_calls"]],
+        )
+        for m in conversation["messages"]
+    ] == [
+        turn
+        for run, topic in zip(runs, topics, strict=True)
+        for turn in [
+            (None, None, []),
+            (run, f"{VIEWER}/r/{run}", [("lookup", {"topic": topic}, False)]),
+        ]
+    ]
+    assert conversation["messages"][1]["tool_calls"][0]["id"] == call["id"]
+    assert about.json() == {"model": "OfflineModel", "stand_in": True, "viewer": VIEWER}
+
+
+def test_the_viewer_the_answers_link_to_is_agentledger_ui_s_address_unless_told(
+    ledger_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    async def viewer(client: httpx.AsyncClient) -> Any:
+        return (await client.get("/about")).json()["viewer"]
+
+    assert in_process(create_app(str(ledger_path), OfflineModel()), viewer) == (
+        "http://127.0.0.1:8765"
+    )
+    monkeypatch.setenv("AGENTLEDGER_UI_URL", "http://viewer.example:8000")
+    assert in_process(create_app(str(ledger_path), OfflineModel()), viewer) == (
+        "http://viewer.example:8000"
+    )
 
 
 def test_an_unknown_conversation_or_run_is_a_404_that_says_what_is_missing(
@@ -311,11 +349,13 @@ def browser() -> Iterator[Any]:
 def test_in_a_browser_the_answer_streams_stop_interrupts_it_and_a_reload_shows_it_flagged(
     ledger_path: Path, browser: Any
 ) -> None:
-    app = create_app(str(ledger_path), OfflineModel(words=600, delay=0.05))
+    app = create_app(str(ledger_path), OfflineModel(words=600, delay=0.05), viewer=VIEWER)
     with served(app) as url:
         page = browser.new_page()
         page.set_default_timeout(WAIT * 1000)
         page.goto(url)
+        page.wait_for_selector("#model.stand-in")
+        assert "offline stand-in model" in page.text_content("#model")
         page.fill("#text", QUESTION)
         page.click("#send")
 
@@ -337,10 +377,20 @@ def test_in_a_browser_the_answer_streams_stop_interrupts_it_and_a_reload_shows_i
         messages = page.eval_on_selector_all(
             ".msg", "els => els.map(e => [e.className, e.textContent])"
         )
+        drawn = page.eval_on_selector_all(
+            "#log > *", "els => els.map(e => [e.className, e.textContent, e.href || null])"
+        )
         page.close()
 
     assert 0 < len(shown.split()) < 600
     assert messages == [["msg user", QUESTION], ["msg assistant interrupted", shown]]
+    ((run_id,),) = sql(ledger_path, "SELECT id FROM agent_runs")
+    assert drawn == [  # after a reload: the tool call read from the ledger, the run's link
+        ["msg user", QUESTION, None],
+        ["tool", '⚙ lookup({"topic":"Lisbon"}) ✓', None],
+        ["msg assistant interrupted", shown, None],
+        ["trace", "how this answer was made ↗", f"{VIEWER}/r/{run_id}"],
+    ]
     assert stored_messages(ledger_path, conversation_id) == [
         ("user", QUESTION, False),
         ("assistant", shown, True),

@@ -6,6 +6,7 @@ ledger. On both backends, with ids chosen so that the prefixes they share are kn
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 
 import pytest
@@ -15,6 +16,7 @@ from agentledger._values import SHORT_ID_LENGTH, new_id, short_ids
 from agentledger.analytics import Analytics
 from agentledger.errors import AmbiguousIdError
 from agentledger.ledger import Ledger
+from support.postgres import PostgresServer
 
 RUNS = ("0abcdef0-1111-aaaa", "0abcdef0-1122-bbbb", "0abcdef0-2222-cccc", "9fedcba9-0000-dddd")
 """Run ids: three share their first 8 characters, two of them their first 11."""
@@ -171,6 +173,51 @@ def test_short_ids_are_unique_among_every_id_of_their_kind_in_the_ledger(ledger)
     assert all(ledger.run(prefix).id == run_id for run_id, prefix in shown.items())
     conversations = ledger.short_ids(CONVERSATIONS, of="conversation")
     assert all(ledger.conversation(p).id == c for c, p in conversations.items())
+
+
+def test_ids_that_share_a_prefix_up_to_a_character_near_the_surrogates_are_told_apart(ledger):
+    """A prefix is a range of ids up to the character after its last one: after U+D7FF comes
+    U+E000 (no text holds a surrogate), after U+10FFFF nothing."""
+    made = ["abcdefg\ud7ff-1", "abcdefg\ud7ff-2", "abcdefg\ue000-3", "abcdefg\U0010ffff-4"]
+    for conversation_id in made:
+        ledger.create_conversation(conversation_id=conversation_id)
+    shown = ledger.short_ids(made, of="conversation")
+    assert list(shown.values()) == [
+        "abcdefg\ud7ff-1",
+        "abcdefg\ud7ff-2",
+        *(i[:8] for i in made[2:]),
+    ]
+    assert [ledger.conversation(prefix).id for prefix in shown.values()] == made
+    with pytest.raises(AmbiguousIdError) as raised:
+        ledger.conversation("abcdefg\ud7ff")
+    assert raised.value.candidates == tuple(made[:2])
+
+
+def test_a_prefix_is_compared_character_for_character_whatever_the_databases_collation(
+    pg_server: PostgresServer,
+) -> None:
+    """A language's collation orders "abcdefga-2" between "abcdefgA" and "abcdefgB" (case
+    counts after the letters): there, a prefix is no range of the primary key's order."""
+    from psycopg import sql
+
+    name = f"agentledger_icu_{uuid.uuid4().hex[:12]}"
+    with pg_server.connect() as conn:
+        conn.execute(
+            sql.SQL(
+                "CREATE DATABASE {} TEMPLATE template0 LOCALE_PROVIDER icu ICU_LOCALE 'en-US'"
+            ).format(sql.Identifier(name))
+        )
+    url = pg_server.url(name)
+    try:
+        with Ledger.open(url) as ledger:
+            made = ["abcdefgA-1", "abcdefga-2", "abcdefg,-3", "abcdefg--4"]
+            for conversation_id in made:
+                ledger.create_conversation(conversation_id=conversation_id)
+            shown = ledger.short_ids(made, of="conversation")
+            assert list(shown.values()) == [i[:8] for i in made]
+            assert [ledger.conversation(prefix).id for prefix in shown.values()] == made
+    finally:
+        pg_server.drop_database(url)
 
 
 def test_analytics_shortens_ids_as_the_ledger_does(ledger, db_url):

@@ -23,6 +23,7 @@ from agentledger.ledger.schema import ddl
 from support.migration_harness import (
     FTS_PREFIX,
     FTS_PREFIXES,
+    ID_PREFIX_INDEXES,
     VERSION_TABLE,
     Database,
     record_representative_runs,
@@ -60,7 +61,7 @@ def test_the_agentledger_db_schema_command_writes_the_committed_ddl(tmp_path):
 
 
 def _include(obj: object, name: str | None, type_: str, reflected: bool, other: object) -> bool:
-    return not (name or "").startswith(FTS_PREFIXES)
+    return not (name or "").startswith((*FTS_PREFIXES, *ID_PREFIX_INDEXES))
 
 
 def test_the_models_and_the_migrations_agree(db_url):

@@ -227,6 +227,8 @@ def test_short_prefixes_open_pages_and_every_id_links_to_its_page(client, viewed
     assert {f"/r/{viewed.planner_run}", f"/r/{viewed.child_run}"} <= links
     for link in links - {"/static/ui.css"}:
         assert client.get(link).status_code == 200, link
+    # The listing names each conversation's last run by its short id, as the command line does.
+    assert f'href="/r/{viewed.planner_run}" title="run {run_short}"' in client.get("/").text
 
 
 def test_search_finds_words_in_messages_and_in_tool_calls(client, viewed):

@@ -6,15 +6,19 @@ user was shown is in the ledger, flagged interrupted, when the page is reloaded.
     uvicorn examples.chat_app.app:app            # then open http://127.0.0.1:8000
 
 The model is an offline stand-in that looks the question up with a tool, then streams a few
-words a second; with ``OPENAI_API_KEY`` set it is OpenAI's ``gpt-4o-mini`` (``CHAT_APP_MODEL``
-chooses another). The ledger is ``chat-app.db`` in the current directory (``CHAT_APP_DB``
-chooses another: a SQLite path or a ``postgresql://`` URL).
+words a second (the page says it is a stand-in); with ``OPENAI_API_KEY`` set it is OpenAI's
+``gpt-4o-mini`` (``CHAT_APP_MODEL`` chooses another). The ledger is ``chat-app.db`` in the
+current directory (``CHAT_APP_DB`` chooses another: a SQLite path or a ``postgresql://`` URL).
+Each answer links to its run in agentledger's viewer (``agentledger ui --db chat-app.db``), at
+``AGENTLEDGER_UI_URL`` (by default http://127.0.0.1:8765).
 
     POST /conversations/{id}/runs   {"text": "..."}: the run's events, as server-sent events
                                     ({id} = "new" starts a conversation; its id comes in the
                                     first event, run_started)
     POST /runs/{id}/cancel          stops the run: what the user was shown is kept, flagged
-    GET  /conversations/{id}        the conversation as the user saw it
+    GET  /conversations/{id}        the conversation as the user saw it, each answer with the
+                                    tool calls of its run and the run's page in the viewer
+    GET  /about                     the model (a stand-in or not) and the viewer's address
     GET  /                          the page
 """
 
@@ -56,6 +60,8 @@ from agentledger import (
 from agentledger.events import RunFinished, RunStarted
 
 PAGE = Path(__file__).parent / "static" / "index.html"
+VIEWER = "http://127.0.0.1:8765"
+"""Where ``agentledger ui`` listens by default: each answer links to its run there."""
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -102,6 +108,11 @@ class OfflineModel:
         yield response
 
 
+def is_stand_in(model: LLM) -> bool:
+    """Whether the answers come from :class:`OfflineModel` (the page says so)."""
+    return isinstance(model, OfflineModel)
+
+
 def default_model() -> LLM:
     """OpenAI when ``OPENAI_API_KEY`` is set, the offline stand-in otherwise."""
     if os.environ.get("OPENAI_API_KEY"):
@@ -131,6 +142,8 @@ class Chat:
 
     ledger: Ledger
     agent: Agent
+    about: dict[str, Any]
+    """The model (a stand-in or not) and the viewer's address, as ``GET /about`` tells them."""
     streaming: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     """Each run streaming in this process, by run id: the task that reads its stream."""
 
@@ -186,15 +199,46 @@ def stopped(result: RunResult) -> dict[str, Any]:
     return RunFinished.of(result).model_dump(mode="json")
 
 
-def shown(message: Message) -> dict[str, Any]:
-    """A message of the conversation, as the page draws it. (The conversation holds the
-    questions and answers; the tool calls are in the run's trace, kept apart.)"""
+def shown(message: Message, run: dict[str, Any]) -> dict[str, Any]:
+    """A message of the conversation, as the page draws it, with what ``run`` (:func:`traced`)
+    says of the run that wrote it."""
     return {
         "id": message.id,
         "role": str(message.role),
         "content": message.content,
         "interrupted": message.interrupted,
+        **run,
     }
+
+
+def traced(ledger: Ledger, run_id: str | None, viewer: str) -> dict[str, Any]:
+    """The run that wrote an answer, read from the ledger: its id, its tool calls (the
+    conversation holds the questions and answers; the calls are in the run's trace, kept apart)
+    and its page in the viewer. Nothing for a message no run wrote."""
+    if run_id is None:
+        return {"run_id": None, "tool_calls": [], "trace": None}
+    calls = [
+        {
+            "id": t.tool_call.id,
+            "name": t.tool_call.name,
+            "arguments": t.tool_call.arguments,
+            "is_error": t.is_error,
+        }
+        for t in ledger.tool_executions(run_id)
+    ]
+    return {"run_id": run_id, "tool_calls": calls, "trace": f"{viewer}/r/{run_id}"}
+
+
+def told(ledger: Ledger, conversation_id: str, viewer: str) -> list[dict[str, Any]]:
+    """The conversation's questions and answers, each answer with its run's trace."""
+    talk = []
+    for turn in ledger.turns(conversation_id):
+        run = traced(ledger, turn.run_id, viewer)
+        for message in turn.messages:
+            if message.role in (Role.USER, Role.ASSISTANT):
+                answer = message.role is Role.ASSISTANT
+                talk.append(shown(message, run if answer else traced(ledger, None, viewer)))
+    return talk
 
 
 # --- the endpoints ----------------------------------------------------------------------------
@@ -218,15 +262,19 @@ async def page() -> FileResponse:
     return FileResponse(PAGE)
 
 
+@router.get("/about")
+async def about(chat: ChatDep) -> dict[str, Any]:
+    return chat.about
+
+
 @router.get("/conversations/{conversation_id}")
 async def conversation(conversation_id: str, chat: ChatDep) -> dict[str, Any]:
     try:
         found = await asyncio.to_thread(chat.ledger.conversation, conversation_id)
     except NotFoundError as exc:
         raise HTTPException(404, str(exc)) from exc
-    history = await asyncio.to_thread(chat.ledger.history, found.id)
-    talk = [m for m in history if m.role in (Role.USER, Role.ASSISTANT)]
-    return {"id": found.id, "messages": [shown(m) for m in talk]}
+    talk = await asyncio.to_thread(told, chat.ledger, found.id, chat.about["viewer"])
+    return {"id": found.id, "messages": talk}
 
 
 @router.post("/conversations/{conversation_id}/runs")
@@ -254,15 +302,25 @@ async def cancel(run_id: str, chat: ChatDep) -> dict[str, Any]:
     return {"run_id": run.id, "status": str(run.status), "stop_reason": str(run.stop_reason)}
 
 
-def create_app(ledger_url: str | None = None, model: LLM | None = None) -> FastAPI:
+def create_app(
+    ledger_url: str | None = None, model: LLM | None = None, viewer: str | None = None
+) -> FastAPI:
     """The app over the ledger at ``ledger_url`` and ``model`` (by default ``CHAT_APP_DB`` or
-    ``chat-app.db``, and :func:`default_model`), opened when the app starts."""
+    ``chat-app.db``, and :func:`default_model`), opened when the app starts; its answers link
+    to the viewer at ``viewer`` (by default ``AGENTLEDGER_UI_URL``, else :data:`VIEWER`)."""
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         url = ledger_url or os.environ.get("CHAT_APP_DB", "chat-app.db")
+        answering = model or default_model()
+        address = (viewer or os.environ.get("AGENTLEDGER_UI_URL") or VIEWER).rstrip("/")
+        about = {
+            "model": type(answering).__name__,
+            "stand_in": is_stand_in(answering),
+            "viewer": address,
+        }
         with Ledger.open(url) as ledger:
-            chat = Chat(ledger, build_agent(ledger, model or default_model()))
+            chat = Chat(ledger, build_agent(ledger, answering), about)
             app.state.chat = chat
             try:
                 yield

@@ -76,6 +76,9 @@ FTS_PREFIX = "conversation_messages_fts"
 TRACE_FTS = "tool_executions_fts"
 """The trace's full-text search objects (revision 0013)."""
 FTS_PREFIXES = (FTS_PREFIX, TRACE_FTS)
+ID_PREFIX_INDEXES = ("conversations_id_prefixes", "agent_runs_id_prefixes")
+"""PostgreSQL's indexes of ids in the order of their bytes (revision 0017): made by the
+migrations, not described by the models."""
 
 SEARCH_WORD = "marmalade"
 """A word only the answers of the representative runs contain (full-text search finds it)."""

@@ -3,10 +3,11 @@ and the shortest prefix that stands for each id (what the command line shows).
 
 The exact id is always tried first, through the primary key. A prefix needs at least
 ``SHORT_ID_LENGTH`` characters: one that begins no id is :class:`NotFoundError`, one that begins
-several is :class:`AmbiguousIdError`, listing them. On SQLite a prefix is a range of the primary
-key's index (text compares as bytes there); on PostgreSQL text compares by the database's
-collation, where a prefix is no range, so ``substr`` compares it and the id column is read
-through (only once the exact id was not found, or to shorten the ids a listing shows).
+several is :class:`AmbiguousIdError`, listing them. A prefix is a range of ids in the order of
+their bytes, which one index probe reads: SQLite's primary key index (text compares as bytes
+there), and on PostgreSQL, whose primary keys follow the database's collation (where a prefix
+need not be a range), the index of the ids in the ``"C"`` collation (revision 0017). Ids are any
+text, so the range is what holds in every collation, not a property of UUIDs.
 
 The statements are SQL text, the same for :class:`~agentledger.ledger.Ledger` and
 :class:`~agentledger.ledger.LedgerReader` (:mod:`._sql`).
@@ -60,7 +61,7 @@ def id_by_prefix(reads: Reads, kind: IdKind, given: str, scope: Scope = EVERYTHI
         raise not_found(kind, given)
     begins, params = _begins(reads.dialect, given, "prefix")
     sql = (
-        f"SELECT id FROM {TABLES[kind]} WHERE {begins} {in_scope(scope)}"
+        f"SELECT id FROM {TABLES[kind]} WHERE {begins} {_in_scope(reads.dialect, scope)}"
         f"ORDER BY id LIMIT {CANDIDATES_LISTED + 1}"
     )
     found = [row["id"] for row in reads.rows(sql, {**params, **scope_params(scope)})]
@@ -105,15 +106,37 @@ def shortest_prefixes(
         condition, values = _begins(reads.dialect, head, f"head{n}")
         conditions.append(f"({condition})")
         params.update(values)
-    sql = f"SELECT id FROM {TABLES[kind]} WHERE ({' OR '.join(conditions)}) {in_scope(scope)}"
+    sql = (
+        f"SELECT id FROM {TABLES[kind]} WHERE ({' OR '.join(conditions)}) "
+        f"{_in_scope(reads.dialect, scope)}"
+    )
     return short_ids(wanted, [row["id"] for row in reads.rows(sql, params)])
+
+
+def _in_scope(dialect: str, scope: Scope) -> str:
+    """The scope's conditions, which on SQLite may not pick the tenant's or the owner's index
+    over the range of ids: SQLite keeps no statistics in a reader's hands, and would read every
+    row of the tenant to find a few ids."""
+    return in_scope(scope, unindexed=dialect == "sqlite")
 
 
 def _begins(dialect: str, prefix: str, name: str) -> tuple[str, dict[str, Any]]:
     """The condition that ``id`` begins with ``prefix``, case-sensitively (SQLite's LIKE is
-    not), as the parameter ``name``; and its parameters."""
-    last = prefix[-1]
-    if dialect == "sqlite" and ord(last) < 0x10FFFF:
-        end = prefix[:-1] + chr(ord(last) + 1)
-        return f"id >= :{name} AND id < :{name}_end", {name: prefix, f"{name}_end": end}
-    return f"substr(id, 1, {len(prefix)}) = :{name}", {name: prefix}
+    not), as the parameter ``name``; and its parameters. It is the range from ``prefix`` up to
+    the first text after every text ``prefix`` begins, in the order of bytes (UTF-8's bytes
+    sort as the code points do), which an index of that order reads at once."""
+    end = _after_every_extension(prefix)
+    if end is None:  # the prefix ends in the last code point: no text comes after
+        return f"substr(id, 1, {len(prefix)}) = :{name}", {name: prefix}
+    column = 'id COLLATE "C"' if dialect == "postgresql" else "id"
+    condition = f"{column} >= :{name} AND {column} < :{name}_end"
+    return condition, {name: prefix, f"{name}_end": end}
+
+
+def _after_every_extension(prefix: str) -> str | None:
+    """``prefix`` with its last character replaced by the next one a text may hold (the
+    surrogates are never stored), or ``None`` after the last code point."""
+    following = ord(prefix[-1]) + 1
+    if 0xD800 <= following <= 0xDFFF:
+        following = 0xE000
+    return None if following > 0x10FFFF else prefix[:-1] + chr(following)

@@ -46,11 +46,13 @@ def select_rows(table: str, alias: str = "") -> str:
     return f"SELECT {columns(table, alias)} FROM {named} "
 
 
-def in_scope(scope: Scope, alias: str = "") -> str:
+def in_scope(scope: Scope, alias: str = "", *, unindexed: bool = False) -> str:
     """The conditions that keep the rows of a table with ``tenant_id`` and ``owner_id``
     (``alias``: its name or alias in the statement) to ``scope``: each an ``AND ...``, with the
-    parameters of :func:`scope_params`."""
-    column = f"{alias}." if alias else ""
+    parameters of :func:`scope_params`. ``unindexed`` (SQLite only) keeps SQLite from reading
+    the rows through the tenant's or the owner's index (a unary ``+`` makes a column no
+    index's) where another condition is the one to probe."""
+    column = ("+" if unindexed else "") + (f"{alias}." if alias else "")
     tenant = f"AND {column}tenant_id = :tenant " if scope.tenant_id is not None else ""
     return tenant + (f"AND {column}owner_id = :owner " if scope.owner_id is not None else "")
 

@@ -23,8 +23,14 @@ from agentledger.migrations._refusal import MigrationRefused
 
 config = context.config
 
-# Objects the migrations create that the models do not describe: full-text search.
-_UNMODELLED = ("conversation_messages_fts", "tool_executions_fts")
+# Objects the migrations create that the models do not describe: full-text search, and
+# PostgreSQL's indexes of ids in the order of their bytes (revision 0017).
+_UNMODELLED = (
+    "conversation_messages_fts",
+    "tool_executions_fts",
+    "conversations_id_prefixes",
+    "agent_runs_id_prefixes",
+)
 
 
 def include_object(

@@ -114,9 +114,7 @@ def listing(ledger: Ledger, filters: Filters, page_size: int = PAGE_SIZE) -> dic
         "live": None if filters.after else filters.live_address(),
         "overviews": shown,
         "next": filters.next_page(cursor_of(shown[-1])) if more else None,
-        # The last runs are linked by their status: the listing shortens conversation ids only
-        # (each shortening is a read of its own, over every id on PostgreSQL).
-        "short": _short(handle, (o.id for o in shown), ()),
+        "short": _short(handle, (o.id for o in shown), (o.last_run_id for o in shown)),
     }
 
 
