@@ -20,6 +20,7 @@ from agentledger import Usage
 from agentledger.ledger import ChangedSince, Ledger, LedgerReader
 from agentledger.ui import create_app
 from support.databases import BACKENDS, fresh_database
+from support.ledger import sqlalchemy_url
 from support.served import served
 
 ADDRESS = "http://127.0.0.1:8765"
@@ -78,7 +79,7 @@ def test_a_change_committed_after_the_stamp_was_read_is_told_next_time(url):
     with Ledger.open(url) as ledger:
         with ledger.turn(user="Hello", agent_name="a") as turn:
             turn.answer("hi")
-        engine = sqlalchemy.create_engine(url)
+        engine = sqlalchemy.create_engine(sqlalchemy_url(url))
         try:
             with engine.connect() as writer:
                 with writer.begin():
