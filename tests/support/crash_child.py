@@ -49,6 +49,7 @@ from agentledger.ledger import Ledger
 from agentledger.llm import InferenceRequest, InferenceResponse, ScriptedLLM
 from support import forked
 from support.forked import Finished
+from support.sqlalchemy_urls import sqlalchemy_url
 
 TOOL_STEPS = 3
 """Steps that call a tool before the model answers: the answer is step ``TOOL_STEPS``."""
@@ -292,12 +293,6 @@ def read_side_file(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
-
-
-def sqlalchemy_url(url: str) -> str:
-    if url.startswith(("postgresql://", "postgres://")):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
 
 
 @functools.lru_cache(maxsize=8)

@@ -17,6 +17,7 @@ from agentledger import Agent, AgentBuilder, Message, ToolCall, tool
 from agentledger._core import FunctionTool
 from agentledger.ledger import Ledger
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.sqlalchemy_urls import sqlalchemy_url
 
 QUESTION = "What is the weather in Paris?"
 TOKEN_COLUMNS = (
@@ -27,13 +28,6 @@ TOKEN_COLUMNS = (
     "reasoning_tokens",
 )
 ANSWER = "It is Sunny and 22C in Paris today."
-
-
-def sqlalchemy_url(url: str) -> str:
-    """The URL SQLAlchemy needs: psycopg 3 named explicitly for PostgreSQL."""
-    if url.startswith("postgresql://"):
-        return "postgresql+psycopg://" + url.split("://", 1)[1]
-    return url
 
 
 class Database:

@@ -69,6 +69,7 @@ from agentledger.ledger import (
 from agentledger.ledger import tables as ledger_tables
 from agentledger.ledger.checksums import ADDED, COVERED, canonical_json, checksum_over
 from agentledger.llm import InferenceResponse, ScriptedLLM
+from support.sqlalchemy_urls import sqlalchemy_url
 
 VERSION_TABLE = "agentledger_version"
 FTS_PREFIX = "conversation_messages_fts"
@@ -127,16 +128,6 @@ def migrate(url: str, revision: str, *, direction: str = "upgrade") -> str:
 
 
 # --- plain SQL on the database ------------------------------------------------------------------
-
-
-def sqlalchemy_url(url: str | Path) -> str:
-    """The URL SQLAlchemy needs for what the ledger accepts (a path, sqlite:///, postgresql://)."""
-    text_url = str(url)
-    if "://" not in text_url:
-        return f"sqlite:///{text_url}"
-    if text_url.startswith("postgresql://"):
-        return "postgresql+psycopg://" + text_url.split("://", 1)[1]
-    return text_url
 
 
 Rows = dict[str, list[dict[str, Any]]]
