@@ -25,7 +25,7 @@ import sys
 import threading
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from agentledger import Usage
 from agentledger.ledger import Ledger
@@ -33,6 +33,9 @@ from agentledger.ledger import Ledger
 from ._common import Sizes
 from ._report import Section, seconds
 from ._synthetic import build
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Page
 
 
 class Plan(NamedTuple):
@@ -145,7 +148,7 @@ def served(path: Path) -> Iterator[str]:
             process.wait(timeout=30)
 
 
-def page_times(page: Any, address: str, reps: int) -> tuple[list[float], list[float]]:
+def page_times(page: Page, address: str, reps: int) -> tuple[list[float], list[float]]:
     """The first byte and the rendered page, in seconds, of ``reps`` loads after one warm-up."""
     first, rendered = [], []
     for rep in range(reps + 1):
@@ -188,7 +191,7 @@ class Streams:
             thread.join(timeout=5)
 
 
-def live_delays(page: Any, address: str, path: Path, plan: Plan) -> tuple[list[float], int]:
+def live_delays(page: Page, address: str, path: Path, plan: Plan) -> tuple[list[float], int]:
     """Seconds from each step's commit to the page showing it, with ``plan.streams`` other
     streams open; and how many of those streams were told of changes."""
     command = [sys.executable, "-c", WRITER, str(path), str(plan.live_steps), str(plan.pause)]
