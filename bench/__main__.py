@@ -24,6 +24,7 @@ from . import (
     statements,
     steps,
     streaming,
+    viewer,
     writers,
 )
 from ._common import DEFAULT, FULL, QUICK, Sizes
@@ -43,6 +44,7 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
     ((16,), lambda sizes, tmp, _: [startup.read_commands(sizes, tmp)]),
     ((17,), lambda sizes, tmp, _: checkpoints.run(sizes, tmp)),
     ((18,), lambda sizes, tmp, _: frameworks.run(sizes, tmp)),
+    ((19,), lambda sizes, tmp, _: viewer.run(sizes, tmp)),
 ]
 RETIRED = Section(
     "Retired figures",

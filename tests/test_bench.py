@@ -1,8 +1,9 @@
 """The benchmarks that run in one process (``bench/steps.py``, ``bench/analytics.py``,
-``bench/startup.py``, ``bench/statements.py``, ``bench/streaming.py``) run end to end at a tiny
-size: every system measured does the work it is held to (checked in SQL), the floors and
-SQLite-alone queries answer what agentledger answers, and each report gives its figures with
-its targets judged. Correctness only: the timing is ``make bench``'s."""
+``bench/startup.py``, ``bench/statements.py``, ``bench/streaming.py``), and the viewer's with
+its server and browser (``bench/viewer.py``), run end to end at a tiny size: every system
+measured does the work it is held to (checked in SQL), the floors and SQLite-alone queries
+answer what agentledger answers, and each report gives its figures with its targets judged.
+Correctness only: the timing is ``make bench``'s."""
 
 from __future__ import annotations
 
@@ -16,10 +17,11 @@ import pytest
 
 from agentledger import Analytics
 from agentledger.ledger import Ledger, LedgerReader
-from bench import _raw, _synthetic, analytics, startup, statements, steps, streaming
+from bench import _raw, _synthetic, analytics, startup, statements, steps, streaming, viewer
 from bench._common import Samples
 from bench._report import Section
 from bench._versions import THIS, Version, this_version
+from support.browser import REQUIRE_BROWSER_VARIABLE, browser_required
 from support.cli import record_a_run
 
 pytestmark = pytest.mark.bench  # `make test-bench`, not `make test`
@@ -263,3 +265,31 @@ def test_a_flush_is_told_from_the_other_updates_of_a_run():
     update = "UPDATE agent_runs SET heartbeat_at=?, partial_output=?, partial_step_index=?, {}=? "
     assert streaming.is_flush(update.format("change_seq") + "WHERE agent_runs.id = ?")
     assert not streaming.is_flush(update.format("step_count") + "WHERE agent_runs.id = ?")
+
+
+# -- the viewer ---------------------------------------------------------------------------------
+
+VIEWER = viewer.Plan(RUNS, STEPS, turns=3, reps=1, live_steps=2, pause=0.1, streams=2)
+
+
+def test_the_viewers_pages_and_a_step_shown_live_are_timed_in_a_browser(tmp_path):
+    section = viewer.run_plan(VIEWER, tmp_path)
+    reason = viewer.unavailable()
+    if reason is not None:
+        assert (section.rows, section.notes) == ([], [f"Skipped: {reason}."])
+        if browser_required():
+            pytest.fail(f"{REQUIRE_BROWSER_VARIABLE}=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    found = cells(section)
+    assert len(found) == 6
+    for median, _ in found.values():
+        assert re.fullmatch(r"\*{0,2}[\d.,]+ ms, (met|missed)\*{0,2}", median), median
+    assert "(its page shows 3 of them)" in section.notes[0]
+    assert "(2 of them were told of the changes)" in section.notes[1]
+
+
+def test_a_machine_without_chromium_skips_the_viewers_section_and_says_why(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    section = viewer.run_plan(VIEWER, tmp_path)
+    assert section.rows == [] and section.notes[0].startswith("Skipped: no Chromium on PATH")
+    assert list(tmp_path.iterdir()) == []  # nothing built
