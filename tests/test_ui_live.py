@@ -16,7 +16,8 @@ import pytest
 import sqlalchemy
 from starlette.testclient import TestClient
 
-from agentledger import Usage
+from agentledger import ToolCall, Usage
+from agentledger.errors import UsageError
 from agentledger.ledger import ChangedSince, Ledger, LedgerReader
 from agentledger.ui import create_app
 from support.databases import BACKENDS, fresh_database
@@ -148,6 +149,82 @@ def test_pages_carry_the_stamp_they_were_read_at_and_fragments_show_what_changed
     assert f'data-turn="{turn.run_id}"' in turns.text and "shown so far" in turns.text
     assert f'data-conversation="{turn.conversation_id}"' in listing.text
     assert 'data-live="/live/?agent=counter"' in listing.text
+
+
+def test_reads_inside_ledger_reading_see_one_moment_and_a_write_there_is_refused(url):
+    with Ledger.open(url) as ledger, Ledger.open(url) as other:
+
+        def read_twice() -> tuple[int, int]:
+            before = len(ledger.conversations())
+            with other.turn(user="Meanwhile", agent_name="a") as turn:  # committed elsewhere
+                turn.answer("ok")
+            return before, len(ledger.conversations())
+
+        before, after = ledger.reading("two listings", read_twice)
+        assert after == before
+        assert len(ledger.conversations()) == before + 1
+        with pytest.raises(UsageError, match=r"inside Ledger\.reading"):
+            ledger.reading("a write", lambda: ledger.create_conversation())
+        assert len(ledger.conversations()) == before + 1
+
+
+STEPS, CALLS = 12, 4
+
+
+def test_a_run_read_while_another_handle_writes_it_shows_whole_steps_and_holds_up_no_write(url):
+    """The viewer reads a run again and again while another handle records its steps, each
+    with several tool calls: every read shows whole steps (each with all its calls, or not
+    yet there), in order, and every write goes through at once (the viewer takes no lock a
+    writer waits for)."""
+    import threading
+
+    shown: list[list[int]] = []
+    statuses: set[int] = set()
+    with Ledger.open(url) as writer, Ledger.open(url, migrate=False, read_only=True) as viewer:
+        turn = writer.turn(user="Look everything up", agent_name="reader")
+        turn.begin()
+        client = TestClient(create_app(viewer), base_url=ADDRESS)
+        done = threading.Event()
+
+        def read_once() -> None:
+            response = client.get(f"/live/r/{turn.run_id}")
+            statuses.add(response.status_code)
+            steps = response.text.split('<li class="step"')[1:]
+            shown.append([step.count('<details class="tool') for step in steps])
+
+        def read() -> None:
+            while not done.is_set():
+                read_once()
+
+        reader = threading.Thread(target=read)
+        reader.start()
+        slowest = 0.0
+        try:
+            for n in range(STEPS):
+                calls = [
+                    ToolCall(id=f"c{n}-{i}", name="lookup", arguments={"key": f"{n}-{i}"})
+                    for i in range(CALLS)
+                ]
+                began = time.monotonic()
+                step = turn.step(f"step {n}", tool_calls=calls, usage=Usage(input_tokens=1))
+                for call in calls:
+                    step.tool_result(call.id, "x" * 2_000)
+                slowest = max(slowest, time.monotonic() - began)
+                read_before = len(shown)
+                while len(shown) < read_before + 2 and reader.is_alive():
+                    time.sleep(0.001)  # a whole read begun after this step's commit
+            turn.answer("done")
+        finally:
+            done.set()
+            reader.join()
+        read_once()  # after the answer
+    assert statuses == {200}  # never "damaged" for a run and its steps read apart
+    assert shown[-1] == [CALLS] * STEPS + [0]  # the answer: a step without calls
+    steps_seen = [len(counts) for counts in shown]
+    assert set(range(1, STEPS + 1)) <= set(steps_seen)  # the run read after every step
+    assert steps_seen == sorted(steps_seen)
+    assert all(counts[:STEPS] == [CALLS] * min(len(counts), STEPS) for counts in shown)
+    assert slowest < WAIT  # a writer waiting on a reader's lock would wait out its busy timeout
 
 
 def test_a_fragment_of_another_tenants_run_is_not_found_as_an_unknown_one(tmp_path):

@@ -25,7 +25,7 @@ from sqlalchemy.exc import DBAPIError
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 from .._values import Clock
-from ..errors import ConfigurationError, LedgerBusyError, LedgerUnavailableError
+from ..errors import ConfigurationError, LedgerBusyError, LedgerUnavailableError, UsageError
 from . import _failures
 from ._access import ReadOnly, check_sqlite_path, read_only_uri
 from ._failures import EngineSettings, decoded
@@ -275,15 +275,23 @@ class Connections:
         scope (None when there is none)."""
         return getattr(self._enclosing, "value", None)
 
+    def enclosing_reads_only(self) -> bool:
+        """Whether this thread's enclosing transaction is :meth:`Database.reading`'s."""
+        return bool(getattr(self._enclosing, "reads_only", False))
+
     @contextlib.contextmanager
-    def enclose(self, conn: Connection, scope: Scope) -> Iterator[None]:
+    def enclose(
+        self, conn: Connection, scope: Scope, *, reads_only: bool = False
+    ) -> Iterator[None]:
         """Make ``conn``'s transaction, in ``scope``, this thread's enclosing one for the
-        block."""
+        block (one that only reads when ``reads_only``)."""
         self._enclosing.value = (conn, scope)
+        self._enclosing.reads_only = reads_only
         try:
             yield
         finally:
             self._enclosing.value = None
+            self._enclosing.reads_only = False
 
     def read(self) -> contextlib.AbstractContextManager[Connection]:
         return self.transaction(write=False)
@@ -394,6 +402,11 @@ class Database:
         self.check_writable(what)
         joined = self.joined()
         if joined is not None:
+            if self.connections.enclosing_reads_only():
+                raise UsageError(
+                    f"{what}: a write inside Ledger.reading, whose transaction only reads; "
+                    "write before or after it"
+                )
             with joined.begin_nested():
                 return work(joined)
 
@@ -432,6 +445,26 @@ class Database:
 
         with self.connections.in_use():
             return self._with_retries(attempt, what)
+
+    def reading(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` with every read of this handle's scope on this thread in one read
+        transaction: one snapshot of the database (``REPEATABLE READ`` on PostgreSQL), so that
+        what it reads together is of one moment, whatever other processes commit meanwhile.
+        It takes no lock a writer waits for. A write inside it is a :class:`UsageError`;
+        inside :meth:`together` or another reading, their transaction."""
+        if self.joined() is not None:
+            return work()
+
+        def attempt() -> T:
+            with self.connections.read() as conn:
+                if conn.dialect.name == "postgresql":
+                    send(conn, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
+                self.scope.enter(conn)
+                with self.connections.enclose(conn, self.scope, reads_only=True):
+                    return work()
+
+        with self.connections.in_use():
+            return decoded(what, lambda: self._with_retries(attempt, what))
 
     def joined(self) -> Connection | None:
         """The connection of this thread's :meth:`together` transaction, when it is of this

@@ -345,6 +345,14 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         begins (:class:`LedgerBusyError` when it is met after)."""
         return self._database.together(what, work)
 
+    def reading(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` with every read of this handle on this thread in one read transaction, one
+        snapshot of the database, ``what`` naming it in errors: several reads that must agree
+        (a run and its steps, a page of a viewer) see one moment, whatever other processes
+        commit meanwhile. No writer waits for it; a write inside it is a
+        :class:`~agentledger.errors.UsageError`."""
+        return self._database.reading(what, work)
+
     @property
     def graph_checkpoints(self) -> GraphCheckpoints:
         """The checkpoints graph frameworks keep in this ledger (revision 0014's tables), in

@@ -87,9 +87,12 @@ def create_app(
     def page(render: Page, *, live: bool = True) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
             try:
-                # Read first: a change made while the page is read is then told to it again.
-                stamp = ledger.changes_since().stamp if live else None
-                name, context = render(ledger, request)
+                # The stamp and the page in one snapshot: a run and its steps read together
+                # agree, and what is committed after is told to the page by its stamp.
+                def read() -> tuple[int | None, tuple[str, Mapping[str, Any]]]:
+                    return ledger.changes_since().stamp if live else None, render(ledger, request)
+
+                stamp, (name, context) = ledger.reading("a page of the viewer", read)
                 context = {**context, "stamp": stamp}
             except NotFoundError as exc:
                 return _not_found(environment, request, exc)
