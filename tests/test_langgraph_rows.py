@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from typing import Any
 
 from langchain_core.messages import BaseMessage, HumanMessage
@@ -192,6 +193,36 @@ def test_a_subgraph_is_a_subagent_conversation_under_the_threads_run(ledger: Led
     assert [tuple(r.values()) for r in said] == [
         ("user", "Weather?"),
         ("assistant", "Sunny, 22C (1)."),
+    ]
+    state = _with_a_subgraph(LedgerSaver(ledger)).get_state(CONFIG, subgraphs=True)
+    assert state.values == expected
+
+
+class _LateInput(LedgerSaver):
+    """A saver whose thread's first checkpoints are slow to save: LangGraph saves them from
+    a thread of its own, so the subgraph's checkpoints come before them."""
+
+    def put(self, config: Any, checkpoint: Any, metadata: Any, new_versions: Any) -> Any:
+        if not config["configurable"].get("checkpoint_ns") and metadata.get("step", 1) <= 0:
+            time.sleep(0.3)
+        return super().put(config, checkpoint, metadata, new_versions)
+
+
+def test_a_subgraphs_checkpoints_saved_before_the_threads_are_recorded_in_its_run(
+    ledger: Ledger, db: Database
+):
+    question: Any = {"messages": [HumanMessage("Weather?", id="h1")]}
+    expected = _with_a_subgraph(InMemorySaver()).invoke(question, CONFIG)
+
+    assert _with_a_subgraph(_LateInput(ledger)).invoke(question, CONFIG) == expected
+
+    runs = db.rows(
+        "SELECT r.depth, r.agent_name, r.input_tokens, r.parent_run_id IS NOT NULL AS below "
+        "FROM agent_runs r ORDER BY r.depth"
+    )
+    assert [tuple(r.values()) for r in runs] == [
+        (0, "langgraph", 0, False),
+        (1, "researcher", 870, True),
     ]
     state = _with_a_subgraph(LedgerSaver(ledger)).get_state(CONFIG, subgraphs=True)
     assert state.values == expected

@@ -8,12 +8,18 @@ in order, in the serialized value beside the ids. Every other channel is kept as
 serializer wrote it. A message replaced (``add_messages``' same id) or removed
 (``RemoveMessage``) keeps its row, for the history: the list of ids says what the channel
 holds at each version.
+
+LangGraph saves a subgraph's checkpoints from threads of its own, so one may come before the
+thread's checkpoint it runs under (its metadata's ``parents``) has been saved: its messages are
+then serialized whole, and recorded once that checkpoint's are (the run they belong to is open
+only from then).
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from langchain_core.messages import BaseMessage
@@ -36,6 +42,10 @@ KNOWN_THREADS = 256
 """How many threads' (and namespaces') rows a saver keeps in memory, the most recently used:
 another one's are read from its latest checkpoint when it is saved again."""
 
+PARKED_PER_THREAD = 64
+"""How many early subgraph checkpoints of a thread wait for the thread's checkpoint they run
+under (beyond, the oldest are recorded as they are)."""
+
 Known = dict[str | None, list[tuple[BaseMessage, str]]]
 """The messages of a thread's namespace that are rows, by LangChain id: each with its row."""
 
@@ -57,6 +67,9 @@ class MessageChannels:
         """A special write (an interrupt, an error) of each thread whose checkpoint is not
         recorded yet (LangGraph saves writes and checkpoints from threads of its own, in any
         order): checkpoint id, channel, value."""
+        self._early: OrderedDict[str, list[_Early]] = OrderedDict()
+        """The subgraph checkpoints of each thread saved before the thread's checkpoint they
+        run under, in the order they came: recorded once it is."""
 
     def encoded(
         self,
@@ -71,6 +84,9 @@ class MessageChannels:
             if metadata.get("source") == "input" and not key.checkpoint_ns:
                 self.runs.end(key.thread_id)
             graph_run = metadata.get("run_id")
+            above = _above(metadata) if key.checkpoint_ns else None
+            if above is not None and self._last.get(key.thread_id, "") < above:
+                return self._too_early(key, parent_id, values, graph_run, above)
             encoded = {}
             for channel, value in values.items():
                 if is_messages(value):
@@ -143,6 +159,7 @@ class MessageChannels:
             for key in [k for k in self._known if k[0] == thread_id]:
                 del self._known[key]
             self._read.pop(thread_id, None)
+            self._early.pop(thread_id, None)
 
     def discard(self, thread_id: str, error: str) -> None:
         """A write of thread ``thread_id`` failed with ``error``, rolled back whole: drop its
@@ -165,10 +182,48 @@ class MessageChannels:
             else:
                 self._ending[key.thread_id] = (key.checkpoint_id, channel, value)
 
+    def _too_early(
+        self,
+        key: CheckpointKey,
+        parent_id: str | None,
+        values: Mapping[str, Any],
+        graph_run: Any,
+        above: str,
+    ) -> dict[str, ChannelValue]:
+        """Subgraph checkpoint ``key`` came before the thread's checkpoint ``above`` it runs
+        under: its values serialized whole, its messages kept to be recorded after those of
+        ``above``."""
+        messages = {ch: list(v) for ch, v in values.items() if is_messages(v)}
+        graph_run_id = graph_run if isinstance(graph_run, str) else None
+        early = self._early.setdefault(key.thread_id, [])
+        self._early.move_to_end(key.thread_id)
+        early.append(_Early(key, parent_id, messages, graph_run_id, above))
+        if len(early) > PARKED_PER_THREAD:
+            self._record_early(key.thread_id, [early.pop(0)])
+        if len(self._early) > KNOWN_THREADS:
+            thread_id, oldest = self._early.popitem(last=False)
+            self._record_early(thread_id, oldest)
+        return {ch: ChannelValue(*self._serde.dumps_typed(v)) for ch, v in values.items()}
+
+    def _record_early(self, thread_id: str, early: Sequence[_Early]) -> None:
+        """Record the messages of subgraph checkpoints that came early, in their order."""
+        for each in early:
+            known = self._known_of(each.key, each.parent_id)
+            for messages in each.messages.values():
+                self._rows_of(each.key, messages, known, each.graph_run_id)
+
     def _recorded(self, key: CheckpointKey) -> None:
-        """The messages of checkpoint ``key`` are recorded: end the run a write of it ended."""
+        """The messages of checkpoint ``key`` are recorded: record those of the subgraph
+        checkpoints that came before it, then end the run a write of it ended."""
         thread_id = key.thread_id
         self._last[thread_id] = max(self._last.get(thread_id, ""), key.checkpoint_id)
+        waiting = self._early.get(thread_id, [])
+        due = [e for e in waiting if e.above <= key.checkpoint_id]
+        if due:
+            waiting[:] = [e for e in waiting if e.above > key.checkpoint_id]
+            if not waiting:
+                del self._early[thread_id]
+            self._record_early(thread_id, due)
         ending = self._ending.get(thread_id)
         if ending is not None and ending[0] <= key.checkpoint_id:
             del self._ending[thread_id]
@@ -270,6 +325,24 @@ class MessageChannels:
             else ()
         )
         return [next(tail) if i is None else _message(stored, i, rows) for i in value.message_ids]
+
+
+@dataclass(frozen=True)
+class _Early:
+    """A subgraph checkpoint saved before the thread's checkpoint ``above`` it runs under."""
+
+    key: CheckpointKey
+    parent_id: str | None
+    messages: dict[str, list[BaseMessage]]
+    graph_run_id: str | None
+    above: str
+
+
+def _above(metadata: CheckpointMetadata) -> str | None:
+    """The id of the thread's checkpoint a subgraph's checkpoint (``metadata``) runs under."""
+    parents = metadata.get("parents")
+    above = parents.get("") if isinstance(parents, dict) else None
+    return above if isinstance(above, str) else None
 
 
 def _message(stored: StoredCheckpoint, row_id: str, rows: Mapping[str, MessageRow]) -> BaseMessage:
