@@ -212,3 +212,23 @@ def test_a_sqlite_url_with_an_escaped_space_names_one_file_for_the_ledger_and_th
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a b.db"]
     with LedgerReader.open(url) as reader:
         assert reader.conversation(made.id).title == "spaced"
+
+
+def test_reads_inside_a_readers_reading_see_one_moment_scoped_readers_included(tmp_path: Path):
+    path = tmp_path / "ledger.db"
+    record_a_run(str(path))
+    with Ledger.open(path) as writer, LedgerReader.open(path) as reader:
+        scoped = reader.scoped(tenant_id="acme")
+
+        def read_twice() -> tuple[int, int, int, int]:
+            before = (len(reader.conversations()), len(scoped.conversations()))
+            for tenant in (None, "acme"):  # committed by another handle meanwhile
+                with writer.scoped(tenant_id=tenant).turn(user="Meanwhile", agent_name="a") as t:
+                    t.answer("ok")
+            return *before, len(reader.conversations()), len(scoped.conversations())
+
+        everyone, acme, everyone_after, acme_after = reader.reading("two listings", read_twice)
+
+        assert (everyone_after, acme_after) == (everyone, acme)
+        assert len(reader.conversations()) == everyone + 2
+        assert len(scoped.conversations()) == acme + 1

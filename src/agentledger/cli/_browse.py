@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from .._values import Messages
     from .._width import FittedTable
-    from ..ledger import AgentRun, Ledger, SearchHit, TraceHit
+    from ..ledger import AgentRun, Conversation, ConversationRecord, Ledger, SearchHit, TraceHit
     from ._app import Reading
 
 _LIMIT_HELP = "List at most this many."
@@ -221,17 +221,15 @@ def show(
             "--trace shows the conversation as the user saw it: leave out --as model and --section"
         )
     with open_reader(ctx) as ledger:
-        record = ledger.conversation(conversation)  # by its id or a unique prefix of it
-        if beside:
-            _show_turns(ledger, record.id, full=full, as_json=as_json)
+        if beside:  # what the turns print is read in one snapshot, as they are printed
+            ledger.reading(
+                "showing a conversation's turns",
+                lambda: _show_turns(ledger, conversation, full=full, as_json=as_json),
+            )
             return
-        if section is not None:
-            messages, heading = ledger.messages(record.id, section), f"section {section}"
-        elif view == "model":
-            messages, heading = ledger.model_context(record.id), "as the model sees it"
-        else:
-            messages, heading = ledger.history(record.id), "as the user saw it"
-        summarized = {m.id for m in ledger.messages(record.id, "buffer")}
+        record, messages, heading, summarized = ledger.reading(
+            "reading a conversation", lambda: _shown(ledger, conversation, section, view)
+        )
     if as_json:
         print_json_lines(message_record(record.id, m, summarized) for m in messages)
         return
@@ -241,10 +239,26 @@ def show(
     _print_messages(messages, summarized, section)
 
 
-def _show_turns(ledger: Reading, conversation_id: str, *, full: bool, as_json: bool) -> None:
+def _shown(
+    ledger: Reading, conversation: str, section: str | None, view: str
+) -> tuple[Conversation | ConversationRecord, Messages, str, set[str]]:
+    """What ``show`` prints of ``conversation`` (its id or a unique prefix of it): its record,
+    its messages with their heading, and the ids of those summarized."""
+    record = ledger.conversation(conversation)
+    if section is not None:
+        messages, heading = ledger.messages(record.id, section), f"section {section}"
+    elif view == "model":
+        messages, heading = ledger.model_context(record.id), "as the model sees it"
+    else:
+        messages, heading = ledger.history(record.id), "as the user saw it"
+    return record, messages, heading, {m.id for m in ledger.messages(record.id, "buffer")}
+
+
+def _show_turns(ledger: Reading, conversation: str, *, full: bool, as_json: bool) -> None:
     """``show --trace``: the conversation turn by turn, each beside its run's trace."""
     from ._turns import print_turns, turn_records
 
+    conversation_id = ledger.conversation(conversation).id  # by its id or a unique prefix
     turns = ledger.turns(conversation_id)
     summarized = {m.id for m in ledger.messages(conversation_id, "buffer")}
     if as_json:
@@ -298,13 +312,18 @@ def trace(ctx: click.Context, run: str, verbose: bool, as_json: bool) -> None:
       agentledger trace 01a2b3c4 --verbose
     """
     with open_reader(ctx) as ledger:
-        tree = ledger.run_tree(run)
-        if as_json:
-            print_json_lines(run_records(ledger, tree))
-        else:
-            from ._render import run_tree_view
+        ledger.reading("reading a run's trace", lambda: _trace(ledger, run, verbose, as_json))
 
-            render(run_tree_view(ledger, tree, verbose=verbose))
+
+def _trace(ledger: Reading, run: str, verbose: bool, as_json: bool) -> None:
+    """``trace``: run ``run``'s tree, read in the snapshot of the caller's reading."""
+    tree = ledger.run_tree(run)
+    if as_json:
+        print_json_lines(run_records(ledger, tree))
+    else:
+        from ._render import run_tree_view
+
+        render(run_tree_view(ledger, tree, verbose=verbose))
 
 
 _STATUSES = ["running", "completed", "stopped", "failed", "interrupted"]

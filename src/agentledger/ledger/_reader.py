@@ -131,6 +131,9 @@ class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
         self.path, self.where, self._access, self._settings = path, where, access, settings
         self._scope = EVERYTHING
         self._kept: sqlite3.Connection | None = None
+        self._held: sqlite3.Connection | None = None
+        """The connection of the :meth:`reading` under way, whose transaction every read
+        joins."""
         self._shared_from: LedgerReader | None = None
 
     @classmethod
@@ -224,6 +227,25 @@ class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
         """The conversation as the model sees it now, as ``Ledger.model_context``."""
         return self._conversation(conversation_id, in_context)
 
+    def reading(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` with every read of this reader (and of the readers scoped from it) in one
+        read transaction, one snapshot of the database, as ``Ledger.reading``: what it reads
+        together is of one moment, whatever other processes commit meanwhile."""
+        owner = self._shared_from or self
+        if owner._held is not None:
+            return work()
+
+        def attempt() -> T:
+            with self._transaction() as conn:
+                conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the snapshot: now
+                owner._held = conn
+                try:
+                    return work()
+                finally:
+                    owner._held = None
+
+        return decoded(what, lambda: with_retries(self._settings, attempt, what=what))
+
     # --- transactions ---------------------------------------------------------------------------
 
     def _conversation_of(self, row: Row) -> ConversationRecord:
@@ -254,6 +276,9 @@ class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
         a connection per transaction, as a read-only ``Ledger`` does (a writer that started
         meanwhile is seen through its -wal and -shm files); another keeps one open."""
         owner = self._shared_from or self
+        if owner._held is not None:  # inside a reading: its transaction
+            yield owner._held
+            return
         conn = owner._kept or owner._connect()
         try:
             conn.execute("BEGIN")
