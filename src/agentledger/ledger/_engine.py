@@ -9,6 +9,7 @@ whole transaction is retried a bounded number of times with backoff before
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import select
@@ -32,6 +33,7 @@ from ._failures import EngineSettings, decoded
 from ._scope import EVERYTHING, Scope
 from ._statements import begin_watching, end_watching, logs, send
 from ._urls import normalize_url, parse_url, sqlite_path
+from ._write_gate import WalSync, WriteGate, gate_path
 from .checksums import canonical_json
 
 T = TypeVar("T")
@@ -185,9 +187,34 @@ class Connections:
     IDLE_REUSE = 5.0
     """Seconds a kept PostgreSQL connection may sit idle and be used again unchecked."""
 
-    def __init__(self, engine: Engine, *, keep: int = 2) -> None:
+    HOLD_TIMES = 10_000
+    """How many of the latest write transactions' lock hold times are kept."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        *,
+        keep: int = 2,
+        database: Path | None = None,
+        gate_timeout: float = 5.0,
+        syncs_itself: bool = False,
+    ) -> None:
+        """``database``: the SQLite file a writer handle writes, whose write gate its write
+        transactions take (:mod:`._write_gate`); ``syncs_itself``: its commits are synced to
+        disk after the gate is let go (for ``synchronous="FULL"``), not under the lock."""
         self.engine = engine
         self._keep = keep
+        self._gate_timeout = gate_timeout
+        self._gate: WriteGate | None = None
+        self._wal_sync: WalSync | None = None
+        if database is not None and WriteGate.available():
+            self._gate = WriteGate(gate_path(database))
+            self._wal_sync = WalSync(database) if syncs_itself else None
+        if self._wal_sync is not None:
+            event.listen(engine, "checkin", _synced_by_sqlite)
+        self.hold_times: collections.deque[float] = collections.deque(maxlen=self.HOLD_TIMES)
+        """The seconds each of the latest write transactions held the write lock: from its
+        ``BEGIN`` (``IMMEDIATE`` on SQLite) to its ``COMMIT`` or ``ROLLBACK``."""
         self._remote = engine.dialect.name != "sqlite"
         self._idle: dict[bool, list[_Kept]] = {True: [], False: []}
         self._pid = os.getpid()
@@ -212,28 +239,54 @@ class Connections:
         committed when the block ends (a read on SQLite is rolled back: it has nothing to
         commit), rolled back when it raises."""
         with self.in_use():
-            taken = self._take(write)
-            conn = taken.conn
-            begin_watching(conn, taken.logs)
+            gated = write and self._gate is not None and self._gate.enter(self._gate_timeout)
             try:
-                transaction = conn.begin()
+                taken = self._take(write)
+                conn = taken.conn
+                if write and self._wal_sync is not None:
+                    _synced_by_us(conn)
+                begin_watching(conn, taken.logs)
                 try:
-                    yield conn
-                except BaseException:
-                    transaction.rollback()
+                    transaction = conn.begin()
+                    begun = time.perf_counter()
+                    try:
+                        yield conn
+                    except BaseException:
+                        transaction.rollback()
+                        if write:
+                            self.hold_times.append(time.perf_counter() - begun)
+                        raise
+                    if write:
+                        transaction.commit()
+                        self.hold_times.append(time.perf_counter() - begun)
+                    elif self._remote:
+                        _end_read(conn, transaction)
+                    else:
+                        transaction.rollback()
+                except BaseException as exc:
+                    self._discard(conn, exc)
                     raise
-                if write:
-                    transaction.commit()
-                elif self._remote:
-                    _end_read(conn, transaction)
-                else:
-                    transaction.rollback()
-            except BaseException as exc:
-                self._discard(conn, exc)
-                raise
+                finally:
+                    end_watching(conn)
             finally:
-                end_watching(conn)
+                if gated:
+                    self._gate.leave()  # type: ignore[union-attr]
             self._give(taken, write)
+            if write and self._wal_sync is not None:
+                self._synced()
+
+    def _synced(self) -> None:
+        """Sync the commit just made to disk (see :mod:`._write_gate`): the commit is done
+        only when this returns; a sync that fails is the database failing."""
+        assert self._wal_sync is not None
+        try:
+            self._wal_sync()
+        except OSError as exc:
+            raise LedgerUnavailableError(
+                f"The transaction was committed, but syncing it to disk failed ({exc}): it may "
+                "be lost if the machine loses power before the operating system writes it. "
+                "Check the disk; what was committed before is kept."
+            ) from exc
 
     def _discard(self, conn: Connection, exc: BaseException) -> None:
         """Close a connection whose transaction failed. One that a driver error left, which
@@ -349,6 +402,40 @@ class Connections:
         for conn in kept:
             with contextlib.suppress(Exception):
                 conn.close()
+        if self._gate is not None:
+            self._gate.close()
+
+
+_NORMAL = "agentledger_synced_by_us"
+"""The key, in a SQLite connection's pool record, of a connection that writes with
+``synchronous=NORMAL`` because its commits are synced after the write gate is let go."""
+
+
+def _synced_by_us(conn: Connection) -> None:
+    """Make ``conn`` (a write connection of a handle that syncs its commits itself) write with
+    ``synchronous=NORMAL``, in WAL mode only (where NORMAL syncs the log at checkpoints)."""
+    info = conn.connection.info
+    if _NORMAL in info:
+        return
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None
+    cursor = dbapi.cursor()
+    try:
+        wal = cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+        if wal:
+            cursor.execute("PRAGMA synchronous=NORMAL")
+    finally:
+        cursor.close()
+    info[_NORMAL] = wal
+
+
+def _synced_by_sqlite(dbapi: Any, record: ConnectionPoolEntry) -> None:
+    """A connection given back to the pool writes with ``synchronous=FULL`` again: whoever
+    takes it next (a migration, a check) has its commits synced by SQLite."""
+    if dbapi is None or not record.info.pop(_NORMAL, False):
+        return
+    with contextlib.suppress(Exception):
+        dbapi.execute("PRAGMA synchronous=FULL")
 
 
 def _end_read(conn: Connection, transaction: RootTransaction) -> None:

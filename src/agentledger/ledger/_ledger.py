@@ -11,6 +11,7 @@ import dataclasses
 import os
 from collections.abc import Callable, Iterable
 from datetime import timedelta
+from pathlib import Path
 from typing import Any, Self, TypeVar
 
 from pydantic import JsonValue
@@ -87,7 +88,14 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         read_only: ReadOnly | None = None,
     ) -> None:
         # A read-only engine opens a connection per transaction (see ._access): none is kept.
-        connections = Connections(engine, keep=0 if read_only is not None else 2)
+        writes = engine.dialect.name == "sqlite" and read_only is None
+        connections = Connections(
+            engine,
+            keep=0 if read_only is not None else 2,
+            database=_file_of(engine) if writes else None,
+            gate_timeout=settings.busy_timeout,
+            syncs_itself=settings.synchronous == "FULL",
+        )
         database = Database(engine, connections, settings, clock, read_only)
         self._hold(database, LedgerRecorder(database, lease_seconds), None)
 
@@ -223,6 +231,16 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
         be serialized). None of these reached the caller: a transaction that stays locked
         through every attempt raises :class:`LedgerBusyError` instead."""
         return self._database.connections.lock_retries
+
+    @property
+    def write_lock_times(self) -> tuple[float, ...]:
+        """The seconds each of this handle's latest write transactions (at most 10,000, the
+        newest last) held the database's write lock: on SQLite from its ``BEGIN IMMEDIATE`` to
+        its ``COMMIT`` (the sync to disk that follows is outside it: see
+        docs/guarantees.md), on PostgreSQL from its ``BEGIN`` to its ``COMMIT``. The lock lets
+        one writer at a time, so these bound how many transactions writers can commit a
+        second together."""
+        return tuple(self._database.connections.hold_times)
 
     def check_writable(self) -> None:
         """Raise :class:`LedgerReadOnlyError`, saying why and what to do, when this handle is
@@ -493,3 +511,9 @@ class Ledger(LedgerReads[Conversation, AgentRun, RunTree]):
 
     def _node_of(self, row: Row, exclusive: Spend, children: tuple[RunTree, ...]) -> RunTree:
         return RunTree(run=run_of(row), exclusive=exclusive, children=children)
+
+
+def _file_of(engine: Engine) -> Path | None:
+    """The file of a SQLite engine (``None`` in memory)."""
+    database = engine.url.database
+    return Path(database) if database not in (None, "", ":memory:") else None
