@@ -40,7 +40,7 @@ SECTIONS: list[tuple[tuple[int, ...], Runner]] = [
     ((10,), lambda sizes, tmp, _: [statements.run(sizes, tmp)]),
     ((11, 12), previous.run),
     ((13, 14), lambda sizes, tmp, _: streaming.run(sizes, tmp)),
-    ((15,), lambda sizes, tmp, _: writers.run(sizes, tmp)),
+    ((15,), writers.run),
     ((16,), lambda sizes, tmp, _: [startup.read_commands(sizes, tmp)]),
     ((17,), lambda sizes, tmp, _: checkpoints.run(sizes, tmp)),
     ((18,), lambda sizes, tmp, _: frameworks.run(sizes, tmp)),

@@ -49,7 +49,7 @@ def _ledger(path: Path, synchronous: str) -> Any:
 # -- the OpenAI Agents SDK ----------------------------------------------------------------------
 
 
-def _agents_model(turn: int) -> Any:
+def agents_model(turn: int) -> Any:
     """The SDK's ``Model`` answering one turn from its script: three calls, then the answer."""
     from agents.items import ModelResponse
     from agents.models.interface import Model
@@ -121,7 +121,7 @@ class AgentsChat:
     def prepare(self, turn: int) -> Callable[[], Coroutine[Any, Any, object]]:
         from agents import Agent, Runner
 
-        agent = Agent(name=APP, tools=[self.tool], model=_agents_model(turn))
+        agent = Agent(name=APP, tools=[self.tool], model=agents_model(turn))
         more = {} if self.hooks is None else {"hooks": self.hooks}
         text = question(turn)
         return lambda: Runner.run(

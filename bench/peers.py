@@ -37,10 +37,14 @@ from ._common import (
 )
 
 SESSION, ALCHEMY_SESSION = "OpenAI Agents SQLiteSession", "OpenAI Agents SQLAlchemySession"
+RUNNER = "OpenAI Agents Runner + SQLiteSession"
+ALCHEMY_RUNNER = "OpenAI Agents Runner + SQLAlchemySession"
 SQLITE_GRAPH, POSTGRES_GRAPH = "LangGraph SqliteSaver", "LangGraph PostgresSaver"
 REQUIREMENTS = {
     SESSION: ("openai-agents",),
     ALCHEMY_SESSION: ("openai-agents", "asyncpg", "greenlet"),
+    RUNNER: ("openai-agents",),
+    ALCHEMY_RUNNER: ("openai-agents", "asyncpg", "greenlet"),
     SQLITE_GRAPH: ("langgraph", "langgraph-checkpoint-sqlite"),
     POSTGRES_GRAPH: ("langgraph", "langgraph-checkpoint-postgres"),
 }
@@ -144,6 +148,44 @@ class SessionWriter:
         if self.engine is not None:
             self.loop.run_until_complete(self.engine.dispose())
         self.loop.close()
+
+
+class RunnerWriter(SessionWriter):
+    """The SDK's whole turn: ``Runner.run`` on section 18's scripted model with the ``lookup``
+    tool, its conversation in a session per conversation as :class:`SessionWriter` makes them;
+    each ``add_items`` the Runner makes is timed."""
+
+    def __init__(self, url: str, writer: int) -> None:
+        super().__init__(url, writer)
+        from agents import RunConfig, function_tool
+
+        self.run_config = RunConfig(tracing_disabled=True)
+        self.tool = function_tool(lookup.function)
+
+    def _session(self, name: str, *, create_tables: bool = False) -> Any:
+        session = super()._session(name, create_tables=create_tables)
+        add_items, commits = session.add_items, self.commits
+
+        async def timed(items: Any) -> None:
+            begun = time.perf_counter()
+            await add_items(items)
+            commits.append(time.perf_counter() - begun)
+
+        session.add_items = timed
+        return session
+
+    def turn(self, conversation: int, turn: int) -> float:
+        from agents import Agent, Runner
+
+        from .framework_chats import agents_model
+
+        agent = Agent(name="bench", tools=[self.tool], model=agents_model(turn))
+        started = time.perf_counter()
+        work = Runner.run(
+            agent, question(turn), session=self.sessions[conversation], run_config=self.run_config
+        )
+        self.loop.run_until_complete(work)
+        return time.perf_counter() - started
 
 
 # -- LangGraph -----------------------------------------------------------------------------------

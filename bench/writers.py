@@ -10,11 +10,12 @@ database of its own.
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -38,13 +39,19 @@ from ._common import (
     turn_agent,
 )
 from ._report import Row, Section, table
+from ._versions import Version
 from ._workers import Worker, broadcast
 
 AGENTLEDGER = "agentledger Agent.run"
+BEFORE = "agentledger Agent.run, the previous version"
 SYSTEMS = {
-    "SQLite": (AGENTLEDGER, peers.SESSION, peers.SQLITE_GRAPH),
-    "PostgreSQL": (AGENTLEDGER, peers.ALCHEMY_SESSION, peers.POSTGRES_GRAPH),
+    "SQLite": (AGENTLEDGER, peers.RUNNER, peers.SQLITE_GRAPH),
+    "PostgreSQL": (AGENTLEDGER, peers.ALCHEMY_RUNNER, peers.POSTGRES_GRAPH),
 }
+OURS = (AGENTLEDGER, BEFORE)
+SCALING = {2: 1.6, 4: 2 * 0.8}
+"""Turns per second at N writers, at least this times one writer's (4 writers: as many as 2,
+which the 2-writer target puts at 1.6 times one)."""
 START_MARGIN = 0.25
 """Seconds between the parent's go and the round's start: time for every writer to hear it."""
 
@@ -64,10 +71,34 @@ PLANS = {
 }
 
 
+def time_the_lock(times: list[float]) -> None:
+    """Put in ``times`` how long each write transaction of this process's ledgers holds the
+    write lock: what the ledger keeps (``Ledger.write_lock_times``, from ``BEGIN`` to
+    ``COMMIT``, the sync after it), or, in a version that keeps none, from its ``BEGIN
+    IMMEDIATE`` returned to its ``COMMIT`` returned (which synced under the lock)."""
+    from agentledger.ledger import _engine
+
+    original = _engine.Connections.transaction
+
+    @contextlib.contextmanager
+    def timed(self: Any, *, write: bool) -> Iterator[Any]:
+        with original(self, write=write) as conn:
+            begun = time.perf_counter()
+            yield conn
+        if write:
+            kept = getattr(self, "hold_times", None)
+            times.append(kept[-1] if kept else time.perf_counter() - begun)
+
+    _engine.Connections.transaction = timed  # type: ignore[method-assign]
+
+
 class LedgerWriter:
-    """``Agent.run`` on a ledger; a step's commit is the recorder's ``record_step``, timed."""
+    """``Agent.run`` on a ledger; a step's commit is the recorder's ``record_step``, timed, and
+    each write transaction's hold of the lock."""
 
     def __init__(self, url: str, writer: int) -> None:
+        self.lock_times: list[float] = []
+        time_the_lock(self.lock_times)
         self.ledger = Ledger.open(url, migrate=False)  # the parent migrated it
         self.recorder = TimedRecorder(self.ledger.recorder, "record_step")
         self.commits = self.recorder.times["record_step"]
@@ -97,8 +128,8 @@ class LedgerWriter:
         self.ledger.close()
 
 
-FACTORIES = {AGENTLEDGER: LedgerWriter, peers.SESSION: peers.SessionWriter}
-FACTORIES |= {peers.ALCHEMY_SESSION: peers.SessionWriter}
+FACTORIES: dict[str, Any] = {AGENTLEDGER: LedgerWriter, BEFORE: LedgerWriter}
+FACTORIES |= {peers.RUNNER: peers.RunnerWriter, peers.ALCHEMY_RUNNER: peers.RunnerWriter}
 FACTORIES |= {peers.SQLITE_GRAPH: peers.GraphWriter, peers.POSTGRES_GRAPH: peers.GraphWriter}
 
 
@@ -123,6 +154,9 @@ class Writer:
         many, each step's commit, and the transactions and lock retries if counted."""
         before = self.counts()
         self.system.commits.clear()
+        held = getattr(self.system, "lock_times", None)
+        if held is not None:
+            held.clear()
         gc.collect()
         while (left := start_at - time.time()) > 0:
             time.sleep(min(left, 0.05))
@@ -132,7 +166,8 @@ class Writer:
         end, after = time.time(), self.counts()
         counted = None if before is None else [b - a for a, b in zip(before, after, strict=True)]
         turns, commits = self.turns * self.conversations, list(self.system.commits)
-        return {"end": end, "turns": turns, "commits": commits, "counted": counted}
+        held = list(held) if held is not None else None
+        return {"end": end, "turns": turns, "commits": commits, "counted": counted, "held": held}
 
     def close(self) -> None:
         self.system.close()
@@ -149,6 +184,8 @@ class Point:
     """The ledger's transactions and lock retries, over every round."""
     rows: float = 0.0
     """Rows stored per turn."""
+    held: list[float] | None = None
+    """How long each write transaction held the write lock (the ledger's; None: not known)."""
 
     @property
     def rate(self) -> float:
@@ -159,6 +196,8 @@ class Point:
         self.rates.append(turns / (max(a["end"] for a in answers) - start_at))
         self.turns += turns
         self.commits += [c for a in answers for c in a["commits"]]
+        for held in (a["held"] for a in answers if a["held"] is not None):
+            self.held = (self.held or []) + held
         for counted in (a["counted"] for a in answers if a["counted"] is not None):
             self.counted = [a + b for a, b in zip(self.counted or [0, 0], counted, strict=True)]
 
@@ -193,17 +232,29 @@ def _rows_per_turn(url: str, turns: int) -> float:
         engine.dispose()
 
 
-def measure_point(plan: Plan, urls: dict[str, str], writers: int) -> dict[str, Point]:
-    """Each system's rounds at ``writers`` writers, on its database at ``urls[system]``."""
+def measure_point(
+    plan: Plan, urls: dict[str, str], writers: int, before: Version | None = None
+) -> dict[str, Point]:
+    """Each system's rounds at ``writers`` writers, on its database at ``urls[system]`` (the
+    previous version's from its ``before.source``)."""
     points, systems = {system: Point() for system in urls}, list(urls)
     with ExitStack() as stack:
         workers: dict[str, dict[str, Worker]] = {}
         for system, url in urls.items():
-            if system == AGENTLEDGER:
+            if system in OURS:
                 Ledger.open(url).close()  # migrated here, once
             sizes = {"conversations": plan.conversations, "turns": plan.turns}
+            source = before.source if system == BEFORE and before is not None else None
             workers[system] = {
-                str(n): Worker(f"{system} {n}", Writer, system=system, url=url, writer=n, **sizes)
+                str(n): Worker(
+                    f"{system} {n}",
+                    Writer,
+                    source=source,
+                    system=system,
+                    url=url,
+                    writer=n,
+                    **sizes,
+                )
                 for n in range(writers)
             }
             for worker in workers[system].values():
@@ -220,10 +271,18 @@ def measure_point(plan: Plan, urls: dict[str, str], writers: int) -> dict[str, P
     return points
 
 
-def _curve(measured: Measured, backend: str, url: Callable[[str, int], str], only: Any) -> None:
-    """Every point of ``backend``'s curve, each system on a database ``url(system, writers)``."""
+def _curve(
+    measured: Measured,
+    backend: str,
+    url: Callable[[str, int], str],
+    only: Any,
+    before: Version | None = None,
+) -> None:
+    """Every point of ``backend``'s curve, each system on a database ``url(system, writers)``;
+    the previous version's too when ``before`` is given (on SQLite)."""
     started, systems = time.perf_counter(), []
-    for system in SYSTEMS[backend]:
+    ours_before = (BEFORE,) if before is not None and backend == "SQLite" else ()
+    for system in (*SYSTEMS[backend][:1], *ours_before, *SYSTEMS[backend][1:]):
         why = peers.skipped(system) if system in peers.REQUIREMENTS else []
         measured.skipped += [f"{backend}: {system} skipped, {reason}." for reason in why]
         if not why and (only is None or system in only):
@@ -232,7 +291,7 @@ def _curve(measured: Measured, backend: str, url: Callable[[str, int], str], onl
     for count in measured.plan.writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
         urls = {system: url(system, count) for system in systems}
-        for system, point in measure_point(measured.plan, urls, count).items():
+        for system, point in measure_point(measured.plan, urls, count, before).items():
             curve[system][count] = point
     measured.curves[backend] = curve
     measured.took[backend] = time.perf_counter() - started
@@ -244,11 +303,14 @@ def measure(
     *,
     backends: tuple[str, ...] = ("SQLite", "PostgreSQL"),
     only: tuple[str, ...] | None = None,
+    before: Version | None = None,
 ) -> Measured:
-    """The curve on each backend, with ``only`` these systems (default: all installed)."""
+    """The curve on each backend, with ``only`` these systems (default: all installed), and
+    on SQLite the ``before`` version's when given."""
     measured = Measured(plan)
     if "SQLite" in backends:
-        _curve(measured, "SQLite", lambda s, n: str(database(tmp, "writers", s, n)), only)
+        path = lambda s, n: str(database(tmp, "writers", s, n))  # noqa: E731
+        _curve(measured, "SQLite", path, only, before)
     wanted = "PostgreSQL" in backends
     with postgres(measured.skipped, wanted=wanted, max_connections="400") as new_database:
         if new_database is not None:  # room for every writer's connections: 3 systems at 16
@@ -256,14 +318,20 @@ def measure(
     return measured
 
 
-def run(sizes: Sizes, tmp: Path) -> list[Section]:
+def run(sizes: Sizes, tmp: Path, before: Version | None = None) -> list[Section]:
     print("many writers, one database ...", file=sys.stderr, flush=True)
-    return [report(measure(PLANS[sizes.name], tmp))]
+    return [report(measure(PLANS[sizes.name], tmp, before=before))]
 
 
 def _best_peer(curve: Curve, writers: int) -> tuple[str, float] | None:
-    rates = [(s, p[writers].rate) for s, p in curve.items() if s != AGENTLEDGER and writers in p]
+    rates = [(s, p[writers].rate) for s, p in curve.items() if s not in OURS and writers in p]
     return max(rates, key=lambda pair: pair[1]) if rates else None
+
+
+def _held(point: Point) -> list[str]:
+    if not point.held:
+        return ["—", "—"]
+    return [ms(statistics.median(point.held)), ms(p99(point.held))]
 
 
 def _details(backend: str, curve: Curve) -> list[str]:
@@ -280,10 +348,23 @@ def _details(backend: str, curve: Curve) -> list[str]:
                 per_turn = f"{transactions / point.turns:.2f}"
             commits = [ms(statistics.median(point.commits)), ms(p99(point.commits))]
             rate, rows = f"{point.rate:,.1f}", f"{point.rows:.1f}"
-            cells.append([str(writers), system, rate, ratio, *commits, retries, per_turn, rows])
-    header = ["writers", "system", "turns/s", "/ best peer", "step commit p50", "step commit p99"]
-    header += ["lock retries per 1000 tx", "transactions per turn", "rows per turn"]
-    return [f"### {backend}", "", *table(header, cells, "rl" + "r" * 7)]
+            cells.append(
+                [
+                    str(writers),
+                    system,
+                    rate,
+                    ratio,
+                    *_held(point),
+                    *commits,
+                    retries,
+                    per_turn,
+                    rows,
+                ]
+            )
+    header = ["writers", "system", "turns/s", "/ best peer", "lock held p50", "lock held p99"]
+    header += ["step commit p50", "step commit p99", "lock retries per 1000 tx"]
+    header += ["transactions per turn", "rows per turn"]
+    return [f"### {backend}", "", *table(header, cells, "rl" + "r" * 9)]
 
 
 def _rows(backend: str, curve: Curve) -> list[Row]:
@@ -300,6 +381,20 @@ def _rows(backend: str, curve: Curve) -> list[Row]:
             )
         )
     return rows
+
+
+def _scaling(backend: str, curve: Curve) -> str:
+    """Whether agentledger's turns per second grow with its writers as :data:`SCALING` asks."""
+    ours = curve.get(AGENTLEDGER, {})
+    if 1 not in ours:
+        return ""
+    one, said, missed = ours[1].rate, [], False
+    for writers, target in SCALING.items():
+        if writers in ours:
+            ratio = ours[writers].rate / one
+            missed |= ratio < target
+            said.append(f"{writers} writers {ratio:.2f}x one writer's (target {target:.1f}x)")
+    return f"Scaling on {backend} {'missed' if missed else 'met'}: {'; '.join(said)}."
 
 
 def _verdict(backend: str, curve: Curve) -> str:
@@ -335,6 +430,7 @@ def report(measured: Measured) -> Section:
         [
             *measured.skipped,
             *(_verdict(b, c) for b, c in curves.items()),
+            *(said for b, c in curves.items() if (said := _scaling(b, c))),
             f"Measuring took: {took}.",
         ],
         [line for backend, curve in curves.items() for line in _details(backend, curve)],

@@ -134,6 +134,8 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
         assert len(point.commits) == 4 * point.turns  # 3 tool steps and the answer
         # begin, 4 steps, commit; a load for every turn that continues a conversation
         assert point.counted == [point.turns * 6 + point.turns // 2, 0]
+        assert point.held is not None and len(point.held) == point.turns * 6
+        assert all(0 < held < 5 for held in point.held)
     path = tmp_path / "writers-agentledger-agent.run-2.db"
     with closing(sqlite3.connect(path)) as conn:
         runs = conn.execute("SELECT status, count(*) FROM agent_runs GROUP BY status").fetchall()
@@ -148,6 +150,24 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
         "SQLite, 2 writers: agentledger turns/s (ratio: / the best peer)",
     ]
     assert "| 2 | agentledger Agent.run |" in "\n".join(section.details)
+    assert "lock held p50" in section.details[2]
+    scaling = [line for line in section.notes if line.startswith("Scaling on SQLite")]
+    assert len(scaling) == 1 and "2 writers" in scaling[0] and "target 1.6x" in scaling[0]
+
+
+@pytest.mark.skipif(not in_git(), reason="needs a git checkout to export HEAD from")
+def test_the_writers_of_a_previous_version_are_measured_beside_this_ones(tmp_path):
+    plan = writers.Plan((1,), conversations=2, turns=1, reps=1)
+    before = _versions.export("HEAD", tmp_path)
+    measured = writers.measure(
+        plan, tmp_path, backends=("SQLite",), only=writers.OURS, before=before
+    )
+    curve = measured.curves["SQLite"]
+    assert list(curve) == [writers.AGENTLEDGER, writers.BEFORE]
+    for point in (curve[writers.AGENTLEDGER][1], curve[writers.BEFORE][1]):
+        assert point.turns == 2 and point.held is not None and len(point.held) == 12
+    details = "\n".join(writers.report(measured).details)
+    assert f"| 1 | {writers.BEFORE} |" in details
 
 
 # -- LangGraph checkpoints ----------------------------------------------------------------------
