@@ -631,6 +631,32 @@ def test_a_conversation_whose_lease_expired_can_be_taken_by_a_new_run(db, open_l
     assert [r.id for r in ledger2.stale_runs()] == [stalled.run_id]
 
 
+def test_a_step_pushes_the_lease_on_only_once_less_than_half_of_it_is_left(db, open_ledger):
+    clock = SteppedClock(now())
+    ledger = open_ledger(clock=clock, lease_seconds=30)
+    turn = ledger.turn(user="Count slowly", agent_name="counter")
+    turn.begin()
+    expiry = "SELECT lease_expires_at, change_seq FROM conversations"
+    taken = db.rows(expiry)
+
+    clock.advance(14)
+    turn.step("one")
+    assert db.rows(expiry) == taken  # the fence read the holder; the row was not written
+
+    clock.advance(2)  # 14 s of the 30 left
+    turn.step("two")
+    pushed = db.rows(expiry)[0]
+    assert pushed["lease_expires_at"] > taken[0]["lease_expires_at"]
+    assert pushed["change_seq"] > taken[0]["change_seq"]
+
+    clock.advance(40)  # expired: taken over by another handle
+    other = open_ledger(clock=clock, lease_seconds=30)
+    with other.turn(user="Mine now", conversation_id=turn.conversation_id) as taking:
+        taking.answer("yes")
+    with pytest.raises(LeaseLostError):
+        turn.step("three")
+
+
 @pytest.mark.serial  # a heartbeat every 0.2 s must keep a 0.6 s lease
 def test_the_heartbeat_keeps_the_lease_of_a_run_whose_model_call_outlasts_it(db, open_ledger):
     ledger1, ledger2 = open_ledger(lease_seconds=0.6), open_ledger()

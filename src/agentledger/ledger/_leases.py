@@ -38,6 +38,10 @@ _EXTEND_LEASE = (
     )
     .values(lease_expires_at=bindparam("expires"))
 )
+_HELD = select(conversations.c.id).where(
+    conversations.c.id == bindparam("conversation_id"),
+    conversations.c.lease_holder == bindparam("token"),
+)
 _NOTE_HEARTBEAT = (
     update(agent_runs)
     .where(agent_runs.c.id == bindparam("run_id"))
@@ -109,6 +113,8 @@ class Lease:
     """The conversation's tenant and owner, read as the lease was taken: every row the run
     writes carries the tenant (its run row the owner too), and the heartbeat renews the lease
     in that tenant."""
+    expires: datetime | None = None
+    """When the lease expires, as this process last took or pushed it on (None: not known)."""
 
     @property
     def tenant(self) -> dict[str, str | None]:
@@ -170,6 +176,7 @@ class LeaseKeeper:
                 if not holds(scope, {"tenant_id": lease.tenant_id, "owner_id": lease.owner_id}):
                     # Another scope's: as if there were none (the transaction is rolled back).
                     raise not_found("conversation", conversation_id)
+                lease.expires = expires
                 return
             holder = conn.execute(_HOLDER, {"conversation_id": conversation_id}).first()
             if holder is None:
@@ -199,6 +206,7 @@ class LeaseKeeper:
         }
         conn.execute(insert(conversations), sealed(conversations, row))
         lease.tenant_id, lease.owner_id = owners["tenant_id"], owners["owner_id"]
+        lease.expires = expires
 
     def take_over(
         self, conn: Connection, conversation: Any, run_id: str, token: str, now: datetime
@@ -221,14 +229,23 @@ class LeaseKeeper:
             )
 
     def check(self, conn: Connection, run_id: str, lease: Lease, now: datetime) -> None:
-        """Extend ``lease`` if this process still holds it; :class:`LeaseLostError` if not."""
-        if not self._extend(conn, lease, now):
-            raise LeaseLostError(
-                f"run {run_id} lost its lease on conversation {lease.conversation_id}: it was "
-                "not renewed in time and another process took the conversation over. This "
-                "process's remaining work on the run is discarded; the run's recorded steps "
-                "are kept."
-            )
+        """:class:`LeaseLostError` unless this process still holds ``lease``, which is pushed
+        on once less than half of it is left. A lease nobody took from its holder is still
+        the holder's: while much of it is left, checking the holder is the whole fence, and
+        the conversation's row is not written at every step (the heartbeat pushes the lease
+        on too, a third of the way through its life)."""
+        if lease.expires is not None and lease.expires - now > self.duration / 2:
+            values = {"conversation_id": lease.conversation_id, "token": lease.token}
+            if self.sql.select(conn, _HELD, values):
+                return
+        elif self._extend(conn, lease, now):
+            return
+        raise LeaseLostError(
+            f"run {run_id} lost its lease on conversation {lease.conversation_id}: it was "
+            "not renewed in time and another process took the conversation over. This "
+            "process's remaining work on the run is discarded; the run's recorded steps "
+            "are kept."
+        )
 
     def release(self, conn: Connection, lease: Lease, now: datetime, *, bump_version: bool) -> None:
         """Free the conversation (and, for a run that committed, count a new version of it)."""
@@ -328,8 +345,13 @@ class LeaseKeeper:
     def _extend(self, conn: Connection, lease: Lease, now: datetime) -> bool:
         """Push the lease's expiry on if this process still holds it (False if it does not)."""
         values = {"conversation_id": lease.conversation_id, "token": lease.token}
-        extended = self.sql.execute(conn, _EXTEND_LEASE, {**values, "expires": now + self.duration})
-        return bool(extended.rowcount)
+        expires = now + self.duration
+        extended = bool(
+            self.sql.execute(conn, _EXTEND_LEASE, {**values, "expires": expires}).rowcount
+        )
+        if extended:
+            lease.expires = expires
+        return extended
 
     def _forget(self, run_id: str, lease: Lease) -> None:
         with self._lock:
