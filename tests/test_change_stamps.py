@@ -70,10 +70,9 @@ def test_sqlite_a_turn_raises_the_counter_once_per_transaction(tmp_path):
     ledger.close()
     after = _stamps(path, "SELECT change_seq FROM agentledger_changes")[0]
     # Begin, two tool steps, the answer, the commit: five transactions that write stamped rows
-    # (with a trigger per row it was one per row and update, dozens); and one more, as the
-    # lease's release updates the conversation a second time in the commit's transaction, with
-    # the same stamp, which the update trigger cannot tell from a stamp left as it was.
-    assert after - before == 6
+    # (with a trigger per row it was one per row and update, dozens). A step's fence reads the
+    # lease without writing the conversation, so its release is the commit's one write of it.
+    assert after - before == 5
 
 
 def test_what_anyone_else_writes_is_stamped_by_the_triggers(db_url):

@@ -68,8 +68,9 @@ def test_echo_shows_the_compiled_statements(db_url: str, caplog: pytest.LogCaptu
             ledger.engine.echo = False
     logged = [record.getMessage() for record in caplog.records]
     assert any(message.startswith("INSERT INTO step_executions") for message in logged)
-    assert any(
-        message.startswith("UPDATE conversations SET lease_expires_at") for message in logged
+    assert any(  # the fence of a step: the lease's holder, read
+        message.startswith("SELECT conversations.id") and "lease_holder" in message
+        for message in logged
     )
 
 

@@ -28,6 +28,7 @@ import logging
 import threading
 import weakref
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
 from sqlalchemy import Connection, CursorResult, Engine, Insert, Update
@@ -102,6 +103,11 @@ class Compiled:
         if self.positional:
             return tuple(values)
         return dict(zip(self._names, values, strict=True))
+
+    def index_of(self, name: str) -> int:
+        """Where the value of bind ``name`` is in the positional parameters."""
+        assert self.positional, "prepared statements need positional parameters"
+        return self._names.index(name)
 
     def rows(self, sent: Sent) -> list[dict[str, Any]]:
         """The rows of this select, ``sent``, as dicts by column name, through the result
@@ -193,12 +199,49 @@ class Statements:
             return
         send(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
 
+    def prepared(self, statement: Insert | Update, rows: Sequence[Mapping[str, Any]]) -> Prepared:
+        """``statement`` with ``rows`` (one row for an update) bound to it ahead of its
+        transaction, so that :meth:`run` only sends them: all but the change stamp, which a
+        stamped table's rows on SQLite get in the transaction (:func:`stamped`)."""
+        stamps = self.dialect.name == "sqlite" and statement.table.name in _STAMPED  # type: ignore[union-attr]
+        rows = [{**row, CHANGE_SEQ: 0} for row in rows] if stamps else list(rows)
+        if not rows:
+            return Prepared("", [], None, many=False)
+        compiled = self.of(statement, tuple(rows[0]))
+        params = [compiled.params(row) for row in rows]
+        at = compiled.index_of(CHANGE_SEQ) if stamps else None
+        return Prepared(compiled.sql, params, at, many=len(params) > 1)
+
+    def run(self, conn: Connection, prepared: Prepared) -> Sent | None:
+        """Send ``prepared`` in ``conn``'s transaction, with the transaction's change stamp."""
+        params = prepared.params
+        if not params:
+            return None
+        if prepared.stamp_at is not None:
+            stamp, at = change_stamp(conn), prepared.stamp_at
+            params = [(*p[:at], stamp, *p[at + 1 :]) for p in params]
+        if prepared.many:
+            return send(conn, prepared.sql, params, many=True)
+        return send(conn, prepared.sql, params[0])
+
     def select(
         self, conn: Connection, statement: Select[Any], row: Mapping[str, Any] | None = None
     ) -> list[dict[str, Any]]:
         """The rows of a select, as dicts by column name."""
         compiled = self.of(statement)
         return compiled.rows(send(conn, compiled.sql, compiled.params(row or {})))
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A statement with its rows bound ahead of its transaction (:meth:`Statements.prepared`):
+    its SQL, each row's parameters, and where in them the change stamp goes (``None``: the
+    statement is sent as it is)."""
+
+    sql: str
+    params: list[Any]
+    stamp_at: int | None
+    many: bool
 
 
 CHANGE_SEQ = "change_seq"

@@ -221,17 +221,21 @@ class LedgerRecorder:
         index = execution.step_index
         step, tools, buffer = step_rows(lease, run_id, execution, filed)
         masking = masking_row(lease, run_id, execution)
+        # Bound before the transaction: it holds the write lock only to send them.
+        now, sql = self.database.clock(), self.sql
+        progress = {"run_id": run_id, "beat": now, "steps": index + 1}
+        prepared = [
+            sql.prepared(_RECORD_PROGRESS, [progress]),
+            sql.prepared(_INSERT_STEP, [step]),
+            sql.prepared(_INSERT_TOOLS, tools),
+            sql.prepared(_INSERT_BUFFER, buffer),
+            sql.prepared(_INSERT_COMPACTION, [masking] if masking is not None else []),
+        ]
 
         def work(conn: Connection) -> None:
-            now = self.database.clock()
             self.leases.check(conn, run_id, lease, now)
-            sql = self.sql
-            sql.execute(conn, _RECORD_PROGRESS, {"run_id": run_id, "beat": now, "steps": index + 1})
-            sql.execute(conn, _INSERT_STEP, step)
-            sql.execute_many(conn, _INSERT_TOOLS, tools)
-            sql.execute_many(conn, _INSERT_BUFFER, buffer)
-            if masking is not None:
-                sql.execute(conn, _INSERT_COMPACTION, masking)
+            for each in prepared:
+                sql.run(conn, each)
 
         self._write(
             work,
