@@ -112,10 +112,10 @@ def test_each_commit_is_synced_after_the_lock_is_let_go_and_before_the_write_ret
 ):
     path = tmp_path / "ledger.db"
     synced: list[tuple[bool, bool, int]] = []
-    real_fsync = os.fsync
+    real_sync = os.fdatasync
 
-    def fsync(fd: int) -> None:
-        real_fsync(fd)
+    def fdatasync(fd: int) -> None:
+        real_sync(fd)
         if Path(os.readlink(f"/proc/self/fd/{fd}")) == Path(f"{path}-wal"):
             with sqlite3.connect(path, timeout=0) as other:  # SQLite's lock: free
                 free = other.execute("BEGIN IMMEDIATE") is not None
@@ -127,7 +127,7 @@ def test_each_commit_is_synced_after_the_lock_is_let_go_and_before_the_write_ret
             return reader.execute("SELECT title FROM conversations").fetchall()
 
     with Ledger.open(path) as ledger:
-        monkeypatch.setattr(os, "fsync", fsync)
+        monkeypatch.setattr(os, "fdatasync", fdatasync)
         for n in range(3):
             ledger.create_conversation(title=f"c{n}")
             assert synced[-1] == (True, True, n + 1)  # synced, free, the row committed
@@ -140,8 +140,9 @@ def test_with_synchronous_normal_the_ledger_syncs_nothing_itself(
 ):
     path = tmp_path / "ledger.db"
     synced: list[int] = []
-    real_fsync = os.fsync
+    for name in ("fsync", "fdatasync"):
+        real = getattr(os, name)
+        monkeypatch.setattr(os, name, lambda fd, real=real: synced.append(fd) or real(fd))
     with Ledger.open(path, synchronous="NORMAL") as ledger:
-        monkeypatch.setattr(os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
         ledger.create_conversation()
         assert synced == []

@@ -213,7 +213,7 @@ class WalSync:
     def __call__(self) -> None:
         fd = os.open(self.wal, os.O_RDONLY | getattr(os, "O_CLOEXEC", 0))
         try:
-            os.fsync(fd)
+            _sync(fd)
             inode = os.fstat(fd).st_ino
         finally:
             os.close(fd)
@@ -222,6 +222,12 @@ class WalSync:
             # as SQLite does the first time it syncs a file it created.
             sync_directory(self.wal.parent)
             self._synced_directory_of = inode
+
+
+def _sync(fd: int) -> None:
+    """Make the file's data durable: ``fdatasync`` where there is one (what SQLite calls on
+    the log: the file's times need not be), else ``fsync``."""
+    getattr(os, "fdatasync", os.fsync)(fd)
 
 
 def sync_directory(directory: Path) -> None:
