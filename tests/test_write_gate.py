@@ -1,7 +1,8 @@
 """The write gate of a SQLite ledger and the sync outside its lock (docs/guarantees.md, "Many
 writers"): writers queue at an advisory ``flock`` on ``<ledger>-lock``, a file that goes away with
-the last writer; the gate only orders them (SQLite's lock still guards the file); a commit is
-synced to disk after the lock is let go and before the write returns."""
+the last writer; the gate only orders them (SQLite's lock still guards the file); while writers
+wait for one another, a commit is synced to disk after the lock is let go and before the write
+returns (else SQLite syncs it in the commit)."""
 
 from __future__ import annotations
 
@@ -128,11 +129,34 @@ def test_each_commit_is_synced_after_the_lock_is_let_go_and_before_the_write_ret
 
     with Ledger.open(path) as ledger:
         monkeypatch.setattr(os, "fdatasync", fdatasync)
-        for n in range(3):
+        ledger.create_conversation(title="c0")
+        assert synced == []  # no writer waited: SQLite synced it in the commit (FULL)
+        wait_at_the_gate(path, ledger)  # another writer held the gate: c1
+        for n in range(2, 5):
             ledger.create_conversation(title=f"c{n}")
             assert synced[-1] == (True, True, n + 1)  # synced, free, the row committed
-        assert len(synced) == 3
-        assert len(ledger.write_lock_times) >= 3 and min(ledger.write_lock_times) > 0
+        assert len(synced) == 4
+        assert len(ledger.write_lock_times) >= 5 and min(ledger.write_lock_times) > 0
+
+
+def wait_at_the_gate(path: Path, ledger: Ledger) -> None:
+    """A write of ``ledger``'s that finds the gate held by another writer, and waits."""
+    held, let_go = threading.Event(), threading.Event()
+
+    def holder() -> None:
+        with gate_held(path):
+            held.set()
+            let_go.wait(30)
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    held.wait(30)
+    writer = threading.Thread(target=lambda: ledger.create_conversation(title="c1"))
+    writer.start()
+    writer.join(0.1)
+    let_go.set()
+    writer.join(30)
+    thread.join(30)
 
 
 def test_with_synchronous_normal_the_ledger_syncs_nothing_itself(

@@ -243,8 +243,13 @@ class Connections:
             try:
                 taken = self._take(write)
                 conn = taken.conn
-                if write and self._wal_sync is not None:
-                    _synced_by_us(conn)
+                # Synced after the lock is let go while writers wait for it; by SQLite
+                # in the commit otherwise (one fewer call; see ._write_gate).
+                ours = (
+                    write
+                    and self._wal_sync is not None
+                    and synced_by_us(conn, self._gate is not None and self._gate.contended())
+                )
                 begin_watching(conn, taken.logs)
                 try:
                     transaction = conn.begin()
@@ -272,7 +277,7 @@ class Connections:
                 if gated:
                     self._gate.leave()  # type: ignore[union-attr]
             self._give(taken, write)
-            if write and self._wal_sync is not None:
+            if ours:
                 self._synced()
 
     def _synced(self) -> None:
@@ -407,26 +412,40 @@ class Connections:
 
 
 _NORMAL = "agentledger_synced_by_us"
-"""The key, in a SQLite connection's pool record, of a connection that writes with
-``synchronous=NORMAL`` because its commits are synced after the write gate is let go."""
+"""The key, in a SQLite connection's pool record, of whether the connection writes with
+``synchronous=NORMAL`` because its commits are synced after the write gate is let go (absent:
+as the engine set it)."""
+_WAL = "agentledger_wal"
+"""The key, in a SQLite connection's pool record, of whether its database is in WAL mode."""
 
 
-def _synced_by_us(conn: Connection) -> None:
-    """Make ``conn`` (a write connection of a handle that syncs its commits itself) write with
-    ``synchronous=NORMAL``, in WAL mode only (where NORMAL syncs the log at checkpoints)."""
+def synced_by_us(conn: Connection, ours: bool) -> bool:
+    """Make ``conn`` (a write connection of a handle that can sync its commits itself) commit
+    with ``synchronous=NORMAL`` when ``ours``, and as the engine set it (``FULL``) when not:
+    whether its commits are ours to sync. Only in WAL mode, where NORMAL syncs the log at
+    checkpoints alone; a statement only when the mode changes."""
     info = conn.connection.info
-    if _NORMAL in info:
-        return
+    wal = info.get(_WAL)
+    if wal is None:
+        wal = info[_WAL] = _pragma(conn, "PRAGMA journal_mode") == "wal"
+    ours = ours and wal
+    if info.get(_NORMAL, False) != ours:
+        _pragma(conn, f"PRAGMA synchronous={'NORMAL' if ours else 'FULL'}")
+        info[_NORMAL] = ours
+    return ours
+
+
+def _pragma(conn: Connection, sql: str) -> Any:
+    """The first value ``sql`` gives, run on ``conn``'s driver connection outside any
+    transaction of SQLAlchemy's."""
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None
     cursor = dbapi.cursor()
     try:
-        wal = cursor.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
-        if wal:
-            cursor.execute("PRAGMA synchronous=NORMAL")
+        found = cursor.execute(sql).fetchone()
+        return None if found is None else found[0]
     finally:
         cursor.close()
-    info[_NORMAL] = wal
 
 
 def _synced_by_sqlite(dbapi: Any, record: ConnectionPoolEntry) -> None:

@@ -11,12 +11,13 @@ SQLite's lock still guards the file, so a writer that does not take the gate (an
 a platform without ``flock``) is as safe as before, and a writer that waited
 ``busy_timeout`` for the gate goes on to SQLite's own wait and errors.
 
-The gate is let go at the commit, before the commit is synced to disk: :func:`sync_file`
-makes the write-ahead log durable afterwards, outside the lock (the connection writes with
-``synchronous=NORMAL``, which syncs the log at checkpoints only), so that one writer's
-``fsync`` does not hold up the next writer's statements, and one ``fsync`` covers the commits of
-every writer before it. A transaction is reported committed only once its sync returned: what
-``synchronous=FULL`` promises.
+While writers wait for one another (this handle found the gate held in the last second), the
+gate is let go at the commit, before the commit is synced to disk: :class:`WalSync` makes the
+write-ahead log durable afterwards, outside the lock (the connection commits with
+``synchronous=NORMAL``, which syncs the log at checkpoints only), so that one writer's sync does
+not hold up the next writer's statements, and one sync covers the commits of every writer
+before it. A transaction is reported committed only once its sync returned: what
+``synchronous=FULL`` promises. A writer alone lets SQLite sync in the commit, one call fewer.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows: no flock, SQLite's own wait alone
     fcntl = None  # type: ignore[assignment]
+
+CONTENDED_FOR = 1.0
+"""Seconds after a writer last found the gate held during which its commits are synced outside
+the lock (while no writer waits, SQLite syncs them in the commit: one call fewer)."""
 
 SUFFIX = "-lock"
 """The name of the gate's file: the ledger's, with this after it."""
@@ -57,10 +62,17 @@ class WriteGate:
         self._fd: int | None = None
         self._pid = os.getpid()
         self._waiter: _Waiter | None = None
+        self._waited_at = -CONTENDED_FOR
+        """When this handle last found the gate held (``time.monotonic()``)."""
 
     @staticmethod
     def available() -> bool:
         return fcntl is not None
+
+    def contended(self) -> bool:
+        """Whether this handle found the gate held in the last :data:`CONTENDED_FOR` seconds:
+        other writers are at work, and a commit's sync is better made outside the lock."""
+        return time.monotonic() - self._waited_at < CONTENDED_FOR
 
     def enter(self, timeout: float) -> bool:
         if self._pid != os.getpid():  # forked: a thread of the parent's may have held it
@@ -105,7 +117,7 @@ class WriteGate:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
         except BlockingIOError:
-            pass
+            self._waited_at = time.monotonic()
         if timeout <= 0:
             return False
         if self._waiter is None:
