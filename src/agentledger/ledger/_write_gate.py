@@ -37,6 +37,11 @@ CONTENDED_FOR = 1.0
 """Seconds after a writer last found the gate held during which its commits are synced outside
 the lock (while no writer waits, SQLite syncs them in the commit: one call fewer)."""
 
+TRY_FOR = 0.002
+"""Seconds a writer that finds the gate held tries it again (after sleeps from
+:data:`FIRST_PAUSE` doubling to :data:`LAST_PAUSE` seconds) before it waits in ``flock``."""
+FIRST_PAUSE, LAST_PAUSE = 0.00002, 0.0002
+
 SUFFIX = "-lock"
 """The name of the gate's file: the ledger's, with this after it."""
 
@@ -111,18 +116,29 @@ class WriteGate:
             self._drop()
 
     def _take(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for the gate's file lock (``False``: not had)."""
+        """Wait up to ``timeout`` seconds for the gate's file lock (``False``: not had): tried
+        again after short sleeps for :data:`TRY_FOR` seconds (a transaction holds it for a
+        fraction of a millisecond), then waited for in ``flock`` by the waiter thread (which
+        costs two threads' wake-ups a wait)."""
         fd = self._descriptor()
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            self._waited_at = time.monotonic()
-        if timeout <= 0:
+        started = time.monotonic()
+        pause, trying_until = FIRST_PAUSE, started + min(TRY_FOR, max(timeout, 0.0))
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                self._waited_at = now = time.monotonic()
+            if now >= trying_until:
+                break
+            time.sleep(pause)
+            pause = min(pause * 2, LAST_PAUSE)
+        left = timeout - (now - started)
+        if left <= 0:
             return False
         if self._waiter is None:
             self._waiter = _Waiter(fd)
-        return self._waiter.wait(timeout)
+        return self._waiter.wait(left)
 
     def _still_there(self) -> bool:
         """Whether the file the gate is held on is still the one at its path."""
