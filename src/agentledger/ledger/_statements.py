@@ -190,20 +190,13 @@ class Statements:
     ) -> None:
         """Insert ``rows`` (with the same keys) in one ``executemany`` (one row: one
         ``execute``, which psycopg sends faster)."""
-        if not rows:
-            return
-        rows = [stamped(conn, statement, row) for row in rows]
-        compiled = self.of(statement, tuple(rows[0]))
-        if len(rows) == 1:
-            send(conn, compiled.sql, compiled.params(rows[0]))
-            return
-        send(conn, compiled.sql, [compiled.params(row) for row in rows], many=True)
+        self.run(conn, self.prepared(statement, rows))
 
     def prepared(self, statement: Insert | Update, rows: Sequence[Mapping[str, Any]]) -> Prepared:
         """``statement`` with ``rows`` (one row for an update) bound to it ahead of its
         transaction, so that :meth:`run` only sends them: all but the change stamp, which a
         stamped table's rows on SQLite get in the transaction (:func:`stamped`)."""
-        stamps = self.dialect.name == "sqlite" and statement.table.name in _STAMPED  # type: ignore[union-attr]
+        stamps = _stamps(self.dialect, statement)
         rows = [{**row, CHANGE_SEQ: 0} for row in rows] if stamps else list(rows)
         if not rows:
             return Prepared("", [], None, many=False)
@@ -256,9 +249,14 @@ def stamped(
     """On SQLite, ``row`` with its transaction's change stamp when ``statement`` writes a
     stamped table (revision 0009: a trigger stamps only what is written without one). On
     PostgreSQL a trigger sets every stamp, the writing transaction's id."""
-    if conn.dialect.name != "sqlite" or statement.table.name not in _STAMPED:  # type: ignore[union-attr]
+    if not _stamps(conn.dialect, statement):
         return row
     return {**row, CHANGE_SEQ: change_stamp(conn)}
+
+
+def _stamps(dialect: Dialect, statement: Insert | Update) -> bool:
+    """Whether the writer stamps ``statement``'s rows: on SQLite, a stamped table's."""
+    return dialect.name == "sqlite" and statement.table.name in _STAMPED  # type: ignore[union-attr]
 
 
 def change_stamp(conn: Connection) -> int:
