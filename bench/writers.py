@@ -44,11 +44,15 @@ from ._workers import Worker, broadcast
 
 AGENTLEDGER = "agentledger Agent.run"
 BEFORE = "agentledger Agent.run, the previous version"
+OWN_FILES = "agentledger Agent.run, each writer on a file of its own"
+"""The machine's ceiling for the scaling targets: the same writers sharing no lock and no file,
+their commits' syncs queueing at the one disk alone."""
 SYSTEMS = {
     "SQLite": (AGENTLEDGER, peers.RUNNER, peers.SQLITE_GRAPH),
     "PostgreSQL": (AGENTLEDGER, peers.ALCHEMY_RUNNER, peers.POSTGRES_GRAPH),
 }
 OURS = (AGENTLEDGER, BEFORE)
+NOT_PEERS = (*OURS, OWN_FILES)
 SCALING = {2: (1, 1.6), 4: (2, 1.0)}
 """On SQLite, turns per second at N writers: at least this times M writers' (2 writers 1.6x
 one writer's; 4 writers as many as 2)."""
@@ -99,11 +103,15 @@ class LedgerWriter:
     def __init__(self, url: str, writer: int) -> None:
         self.lock_times: list[float] = []
         time_the_lock(self.lock_times)
-        self.ledger = Ledger.open(url, migrate=False)  # the parent migrated it
+        self.ledger = self.opened(url, writer)
         self.recorder = TimedRecorder(self.ledger.recorder, "record_step")
         self.commits = self.recorder.times["record_step"]
         self.agents: list[list[Agent]] = []
         self.ids: list[str | None] = []
+
+    @staticmethod
+    def opened(url: str, writer: int) -> Ledger:
+        return Ledger.open(url, migrate=False)  # the parent migrated it
 
     def setup(self) -> None:
         """Nothing: the parent migrated the database."""
@@ -128,7 +136,22 @@ class LedgerWriter:
         self.ledger.close()
 
 
+class OwnFileWriter(LedgerWriter):
+    """:class:`LedgerWriter` on a ledger file of this writer's own, beside ``url``'s."""
+
+    @staticmethod
+    def opened(url: str, writer: int) -> Ledger:
+        return Ledger.open(own_file(url, writer))
+
+
+def own_file(url: str, writer: int) -> str:
+    """The ledger file of writer ``writer`` of :data:`OWN_FILES`, beside ``url``'s."""
+    path = Path(url)
+    return str(path.with_name(f"{path.stem}-writer{writer}{path.suffix}"))
+
+
 FACTORIES: dict[str, Any] = {AGENTLEDGER: LedgerWriter, BEFORE: LedgerWriter}
+FACTORIES[OWN_FILES] = OwnFileWriter
 FACTORIES |= {peers.RUNNER: peers.RunnerWriter, peers.ALCHEMY_RUNNER: peers.RunnerWriter}
 FACTORIES |= {peers.SQLITE_GRAPH: peers.GraphWriter, peers.POSTGRES_GRAPH: peers.GraphWriter}
 
@@ -267,7 +290,10 @@ def measure_point(
                 answers = broadcast(workers[system], "round", start_at)
                 points[system].add(start_at, list(answers.values()))
     for system, point in points.items():
-        point.rows = _rows_per_turn(urls[system], point.turns)
+        files = [urls[system]]
+        if system == OWN_FILES:
+            files = [own_file(urls[system], n) for n in range(writers)]
+        point.rows = sum(_rows_per_turn(file, point.turns) for file in files)
     return points
 
 
@@ -282,7 +308,8 @@ def _curve(
     the previous version's too when ``before`` is given (on SQLite)."""
     started, systems = time.perf_counter(), []
     ours_before = (BEFORE,) if before is not None and backend == "SQLite" else ()
-    for system in (*SYSTEMS[backend][:1], *ours_before, *SYSTEMS[backend][1:]):
+    own_files = (OWN_FILES,) if backend == "SQLite" else ()
+    for system in (*SYSTEMS[backend][:1], *ours_before, *own_files, *SYSTEMS[backend][1:]):
         why = peers.skipped(system) if system in peers.REQUIREMENTS else []
         measured.skipped += [f"{backend}: {system} skipped, {reason}." for reason in why]
         if not why and (only is None or system in only):
@@ -290,7 +317,12 @@ def _curve(
     curve: Curve = {system: {} for system in systems}
     for count in measured.plan.writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
-        urls = {system: url(system, count) for system in systems}
+        # Each writer on a file of its own: at the counts the scaling targets name, beyond one.
+        urls = {
+            system: url(system, count)
+            for system in systems
+            if system != OWN_FILES or (count > 1 and count in SCALING)
+        }
         for system, point in measure_point(measured.plan, urls, count, before).items():
             curve[system][count] = point
     measured.curves[backend] = curve
@@ -324,7 +356,7 @@ def run(sizes: Sizes, tmp: Path, before: Version | None = None) -> list[Section]
 
 
 def _best_peer(curve: Curve, writers: int) -> tuple[str, float] | None:
-    rates = [(s, p[writers].rate) for s, p in curve.items() if s not in OURS and writers in p]
+    rates = [(s, p[writers].rate) for s, p in curve.items() if s not in NOT_PEERS and writers in p]
     return max(rates, key=lambda pair: pair[1]) if rates else None
 
 
@@ -339,6 +371,8 @@ def _details(backend: str, curve: Curve) -> list[str]:
     for writers in sorted({n for points in curve.values() for n in points}):
         best = _best_peer(curve, writers)
         for system, points in curve.items():
+            if writers not in points:
+                continue
             point = points[writers]
             ratio = f"{point.rate / best[1]:.2f}x" if best and system == AGENTLEDGER else ""
             retries, per_turn = "—", "—"
@@ -385,14 +419,20 @@ def _rows(backend: str, curve: Curve) -> list[Row]:
 
 def _scaling(backend: str, curve: Curve) -> str:
     """Whether agentledger's turns per second grow with its writers as :data:`SCALING` asks."""
-    ours = curve.get(AGENTLEDGER, {})
+    ours, own = curve.get(AGENTLEDGER, {}), curve.get(OWN_FILES, {})
     said, missed = [], False
     for writers, (against, target) in SCALING.items():
         if writers in ours and against in ours:
             ratio = ours[writers].rate / ours[against].rate
             missed |= ratio < target
             whose = "writer's" if against == 1 else "writers'"
-            said.append(f"{writers} writers {ratio:.2f}x {against} {whose} (target {target:.1f}x)")
+            ceiling = ""
+            if writers in own:
+                alone = (own if against in own else ours)[against].rate
+                ceiling = f"; each on a file of its own: {own[writers].rate / alone:.2f}x"
+            said.append(
+                f"{writers} writers {ratio:.2f}x {against} {whose} (target {target:.1f}x{ceiling})"
+            )
     if not said:
         return ""
     return f"Scaling on {backend} {'missed' if missed else 'met'}: {'; '.join(said)}."

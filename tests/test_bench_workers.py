@@ -128,7 +128,8 @@ def test_without_a_previous_version_sections_11_and_12_say_how_to_run_them():
 
 def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tmp_path):
     plan = writers.Plan((1, 2), conversations=2, turns=2, reps=2)
-    measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=(writers.AGENTLEDGER,))
+    only = (writers.AGENTLEDGER, writers.OWN_FILES)
+    measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=only)
     for count, point in measured.curves["SQLite"][writers.AGENTLEDGER].items():
         assert len(point.rates) == plan.reps and point.turns == count * 2 * 2 * plan.reps
         assert len(point.commits) == 4 * point.turns  # 3 tool steps and the answer
@@ -144,6 +145,17 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
         )
         assert messages.fetchall() == [(2 * plan.turns,)] * (2 * plan.conversations * plan.reps)
     assert runs == [("completed", 2 * plan.conversations * plan.reps * plan.turns)]
+    # The ceiling: the same writers each on a file of its own, beyond one writer only.
+    shared = measured.curves["SQLite"][writers.AGENTLEDGER][2]
+    assert list(measured.curves["SQLite"][writers.OWN_FILES]) == [2]
+    own = measured.curves["SQLite"][writers.OWN_FILES][2]
+    # Both files' rows counted: as many as the shared file's, bar each file's own bookkeeping.
+    assert own.turns == shared.turns and 0 <= own.rows - shared.rows <= 2 / own.turns
+    base = str(tmp_path / "writers-agentledger-agent.run-each-writer-on-a-file-of-its-own-2.db")
+    for n in range(2):
+        with closing(sqlite3.connect(writers.own_file(base, n))) as conn:
+            (count,) = conn.execute("SELECT count(*) FROM agent_runs").fetchone()
+            assert count == plan.conversations * plan.reps * plan.turns
     section = writers.report(measured)
     assert [row.measure for row in section.rows] == [
         "SQLite, 1 writers: agentledger turns/s (ratio: / the best peer)",
@@ -153,6 +165,8 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     assert "lock held p50" in section.details[2]
     scaling = [line for line in section.notes if line.startswith("Scaling on SQLite")]
     assert len(scaling) == 1 and "2 writers" in scaling[0] and "target 1.6x" in scaling[0]
+    assert "each on a file of its own: " in scaling[0]
+    assert f"| 2 | {writers.OWN_FILES} |" in "\n".join(section.details)
 
 
 @pytest.mark.skipif(not in_git(), reason="needs a git checkout to export HEAD from")
