@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from sqlalchemy import Boolean
+from sqlalchemy import Boolean, event
 
 import support.migration_harness as harness
 from agentledger import AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall
@@ -232,3 +232,21 @@ def test_reads_inside_a_readers_reading_see_one_moment_scoped_readers_included(t
         assert (everyone_after, acme_after) == (everyone, acme)
         assert len(reader.conversations()) == everyone + 2
         assert len(scoped.conversations()) == acme + 1
+
+
+def test_an_error_of_the_applications_own_pool_listener_is_not_taken_for_a_damaged_row(tmp_path):
+    """A read that fails before it reads a row (here in a checkout listener the application
+    added to the ledger's engine) raises that error as it is, not as a damaged database."""
+    with Ledger.open(tmp_path / "ledger.db") as ledger:
+        ledger.create_conversation(title="kept")
+
+        def broken(dbapi: object, record: object, proxy: object) -> None:
+            raise TypeError("the listener's own bug")
+
+        event.listen(ledger.engine, "checkout", broken)
+        with pytest.raises(TypeError, match="the listener's own bug"):
+            ledger.conversations()
+        with pytest.raises(TypeError, match="the listener's own bug"):
+            ledger.reading("two reads", lambda: (ledger.conversations(), ledger.runs()))
+        event.remove(ledger.engine, "checkout", broken)
+        assert [c.title for c in ledger.conversations()] == ["kept"]

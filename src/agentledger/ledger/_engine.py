@@ -487,8 +487,12 @@ class Database:
         """``read`` on a connection of its own: tried again while the database is locked, a
         failed database as :class:`LedgerUnavailableError`, and a row that cannot be decoded
         (a damaged file) as :class:`LedgerCorruptError`, never a half answer."""
+        # Only what is read is decoded (a connection's checkout runs the application's pool
+        # listeners, whose errors are theirs, not a damaged row's).
         with self.connections.in_use():
-            return decoded(what, lambda: self._with_retries(lambda: self.read_once(read), what))
+            return self._with_retries(
+                lambda: self.read_once(lambda conn: decoded(what, lambda: read(conn))), what
+            )
 
     def read_once(self, read: Callable[[Connection], T]) -> T:
         """``read`` in one transaction in the handle's scope, tried once, the database's error
@@ -567,10 +571,10 @@ class Database:
                     send(conn, "SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
                 self.scope.enter(conn)
                 with self.connections.enclose(conn, self.scope, reads_only=True):
-                    return work()
+                    return decoded(what, work)
 
         with self.connections.in_use():
-            return decoded(what, lambda: self._with_retries(attempt, what))
+            return self._with_retries(attempt, what)
 
     def joined(self) -> Connection | None:
         """The connection of this thread's :meth:`together` transaction, when it is of this

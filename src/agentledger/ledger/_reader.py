@@ -240,11 +240,11 @@ class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
                 conn.execute("SELECT 1 FROM sqlite_master LIMIT 1")  # the snapshot: now
                 owner._held = conn
                 try:
-                    return work()
+                    return decoded(what, work)
                 finally:
                     owner._held = None
 
-        return decoded(what, lambda: with_retries(self._settings, attempt, what=what))
+        return with_retries(self._settings, attempt, what=what)
 
     # --- transactions ---------------------------------------------------------------------------
 
@@ -266,9 +266,9 @@ class LedgerReader(LedgerReads[ConversationRecord, RunRecord, RunNode]):
 
         def work() -> T:
             with self._transaction() as conn:
-                return read(_SQLiteReads(conn))
+                return decoded(what, lambda: read(_SQLiteReads(conn)))
 
-        return decoded(what, lambda: with_retries(self._settings, work, what=what))
+        return with_retries(self._settings, work, what=what)
 
     @contextlib.contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
