@@ -317,11 +317,11 @@ def _curve(
     curve: Curve = {system: {} for system in systems}
     for count in measured.plan.writers:
         print(f"  {backend}, {count} writers ...", file=sys.stderr, flush=True)
-        # Each writer on a file of its own: at the counts the scaling targets name, beyond one.
+        # Each writer on a file of its own: at the counts the scaling targets name (all past one).
         urls = {
             system: url(system, count)
             for system in systems
-            if system != OWN_FILES or (count > 1 and count in SCALING)
+            if system != OWN_FILES or count in SCALING
         }
         for system, point in measure_point(measured.plan, urls, count, before).items():
             curve[system][count] = point

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from bench import _versions, checkpoints, frameworks, peers, previous, recording, writers
+from bench._common import database
 from bench._workers import Worker, WorkerError
 
 pytestmark = pytest.mark.bench  # `make test-bench`, not `make test`
@@ -151,7 +152,7 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     own = measured.curves["SQLite"][writers.OWN_FILES][2]
     # Both files' rows counted: as many as the shared file's, bar each file's own bookkeeping.
     assert own.turns == shared.turns and 0 <= own.rows - shared.rows <= 2 / own.turns
-    base = str(tmp_path / "writers-agentledger-agent.run-each-writer-on-a-file-of-its-own-2.db")
+    base = str(database(tmp_path, "writers", writers.OWN_FILES, 2))  # the section's own naming
     for n in range(2):
         with closing(sqlite3.connect(writers.own_file(base, n))) as conn:
             (count,) = conn.execute("SELECT count(*) FROM agent_runs").fetchone()
