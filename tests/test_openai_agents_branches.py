@@ -22,6 +22,7 @@ from agents.extensions.memory.advanced_sqlite_session import AdvancedSQLiteSessi
 from agentledger.errors import UsageError
 from agentledger.integrations.openai_agents import (
     BRANCH_KEY,
+    CLEARED_KEY,
     FORKED_FROM_KEY,
     SESSION_KEY,
     LedgerSession,
@@ -308,6 +309,50 @@ def test_store_run_usage_adds_nothing_to_what_the_hooks_recorded(driven, db):
     assert db.scalar("SELECT sum(input_tokens) FROM agent_runs") == 700
     assert db.scalar("SELECT sum(input_tokens) FROM step_executions") == 700
     assert driven(driven.session.get_session_usage())["input_tokens"] == 700
+
+
+_REFUSE_CLEARING = {
+    "sqlite": [
+        f"CREATE TRIGGER refuse_clearing BEFORE INSERT ON agent_runs WHEN new.metadata LIKE "
+        f"'%{CLEARED_KEY}%' BEGIN SELECT RAISE(ABORT, 'clearing refused'); END"
+    ],
+    "postgresql": [
+        f"CREATE FUNCTION refuse_clearing() RETURNS trigger AS $$ BEGIN IF NEW.metadata::text "
+        f"LIKE '%{CLEARED_KEY}%' THEN RAISE EXCEPTION 'clearing refused'; END IF; RETURN NEW; "
+        "END $$ LANGUAGE plpgsql",
+        "CREATE TRIGGER refuse_clearing BEFORE INSERT ON agent_runs "
+        "FOR EACH ROW EXECUTE FUNCTION refuse_clearing()",
+    ],
+}
+
+
+def test_clearing_is_one_transaction_branches_and_all(driven, db):
+    """The database refuses the run that empties main, after the branches' were written: the
+    session keeps every branch and item, and its current branch; once it takes it, the session
+    is cleared whole."""
+    session = driven.session
+    branches, alt, main = (
+        driven(session.list_branches()),
+        driven(session.get_items()),
+        driven(session.get_items(branch_id="main")),
+    )
+    runs = db.count("agent_runs")
+    db.execute(*_REFUSE_CLEARING[db.dialect])
+    with pytest.raises(Exception, match="clearing refused"):
+        driven(session.clear_session())
+    assert driven(session.list_branches()) == branches
+    assert driven(session.get_items()) == alt  # still on the branch
+    assert driven(session.get_items(branch_id="main")) == main
+    assert db.count("agent_runs") == runs
+
+    db.execute(
+        "DROP TRIGGER refuse_clearing ON agent_runs"
+        if db.dialect == "postgresql"
+        else "DROP TRIGGER refuse_clearing"
+    )
+    driven(session.clear_session())
+    assert [b["branch_id"] for b in driven(session.list_branches())] == ["main"]
+    assert driven(session.get_items()) == []
 
 
 def test_store_run_usage_says_to_pass_the_hooks_when_they_were_left_out(ledger, db):

@@ -175,11 +175,10 @@ def delete(session: BranchedSession, branch_id: str, force: bool) -> None:
     session._record({BRANCH_DELETED_KEY: True}, conversation_id=branch.conversation_id)
 
 
-def delete_all(session: BranchedSession) -> None:
-    """Every branch but ``main`` out of the session (``clear_session`` removes them)."""
-    for branch, _ in live(session):
-        if branch.id != MAIN:
-            session._record({BRANCH_DELETED_KEY: True}, conversation_id=branch.conversation_id)
+def others(session: BranchedSession) -> list[str]:
+    """The conversations of the session's branches but ``main`` (``clear_session`` deletes
+    them)."""
+    return [branch.conversation_id for branch, _ in live(session) if branch.id != MAIN]
 
 
 def listed(session: BranchedSession) -> list[dict[str, Any]]:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Sequence
 from datetime import datetime
 from functools import partial
-from typing import Any
+from typing import Any, TypeVar
 
 from agents import Agent, RunContextWrapper, RunHooks, RunResult
 from agents.items import ModelResponse
@@ -27,6 +27,7 @@ from agents.memory.session_settings import resolve_session_limit
 from pydantic import JsonValue
 
 from ..._agents_sdk_items import (
+    BRANCH_DELETED_KEY,
     CLEARED_KEY,
     COMPACTION_KEY,
     INDEX_KEY,
@@ -58,6 +59,8 @@ from .._ledger_argument import a_ledger
 from . import _branches, _turns, _usage
 from ._steps import ModelCall, step_execution, usage_of
 from ._view import MAIN, Branch, Entry
+
+T = TypeVar("T")
 
 AGENT_NAME = "openai-agents"
 """The ``agent_name`` of the runs a session records (``agent_runs.agent_name``)."""
@@ -295,12 +298,18 @@ class LedgerSession:
         return bool(entries) and entries[-1].key == key
 
     def _clear(self) -> None:
-        """Every branch out of the session, then the main one emptied, as the SDK's
-        ``clear_session`` leaves a session: on ``main``, with nothing in it."""
-        _branches.delete_all(self)
-        self._branch = Branch(MAIN, self.session_id)
-        if self._entries():
-            self._record({CLEARED_KEY: True})
+        """Every branch out of the session, then the main one emptied, in one transaction
+        (all of it or none), as the SDK's ``clear_session`` leaves a session: on ``main``,
+        with nothing in it."""
+        main = Branch(MAIN, self.session_id)
+        self._together(f"clearing session {self.session_id}", partial(self._cleared, main))
+        self._branch = main
+
+    def _cleared(self, main: Branch) -> None:
+        for conversation_id in _branches.others(self):
+            self._recorded({BRANCH_DELETED_KEY: True}, None, (), None, conversation_id)
+        if self._entries(main.conversation_id):
+            self._recorded({CLEARED_KEY: True}, None, (), None, main.conversation_id)
 
     def _record(
         self,
@@ -311,18 +320,22 @@ class LedgerSession:
         conversation_id: str | None = None,
     ) -> bool:
         """One run of the session (in the current branch's conversation unless another is
-        given), begun, stepped and committed in one transaction (see :meth:`_recorded`),
-        waiting up to the ledger's ``busy_timeout`` while another write holds the
-        conversation: those of other handles last milliseconds. An agentledger run holding it
-        for longer gives its :class:`ConversationBusyError`."""
+        given), begun, stepped and committed in one transaction (see :meth:`_recorded`)."""
+        return self._together(
+            f"recording a run of session {self.session_id}",
+            partial(self._recorded, metadata, batch, calls, still, conversation_id),
+        )
+
+    def _together(self, what: str, work: Callable[[], T]) -> T:
+        """``work`` in one write transaction (``Ledger.together``), tried again from the start
+        while another write holds a conversation it records in, up to the ledger's
+        ``busy_timeout``: those of other handles last milliseconds. An agentledger run
+        holding it for longer gives its :class:`ConversationBusyError`."""
         deadline = time.monotonic() + self.ledger.settings.busy_timeout
         pause = 0.005
         while True:
             try:
-                return self.ledger.together(
-                    f"recording a run of session {self.session_id}",
-                    partial(self._recorded, metadata, batch, calls, still, conversation_id),
-                )
+                return self.ledger.together(what, work)
             except ConversationBusyError:
                 # Out of the transaction (which held the database) before waiting: the writer
                 # holding the conversation needs it to end its run.
