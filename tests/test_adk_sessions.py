@@ -103,6 +103,24 @@ def test_an_id_taken_is_refused_and_the_same_id_of_another_user_is_another_sessi
     run(scenario())
 
 
+def test_a_padded_session_id_is_the_id_without_its_spaces(service: BaseSessionService) -> None:
+    """As ADK's services strip a session id given with spaces around it: it creates, reads,
+    refuses again and deletes the session of the stripped id."""
+
+    async def scenario() -> None:
+        made = await service.create_session(app_name="a", user_id="u", session_id="  s1 ")
+        assert made.id == "s1"
+        got = await service.get_session(app_name="a", user_id="u", session_id=" s1\t")
+        assert got is not None and got.id == "s1"
+        with pytest.raises(AlreadyExistsError):
+            await service.create_session(app_name="a", user_id="u", session_id="s1 ")
+        assert [s.id for s in (await service.list_sessions(app_name="a")).sessions] == ["s1"]
+        await service.delete_session(app_name="a", user_id="u", session_id=" s1")
+        assert await service.get_session(app_name="a", user_id="u", session_id="s1") is None
+
+    run(scenario())
+
+
 def test_sessions_are_listed_by_user_or_all_least_recently_updated_first(
     service: BaseSessionService,
 ) -> None:
@@ -197,6 +215,33 @@ def test_events_come_back_in_order_filtered_by_the_config(service: BaseSessionSe
         assert await texts(after_timestamp=base + 3) == ["m3", "m4"]
         assert await texts(after_timestamp=base + 100) == []
         assert await texts(num_recent_events=3, after_timestamp=base + 3) == ["m3", "m4"]
+
+    run(scenario())
+
+
+def test_events_of_one_instant_keep_the_order_they_were_appended_in(
+    service: BaseSessionService,
+) -> None:
+    """Events stamped with the same time come back as appended, whichever filter picks them:
+    the newest ``num_recent_events`` are the last appended, and ``after_timestamp`` takes
+    every event of its own instant."""
+
+    async def scenario() -> None:
+        made = await service.create_session(app_name="a", user_id="u")
+        base = time.time()
+        for text, at in [("z", base), ("y", base + 1), ("x", base + 1), ("w", base + 1)]:
+            await service.append_event(made, event(text, at=at))
+
+        async def texts(**config: Any) -> list[str]:
+            got = await service.get_session(
+                app_name="a", user_id="u", session_id=made.id, config=GetSessionConfig(**config)
+            )
+            assert got is not None
+            return [e.content.parts[0].text or "" for e in got.events if e.content]
+
+        assert await texts() == ["z", "y", "x", "w"]
+        assert await texts(num_recent_events=2) == ["x", "w"]
+        assert await texts(after_timestamp=base + 1) == ["y", "x", "w"]
 
     run(scenario())
 
