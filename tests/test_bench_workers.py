@@ -129,7 +129,7 @@ def test_without_a_previous_version_sections_11_and_12_say_how_to_run_them():
 
 def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tmp_path):
     plan = writers.Plan((1, 2), conversations=2, turns=2, reps=2)
-    only = (writers.AGENTLEDGER, writers.OWN_FILES)
+    only = (writers.AGENTLEDGER, *writers.CEILINGS)
     measured = writers.measure(plan, tmp_path, backends=("SQLite",), only=only)
     for count, point in measured.curves["SQLite"][writers.AGENTLEDGER].items():
         assert len(point.rates) == plan.reps and point.turns == count * 2 * 2 * plan.reps
@@ -149,14 +149,17 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     # The ceiling: the same writers each on a file of its own, beyond one writer only.
     shared = measured.curves["SQLite"][writers.AGENTLEDGER][2]
     assert list(measured.curves["SQLite"][writers.OWN_FILES]) == [2]
-    own = measured.curves["SQLite"][writers.OWN_FILES][2]
-    # Both files' rows counted: as many as the shared file's, bar each file's own bookkeeping.
-    assert own.turns == shared.turns and 0 <= own.rows - shared.rows <= 2 / own.turns
-    base = str(database(tmp_path, "writers", writers.OWN_FILES, 2))  # the section's own naming
-    for n in range(2):
-        with closing(sqlite3.connect(writers.own_file(base, n))) as conn:
-            (count,) = conn.execute("SELECT count(*) FROM agent_runs").fetchone()
-            assert count == plan.conversations * plan.reps * plan.turns
+    # Unsynced, at one writer too: its scaling is held against its own.
+    assert list(measured.curves["SQLite"][writers.UNSYNCED]) == [1, 2]
+    for system in writers.CEILINGS:
+        own = measured.curves["SQLite"][system][2]
+        # Both files' rows counted: as many as the shared file's, bar each file's bookkeeping.
+        assert own.turns == shared.turns and 0 <= own.rows - shared.rows <= 2 / own.turns
+        base = str(database(tmp_path, "writers", system, 2))  # the section's own naming
+        for n in range(2):
+            with closing(sqlite3.connect(writers.own_file(base, n))) as conn:
+                (count,) = conn.execute("SELECT count(*) FROM agent_runs").fetchone()
+                assert count == plan.conversations * plan.reps * plan.turns
     section = writers.report(measured)
     assert [row.measure for row in section.rows] == [
         "SQLite, 1 writers: agentledger turns/s (ratio: / the best peer)",
@@ -166,8 +169,24 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     assert "lock held p50" in section.details[2]
     scaling = [line for line in section.notes if line.startswith("Scaling on SQLite")]
     assert len(scaling) == 1 and "2 writers" in scaling[0] and "target 1.6x" in scaling[0]
-    assert "each on a file of its own: " in scaling[0]
+    assert "each on a file of its own: " in scaling[0] and "; and unsynced: " in scaling[0]
     assert f"| 2 | {writers.OWN_FILES} |" in "\n".join(section.details)
+
+
+def test_the_scaling_targets_are_sqlites_and_postgresqls_figures_are_given_without_one():
+    def point(rate: float) -> writers.Point:
+        return writers.Point(rates=[rate], commits=[0.001], turns=100)
+
+    curve = {writers.AGENTLEDGER: {1: point(100.0), 2: point(150.0), 4: point(160.0)}}
+    plan = writers.Plan((1, 2, 4), conversations=25, turns=4, reps=1)
+    section = writers.report(writers.Measured(plan, {"SQLite": curve, "PostgreSQL": curve}))
+    scaling = [line for line in section.notes if line.startswith("Scaling on")]
+    assert scaling == [
+        "Scaling on SQLite missed: 2 writers 1.50x 1 writer's (target 1.6x); "
+        "4 writers 1.07x 2 writers' (target 1.0x).",
+        "Scaling on PostgreSQL (the server shares the cores): 2 writers 1.50x 1 writer's "
+        "(no target); 4 writers 1.07x 2 writers' (no target).",
+    ]
 
 
 @pytest.mark.skipif(not in_git(), reason="needs a git checkout to export HEAD from")
