@@ -15,9 +15,7 @@ Skipped, with the reason in the report, where no Chromium or no Playwright is fo
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import re
-import shutil
 import socket
 import statistics
 import subprocess
@@ -30,6 +28,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from agentledger import Usage
 from agentledger.ledger import Ledger
 
+from ._browser import FLAGS, find_chromium, unavailable
 from ._common import Sizes
 from ._report import Section, seconds
 from ._synthetic import build
@@ -59,8 +58,6 @@ PLANS = {
     "full": Plan(115_700, 1_000_000, 1_000, reps=15, live_steps=40, pause=0.3, streams=49),
 }
 TARGET_PAGE, TARGET_LIVE = "< 200 ms", "< 1 s"
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
-FLAGS = ["--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage"]
 WAIT_MS = 60_000
 
 TIMING = """() => {
@@ -100,19 +97,6 @@ with Ledger.open(sys.argv[1]) as ledger:
 """
 """A run recorded by another process, a step every ``pause`` seconds once told to start; the
 Unix time in milliseconds after each step's commit."""
-
-
-def unavailable() -> str | None:
-    """Why this machine cannot drive a browser, or ``None`` when it can."""
-    if chromium() is None:
-        return f"no Chromium on PATH ({', '.join(CHROMIUM_NAMES)}; Debian: apt install chromium)"
-    if importlib.util.find_spec("playwright") is None:
-        return "Playwright is not installed (the test extra)"
-    return None
-
-
-def chromium() -> str | None:
-    return next(filter(None, map(shutil.which, CHROMIUM_NAMES)), None)
 
 
 def long_conversation(path: Path, turns: int) -> str:
@@ -250,7 +234,7 @@ def run_plan(plan: Plan, tmp: Path) -> Section:
     long = long_conversation(path, plan.turns)
     with served(path) as address, sync_playwright() as playwright:
         browser = playwright.chromium.launch(
-            executable_path=chromium(), headless=True, args=FLAGS, timeout=WAIT_MS
+            executable_path=find_chromium(), headless=True, args=FLAGS, timeout=WAIT_MS
         )
         try:
             page = browser.new_page()

@@ -8,13 +8,13 @@ in CI): then the tests that need it fail, as ``support.databases`` does for Post
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import os
-import shutil
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import pytest
+
+from bench._browser import FLAGS, find_chromium, unavailable
 
 if TYPE_CHECKING:
     from playwright.sync_api import Browser
@@ -22,33 +22,6 @@ if TYPE_CHECKING:
 REQUIRE_BROWSER_VARIABLE = "AGENTLEDGER_REQUIRE_BROWSER"
 """Set to 1 (as CI does) and a missing browser fails the tests that need it instead of
 skipping them."""
-
-CHROMIUM_NAMES = ("chromium", "chromium-browser")
-FLAGS = [
-    "--headless=new",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-dev-shm-usage",
-    "--disable-background-networking",
-]
-
-
-def find_chromium() -> str | None:
-    """The system's Chromium executable, if it has one."""
-    for name in CHROMIUM_NAMES:
-        found = shutil.which(name)
-        if found is not None:
-            return found
-    return None
-
-
-def browser_unavailable() -> str | None:
-    """Why this machine cannot drive a browser, or ``None`` if it can."""
-    if find_chromium() is None:
-        return f"no Chromium executable on PATH ({', '.join(CHROMIUM_NAMES)}): apt install chromium"
-    if importlib.util.find_spec("playwright") is None:
-        return "Playwright is not installed (pip install -e '.[dev]')"
-    return None
 
 
 def browser_required() -> bool:
@@ -59,7 +32,7 @@ def browser_required() -> bool:
 def chromium() -> Iterator[Browser]:
     """A headless Chromium, closed on exit; skips the test asking for it when there is none,
     or fails it when ``AGENTLEDGER_REQUIRE_BROWSER=1``."""
-    reason = browser_unavailable()
+    reason = unavailable()
     executable = find_chromium()
     if reason is not None or executable is None:
         if browser_required():
