@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from sqlalchemy import create_engine, inspect, text
 
@@ -142,19 +142,20 @@ class LedgerWriter:
 
 
 class OwnFileWriter(LedgerWriter):
-    """:class:`LedgerWriter` on a ledger file of this writer's own, beside ``url``'s."""
+    """:class:`LedgerWriter` on a ledger file of this writer's own, beside ``url``'s, at the
+    class's ``synchronous``."""
 
-    @staticmethod
-    def opened(url: str, writer: int) -> Ledger:
-        return Ledger.open(own_file(url, writer))
+    synchronous: Literal["FULL", "NORMAL"] = "FULL"
+
+    @classmethod
+    def opened(cls, url: str, writer: int) -> Ledger:
+        return Ledger.open(own_file(url, writer), synchronous=cls.synchronous)
 
 
-class UnsyncedWriter(LedgerWriter):
-    """:class:`OwnFileWriter`'s ledger, with ``synchronous="NORMAL"``."""
+class UnsyncedWriter(OwnFileWriter):
+    """:class:`OwnFileWriter` with ``synchronous="NORMAL"``."""
 
-    @staticmethod
-    def opened(url: str, writer: int) -> Ledger:
-        return Ledger.open(own_file(url, writer), synchronous="NORMAL")
+    synchronous = "NORMAL"
 
 
 def own_file(url: str, writer: int) -> str:
