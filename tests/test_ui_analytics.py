@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -19,20 +21,44 @@ ADDRESS = "http://127.0.0.1:8765"
 STYLESHEET = Path(__file__).parents[1] / "src/agentledger/ui/static/ui.css"
 
 
+def record_turn(ledger: Ledger, agent: str, model: str) -> str:
+    """A turn with a tool call and an answer, by ``agent`` on ``model``: its conversation."""
+    with ledger.turn(user="Plan", agent_name=agent, model=model) as turn:
+        step = turn.step(
+            tool_calls=[ToolCall(id="c", name="search", arguments={})],
+            usage=Usage(input_tokens=100, output_tokens=10),
+        )
+        step.tool_result("c", "found")
+        turn.answer("Done.", usage=Usage(input_tokens=50, output_tokens=5))
+    return turn.conversation_id
+
+
 @pytest.fixture(scope="module")
-def client(tmp_path_factory: pytest.TempPathFactory) -> TestClient:
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A ledger with a turn of two agents, each on a model of its own."""
     path = tmp_path_factory.mktemp("ledger") / "ledger.db"
     with Ledger.open(path) as ledger:
         for agent, model in [("planner", "gpt-4o"), ("booker", "claude-sonnet-4")]:
-            with ledger.turn(user="Plan", agent_name=agent, model=model) as turn:
-                step = turn.step(
-                    tool_calls=[ToolCall(id="c", name="search", arguments={})],
-                    usage=Usage(input_tokens=100, output_tokens=10),
-                )
-                step.tool_result("c", "found")
-                turn.answer("Done.", usage=Usage(input_tokens=50, output_tokens=5))
-    viewer = Ledger.open(path, migrate=False, read_only=True)
-    return TestClient(create_app(viewer), base_url=ADDRESS)
+            record_turn(ledger, agent, model)
+    return path
+
+
+def viewer_of(path: Path) -> TestClient:
+    """A viewer of the ledger at ``path``, started now."""
+    return TestClient(
+        create_app(Ledger.open(path, migrate=False, read_only=True)), base_url=ADDRESS
+    )
+
+
+@pytest.fixture(scope="module")
+def client(recorded: Path) -> TestClient:
+    return viewer_of(recorded)
+
+
+def computed_at(page: str) -> datetime:
+    found = re.search(r'Computed at <time datetime="([^"]+)">', page)
+    assert found is not None, page
+    return datetime.fromisoformat(found[1])
 
 
 def hue_colours() -> dict[str, str]:
@@ -84,11 +110,32 @@ def test_each_agent_and_model_has_the_colour_of_its_badge_on_every_page(client):
     assert set(model_fills) == {colours[model[1]]}
 
 
-def test_without_duckdb_the_analytics_page_says_which_extra_to_install(client, monkeypatch):
+def test_without_duckdb_the_analytics_page_says_which_extra_to_install(recorded, monkeypatch):
     monkeypatch.setitem(sys.modules, "duckdb", None)  # as if the extra were not installed
+    client = viewer_of(recorded)  # a viewer started so
 
     page = client.get("/analytics")
 
     assert page.status_code == 200
     assert "pip install &#39;agentledger[analytics]&#39;" in page.text
     assert client.get("/").status_code == 200  # the other pages need nothing more
+
+
+def test_the_page_is_computed_again_only_once_the_ledger_changed(tmp_path):
+    path = tmp_path / "ledger.db"
+    with Ledger.open(path) as ledger:
+        record_turn(ledger, "planner", "gpt-4o")
+        client = viewer_of(path)
+
+        first = client.get("/analytics").text
+        time.sleep(1.1)  # computed again, it would say a later second
+        assert client.get("/analytics").text == first
+
+        forgotten = record_turn(ledger, "critic", "gpt-4o")
+        second = client.get("/analytics").text
+        assert "critic" in second and "critic" not in first
+        assert computed_at(second) > computed_at(first)
+
+        ledger.forget(forgotten)  # a deletion, in no tenant's scope: still a change
+        third = client.get("/analytics").text
+        assert "critic" not in third and computed_at(third) > computed_at(second)

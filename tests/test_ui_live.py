@@ -74,6 +74,18 @@ def test_a_scoped_handle_hears_only_of_its_own_tenants_changes(url):
         assert everything == {ours.conversation_id, theirs.conversation_id}
 
 
+def test_a_forgotten_conversation_is_told_as_a_deletion_in_every_scope(url):
+    with Ledger.open(url) as ledger:
+        with ledger.scoped("acme").turn(user="Forget me", agent_name="a") as turn:
+            turn.answer("gone soon")
+        before = ledger.changes_since().stamp
+        assert not ledger.changes_since(before).deleted
+        ledger.forget(turn.conversation_id)
+        assert ledger.changes_since(before).deleted
+        assert ledger.scoped("other").changes_since(before).deleted  # the log keeps no tenant
+        assert not ledger.changes_since(ledger.changes_since().stamp).deleted
+
+
 def test_a_change_committed_after_the_stamp_was_read_is_told_next_time(url):
     """A writer's transaction open while the stamp is read commits after it: on PostgreSQL its
     rows carry a stamp below the highest one committed then, and are still found."""

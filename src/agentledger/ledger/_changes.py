@@ -28,17 +28,22 @@ then reads the rows stamped at or above its previous mark misses no change."""
 
 class ChangedSince(BaseModel):
     """What changed since a stamp: the conversations whose row or messages were written, and
-    the runs whose row, steps or tool executions were, in the reader's scope. ``stamp`` is
-    what to ask with next time."""
+    the runs whose row, steps or tool executions were, in the reader's scope; and whether rows
+    were deleted (a conversation forgotten: the log of deletions keeps no tenant, so this is
+    told in every scope). ``stamp`` is what to ask with next time."""
 
     model_config = ConfigDict(frozen=True, defer_build=True)
 
     stamp: int
     conversation_ids: frozenset[str] = frozenset()
     run_ids: frozenset[str] = frozenset()
+    deleted: bool = False
 
     def __bool__(self) -> bool:
         return bool(self.conversation_ids or self.run_ids)
+
+
+_DELETED = "SELECT 1 FROM agentledger_deletions WHERE change_seq >= :since LIMIT 1"
 
 
 def _changed_conversations(scope: Scope) -> str:
@@ -80,4 +85,5 @@ def changes(reads: Reads, scope: Scope, since: int | None) -> ChangedSince:
             r["id"] for r in reads.rows(_changed_conversations(scope), params)
         ),
         run_ids=frozenset(r["id"] for r in reads.rows(_changed_runs(scope), params)),
+        deleted=bool(reads.rows(_DELETED, {"since": since})),
     )

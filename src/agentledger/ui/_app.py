@@ -28,7 +28,7 @@ from ..errors import AgentLedgerError, AmbiguousIdError, NotFoundError, UsageErr
 from ..ledger import Ledger
 from . import _pages, _text
 from ._access import Guard
-from ._insights import analytics_page
+from ._insights import KeptAnalytics, analytics_page
 from ._live import ChangeFeed, since_of
 
 HERE = Path(__file__).parent
@@ -83,6 +83,7 @@ def create_app(
     hues = _text.Hues()
     environment.filters["hue"] = hues.of
     feed = ChangeFeed(ledger)
+    charts = KeptAnalytics(functools.partial(analytics_page, hues=hues))
 
     def page(render: Page, *, live: bool = True) -> Callable[[Request], Response]:
         def endpoint(request: Request) -> Response:
@@ -113,7 +114,7 @@ def create_app(
         Route("/", page(listed), methods=GET),
         Route("/c/{given:path}", page(functools.partial(_conversation, turns_shown)), methods=GET),
         Route("/r/{given:path}", page(_run), methods=GET),
-        Route("/analytics", page(functools.partial(_analytics, hues), live=False), methods=GET),
+        Route("/analytics", page(functools.partial(_analytics, charts), live=False), methods=GET),
         Route("/events", events, methods=["GET"]),
         Route("/live/", page(_fragment(listed, "listing"), live=False), methods=GET),
         Route("/live/c/{given:path}", page(_live_turns, live=False), methods=GET),
@@ -181,8 +182,10 @@ def _fragment(render: Page, fragment: str) -> Page:
 _live_turns = _fragment(functools.partial(_conversation, LIVE_TURNS), "turns")
 
 
-def _analytics(hues: _text.Hues, ledger: Ledger, request: Request) -> tuple[str, Mapping[str, Any]]:
-    return "analytics.html", analytics_page(ledger, hues)
+def _analytics(
+    analytics: KeptAnalytics, ledger: Ledger, request: Request
+) -> tuple[str, Mapping[str, Any]]:
+    return "analytics.html", analytics.page(ledger)
 
 
 def _not_found(environment: jinja2.Environment, request: Request, exc: NotFoundError) -> Response:

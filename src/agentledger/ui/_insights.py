@@ -5,13 +5,19 @@ each linked to its page.
 
 The analytics come with their own extra (DuckDB): without it, the page says which one to
 install, and every other page works as before.
+
+The page is computed again only when the ledger changed (:class:`KeptAnalytics`): a row
+written in the viewer's scope, or a conversation forgotten. Viewed again meanwhile, it is the
+page computed before, which says when.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+import threading
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from markupsafe import Markup
@@ -40,6 +46,31 @@ class Costly:
     run_id: str
     agent_name: str
     depth: int
+
+
+class KeptAnalytics:
+    """The analytics page of one viewer, kept until its ledger changes: its mark is read before
+    the page is computed, so what is committed meanwhile is found at the next view. Views at
+    once wait for one computation."""
+
+    def __init__(self, compute: Callable[[Ledger], dict[str, Any]]) -> None:
+        self._compute = compute
+        self._lock = threading.Lock()
+        self._kept: tuple[int, dict[str, Any]] | None = None
+
+    def page(self, ledger: Ledger) -> dict[str, Any]:
+        with self._lock:
+            if self._kept is not None:
+                mark, kept = self._kept
+                changed = ledger.changes_since(mark)
+                if not (changed or changed.deleted):
+                    return kept
+            mark = ledger.changes_since().stamp
+            page = self._compute(ledger)
+            if "missing" not in page:  # the extra may be installed before the next view
+                page["computed_at"] = datetime.now(UTC)
+                self._kept = (mark, page)
+            return page
 
 
 def analytics_page(ledger: Ledger, hues: _text.Hues) -> dict[str, Any]:
