@@ -1,7 +1,8 @@
 """``agentledger ui`` in a real browser (Debian's Chromium, driven by Playwright): the demo's
 ledger, searched, a conversation opened, an answer expanded into its trace and a subagent into
 its own, a run's tree followed; a run streamed by another process appearing step by step with
-its partial answer, without a reload; a scoped viewer refusing another tenant's conversation;
+its partial answer, without a reload; a forgotten conversation leaving the open listing, and
+its open page saying it is gone; a scoped viewer refusing another tenant's conversation;
 the hostile corpus shown as text, no script of it run.
 
 One viewer process for the module (and a scoped viewer in a thread), one browser, few page
@@ -178,6 +179,35 @@ def test_a_run_streamed_by_another_process_appears_step_by_step_without_a_reload
         listing.close()
         conversation.close()
     assert kept == ["this page", "this page"]  # updated in place, never reloaded
+
+
+def test_a_forgotten_conversation_leaves_the_open_listing_and_its_open_page_says_so(
+    ledger, address, browser
+):
+    listing, conversation = browser.new_page(), browser.new_page()
+    for each in (listing, conversation):
+        each.set_default_timeout(WAIT)
+    try:
+        with Ledger.open(ledger[0], migrate=False) as writer:
+            with writer.turn(user="Forget me", agent_name="forgetful") as turn:
+                turn.answer("Soon gone.")
+            row = f"tr[data-conversation='{turn.conversation_id}']"
+            listing.goto(address)
+            listing.wait_for_selector(row)
+            conversation.goto(f"{address}c/{turn.conversation_id}")
+            for each in (listing, conversation):
+                each.wait_for_selector("body[data-live='yes']")
+            listing.evaluate("window.kept = 'this page'")
+
+            writer.forget(turn.conversation_id)
+
+            listing.wait_for_selector(row, state="detached")
+            conversation.locator("p.problem").filter(has_text="No conversation").wait_for()
+            kept = listing.evaluate("window.kept")
+    finally:
+        listing.close()
+        conversation.close()
+    assert kept == "this page"  # the listing updated in place; the forgotten page loaded again
 
 
 def test_a_scoped_viewer_refuses_another_tenants_conversation_as_an_unknown_one(ledger, page):

@@ -271,6 +271,26 @@ def test_the_event_stream_tells_every_open_page_what_changed_as_it_is_committed(
         assert event_id >= stamp  # PostgreSQL: the oldest open transaction of the server
 
 
+def test_the_event_stream_tells_that_rows_were_deleted_and_a_forgotten_pages_parts_are_gone(url):
+    with Ledger.open(url) as ledger, Ledger.open(url, migrate=False, read_only=True) as viewer:
+        with ledger.turn(user="Forget me", agent_name="a") as turn:
+            turn.answer("gone soon")
+        stamp = viewer.changes_since().stamp
+        with (
+            served(create_app(viewer)) as base,
+            httpx.Client(base_url=base) as client,
+            client.stream("GET", f"/events?since={stamp}") as stream,
+        ):
+            assert client.head(f"/live/c/{turn.conversation_id}").status_code == 200
+            ledger.forget(turn.conversation_id)
+            told = stream_until(stream.iter_lines(), '"deleted": true')
+            # What a page asks before it loads again: its conversation's and run's parts.
+            conversation = client.head(f"/live/c/{turn.conversation_id}")
+            run = client.head(f"/live/r/{turn.run_id}")
+    assert turn.conversation_id not in told[-1] and turn.run_id not in told[-1]
+    assert conversation.status_code == run.status_code == 404
+
+
 def test_a_scoped_viewers_stream_never_names_another_tenants_conversation_or_run(url):
     with Ledger.open(url) as ledger, Ledger.open(url, migrate=False, read_only=True) as viewer:
         stamp = viewer.changes_since().stamp

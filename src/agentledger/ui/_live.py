@@ -4,7 +4,9 @@ One poller a viewer asks the ledger what changed since its last stamp
 (``Ledger.changes_since``: an index range on each stamped table, not a scan), a few times a
 second and only while a page is open, and hands each answer to every open page. A page
 learns which conversations and runs changed and fetches, for those it shows, the fragments the
-server renders with the same templates (``ui.js``). Each event carries its stamp as its id: a
+server renders with the same templates (``ui.js``); told that rows were deleted, it reads its
+listing again, and a page whose conversation or run is gone loads again (the viewer's "not
+found"). Each event carries its stamp as its id: a
 browser that reconnects sends it back (``Last-Event-ID``) and is told what it missed, as is a
 page about what changed between its rendering (its ``data-stamp``) and its subscription.
 
@@ -69,7 +71,7 @@ class ChangeFeed:
             except AgentLedgerError:  # busy or briefly unreadable: asked again next time
                 await asyncio.sleep(self.interval * 4)
                 continue
-            if changed and stamp is not None:
+            if (changed or changed.deleted) and stamp is not None:
                 self._hand_out(changed)
             stamp = changed.stamp
             await asyncio.sleep(self.interval)
@@ -105,10 +107,13 @@ def _drain(queue: asyncio.Queue[ChangedSince | None]) -> None:
 
 
 def event(changed: ChangedSince) -> str:
-    """One server-sent event: the ids that changed, with the stamp to resume from as its id."""
+    """One server-sent event: the ids that changed, and whether rows were deleted (which ones
+    is not told: a page asks whether what it shows is still there), with the stamp to resume
+    from as its id."""
     data = {
         "conversations": sorted(changed.conversation_ids),
         "runs": sorted(changed.run_ids),
+        "deleted": changed.deleted,
     }
     return f"id: {changed.stamp}\nevent: changes\ndata: {json.dumps(data)}\n\n"
 

@@ -1,9 +1,10 @@
 // agentledger's viewer: the little script of its own a page loads (no framework, no inline
 // script). It shows each time in the reader's own time zone (the server writes them in UTC),
 // and keeps a page live: the server tells it, as server-sent events, which conversations and
-// runs changed; the page fetches again the parts of it that show them (fragments the server
-// renders with the same templates, every value escaped there) and swaps them in, keeping open
-// what the reader opened. No markup is ever built here from data.
+// runs changed, and whether rows were deleted; the page fetches again the parts of it that show
+// them (fragments the server renders with the same templates, every value escaped there) and
+// swaps them in, keeping open what the reader opened; a page of something forgotten loads
+// again, to be told so. No markup is ever built here from data.
 "use strict";
 
 function localTimes(root) {
@@ -81,19 +82,35 @@ async function refreshRun(details) {
   if (run && details.isConnected) replace(details, run);
 }
 
+// Whether the page's own conversation or run is gone (forgotten): its fragment is not found.
+async function gone(address) {
+  const response = await fetch(address, { method: "HEAD", credentials: "same-origin" });
+  return response.status === 404;
+}
+
 async function refreshTree(tree) {
   const fresh = await fragment(tree.dataset.live);
   const copy = fresh && fresh.querySelector("ul.tree");
   if (copy) replace(tree, copy);
 }
 
-// ``changed``: the ids an event names, or null when the page must read everything again.
+// ``changed``: the ids an event names (and whether rows were deleted), or null when the page
+// must read everything again.
 async function refresh(changed) {
   const conversations = new Set(changed ? changed.conversations : []);
   const runs = new Set(changed ? changed.runs : []);
+  const deleted = changed !== null && changed.deleted === true;
   const touches = (id) => changed === null || runs.has(id);
+  if (deleted) {
+    for (const region of document.querySelectorAll("div.turns[data-live], ul.tree[data-live]")) {
+      if (await gone(region.dataset.live)) {
+        window.location.reload(); // the page of what was forgotten: the viewer says so
+        return;
+      }
+    }
+  }
   for (const region of document.querySelectorAll("div.listing[data-live]")) {
-    if (changed === null || conversations.size > 0) await refreshListing(region);
+    if (changed === null || conversations.size > 0 || deleted) await refreshListing(region);
   }
   for (const region of document.querySelectorAll("div.turns[data-live]")) {
     if (changed === null || conversations.has(region.dataset.conversation)) await refreshTurns(region);
