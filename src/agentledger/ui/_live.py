@@ -6,9 +6,9 @@ second and only while a page is open, and hands each answer to every open page. 
 learns which conversations and runs changed and fetches, for those it shows, the fragments the
 server renders with the same templates (``ui.js``); told that rows were deleted, it reads its
 listing again, and a page whose conversation or run is gone loads again (the viewer's "not
-found"). Each event carries its stamp as its id: a
-browser that reconnects sends it back (``Last-Event-ID``) and is told what it missed, as is a
-page about what changed between its rendering (its ``data-stamp``) and its subscription.
+found"). Each event carries its stamp as its id: a browser that reconnects sends it back
+(``Last-Event-ID``) and is told what it missed, as is a page about what changed between its
+rendering (its ``data-stamp``) and its subscription.
 
 Each read is a short transaction of its own, run in a worker thread: a writer never waits
 for the viewer, and the server's loop never waits for the database.
