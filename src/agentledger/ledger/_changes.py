@@ -40,7 +40,8 @@ class ChangedSince(BaseModel):
     deleted: bool = False
 
     def __bool__(self) -> bool:
-        return bool(self.conversation_ids or self.run_ids)
+        """Whether anything changed: a conversation or run named, or rows deleted."""
+        return bool(self.conversation_ids or self.run_ids or self.deleted)
 
 
 _DELETED = "SELECT 1 FROM agentledger_deletions WHERE change_seq >= :since LIMIT 1"

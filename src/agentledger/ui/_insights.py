@@ -60,16 +60,14 @@ class KeptAnalytics:
 
     def page(self, ledger: Ledger) -> dict[str, Any]:
         with self._lock:
-            if self._kept is not None:
-                mark, kept = self._kept
-                changed = ledger.changes_since(mark)
-                if not (changed or changed.deleted):
-                    return kept
-            mark = ledger.changes_since().stamp
+            kept = self._kept
+            changed = ledger.changes_since(None if kept is None else kept[0])
+            if kept is not None and not changed:
+                return kept[1]
             page = self._compute(ledger)
             if "missing" not in page:  # the extra may be installed before the next view
                 page["computed_at"] = datetime.now(UTC)
-                self._kept = (mark, page)
+                self._kept = (changed.stamp, page)  # the mark, read before the page
             return page
 
 

@@ -71,7 +71,7 @@ class ChangeFeed:
             except AgentLedgerError:  # busy or briefly unreadable: asked again next time
                 await asyncio.sleep(self.interval * 4)
                 continue
-            if (changed or changed.deleted) and stamp is not None:
+            if changed and stamp is not None:
                 self._hand_out(changed)
             stamp = changed.stamp
             await asyncio.sleep(self.interval)
