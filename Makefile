@@ -67,7 +67,7 @@ lint: $(VENV)/.installed-dev
 	$(BIN)/lint-imports
 
 typecheck: $(VENV)/.installed-dev
-	$(BIN)/mypy --strict src examples
+	$(BIN)/mypy --strict src examples bench
 
 # pytest in two parts: every test but the timing-sensitive ones on xdist workers (one more than
 # the cores, as many tests wait on fsync, PostgreSQL or a subprocess; each worker with its own

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 from agentledger import Agent, AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall, Usage, tool
 
@@ -31,6 +31,17 @@ TOOL_STEPS = 3
 """A turn: a user message, three tool-calling steps of one ``lookup`` call each, an answer."""
 STEPS_PER_TURN = TOOL_STEPS + 1
 """A turn's model calls: a step's cost is the turn's / this."""
+Synchronous = Literal["FULL", "NORMAL"]
+"""The ``synchronous`` settings a ledger opens with (``Ledger.open``)."""
+
+
+def as_synchronous(mode: str) -> Synchronous:
+    """``mode`` (a run's setting, as the sections pass it on) as ``Ledger.open`` takes it."""
+    if mode not in ("FULL", "NORMAL"):
+        raise ValueError(f"synchronous is FULL or NORMAL, not {mode!r}")
+    return cast(Synchronous, mode)
+
+
 REPOSITORY = Path(__file__).resolve().parent.parent
 """The repository ``bench/`` sits in."""
 

@@ -69,7 +69,7 @@ class RawMessages:
             seq = 0 if last is None else last + 1
             conn.execute(INSERT_MESSAGE, _row(conversation_id, seq, "user", text))
         for index in range(tool_steps):
-            asked = [
+            asked: list[dict[str, Any]] = [
                 {"id": call_id(index, p), "name": TOOL_NAME, "arguments": call_arguments(index, p)}
                 for p in range(calls)
             ]

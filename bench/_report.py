@@ -16,8 +16,14 @@ from pathlib import Path
 from ._common import ms, x
 
 PACKAGES = ("agentledger", "pydantic", "pydantic-core", "SQLAlchemy", "sqlmodel", "alembic")
-PEERS = ("langgraph", "langgraph-checkpoint-sqlite", "langgraph-checkpoint-postgres")
-PEERS += ("langchain-core", "openai-agents", "asyncpg")
+PEERS = (
+    "langgraph",
+    "langgraph-checkpoint-sqlite",
+    "langgraph-checkpoint-postgres",
+    "langchain-core",
+    "openai-agents",
+    "asyncpg",
+)
 """The peers of ``bench/peers.py`` (the ``bench`` extra), named in the report's header."""
 TARGET = re.compile(r"([<>≤≥]) ([\d.]+) ?(x|s|ms)")
 OPERATORS = {"<": operator.lt, "≤": operator.le, ">": operator.gt, "≥": operator.ge}

@@ -134,7 +134,8 @@ def tree_shape(rng: random.Random, limit: int, *, deep: bool = False) -> Tree:
             levels.add(depth)
             fan_out = max(fan_out, 1)
         for _ in range(min(fan_out, limit - size)):
-            children.append(child := [])
+            child: list[Any] = []
+            children.append(child)
             queue.append((child, depth + 1))
             size += 1
     return root
@@ -293,8 +294,9 @@ class _Synthesizer:
     def _step_row(
         self, run: _Run, step_id: str, index: int, kind: str, calls: int, start: int, end: int
     ) -> None:
+        usage: tuple[int, ...]
         if kind == "error":  # the model call failed: no message, no usage
-            usage, cost, message_id = (0, 0, 0, 0, 0), None, None
+            usage, cost, message_id = (0,) * 5, None, None
         else:
             (usage, cost), message_id = self._usage(run, index), self.ids(end)
         run.steps += 1

@@ -13,7 +13,7 @@ import os
 import sqlite3
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import closing
 from dataclasses import dataclass
 from datetime import datetime
@@ -43,8 +43,14 @@ SCALES = {
     "default": Scale(1_000_000, 100_000, reps=5, sqlite_reps=5),
     "full": Scale(1_000_000, 100_000, reps=9, sqlite_reps=5),
 }
-_TOKENS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
-_TOKENS += ("reasoning_tokens", "cache_write_1h_tokens")
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_tokens",
+    "reasoning_tokens",
+    "cache_write_1h_tokens",
+)
 _SUMS = ("steps", *_TOKENS, "cost_usd", "unpriced_steps", "tool_calls", "tool_errors")
 """What ``run_rollup`` sums, per run (``exclusive_*``) and per subtree (``inclusive_*``)."""
 
@@ -227,10 +233,17 @@ def _timed_reads(direct: Analytics, cached: Analytics, conn: sqlite3.Connection)
     file and in the cache; each SQLite query with ``fetchall()``: their timed callables."""
     views = [(n, direct, sql) for n, sql in DUCK.items()]
     views += [(n.replace("duckdb", "cache"), cached, DUCK[n]) for n in CACHED]
-    reads = {n: (lambda a=a, q=q: timed(lambda: a.sql(q).to_arrow_table())) for n, a, q in views}
+    reads: dict[str, Callable[[], float]] = {n: _arrow(a, q) for n, a, q in views}
     reads["duckdb tuples"] = lambda: timed(lambda: direct.run_rollup().fetchall())
-    lite = {n: (lambda q=q: timed(lambda: conn.execute(q).fetchall())) for n, q in LITE.items()}
-    return reads | lite
+    return reads | {n: _fetched(conn, q) for n, q in LITE.items()}
+
+
+def _arrow(analytics: Analytics, sql: str) -> Callable[[], float]:
+    return lambda: timed(lambda: analytics.sql(sql).to_arrow_table())
+
+
+def _fetched(conn: sqlite3.Connection, sql: str) -> Callable[[], float]:
+    return lambda: timed(lambda: conn.execute(sql).fetchall())
 
 
 def measure(scale: Scale, tmp: Path) -> Measured:
@@ -244,7 +257,7 @@ def measure(scale: Scale, tmp: Path) -> Measured:
         print("  comparing the answers ...", file=sys.stderr, flush=True)
         check_same_answers(direct, conn)  # which warms both up, too
         check_same_answers(cached, conn)
-        threads = direct.sql("SELECT current_setting('threads')").fetchone()[0]
+        (threads,) = direct.sql("SELECT current_setting('threads')").fetchall()[0]
         reads = _timed_reads(direct, cached, conn)
         duck = {name: read for name, read in reads.items() if name not in LITE}
         print(f"  {scale.reps} repetitions ...", file=sys.stderr, flush=True)

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from . import peers
-from ._common import Samples, Sizes, ms, x
+from ._common import Samples, Sizes, as_synchronous, ms, x
 from ._raw import checkpointed_size
 from ._report import Row, Section, ratio
 from .recording import timed_turns
@@ -59,7 +59,8 @@ def _messages_channel(delta: bool) -> Any:
     from langgraph.channels.delta import DeltaChannel
     from langgraph.graph.message import _messages_delta_reducer
 
-    return Annotated[list[AnyMessage], DeltaChannel(_messages_delta_reducer)]
+    # The reducer's own annotation is narrower than the channel's: LangGraph's, not ours.
+    return Annotated[list[AnyMessage], DeltaChannel(cast(Any, _messages_delta_reducer))]
 
 
 class Chat:
@@ -79,7 +80,7 @@ class Chat:
             from agentledger.integrations.langgraph import LedgerSaver
             from agentledger.ledger import Ledger
 
-            ledger = Ledger.open(self.path, synchronous=synchronous)
+            ledger = Ledger.open(self.path, synchronous=as_synchronous(synchronous))
             saver: Any = LedgerSaver(ledger)
             self.closing = ledger.close
         else:
@@ -95,7 +96,7 @@ class Chat:
         builder = StateGraph(state)
         builder.add_node("model", lambda _: {"messages": [self._reply]})
         builder.add_edge(START, "model")
-        self.graph = builder.compile(checkpointer=saver)
+        self.graph: Any = builder.compile(checkpointer=saver)
         self.config: Any = {"configurable": {"thread_id": "chat"}}
         self._reply: Any = None
 

@@ -11,11 +11,20 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import AsyncIterator, Callable, Coroutine
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from ._common import ANSWER, TOOL_NAME, TOOL_STEPS, USAGE, call_arguments, lookup, question
+from ._common import (
+    ANSWER,
+    TOOL_NAME,
+    TOOL_STEPS,
+    USAGE,
+    as_synchronous,
+    call_arguments,
+    lookup,
+    question,
+)
 
 AGENTS_SQLITE, AGENTS_LEDGER = "OpenAI Agents SQLiteSession", "agentledger LedgerSession"
 AGENTS_WHOLE = "agentledger LedgerSession, separate_trace=False"
@@ -43,7 +52,7 @@ def _durable_write(path: Path, data: bytes) -> None:
 def _ledger(path: Path, synchronous: str) -> Any:
     from agentledger.ledger import Ledger
 
-    return Ledger.open(path, synchronous=synchronous)
+    return Ledger.open(path, synchronous=as_synchronous(synchronous))
 
 
 # -- the OpenAI Agents SDK ----------------------------------------------------------------------
@@ -173,7 +182,8 @@ class PydanticChat:
 
         self.agent = Agent(FunctionModel(_pai_reply))
         self.agent.tool_plain(lookup.function)
-        self.file, self.handle, self.store = path.with_suffix(".json"), None, None
+        self.file, self.handle = path.with_suffix(".json"), None
+        self.store: Any = None
         if kind == PAI_LEDGER:
             from agentledger.integrations.pydantic_ai import LedgerConversationStore
 
@@ -238,7 +248,7 @@ def _adk_agent() -> Any:
 
         async def generate_content_async(
             self, llm_request: LlmRequest, stream: bool = False
-        ) -> AsyncIterator[LlmResponse]:
+        ) -> AsyncGenerator[LlmResponse, None]:
             returns = 0
             for content in llm_request.contents:
                 for part in content.parts or []:

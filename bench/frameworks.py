@@ -181,6 +181,7 @@ class Chat:
         committed (SQLAlchemy's engine events), checked like the others."""
         from sqlalchemy import event
 
+        assert self.chat.handle is not None, "statements are counted on a ledger"
         engine, counted = self.chat.handle.engine, [0, 0]
 
         def statement(*_: object) -> None:

@@ -219,7 +219,7 @@ def _graph(saver: Any, respond: Any) -> Any:
     # The functional form evaluates the annotation now: the class form would leave a string
     # that LangGraph resolves in this module's globals, where these lazy imports are not.
     messages = Annotated[list[AnyMessage], add_messages]
-    state = TypedDict("State", {"messages": messages})  # type: ignore[misc]  # noqa: UP013
+    state = TypedDict("State", {"messages": messages})  # type: ignore[name-match]  # noqa: UP013
     tool = StructuredTool.from_function(lookup.function, name=TOOL_NAME, description="Look up.")
     builder = StateGraph(state)
     builder.add_node("model", respond)

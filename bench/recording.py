@@ -16,7 +16,7 @@ import pstats
 import sqlite3
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +31,7 @@ from ._common import (
     TOOL_STEPS,
     Samples,
     Sizes,
+    as_synchronous,
     database,
     interleaved,
     ms,
@@ -97,8 +98,10 @@ class Turns:
     ``SQLiteSession``, SQLite's default ``synchronous``: it has no setting); and loaded back."""
 
     def __init__(self, path: str, kind: str, synchronous: str) -> None:
-        self.path, self.kind, self.turns, self.id = Path(path), kind, 0, None
-        self.tape, self.read = Tape(), {}
+        self.path, self.kind, self.turns = Path(path), kind, 0
+        self.id: Any = None
+        """The conversation's id once its first turn ran (what the turn returned)."""
+        self.tape, self.read = Tape(), dict[str, int]()
         self.store: Any
         if kind == "messages":
             self.store = RawMessages(self.path, synchronous)
@@ -106,7 +109,7 @@ class Turns:
             self.store = peers.SessionWriter(path, 0)
             self.store.prepare(0, 1, 0)
         else:
-            self.store = Ledger.open(self.path, synchronous=synchronous)
+            self.store = Ledger.open(self.path, synchronous=as_synchronous(synchronous))
 
     def _next(self) -> Callable[[], object]:
         """The next turn, ready to run: its agent built (or its calls prepared), untimed."""
@@ -180,7 +183,7 @@ class Turns:
 def timed_turns(
     stack: ExitStack,
     tmp: Path,
-    chosen: dict[str, tuple[Path | None, str, str, int]],
+    chosen: Mapping[str, tuple[Path | None, str, str, int]],
     reps: int,
     building: dict[str, Worker] | None = None,
     factory: Callable[..., Any] = Turns,
@@ -241,7 +244,7 @@ def turn_profile(path: Path, synchronous: str, history: int, turns: int) -> dict
     """Each area's share of the self time of ``turns`` ``Agent.run`` turns after ``history``,
     under ``cProfile`` (which adds to every Python call: the shares are the figures)."""
     profile, conversation = cProfile.Profile(), None
-    with Ledger.open(path, synchronous=synchronous) as ledger:
+    with Ledger.open(path, synchronous=as_synchronous(synchronous)) as ledger:
         for turn in range(history + turns):
             agent = turn_agent(ledger)  # built outside the profile, as the timed turns are
             if turn >= history:

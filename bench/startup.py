@@ -36,8 +36,18 @@ IMPORT = "import agentledger"
 IMPORTED = "import agentledger.cli, agentledger.ledger, rich.console, rich.table, rich.tree"
 """What a read command imports before it reads a row: the command line (click), the reader
 with the values (pydantic), and rich."""
-HEAVY = ("pydantic", "httpx", "sqlalchemy", "sqlmodel", "alembic", "duckdb", "pyarrow", "rich")
-HEAVY += ("click", "psycopg")
+HEAVY = (
+    "pydantic",
+    "httpx",
+    "sqlalchemy",
+    "sqlmodel",
+    "alembic",
+    "duckdb",
+    "pyarrow",
+    "rich",
+    "click",
+    "psycopg",
+)
 """The third-party packages worth naming when an import loads them."""
 WARM_UP = 3
 REPS = {"quick": (10, 5), "default": (40, 20), "full": (100, 50)}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ from ._common import (
     Samples,
     Sizes,
     TimedRecorder,
+    as_synchronous,
     builder,
     interleaved,
     postgres,
@@ -79,15 +80,20 @@ def _core_select(conn: Connection, statement: Any, row: Any = None) -> list[dict
     return [dict(m) for m in conn.execute(statement, row or {}).mappings()]
 
 
-CORE = {"execute": _core, "execute_many": _core_many, "select": _core_select}
+CORE: dict[str, Callable[..., Any]] = {
+    "execute": _core,
+    "execute_many": _core_many,
+    "select": _core_select,
+}
 
 
 class Way:
     """One way of sending the statements: its handle, its agent, and the times of its turns."""
 
     def __init__(self, name: str, url: str, synchronous: str, turns: int) -> None:
-        self.name, self.conversation_id = name, None
-        self.ledger = Ledger.open(url, synchronous=synchronous)  # type: ignore[arg-type]
+        self.name = name
+        self.conversation_id: str | None = None
+        self.ledger = Ledger.open(url, synchronous=as_synchronous(synchronous))
         self.statements: list[float] = []
         sql = statements_for(self.ledger.engine.dialect)  # this engine's own
         for method, core in CORE.items():
@@ -162,9 +168,10 @@ def measure(reps: int, tmp: Path, *, with_postgres: bool = True) -> Measured:
         for mode in ("FULL", "NORMAL")
     ]
     with postgres(measured.skipped, wanted=with_postgres) as new_database:
-        for commit in ("on", "off") if new_database else ():
-            url = f"{new_database()}?options=-csynchronous_commit%3D{commit}"
-            backends.append((f"PostgreSQL, fsync=on, synchronous_commit={commit}", url, "FULL"))
+        if new_database is not None:
+            for commit in ("on", "off"):
+                url = f"{new_database()}?options=-csynchronous_commit%3D{commit}"
+                backends.append((f"PostgreSQL, fsync=on, synchronous_commit={commit}", url, "FULL"))
         for title, url, synchronous in backends:
             print(f"  {title}: {reps} turns each way ...", file=sys.stderr, flush=True)
             started = time.perf_counter()

@@ -31,6 +31,7 @@ from ._common import (
     STEPS_PER_TURN,
     TOOL_STEPS,
     Sizes,
+    Synchronous,
     builder,
     interleaved,
     lookup,
@@ -46,7 +47,7 @@ TENTH, LAST = slice(5, 15), slice(LONG_RUN - 10, LONG_RUN)
 """The steps of the long run compared: around the tenth, and the last ten."""
 LIMITS = ExecutionBudget(max_tokens=10**12, max_cost_usd=1e9)
 """Limits never reached, so that ``token_limit`` and ``cost_limit`` are judged at every step."""
-MODES = ("FULL", "NORMAL")
+MODES: tuple[Synchronous, ...] = ("FULL", "NORMAL")
 
 
 @dataclass(frozen=True)
@@ -152,6 +153,10 @@ def _library_run(ledger: Ledger | None) -> Callable[[], float]:
     return run
 
 
+def _raw_run(raw: RawMessages) -> Callable[[], float]:
+    return lambda: timed(lambda: raw.run("go", None, RUN_STEPS, CALLS))
+
+
 def step_section(plan: Plan, tmp: Path) -> Section:
     systems: dict[str, Callable[[], float]] = {"in memory": _library_run(None)}
     with ExitStack() as stack:
@@ -160,20 +165,18 @@ def step_section(plan: Plan, tmp: Path) -> Section:
             raw = RawMessages(tmp / f"steps-raw-{mode}.db", mode)
             stack.callback(raw.close)
             systems[f"agentledger {mode}"] = _library_run(ledger)
-            systems[f"raw {mode}"] = lambda raw=raw: timed(
-                lambda: raw.run("go", None, RUN_STEPS, CALLS)
-            )
+            systems[f"raw {mode}"] = _raw_run(raw)
         samples = interleaved(systems, plan.step_reps, warm_up=1)
     step = {name: samples.median(name) / RUN_STEPS for name in systems}
     rows = [Row("the same agent, no ledger (in-memory recorder), per step", us(step["in memory"]))]
     for mode in MODES:
-        ours, raw = step[f"agentledger {mode}"], step[f"raw {mode}"]
+        ours, floor = step[f"agentledger {mode}"], step[f"raw {mode}"]
         rows += [
             Row(f"{mode}: agentledger (`Agent.run` on a ledger), per step", us(ours)),
-            Row(f"{mode}: raw sqlite3, the run's messages, per step", us(raw)),
-            ratio(f"{mode}: agentledger / raw messages, per step", ours / raw, headline=True),
+            Row(f"{mode}: raw sqlite3, the run's messages, per step", us(floor)),
+            ratio(f"{mode}: agentledger / raw messages, per step", ours / floor, headline=True),
             ratio(
-                f"{mode}: the ledger's part (− in memory) / raw", (ours - step["in memory"]) / raw
+                f"{mode}: the ledger's part (− in memory) / raw", (ours - step["in memory"]) / floor
             ),
         ]
     rows.append(

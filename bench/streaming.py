@@ -339,7 +339,9 @@ def _streaming(title: str, figures: Figures) -> tuple[list[Row], list[str]]:
 
 
 def report(measured: Measured) -> list[Section]:
-    plan, rows, details, sequential = measured.plan, [], [], []
+    plan, sequential = measured.plan, []
+    rows: list[Row] = []
+    details: list[str] = []
     for title, figures in measured.backends.items():
         more, lines = _streaming(title, figures)
         rows, details = rows + more, details + lines

@@ -177,7 +177,9 @@ class Writer:
         self.system = FACTORIES[system](url, writer)
         self.conversations, self.turns, self.rounds = conversations, turns, 0
         # The ledger's transactions and lock retries (the peers count neither).
-        self.counts = getattr(self.system, "counts", lambda: None)
+        self.counts: Callable[[], tuple[int, int] | None] = getattr(
+            self.system, "counts", lambda: None
+        )
 
     def setup(self) -> None:
         self.system.setup()
@@ -201,7 +203,9 @@ class Writer:
             for conversation in range(self.conversations):
                 self.system.turn(conversation, turn)
         end, after = time.time(), self.counts()
-        counted = None if before is None else [b - a for a, b in zip(before, after, strict=True)]
+        counted = None
+        if before is not None and after is not None:
+            counted = [b - a for a, b in zip(before, after, strict=True)]
         turns, commits = self.turns * self.conversations, list(self.system.commits)
         held = list(held) if held is not None else None
         return {"end": end, "turns": turns, "commits": commits, "counted": counted, "held": held}
@@ -264,7 +268,7 @@ def _rows_per_turn(url: str, turns: int) -> float:
             counts = [
                 conn.execute(text(f'SELECT count(*) FROM "{t}"')).scalar_one() for t in tables
             ]
-            return sum(counts) / turns
+            return sum(int(count) for count in counts) / turns
     finally:
         engine.dispose()
 
