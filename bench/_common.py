@@ -36,9 +36,8 @@ Synchronous = Literal["FULL", "NORMAL"]
 
 
 def as_synchronous(mode: str) -> Synchronous:
-    """``mode`` (a run's setting, as the sections pass it on) as ``Ledger.open`` takes it."""
-    if mode not in ("FULL", "NORMAL"):
-        raise ValueError(f"synchronous is FULL or NORMAL, not {mode!r}")
+    """``mode`` (a run's setting, as the sections pass it on) as ``Ledger.open`` takes it (which
+    refuses any other)."""
     return cast(Synchronous, mode)
 
 

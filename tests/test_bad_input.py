@@ -179,6 +179,21 @@ def test_opening_a_missing_file_without_migrating_refuses_and_creates_no_file(tm
     assert list(tmp_path.iterdir()) == [], "a refused open left a file behind"
 
 
+@pytest.mark.parametrize("setting", ["OFF", "full", "EXTRA", ""])
+def test_a_synchronous_setting_the_ledger_does_not_know_is_refused_before_any_file(
+    tmp_path, setting
+):
+    # SQLite would take OFF (no sync at all) or a word it does not know without a word.
+    path = tmp_path / "ledger.db"
+
+    with pytest.raises(ConfigurationError) as raised:
+        Ledger.open(path, synchronous=setting)
+
+    message = str(raised.value)
+    assert repr(setting) in message and "'FULL'" in message and "'NORMAL'" in message
+    assert list(tmp_path.iterdir()) == [], "a refused open left a file behind"
+
+
 # --- URLs and servers ---------------------------------------------------------------------------
 
 

@@ -15,9 +15,10 @@ import sqlite3
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Literal, TypeVar
+from typing import Literal, TypeVar, get_args
 
 from ..errors import (
+    ConfigurationError,
     LedgerBusyError,
     LedgerCorruptError,
     LedgerPermissionError,
@@ -41,6 +42,15 @@ class EngineSettings:
     synchronous: Synchronous = "FULL"
     busy_timeout: float = 5.0
     retries: int = 8
+
+    def __post_init__(self) -> None:
+        if self.synchronous not in get_args(Synchronous):
+            raise ConfigurationError(
+                f"synchronous={self.synchronous!r} is not a setting of the ledger: use 'FULL' "
+                "(the default: every commit synced to disk before it is reported) or 'NORMAL' "
+                "(SQLite only: faster, and the last commits may be lost on power loss). "
+                "Nothing was opened."
+            )
 
 
 def driver_error(exc: BaseException) -> BaseException:
