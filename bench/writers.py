@@ -38,6 +38,7 @@ from ._common import (
     question,
     turn_agent,
 )
+from ._replay import ReplayWriter
 from ._report import Row, Section, table
 from ._versions import Version
 from ._workers import Worker, broadcast
@@ -55,8 +56,13 @@ UNSYNCED = "agentledger Agent.run, each writer on a file of its own, synchronous
 """The cores' ceiling: the same writers on files of their own, committing without waiting for
 the disk (``synchronous="NORMAL"``), at one writer and at every count the scaling targets name;
 against :data:`OWN_FILES`, what waiting for the disk's syncs costs the scaling."""
+REPLAYED = "agentledger's transactions replayed by sqlite3 alone, on one file"
+"""SQLite's ceiling for the ledger's own writes: each writer's transactions, recorded through
+the ledger, replayed on the shared file by the ``sqlite3`` module behind the same gate and
+synced the same way, the ledger's Python between them a busy loop as long (:mod:`._replay`)."""
 OURS = (AGENTLEDGER, BEFORE)
-CEILINGS = (OWN_FILES, UNSYNCED)
+OWN_FILE_CEILINGS = (OWN_FILES, UNSYNCED)
+CEILINGS = (*OWN_FILE_CEILINGS, REPLAYED)
 NOT_PEERS = (*OURS, *CEILINGS)
 SCALING = {2: (1, 1.6), 4: (2, 1.0)}
 """On SQLite, turns per second at N writers: at least this times M writers' (2 writers 1.6x
@@ -165,7 +171,7 @@ def own_file(url: str, writer: int) -> str:
 
 
 FACTORIES: dict[str, Any] = {AGENTLEDGER: LedgerWriter, BEFORE: LedgerWriter}
-FACTORIES |= {OWN_FILES: OwnFileWriter, UNSYNCED: UnsyncedWriter}
+FACTORIES |= {OWN_FILES: OwnFileWriter, UNSYNCED: UnsyncedWriter, REPLAYED: ReplayWriter}
 FACTORIES |= {peers.RUNNER: peers.RunnerWriter, peers.ALCHEMY_RUNNER: peers.RunnerWriter}
 FACTORIES |= {peers.SQLITE_GRAPH: peers.GraphWriter, peers.POSTGRES_GRAPH: peers.GraphWriter}
 
@@ -282,7 +288,7 @@ def measure_point(
     with ExitStack() as stack:
         workers: dict[str, dict[str, Worker]] = {}
         for system, url in urls.items():
-            if system in OURS:
+            if system in (*OURS, REPLAYED):
                 Ledger.open(url).close()  # migrated here, once
             sizes = {"conversations": plan.conversations, "turns": plan.turns}
             source = before.source if system == BEFORE and before is not None else None
@@ -309,7 +315,7 @@ def measure_point(
                 points[system].add(start_at, list(answers.values()))
     for system, point in points.items():
         files = [urls[system]]
-        if system in CEILINGS:
+        if system in OWN_FILE_CEILINGS:
             files = [own_file(urls[system], n) for n in range(writers)]
         point.rows = sum(_rows_per_turn(file, point.turns) for file in files)
     return points
@@ -349,9 +355,10 @@ def _curve(
 def _ceiling_counts(system: str) -> set[int]:
     """The writer counts a ceiling is measured at: those the scaling targets name (the
     files-of-their-own one is held against the shared file's one writer, the same thing), and
-    the counts they are held against for the unsynced one, which has its own one writer."""
+    the counts they are held against for the unsynced one and the replayed one, which have
+    their own one writer."""
     counts = set(SCALING)
-    if system == UNSYNCED:
+    if system in (UNSYNCED, REPLAYED):
         counts |= {against for against, _ in SCALING.values()}
     return counts
 
@@ -459,6 +466,7 @@ def _scaling(backend: str, curve: Curve) -> str:
             for system, what in (
                 (OWN_FILES, "each on a file of its own"),
                 (UNSYNCED, "and unsynced"),
+                (REPLAYED, "the ledger's transactions replayed by sqlite3 alone"),
             ):
                 own = curve.get(system, {})
                 if writers in own:
@@ -500,7 +508,10 @@ def report(measured: Measured) -> Section:
         "the systems' rounds interleaved, each in a database of its own. The machine's "
         "ceilings, beside them: the same writers each on a ledger file of its own (no lock "
         "shared, only the disk), and those again at synchronous=NORMAL (no wait for the disk's "
-        "syncs: what the cores allow). A step's commit: "
+        "syncs: what the cores allow); and each writer's own transactions, recorded through "
+        "the ledger before the round, replayed on one file by sqlite3 alone behind the same "
+        "gate and synced the same way, the ledger's Python between them a busy loop as long "
+        "(what SQLite and the disk allow the ledger's writes). A step's commit: "
         "agentledger's `record_step`, the SDK's `add_items`, LangGraph's `put`; p50 and p99 "
         "over every step. Lock retries and transactions: `Ledger.lock_retries`, "
         "`Ledger.transactions`. Rows per turn: every row of the system's tables afterwards.",

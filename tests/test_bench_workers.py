@@ -149,9 +149,10 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     # The ceiling: the same writers each on a file of its own, beyond one writer only.
     shared = measured.curves["SQLite"][writers.AGENTLEDGER][2]
     assert list(measured.curves["SQLite"][writers.OWN_FILES]) == [2]
-    # Unsynced, at one writer too: its scaling is held against its own.
+    # Unsynced and replayed, at one writer too: their scaling is held against their own.
     assert list(measured.curves["SQLite"][writers.UNSYNCED]) == [1, 2]
-    for system in writers.CEILINGS:
+    assert list(measured.curves["SQLite"][writers.REPLAYED]) == [1, 2]
+    for system in writers.OWN_FILE_CEILINGS:
         own = measured.curves["SQLite"][system][2]
         # Both files' rows counted: as many as the shared file's, bar each file's bookkeeping.
         assert own.turns == shared.turns and 0 <= own.rows - shared.rows <= 2 / own.turns
@@ -160,6 +161,21 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
             with closing(sqlite3.connect(writers.own_file(base, n))) as conn:
                 (count,) = conn.execute("SELECT count(*) FROM agent_runs").fetchone()
                 assert count == plan.conversations * plan.reps * plan.turns
+    # The replay wrote, on the one shared file, the very rows the ledger writes: every writer's
+    # runs completed, each conversation's messages all there, as many rows a turn.
+    replayed = measured.curves["SQLite"][writers.REPLAYED][2]
+    assert replayed.turns == shared.turns and replayed.rows == pytest.approx(shared.rows)
+    assert replayed.held is not None and len(replayed.held) == replayed.turns * 6
+    assert len(replayed.commits) == 4 * replayed.turns
+    with closing(sqlite3.connect(database(tmp_path, "writers", writers.REPLAYED, 2))) as conn:
+        runs = conn.execute("SELECT status, count(*) FROM agent_runs GROUP BY status").fetchall()
+        assert runs == [("completed", 2 * plan.conversations * plan.reps * plan.turns)]
+        messages = conn.execute(
+            "SELECT count(*) FROM conversation_messages GROUP BY conversation_id"
+        )
+        assert messages.fetchall() == [(2 * plan.turns,)] * (2 * plan.conversations * plan.reps)
+        assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert not list(tmp_path.glob("*recording*"))  # the recordings' scratch files are gone
     section = writers.report(measured)
     assert [row.measure for row in section.rows] == [
         "SQLite, 1 writers: agentledger turns/s (ratio: / the best peer)",
@@ -170,6 +186,7 @@ def test_every_writer_takes_every_turn_and_the_ledger_counts_its_transactions(tm
     scaling = [line for line in section.notes if line.startswith("Scaling on SQLite")]
     assert len(scaling) == 1 and "2 writers" in scaling[0] and "target 1.6x" in scaling[0]
     assert "each on a file of its own: " in scaling[0] and "; and unsynced: " in scaling[0]
+    assert "; the ledger's transactions replayed by sqlite3 alone: " in scaling[0]
     assert f"| 2 | {writers.OWN_FILES} |" in "\n".join(section.details)
 
 
