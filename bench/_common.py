@@ -19,9 +19,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from agentledger import Agent, AgentBuilder, InferenceResponse, ScriptedLLM, ToolCall, Usage, tool
+
+if TYPE_CHECKING:
+    from agentledger.ledger._failures import Synchronous  # the settings Ledger.open takes
 
 RESULT = "x" * 1024
 """Every tool result: about 1 KB."""
@@ -31,14 +34,12 @@ TOOL_STEPS = 3
 """A turn: a user message, three tool-calling steps of one ``lookup`` call each, an answer."""
 STEPS_PER_TURN = TOOL_STEPS + 1
 """A turn's model calls: a step's cost is the turn's / this."""
-Synchronous = Literal["FULL", "NORMAL"]
-"""The ``synchronous`` settings a ledger opens with (``Ledger.open``)."""
 
 
 def as_synchronous(mode: str) -> Synchronous:
     """``mode`` (a run's setting, as the sections pass it on) as ``Ledger.open`` takes it (which
     refuses any other)."""
-    return cast(Synchronous, mode)
+    return cast("Synchronous", mode)
 
 
 REPOSITORY = Path(__file__).resolve().parent.parent

@@ -49,10 +49,8 @@ class Transaction:
     """Seconds between the end of the transaction before it and its start."""
     statements: tuple[tuple[str, Any, bool], ...]
     """Each statement's SQL, parameters, and whether it was sent with ``executemany``."""
-
-    @property
-    def records_a_step(self) -> bool:
-        return any(sql.startswith(STEP_INSERT) for sql, _, _ in self.statements)
+    records_a_step: bool
+    """Whether it inserts a step: its write is timed as a step's commit."""
 
 
 def record(path: Path, conversations: int, turns: int) -> dict[tuple[int, int], list[Transaction]]:
@@ -76,7 +74,8 @@ def record(path: Path, conversations: int, turns: int) -> dict[tuple[int, int], 
         sent.clear()
         with original(write=write) as conn:
             yield conn
-        recorded.append(Transaction(write, started - ended[0], tuple(sent)))
+        steps = any(sql.startswith(STEP_INSERT) for sql, _, _ in sent)
+        recorded.append(Transaction(write, started - ended[0], tuple(sent), steps))
         ended[0] = time.perf_counter()
 
     # A listener of the statements makes the ledger send each through SQLAlchemy, seen here.

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from agentledger import (
     AgentState,
@@ -31,7 +32,6 @@ from ._common import (
     STEPS_PER_TURN,
     TOOL_STEPS,
     Sizes,
-    Synchronous,
     builder,
     interleaved,
     lookup,
@@ -41,6 +41,9 @@ from ._common import (
 )
 from ._raw import RawMessages
 from ._report import Row, Section, ratio
+
+if TYPE_CHECKING:
+    from agentledger.ledger._failures import Synchronous
 
 RUN_STEPS, CALLS, LONG_RUN = 25, 2, 200
 TENTH, LAST = slice(5, 15), slice(LONG_RUN - 10, LONG_RUN)
